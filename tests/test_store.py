@@ -114,10 +114,13 @@ def test_collect_only_and_runs_without_eval_write_no_store(project: Project) -> 
 
 # -- what the store holds, and when -----------------------------------------------------------
 
-# On the task's first call, look into the store from outside (read-only, as another process would).
+# On the task's first call, look into the store from outside: the plan in the SQLite file itself
+# (read-only), and the trials as any reader of the store sees them.
 PLAN_PROBE = """
 import json
 import sqlite3
+
+from pytest_opik_eval.store.local import LocalStore
 
 
 def probe_store():
@@ -128,12 +131,16 @@ def probe_store():
     db = sqlite3.connect(uri, uri=True)
     counts = {
         table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-        for table in ("runs", "experiments", "trials", "attempts")
+        for table in ("runs", "experiments", "trials")
     }
-    counts["completed"] = db.execute(
-        "SELECT count(*) FROM trials WHERE completed_attempt IS NOT NULL"
-    ).fetchone()[0]
     db.close()
+    store = LocalStore(HERE / ".opik-eval" / "store.db", create=False)
+    [run] = store.runs()
+    [experiment] = store.find(run.id)[1]
+    trials = store.trials(experiment.id)
+    counts["attempts"] = sum(t.attempts for t in trials)
+    counts["pending"] = sum(t.status == "pending" for t in trials)
+    store.close()
     seen.write_text(json.dumps(counts))
 """
 
@@ -144,8 +151,9 @@ def test_schema_and_every_planned_trial_is_written_before_the_first_runs(project
     project.run("--eval").assert_outcomes(passed=6)
 
     seen = json.loads((project.path / "seen.json").read_text())
-    # The run, its experiment and all 3 x 2 trials exist; only the running trial has an attempt.
-    assert seen == {"runs": 1, "experiments": 1, "trials": 6, "attempts": 1, "completed": 0}
+    # The run, its experiment and all 3 x 2 trials exist, all pending; the running trial has
+    # been recorded as started.
+    assert seen == {"runs": 1, "experiments": 1, "trials": 6, "attempts": 1, "pending": 6}
 
     db = sqlite3.connect(project.store_path)
     try:

@@ -4,7 +4,8 @@ WAL journaling with ``synchronous=NORMAL``: each commit reaches the operating sy
 call returns, so a SIGKILL loses nothing already recorded; a power cut may lose the last few
 commits but never corrupts the file. Writers from several processes queue on SQLite's lock
 (``busy_timeout``); creating the schema is guarded by a file lock so that first opens by
-several processes cannot race.
+several processes cannot race. A trial's own writes go first to this process's journal (see
+``journal``), which is folded into the file before anything is read from it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pydantic import TypeAdapter
 
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
+from pytest_opik_eval.store import journal
 from pytest_opik_eval.store.records import (
     ExperimentRecord,
     PlannedTrial,
@@ -114,6 +116,25 @@ def _locked(method: _Method) -> _Method:
     return cast(_Method, locked)
 
 
+# The SQL of each trial write, by its journal event kind. An attempt's events are recorded in
+# this order, so a batch applied kind by kind keeps each attempt's own order.
+_WRITES = {
+    "start": "INSERT OR IGNORE INTO attempts (id, trial_id, session_id, started_at) VALUES (?, ?, ?, ?)",
+    "output": "UPDATE attempts SET output = ? WHERE id = ?",
+    "scores": "UPDATE attempts SET scores = ?, passed = ? WHERE id = ?",
+    # The first completion stands: a journal folded twice, or a late attempt, cannot replace it.
+    "complete": "UPDATE trials SET completed_attempt = ? WHERE completed_attempt IS NULL"
+    " AND id = (SELECT trial_id FROM attempts WHERE id = ?)",
+}
+
+
+def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
+    for kind, sql in _WRITES.items():
+        rows = [event[1:] for event in events if event[0] == kind]
+        if rows:
+            db.executemany(sql, rows)
+
+
 def _read_scores(text: str | None) -> list[ScoreRecord]:
     # Written by this store, so valid: constructed without validation (resume reads 100,000).
     return [ScoreRecord.model_construct(**score) for score in json.loads(text)] if text else []
@@ -126,13 +147,19 @@ def _now() -> str:
 class LocalStore:
     """The SQLite store at ``path``; the file and its folder are created on first write."""
 
-    def __init__(self, path: Path, *, create: bool = True, option: str = "--eval-store") -> None:
+    def __init__(
+        self, path: Path, *, create: bool = True, option: str = "--eval-store", journaled: bool = True
+    ) -> None:
         """``create=False`` only reads: a missing or empty file is a store with no runs.
-        ``option`` is the option that names the store, for error messages."""
+        ``option`` is the option that names the store, for error messages. ``journaled=False``
+        commits each trial write to the file at once (a spool, whose outbox rows must be
+        committed with the write they mirror)."""
         self.path = path
         self._option = option
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
+        self._journaled = journaled
+        self._journal: journal.Journal | None = None
         if path.exists() or create:
             self._db = self._open(create)
 
@@ -271,57 +298,95 @@ class LocalStore:
         self, trial_id: str, session_id: str, *, attempt_id: str | None = None, outbox: Sequence[Message] = ()
     ) -> str:
         attempt_id = attempt_id or uuid7()
-        self._execute(
-            "INSERT INTO attempts (id, trial_id, session_id, started_at) VALUES (?, ?, ?, ?)",
-            (attempt_id, trial_id, session_id, _now()),
-            outbox,
-        )
+        self._record(["start", attempt_id, trial_id, session_id, _now()], outbox)
         return attempt_id
 
     @_locked
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
         # A value JSON cannot hold is kept as its repr rather than losing the whole output.
-        text = json.dumps(output, ensure_ascii=False, default=repr)
-        self._conn().execute("UPDATE attempts SET output = ? WHERE id = ?", (text, attempt_id))
+        self._record(["output", json.dumps(output, ensure_ascii=False, default=repr), attempt_id], ())
 
     @_locked
     def record_scores(
         self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool, *, outbox: Sequence[Message] = ()
     ) -> None:
-        self._execute(
-            "UPDATE attempts SET scores = ?, passed = ? WHERE id = ?",
-            (_scores_json.dump_json(list(scores)).decode(), int(passed), attempt_id),
-            outbox,
-        )
+        text = _scores_json.dump_json(list(scores)).decode()
+        self._record(["scores", text, int(passed), attempt_id], outbox)
 
     @_locked
     def complete_attempt(self, attempt_id: str, *, outbox: Sequence[Message] = ()) -> None:
-        self._execute(
-            "UPDATE trials SET completed_attempt = ? WHERE id = (SELECT trial_id FROM attempts WHERE id = ?)",
-            (attempt_id, attempt_id),
-            outbox,
-        )
+        self._record(["complete", attempt_id, attempt_id], outbox)
 
     @_locked
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
         self._conn().execute("UPDATE experiments SET verdict = ? WHERE id = ?", (int(passed), experiment_id))
 
-    def flush(self) -> str | None:
-        return None  # every write is already on disk
+    @_locked
+    def flush(self) -> None:
+        self._fold(everyone=False)  # so that other processes (an xdist controller) read it all
 
-    def _execute(self, sql: str, params: Sequence[Any], outbox: Sequence[Message]) -> None:
-        db = self._conn()
-        if not outbox:
-            db.execute(sql, params)  # one statement: its own transaction
+    def _record(self, event: journal.Event, outbox: Sequence[Message]) -> None:
+        if self._journaled:
+            assert not outbox, "a store with an outbox is not journaled"
+            if self._journal is None:
+                self._conn()  # the file first: a journal is folded into it
+                self._journal = journal.Journal(journal.folder_of(self.path))
+            self._journal.append(event)
+            if self._journal.due():
+                self._fold(everyone=False)
             return
+        db = self._conn()
         db.execute("BEGIN IMMEDIATE")
         try:
-            db.execute(sql, params)
+            _apply(db, [event])
             db.executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def _fold(self, *, everyone: bool) -> None:
+        """Commit the journal's events to the file; ``everyone``: other processes' too (before
+        a read), deleting the journals of those that died."""
+        own = self._journal
+        own_path = own.path if own is not None else None
+        others = journal.found(journal.folder_of(self.path), own_path) if everyone else []
+        try:
+            events = [event for other in others for event in self._events_of(other)]
+            events += own.unfolded if own is not None else []
+            if events:
+                db = self._conn()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    _apply(db, events)
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+        except BaseException:
+            for other in others:
+                other.done(folded=False)
+            raise
+        for other in others:
+            other.done(folded=True)
+        if own is not None:
+            own.folded()
+
+    def _events_of(self, other: journal.Found) -> list[journal.Event]:
+        try:
+            events = other.events()
+        except ValueError as error:
+            raise StoreError(
+                f"the eval store's journal {other.path} is damaged ({error}); "
+                "move it away to read the store without it"
+            ) from None
+        unknown = {str(event[0]) for event in events} - _WRITES.keys()
+        if unknown:
+            raise StoreError(
+                f"the eval store's journal {other.path} holds writes this version does not know "
+                f"({', '.join(sorted(unknown))}): upgrade pytest-opik-eval to read it"
+            )
+        return events
 
     # -- the outbox of a remote store, and what it knows of remote experiments ----------------
 
@@ -373,7 +438,10 @@ class LocalStore:
     def merge_from(self, source: Path) -> int:
         """Copy in the runs of another store (a CI shard's): its trials and attempts join those
         already here, and a trial completed in either is completed. Returns how many runs."""
-        LocalStore(source, create=False).close()  # checks that it is a store this version reads
+        other = LocalStore(source, create=False)  # checks that it is a store this version reads
+        other.runs()  # and folds the journals its writers left
+        other.close()
+        self._fold(everyone=True)
         db = self._conn()
         db.execute("ATTACH DATABASE ? AS source", (str(source),))
         try:
@@ -425,6 +493,7 @@ class LocalStore:
     @_locked
     def attempt_ids(self, experiment_id: str) -> set[str]:
         """The ids of every attempt recorded here for the experiment."""
+        self._fold(everyone=True)
         if self._db is None:
             return set()
         rows = self._db.execute(
@@ -493,6 +562,7 @@ class LocalStore:
 
     @_locked
     def runs(self) -> list[RunSummary]:
+        self._fold(everyone=True)
         if self._db is None:
             return []
         rows = self._db.execute(
@@ -552,6 +622,7 @@ class LocalStore:
 
     @_locked
     def trials(self, experiment_id: str) -> list[TrialRecord]:
+        self._fold(everyone=True)
         if self._db is None:
             return []
         rows = self._db.execute(
@@ -588,6 +659,7 @@ class LocalStore:
 
     @_locked
     def trial_states(self, experiment_id: str) -> list[TrialState]:
+        self._fold(everyone=True)
         if self._db is None:
             return []
         rows = self._db.execute(
@@ -599,6 +671,10 @@ class LocalStore:
 
     @_locked
     def close(self) -> None:
+        if self._journal is not None:
+            self._fold(everyone=False)  # if this fails, the journal stays for the next reader
+            self._journal.close()
+            self._journal = None
         if self._db is not None:
             self._db.close()
             self._db = None

@@ -128,7 +128,7 @@ class OpikStore:
     ) -> None:
         self.settings = settings
         self.client = client or OpikClient(settings)
-        self.spool = LocalStore(spool_path, create=create)
+        self.spool = LocalStore(spool_path, create=create, journaled=False)
         self.sender = Sender(spool_path, self.client)
         self._trials: dict[str, _Trial] = {}
         self._attempts: dict[str, _Attempt] = {}
