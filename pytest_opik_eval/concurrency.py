@@ -15,19 +15,14 @@ model call in flight: those trials are abandoned as pending.
 
 from __future__ import annotations
 
-import copy
 import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
 
 import pytest
 
-from pytest_opik_eval.trial import Trial
-
-# Fixtures a trial running ahead gets without their setup: they belong to the trial.
-OWN_FIXTURES = frozenset({"eval_item", "eval_trial", "request"})
+from pytest_opik_eval.trial import OWN_ARGS
 
 Job = tuple["Future[None]", Callable[[], None]]
 
@@ -38,29 +33,12 @@ def function_scoped_fixture(item: pytest.Function) -> str | None:
     direct = set(params.params) if params is not None else set()
     definitions = item._fixtureinfo.name2fixturedefs
     for name in item.fixturenames:
-        if name in OWN_FIXTURES or name in direct:
+        if name in OWN_ARGS or name == "request" or name in direct:
             continue
         defs = definitions.get(name)
         if defs and defs[-1].scope == "function":
             return name
     return None
-
-
-def task_args(item: pytest.Function, trial: Trial, shared: pytest.Function) -> dict[str, Any]:
-    """The arguments of a trial that runs ahead of its setup: its own item and trial index, its
-    parametrize values, and the shared fixture objects of the test case being run."""
-    callspec = getattr(item, "callspec", None)
-    args: dict[str, Any] = {}
-    for name in item._fixtureinfo.argnames:
-        if name == "eval_item":
-            args[name] = copy.deepcopy(trial.case.item)
-        elif name == "eval_trial":
-            args[name] = trial.case.trial
-        elif callspec is not None and name in callspec.params:
-            args[name] = callspec.params[name]
-        else:
-            args[name] = shared.funcargs[name]
-    return args
 
 
 class Pool:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_opik_eval import trial as trial_life
-from pytest_opik_eval.concurrency import Pool, function_scoped_fixture, task_args
+from pytest_opik_eval.concurrency import Pool, function_scoped_fixture
 from pytest_opik_eval.datasets import Dataset, DatasetError, content_hash, load_dataset
 from pytest_opik_eval.distributed import (
     SHARD_PLUGIN,
@@ -49,7 +49,7 @@ from pytest_opik_eval.reports.terminal import gate_lines, summary_lines
 from pytest_opik_eval.resume import ResumeTarget, changes_since, load_target
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
 from pytest_opik_eval.summary import Baselines, aggregates, judge_experiments, passed
-from pytest_opik_eval.trial import TRIAL_KEY, Trial
+from pytest_opik_eval.trial import OWN_ARGS, TRIAL_KEY, Trial, task_args
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions
@@ -176,6 +176,7 @@ class EvalSession:
             self._warn_on_changes(plan, stored[0], definition)
         self.plans_seen.append(plan)
         cases = trial_cases(plan)
+        _prune_own_args(metafunc)
         metafunc.fixturenames.append(CASE_ARG)
         if cases:
             metafunc.parametrize(CASE_ARG, cases, ids=[case.case_id for case in cases])
@@ -451,6 +452,18 @@ class EvalSession:
     def pytest_unconfigure(self) -> None:
         if self._store is not None:
             self._store.close()
+
+
+def _prune_own_args(metafunc: pytest.Metafunc) -> None:
+    """The trial passes eval_item and eval_trial to its task itself (trial.task_args), so
+    pytest need not set them up as fixtures, unless another fixture of the test needs them
+    (and then shares them with the task, as pytest does). Pruning the closure is what pytest
+    itself does for the arguments that direct parametrization shadows."""
+    definitions = metafunc.definition._fixtureinfo.name2fixturedefs
+    needed = {
+        arg for name in metafunc.fixturenames for d in definitions.get(name, ())[-1:] for arg in d.argnames
+    }
+    metafunc.fixturenames[:] = [n for n in metafunc.fixturenames if n not in OWN_ARGS or n in needed]
 
 
 def _case_of(item: pytest.Item) -> TrialCase | None:

@@ -9,6 +9,7 @@ raises a BaseException, Ctrl-C, -x or a killed process all leave the trial pendi
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,11 @@ class Trial:
 # Each trial test case carries its Trial in its stash.
 TRIAL_KEY = pytest.StashKey[Trial]()
 
+# The task's arguments that are its trial's own: the trial passes them to the task itself, and
+# they are kept out of pytest's fixture setup (see session.pytest_generate_tests), which costs
+# more per test case than a trivial task does. The fixtures of the same names serve the rest.
+OWN_ARGS = frozenset({"eval_item", "eval_trial"})
+
 
 @dataclass(frozen=True)
 class TrialResult:
@@ -60,12 +66,12 @@ def run(
     item: pytest.Function, trial: Trial, store: Store, session_id: str, args: dict[str, Any] | None = None
 ) -> None:
     """Run the task and score it, recording each step: in the test's call phase, or ahead of it
-    in a background thread with the given arguments (see ``concurrency``)."""
+    in a background thread with the given arguments (see ``concurrency`` and ``task_args``)."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
     case = trial.case
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
-    output = _as_output(_call_task(item, args))
+    output = _as_output(_call_task(item, task_args(item, trial, item) if args is None else args))
     store.record_output(attempt, output)
     trial.output = output
 
@@ -112,10 +118,28 @@ def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
     )
 
 
-def _call_task(item: pytest.Function, args: dict[str, Any] | None) -> Any:
+def task_args(item: pytest.Function, trial: Trial, shared: pytest.Function) -> dict[str, Any]:
+    """The task's arguments: its own item and trial index, its parametrize values, and the
+    fixture objects set up for ``shared`` (the test case itself, or, for a trial that runs ahead
+    of its own setup, the test case being run)."""
+    callspec = getattr(item, "callspec", None)
+    args: dict[str, Any] = {}
+    for name in item._fixtureinfo.argnames:
+        if name in OWN_ARGS and name in item.funcargs:
+            args[name] = item.funcargs[name]  # set up by pytest: a fixture of the test needs it too
+        elif name == "eval_item":
+            args[name] = copy.deepcopy(trial.case.item)  # the task may change its copy
+        elif name == "eval_trial":
+            args[name] = trial.case.trial
+        elif callspec is not None and name in callspec.params:
+            args[name] = callspec.params[name]
+        else:
+            args[name] = shared.funcargs[name]
+    return args
+
+
+def _call_task(item: pytest.Function, args: dict[str, Any]) -> Any:
     # As pytest's own pytest_pyfunc_call, but keeping the return value: it is the task output.
-    if args is None:
-        args = {name: item.funcargs[name] for name in item._fixtureinfo.argnames}
     result = item.obj(**args)
     if inspect.iscoroutine(result):
         result = asyncio.run(result)

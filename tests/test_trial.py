@@ -28,6 +28,38 @@ def test_eval_item_is_a_fresh_copy_with_its_id_and_eval_trial_counts(project: Pr
     project.run("--eval").assert_outcomes(passed=4)
 
 
+def test_fixtures_and_getfixturevalue_see_the_trials_item_too(project: Project) -> None:
+    project.dataset(items("a", "b"))
+    project.write(
+        "test_fixture.py",
+        """
+        import pytest
+
+        @pytest.fixture
+        def prompt(eval_item, eval_trial):
+            eval_item["input"]["text"] += "!"  # the test's copy, shared with the task
+            return f"say {eval_item['input']['text']} ({eval_trial})"
+
+        @pytest.mark.eval(dataset="data.jsonl", trial_count=2)
+        def test_prompt(prompt, eval_item, request):
+            assert request.getfixturevalue("eval_item") is eval_item
+            return f"{prompt} / {eval_item['input']['text']}"
+
+        @pytest.mark.eval(dataset="data.jsonl")
+        def test_asks(eval_item, request):
+            # Not set up as a fixture for the task, but there when asked for.
+            again = request.getfixturevalue("eval_item")
+            assert again == eval_item and again is not eval_item
+            return request.getfixturevalue("eval_trial")
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=6)
+    prompt, asks = ([t["output"]["output"] for t in e["trials"]] for e in report["experiments"])
+    assert prompt == ["say a! (0) / a!", "say a! (1) / a!", "say b! (0) / b!", "say b! (1) / b!"]
+    assert asks == [0, 0]
+
+
 def test_return_value_is_the_stored_output(project: Project) -> None:
     project.dataset(items("text", "dict", "none"))
     project.write(
