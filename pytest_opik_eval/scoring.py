@@ -72,6 +72,7 @@ class Scorer:
         self.thresholds = spec.thresholds
         self._stored = stored_thresholds or {}
         self._parameters = [_Parameters.of(metric) for metric in spec.metrics]
+        self._by_name = {metric.name: metric for metric in spec.metrics}
 
     def score(self, item: Mapping[str, Any], output: Mapping[str, Any]) -> list[ScoreRecord]:
         """Run every metric. A metric that raises an ``Exception`` gives a failed score and the
@@ -128,28 +129,28 @@ class Scorer:
         return 1.0 if getattr(metric, "name", None) in _EXACT_METRICS else None
 
     def judge(self, scores: list[ScoreRecord]) -> Verdict:
-        """A trial passes when no score failed and every score meets its threshold."""
-        by_metric = {metric.name: metric for metric in self.metrics}
+        """A trial passes when no score failed and every score meets its threshold; the lines
+        that explain a verdict are written only for one that failed."""
+        thresholds = [self.threshold(s.name, self._by_name.get(s.name)) for s in scores]
+        names = {s.name for s in scores}
+        unscored = [name for name in self.thresholds if name not in names]
+        if not unscored and all(
+            not s.scoring_failed and (t is None or s.value >= t)
+            for s, t in zip(scores, thresholds, strict=True)
+        ):
+            return Verdict(True, ())
         width = max((len(s.name) for s in scores), default=0)
-        passed = True
         lines: list[str] = []
-        for score in scores:
-            threshold = self.threshold(score.name, by_metric.get(score.name))
+        for score, threshold in zip(scores, thresholds, strict=True):
             if score.scoring_failed:
-                passed = False
                 lines.append(f"{score.name:<{width}}  scoring failed: {score.reason}")
                 continue
             miss = threshold is not None and score.value < threshold
-            passed = passed and not miss
             bound = "(no threshold)" if threshold is None else f"{'<' if miss else '>='} {threshold:g}"
             reason = f"  {score.reason}" if score.reason else ""
             lines.append(f"{score.name:<{width}}  {score.value:.3g} {bound}{reason}")
-        names = {s.name for s in scores}
-        for name in self.thresholds:
-            if name not in names:
-                passed = False
-                lines.append(f"{name}  no metric returned a score named {name!r} (see thresholds)")
-        return Verdict(passed, tuple(lines))
+        lines += [f"{name}  no metric returned a score named {name!r} (see thresholds)" for name in unscored]
+        return Verdict(False, tuple(lines))
 
 
 def _records(metric: Any, result: Any) -> list[ScoreRecord]:

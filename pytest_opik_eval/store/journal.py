@@ -28,6 +28,7 @@ Event = list[str | int | None]
 
 # The file format's version is in the files' names: a reader never misreads another version's.
 _SUFFIX = ".v1.jsonl"
+_encode = json.JSONEncoder(ensure_ascii=False).encode  # made once, not on every line
 # How stale the SQLite file may be for other readers while a writer runs.
 FOLD_SECONDS = 2.0
 
@@ -49,7 +50,7 @@ class Journal:
         self.folded_at = time.monotonic()
 
     def append(self, event: Event) -> None:
-        os.write(self._fd, (json.dumps(event, ensure_ascii=False) + "\n").encode())
+        os.write(self._fd, (_encode(event) + "\n").encode())
         self.unfolded.append(event)
 
     def due(self) -> bool:

@@ -100,6 +100,9 @@ Message = tuple[str, str]
 _FOREIGN = -1  # the application id we give a non-empty SQLite file that has none of ours
 
 _scores_json = TypeAdapter(list[ScoreRecord])
+# Made once: json.dumps with options builds an encoder on every call. A value JSON cannot hold is
+# kept as its repr rather than losing the whole output.
+_output_json = json.JSONEncoder(ensure_ascii=False, default=repr).encode
 
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -303,8 +306,7 @@ class LocalStore:
 
     @_locked
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
-        # A value JSON cannot hold is kept as its repr rather than losing the whole output.
-        self._record(["output", json.dumps(output, ensure_ascii=False, default=repr), attempt_id], ())
+        self._record(["output", _output_json(output), attempt_id], ())
 
     @_locked
     def record_scores(
@@ -532,7 +534,7 @@ class LocalStore:
                     attempt_id,
                     row[0],
                     _now(),
-                    None if output is None else json.dumps(output, default=repr),
+                    None if output is None else _output_json(output),
                     _scores_json.dump_json(list(scores)).decode(),
                     None if passed is None else int(passed),
                 ),
