@@ -4,7 +4,6 @@ and the hook wiring. It holds no logic, and imports nothing heavy: pytest loads 
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -65,7 +64,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture
 def eval_item(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The dataset item of this trial, including its ``"id"``; a fresh copy for each trial."""
-    return copy.deepcopy(_trial(request).case.item)
+    from pytest_opik_eval.trial import fresh_copy
+
+    return fresh_copy(_trial(request).case.item)
 
 
 @pytest.fixture

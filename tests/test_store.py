@@ -176,6 +176,12 @@ def test_sigkill_after_a_trial_was_recorded_loses_nothing(project: Project) -> N
     result = project.pytester.runpytest_subprocess("--eval")
     assert result.ret == -9
     assert project.calls() == ["item-0#0", "item-1#0", "item-2#0"]
+    # The killed process's trial writes wait in its journal; as after a power cut, its last line
+    # may be torn, and is then ignored.
+    journals = project.path / ".opik-eval" / "store.db.journals"
+    [left] = journals.glob("*.jsonl")
+    with left.open("a") as file:
+        file.write('["complete", "01')
 
     db = sqlite3.connect(project.store_path)
     try:
@@ -192,6 +198,13 @@ def test_sigkill_after_a_trial_was_recorded_loses_nothing(project: Project) -> N
     ]
     assert [t.output for t in trials[:2]] == [{"output": "item-0"}, {"output": "item-1"}]
     assert [t.passed for t in trials] == [True, True, None, None, None]
+    # Reading folded the dead writer's journal into the file, and removed it.
+    assert list(journals.iterdir()) == []
+    db = sqlite3.connect(project.store_path)
+    try:
+        assert db.execute("SELECT count(*) FROM trials WHERE completed_attempt IS NOT NULL").fetchone()[0] == 2
+    finally:
+        db.close()
 
 
 def test_concurrent_pytest_processes_share_one_store(project: Project) -> None:
@@ -215,6 +228,8 @@ def test_concurrent_pytest_processes_share_one_store(project: Project) -> None:
     for p, output in zip(running, outputs, strict=True):
         assert p.returncode == 0, output
         assert "30 passed" in output, output
+    # Each process folded its journal of trial writes into the file when it closed the store.
+    assert list((project.path / ".opik-eval" / "store.db.journals").iterdir()) == []
 
     store = LocalStore(project.store_path, create=False)
     try:

@@ -119,23 +119,41 @@ def _locked(method: _Method) -> _Method:
     return cast(_Method, locked)
 
 
-# The SQL of each trial write, by its journal event kind. An attempt's events are recorded in
-# this order, so a batch applied kind by kind keeps each attempt's own order.
-_WRITES = {
-    "start": "INSERT OR IGNORE INTO attempts (id, trial_id, session_id, started_at) VALUES (?, ?, ?, ?)",
-    "output": "UPDATE attempts SET output = ? WHERE id = ?",
-    "scores": "UPDATE attempts SET scores = ?, passed = ? WHERE id = ?",
-    # The first completion stands: a journal folded twice, or a late attempt, cannot replace it.
-    "complete": "UPDATE trials SET completed_attempt = ? WHERE completed_attempt IS NULL"
-    " AND id = (SELECT trial_id FROM attempts WHERE id = ?)",
-}
-
-
 def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
-    for kind, sql in _WRITES.items():
-        rows = [event[1:] for event in events if event[0] == kind]
-        if rows:
-            db.executemany(sql, rows)
+    """Write a batch of trial events: an attempt started in the batch is one row written once,
+    and one applied again (a journal folded twice) keeps what it already had."""
+    started: dict[Any, list[Any]] = {}
+    later: dict[str, list[Sequence[Any]]] = {"output": [], "scores": []}  # attempts started earlier
+    completed: list[tuple[Any, Any]] = []
+    for kind, *params in events:
+        attempt_id = params[-1] if kind in later else params[0]
+        if kind == "start":
+            started[attempt_id] = [*params, None, None, None]
+        elif kind == "output" and attempt_id in started:
+            started[attempt_id][4] = params[0]
+        elif kind == "scores" and attempt_id in started:
+            started[attempt_id][5:7] = params[:2]
+        elif kind in later:
+            later[kind].append(params)
+        elif kind == "complete":
+            completed.append((attempt_id, attempt_id))
+        else:
+            raise StoreError(f"a journal of this store holds {kind!r}, a write another version made")
+    db.executemany(
+        "INSERT INTO attempts (id, trial_id, session_id, started_at, output, scores, passed)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+        " output = coalesce(output, excluded.output), scores = coalesce(scores, excluded.scores),"
+        " passed = coalesce(passed, excluded.passed)",
+        started.values(),
+    )
+    db.executemany("UPDATE attempts SET output = ? WHERE id = ?", later["output"])
+    db.executemany("UPDATE attempts SET scores = ?, passed = ? WHERE id = ?", later["scores"])
+    # The first completion stands: a journal folded twice, or a late attempt, cannot replace it.
+    db.executemany(
+        "UPDATE trials SET completed_attempt = ? WHERE completed_attempt IS NULL"
+        " AND id = (SELECT trial_id FROM attempts WHERE id = ?)",
+        completed,
+    )
 
 
 def _read_scores(text: str | None) -> list[ScoreRecord]:
@@ -376,19 +394,12 @@ class LocalStore:
 
     def _events_of(self, other: journal.Found) -> list[journal.Event]:
         try:
-            events = other.events()
+            return other.events()
         except ValueError as error:
             raise StoreError(
                 f"the eval store's journal {other.path} is damaged ({error}); "
                 "move it away to read the store without it"
             ) from None
-        unknown = {str(event[0]) for event in events} - _WRITES.keys()
-        if unknown:
-            raise StoreError(
-                f"the eval store's journal {other.path} holds writes this version does not know "
-                f"({', '.join(sorted(unknown))}): upgrade pytest-opik-eval to read it"
-            )
-        return events
 
     # -- the outbox of a remote store, and what it knows of remote experiments ----------------
 
