@@ -21,8 +21,9 @@ from pytest_opik_eval.options import (
     metric_bound,
     rate,
 )
-from pytest_opik_eval.reports.model import ExperimentReport, Report
+from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
+from pytest_opik_eval.results import ExperimentResult
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.local import LocalStore
@@ -155,14 +156,14 @@ def _store_path(given: str | None) -> Path:
     return cwd / STORE_FOLDER / STORE_FILE
 
 
-def _reports(
+def _results(
     store: Store, target: str, baseline: str | None = None, resume_hint: str = ""
-) -> tuple[str, list[ExperimentRecord], list[ExperimentReport]]:
-    """The experiments of ``target``, and their reports judged as at the end of their latest
+) -> tuple[str, list[ExperimentRecord], list[ExperimentResult]]:
+    """The experiments of ``target``, and their results judged as at the end of their latest
     session (one read of the store: with the Opik backend, the server's items are paged)."""
     run, experiments = store.find(target)
     baselines = Baselines(store, baseline)
-    reports = judge_experiments(
+    results = judge_experiments(
         store,
         experiments,
         None,
@@ -170,7 +171,7 @@ def _reports(
         baselines,
         lambda t: f"pytest --eval-resume={t}{resume_hint}",
     )
-    return run.id, experiments, reports
+    return run.id, experiments, results
 
 
 def _runs(store: Store) -> int:
@@ -198,17 +199,17 @@ def _runs(store: Store) -> int:
 
 
 def _show(store: Store, args: argparse.Namespace, resume_hint: str) -> int:
-    _, _, reports = _reports(store, args.id, resume_hint=resume_hint)
+    _, _, results = _results(store, args.id, resume_hint=resume_hint)
     if args.json:
-        print(json.dumps([r.model_dump(mode="json") for r in reports], indent=2))
+        print(json.dumps([r.report().model_dump(mode="json") for r in results], indent=2))
         return 0
-    for report in reports:
-        for line in summary_lines([report], lambda t: f"pytest --eval-resume={t}{resume_hint}", False):
+    for result in results:
+        for line in summary_lines([result], lambda t: f"pytest --eval-resume={t}{resume_hint}", False):
             print(line)
-        for line in gate_lines([report]):
+        for line in gate_lines([result]):
             print(f"  {line}")
         print(f"  {'item':<20} {'trial':>5}  {'status':<9} {'passed':<6}  scores")
-        for trial in report.trials:
+        for trial in result.trials:
             scores = ", ".join(
                 f"{s.name}=" + ("FAILED" if s.scoring_failed else f"{s.value:.3g}") for s in trial.scores
             )
@@ -220,10 +221,10 @@ def _show(store: Store, args: argparse.Namespace, resume_hint: str) -> int:
 
 def _diff(store: Store, args: argparse.Namespace) -> int:
     baseline_id = store.find(args.baseline)[0].id if args.baseline == "last" else args.baseline
-    _, _, reports = _reports(store, args.current, baseline=baseline_id)
-    for report in reports:
-        print(f"{report.name} ({report.test}) experiment {report.id}")
-        for line in baseline_lines(report):
+    _, _, results = _results(store, args.current, baseline=baseline_id)
+    for result in results:
+        print(f"{result.name} ({result.test}) experiment {result.id}")
+        for line in baseline_lines(result):
             print(line)
     return 0
 
@@ -231,9 +232,10 @@ def _diff(store: Store, args: argparse.Namespace) -> int:
 def _html(store: Store, args: argparse.Namespace) -> int:
     from pytest_opik_eval.reports.html import write_html
 
-    run_id, experiments, reports = _reports(store, args.id)
+    run_id, experiments, results = _results(store, args.id)
     items = {e.id: e.items for e in experiments}
-    write_html(Report(run_id=run_id, resumed=None, experiments=reports), items, Path(args.html))
+    report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
+    write_html(report, items, Path(args.html))
     print(f"wrote {args.html}")
     return 0
 
@@ -257,7 +259,7 @@ def _gate(store: Store, args: argparse.Namespace) -> int:
         soft=args.eval_soft,
     )
     _, experiments = store.find(args.id)
-    reports = judge_experiments(
+    results = judge_experiments(
         store,
         experiments,
         None,
@@ -265,16 +267,17 @@ def _gate(store: Store, args: argparse.Namespace) -> int:
         Baselines(store, args.eval_baseline),
         lambda t: f"pytest --eval-resume={t}",
     )
-    for line in summary_lines(reports, lambda t: f"pytest --eval-resume={t}", False) + gate_lines(reports):
+    for line in summary_lines(results, lambda t: f"pytest --eval-resume={t}", False) + gate_lines(results):
         print(line)
-    failed = [r.name for r in reports if not passed(r) or r.summary.pending]
+    failed = [r.name for r in results if not passed(r) or r.summary.pending]
     print(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}")
     return 1 if failed else 0
 
 
 def _export(store: Store, args: argparse.Namespace) -> int:
-    run_id, _, reports = _reports(store, args.id)
-    text = Report(run_id=run_id, resumed=None, experiments=reports).model_dump_json(indent=2) + "\n"
+    run_id, _, results = _results(store, args.id)
+    report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
+    text = report.model_dump_json(indent=2) + "\n"
     if args.output:
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)

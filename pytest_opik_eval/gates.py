@@ -1,18 +1,14 @@
 """Deciding on a whole experiment: item verdicts (k of n), aggregate gates, pending trials, and
-the comparison with a baseline. Pure functions over report models: no pytest, no store."""
+the comparison with a baseline. Pure functions over experiment results: no pytest, no store."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from pytest_opik_eval.marker import EvalSpec
-from pytest_opik_eval.reports.model import (
-    BaselineComparison,
-    ExperimentReport,
-    GateKind,
-    GateVerdict,
-    MetricDelta,
-)
+from pytest_opik_eval.reports.model import BaselineComparison, GateKind, GateVerdict, MetricDelta
+from pytest_opik_eval.results import ExperimentResult
 from pytest_opik_eval.scoring import Scorer
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store.records import GateSettings
@@ -48,26 +44,24 @@ def _first(*values: float | bool | None) -> float | bool | None:
 
 
 def judge(
-    report: ExperimentReport,
+    result: ExperimentResult,
     settings: GateSettings,
-    baseline: ExperimentReport | None,
+    baseline: ExperimentResult | None,
     resume_command: Callable[[str], str],
-) -> ExperimentReport:
-    """The report with its baseline comparison and gate verdicts."""
-    with_baseline = report.model_copy(
-        update={"baseline": compare(report, baseline) if baseline is not None else None}
-    )
+) -> ExperimentResult:
+    """The result with its baseline comparison and gate verdicts."""
+    with_baseline = replace(result, baseline=compare(result, baseline) if baseline is not None else None)
     gates = evaluate_gates(with_baseline, settings, resume_command)
-    return with_baseline.model_copy(update={"gates": gates, "gates_met": all(g.met for g in gates)})
+    return replace(with_baseline, gates=gates, gates_met=all(g.met for g in gates))
 
 
 def evaluate_gates(
-    report: ExperimentReport, settings: GateSettings, resume_command: Callable[[str], str]
+    result: ExperimentResult, settings: GateSettings, resume_command: Callable[[str], str]
 ) -> list[GateVerdict]:
     """Every gate that applies to the experiment, met or not, with one line of detail each."""
-    summary = report.summary
+    summary = result.summary
     pending_note = (
-        f"; {summary.pending} trial(s) pending: {resume_command(report.id)}" if summary.pending else ""
+        f"; {summary.pending} trial(s) pending: {resume_command(result.id)}" if summary.pending else ""
     )
     verdicts = []
     for metric, bound in settings.fail_under.items():
@@ -87,7 +81,7 @@ def evaluate_gates(
     if settings.min_pass_rate is not None:
         bound = settings.min_pass_rate
         if settings.pass_threshold is not None:
-            done = [i for i in report.items if i.verdict != "pending"]
+            done = [i for i in result.items if i.verdict != "pending"]
             value = sum(1 for i in done if i.verdict == "passed") / len(done) if done else None
             counted = "items"
         else:
@@ -96,16 +90,16 @@ def evaluate_gates(
         detail = f"{counted} pass rate {_num(value)} {'>=' if met else 'is below'} {bound:g}"
         verdicts.append(_verdict("min_pass_rate", None, value, bound, met, detail + pending_note))
     if settings.pass_threshold is not None:
-        failed_items = [i for i in report.items if i.verdict == "failed"]
+        failed_items = [i for i in result.items if i.verdict == "failed"]
         met = not failed_items and not summary.pending
         detail = (
-            f"{len(report.items) - len(failed_items)} of {len(report.items)} items passed "
+            f"{len(result.items) - len(failed_items)} of {len(result.items)} items passed "
             f"at least {settings.pass_threshold} of their trials"
         )
         verdicts.append(_verdict("items", None, None, None, met, detail + pending_note))
-    if report.baseline is not None:
+    if result.baseline is not None:
         for metric, delta in settings.max_regression.items():
-            change = report.baseline.metrics.get(metric)
+            change = result.baseline.metrics.get(metric)
             value = change.delta if change is not None else None
             met = value is not None and value >= -delta and not summary.pending
             detail = (
@@ -119,7 +113,7 @@ def evaluate_gates(
     return verdicts
 
 
-def compare(current: ExperimentReport, baseline: ExperimentReport) -> BaselineComparison:
+def compare(current: ExperimentResult, baseline: ExperimentResult) -> BaselineComparison:
     """Per metric the baseline mean, the current mean and their difference; the items that
     passed in the baseline and fail now (regressions) and the reverse (fixes), by item id."""
     metrics = {}

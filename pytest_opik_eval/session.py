@@ -44,8 +44,9 @@ from pytest_opik_eval.planning import (
 from pytest_opik_eval.plugin import MARKER
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
-from pytest_opik_eval.reports.model import ExperimentReport, Report
+from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import gate_lines, summary_lines
+from pytest_opik_eval.results import ExperimentResult
 from pytest_opik_eval.resume import ResumeTarget, changes_since, load_target
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
 from pytest_opik_eval.summary import Baselines, aggregates, judge_experiments, passed
@@ -79,7 +80,7 @@ class EvalSession:
             self.shards = ShardSelector(options.shard)
             config.pluginmanager.register(self.shards, SHARD_PLUGIN)
         self.experiments: list[ExperimentRecord] = []
-        self.reports: list[ExperimentReport] = []
+        self.results: list[ExperimentResult] = []
         self.plans_seen: list[TestPlan] = []
         self.baselines: Baselines | None = None
         self.unsent: str | None = None  # what the store could not send, for the summary
@@ -365,7 +366,7 @@ class EvalSession:
             self.experiments = self._run_experiments()
         if not self.experiments:
             return
-        self.reports = judge_experiments(
+        self.results = judge_experiments(
             self.store,
             self.experiments,
             self.session_id,
@@ -374,37 +375,45 @@ class EvalSession:
             self.options.resume_command,
             self._in_my_shard if self.options.shard else None,
         )
-        report = Report(
-            run_id=self.run_id,
-            resumed=None if self.resume is None else self.resume.resolved,
-            experiments=self.reports,
-        )
-        if self.options.report_path is not None:
-            write_report(report, self.options.report_path)
-        if self.options.html_path is not None:
-            from pytest_opik_eval.reports.html import write_html
-
-            write_html(report, {e.id: e.items for e in self.experiments}, self.options.html_path)
+        finished = self.config.hook.pytest_opik_eval_experiment_finished
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        if step_summary:
-            from pytest_opik_eval.reports.markdown import step_summary as markdown
-
-            with open(step_summary, "a", encoding="utf-8") as file:
-                file.write(markdown(report, self.options.resume_command) + "\n")
-        add_suite_properties(self.config, suite_properties(self.reports))
-        for experiment in self.reports:
-            self.store.record_verdict(
-                experiment.id, passed(experiment) and not experiment.summary.pending, aggregates(experiment)
+        report = None
+        # The report models (one per trial) are built only when something reads them.
+        if self.options.report_path or self.options.html_path or step_summary or finished.get_hookimpls():
+            report = Report(
+                run_id=self.run_id,
+                resumed=None if self.resume is None else self.resume.resolved,
+                experiments=[r.report() for r in self.results],
             )
-            self.config.hook.pytest_opik_eval_experiment_finished(config=self.config, experiment=experiment)
+            self._write_reports(report, step_summary)
+        add_suite_properties(self.config, suite_properties(self.results))
+        for position, result in enumerate(self.results):
+            self.store.record_verdict(
+                result.id, passed(result) and not result.summary.pending, aggregates(result)
+            )
+            if report is not None:
+                finished(config=self.config, experiment=report.experiments[position])
         self.unsent = self.store.flush()
-        failed = not all(passed(r) for r in self.reports)
+        failed = not all(passed(r) for r in self.results)
         # The exit status an uninterrupted run of the whole experiments would have had.
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             if failed:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             elif self.resume is not None:
                 session.exitstatus = pytest.ExitCode.OK
+
+    def _write_reports(self, report: Report, step_summary: str | None) -> None:
+        if self.options.report_path is not None:
+            write_report(report, self.options.report_path)
+        if self.options.html_path is not None:
+            from pytest_opik_eval.reports.html import write_html
+
+            write_html(report, {e.id: e.items for e in self.experiments}, self.options.html_path)
+        if step_summary:
+            from pytest_opik_eval.reports.markdown import step_summary as markdown
+
+            with open(step_summary, "a", encoding="utf-8") as file:
+                file.write(markdown(report, self.options.resume_command) + "\n")
 
     def _in_my_shard(self, experiment: ExperimentRecord, trial: TrialRecord) -> bool:
         assert self.options.shard is not None
@@ -425,25 +434,25 @@ class EvalSession:
         return settings_for_resume(experiment.gates, self.options.cli_gates)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        if not self.reports:
+        if not self.results:
             return
         terminalreporter.section("eval summary")
-        if self.resume is not None and not any(t.ran_this_session for r in self.reports for t in r.trials):
-            pending = sum(r.summary.pending for r in self.reports)
+        if self.resume is not None and not any(r.ran_this_session(t) for r in self.results for t in r.trials):
+            pending = sum(r.summary.pending for r in self.results)
             if not pending:
                 terminalreporter.line(
                     f"nothing pending: every planned trial of {self.resume.requested} is completed"
                 )
-        for line in summary_lines(self.reports, self.options.resume_command, self.resume is not None):
+        for line in summary_lines(self.results, self.options.resume_command, self.resume is not None):
             terminalreporter.line(line)
-        pending_total = sum(r.summary.pending for r in self.reports)
-        if pending_total and len(self.reports) > 1 and self.run_id:
+        pending_total = sum(r.summary.pending for r in self.results)
+        if pending_total and len(self.results) > 1 and self.run_id:
             terminalreporter.line(
                 f"resume all {pending_total} pending trials: {self.options.resume_command(self.run_id)}"
             )
         if self.unsent:
             terminalreporter.line(self.unsent, yellow=True)
-        gates = gate_lines(self.reports)
+        gates = gate_lines(self.results)
         if gates:
             terminalreporter.section("eval gates")
             for line in gates:

@@ -4,9 +4,10 @@ baseline, judged against its gates; and whether the session as a whole failed.""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from pytest_opik_eval.gates import judge
-from pytest_opik_eval.reports.model import ExperimentReport, experiment_report
+from pytest_opik_eval.results import ExperimentResult, experiment_result
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
 
 LAST_PASSING = "last-passing"
@@ -48,35 +49,35 @@ def judge_experiments(
     baselines: Baselines,
     resume_command: Callable[[str], str],
     keep: Callable[[ExperimentRecord, TrialRecord], bool] | None = None,
-) -> list[ExperimentReport]:
+) -> list[ExperimentResult]:
     """Every experiment as the store has it now (only the trials ``keep`` keeps: a shard's
     share), with its baseline comparison and gates."""
-    reports = []
+    results = []
     for experiment in experiments:
         settings = settings_of(experiment)
         trials = [t for t in store.trials(experiment.id) if keep is None or keep(experiment, t)]
-        report = experiment_report(experiment, trials, session_id, settings)
+        result = experiment_result(experiment, trials, session_id, settings)
         baseline, note = baselines.of(experiment)
-        baseline_report = (
+        baseline_result = (
             None
             if baseline is None
-            else experiment_report(baseline, store.trials(baseline.id), None, baseline.gates)
+            else experiment_result(baseline, store.trials(baseline.id), None, baseline.gates)
         )
-        judged = judge(report, settings, baseline_report, resume_command)
-        reports.append(judged.model_copy(update={"baseline_note": note}))
-    return reports
+        judged = judge(result, settings, baseline_result, resume_command)
+        results.append(replace(judged, baseline_note=note))
+    return results
 
 
-def passed(report: ExperimentReport) -> bool:
+def passed(result: ExperimentResult) -> bool:
     """Whether an uninterrupted run of the whole experiment would pass: every gate met, and in
     hard mode (no soft setting, no pass_threshold) no completed trial failed."""
-    hard = not report.settings.soft and report.settings.pass_threshold is None
-    return report.gates_met and not (hard and report.summary.failed)
+    hard = not result.settings.soft and result.settings.pass_threshold is None
+    return result.gates_met and not (hard and result.summary.failed)
 
 
-def aggregates(report: ExperimentReport) -> dict[str, float]:
+def aggregates(result: ExperimentResult) -> dict[str, float]:
     """The experiment-level scores: each metric's mean, and the pass rate."""
-    scores = {f"{name}.mean": m.mean for name, m in report.summary.metrics.items() if m.mean is not None}
-    if report.summary.pass_rate is not None:
-        scores["pass_rate"] = report.summary.pass_rate
+    scores = {f"{name}.mean": m.mean for name, m in result.summary.metrics.items() if m.mean is not None}
+    if result.summary.pass_rate is not None:
+        scores["pass_rate"] = result.summary.pass_rate
     return scores

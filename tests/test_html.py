@@ -23,9 +23,8 @@ from pytest_opik_eval.reports.model import (
     MetricDelta,
     Report,
     TrialReport,
-    item_verdicts,
-    summarize,
 )
+from pytest_opik_eval.results import item_results, item_verdict, summarize
 from pytest_opik_eval.store.records import GateSettings, ScoreRecord
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"
@@ -83,7 +82,7 @@ def experiment(trials: list[TrialReport], **changes: Any) -> ExperimentReport:
         trial_count=2,
         settings=settings,
         trials=trials,
-        items=item_verdicts(trials, None),
+        items=[item_verdict(i) for i in item_results(trials, None)],
         summary=summarize(trials, settings.thresholds),
         gates=[
             GateVerdict(

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import pytest
 
-from pytest_opik_eval.reports.model import ExperimentReport
+from pytest_opik_eval.results import ExperimentResult
 
 PREFIX = "eval."
 
 
-def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str, str]]:
+def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str, str]]:
     properties = []
     for e in experiments:
         base = f"{PREFIX}{e.name}."

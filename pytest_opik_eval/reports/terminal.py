@@ -7,14 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from pytest_opik_eval.reports.model import ExperimentReport, GateVerdict
+from pytest_opik_eval.reports.model import GateVerdict
+from pytest_opik_eval.results import ExperimentResult
 
 _NAME = 24  # width of the metric column
 _LISTED = 10  # ids named in one line before "and N more"
 
 
 def summary_lines(
-    experiments: Sequence[ExperimentReport], resume_command: Callable[[str], str], resumed: bool
+    experiments: Sequence[ExperimentResult], resume_command: Callable[[str], str], resumed: bool
 ) -> list[str]:
     lines: list[str] = []
     for experiment in experiments:
@@ -23,7 +24,7 @@ def summary_lines(
 
 
 def experiment_lines(
-    experiment: ExperimentReport, resume_command: Callable[[str], str], resumed: bool
+    experiment: ExperimentResult, resume_command: Callable[[str], str], resumed: bool
 ) -> list[str]:
     s = experiment.summary
     soft = sum(1 for t in experiment.trials if t.passed is False) if _is_soft(experiment) else 0
@@ -34,14 +35,16 @@ def experiment_lines(
         f"  trials: {s.trials} planned, {s.completed} completed ({verdicts}), {s.pending} pending",
     ]
     if resumed:
-        earlier = sum(1 for t in experiment.trials if t.status == "completed" and not t.ran_this_session)
-        now = sum(1 for t in experiment.trials if t.ran_this_session)
+        earlier = sum(
+            1 for t in experiment.trials if t.status == "completed" and not experiment.ran_this_session(t)
+        )
+        now = sum(1 for t in experiment.trials if experiment.ran_this_session(t))
         lines.append(f"  this session ran {now}; {earlier} completed in earlier sessions")
     lines += _metric_table(experiment)
     lines += _item_lines(experiment)
     lines += baseline_lines(experiment)
     failed = experiment.failed_trials()
-    earlier_failures = [t.node_id for t in failed if not t.ran_this_session]
+    earlier_failures = [t.node_id for t in failed if not experiment.ran_this_session(t)]
     if resumed and earlier_failures and not _is_soft(experiment):
         lines.append(f"  failed in an earlier session ({len(earlier_failures)}):")
         lines += [f"    {node}" for node in earlier_failures[:_LISTED]]
@@ -56,17 +59,17 @@ def experiment_lines(
     return lines
 
 
-def gate_lines(experiments: Sequence[ExperimentReport]) -> list[str]:
+def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
     """One line per gate, met or not: the experiment, the metric, the value, the bound."""
     return [_gate_line(e, gate) for e in experiments for gate in e.gates]
 
 
-def _gate_line(experiment: ExperimentReport, gate: GateVerdict) -> str:
+def _gate_line(experiment: ExperimentResult, gate: GateVerdict) -> str:
     what = gate.kind if gate.metric is None else f"{gate.kind} {gate.metric}"
     return f"{'met' if gate.met else 'NOT MET'}: {experiment.name}: {what}: {gate.detail}"
 
 
-def _metric_table(experiment: ExperimentReport) -> list[str]:
+def _metric_table(experiment: ExperimentResult) -> list[str]:
     metrics = experiment.summary.metrics
     if not metrics:
         return []
@@ -81,7 +84,7 @@ def _metric_table(experiment: ExperimentReport) -> list[str]:
     return lines
 
 
-def _item_lines(experiment: ExperimentReport) -> list[str]:
+def _item_lines(experiment: ExperimentResult) -> list[str]:
     if experiment.trial_count <= 1:
         return []
     items = experiment.items
@@ -98,7 +101,7 @@ def _item_lines(experiment: ExperimentReport) -> list[str]:
     return lines
 
 
-def baseline_lines(experiment: ExperimentReport) -> list[str]:
+def baseline_lines(experiment: ExperimentResult) -> list[str]:
     if experiment.baseline_note:
         return [f"  baseline: {experiment.baseline_note}"]
     baseline = experiment.baseline
@@ -115,7 +118,7 @@ def baseline_lines(experiment: ExperimentReport) -> list[str]:
     return lines
 
 
-def _is_soft(experiment: ExperimentReport) -> bool:
+def _is_soft(experiment: ExperimentResult) -> bool:
     return experiment.settings.soft or experiment.settings.pass_threshold is not None
 
 

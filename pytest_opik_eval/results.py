@@ -1,0 +1,229 @@
+"""An experiment as the end of a session sees it: its trials as the store returned them, its
+summary, item verdicts, gates and baseline comparison, in plain objects.
+
+The terminal summary, the gates and the exit status read these. The report models (one per
+trial and one per item: 100,000 of each for a large experiment, which cost more to build than
+the rest of the session's end) are built from them only when a report is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from pytest_opik_eval.reports.model import (
+    BaselineComparison,
+    DatasetReport,
+    ExperimentReport,
+    ExperimentSummary,
+    GateVerdict,
+    ItemStatus,
+    ItemVerdict,
+    MetricSummary,
+    TrialReport,
+)
+from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
+
+
+class ScoredTrial(Protocol):
+    """What the summary and the item verdicts read of a trial (a store's trial record, or a
+    report's trial)."""
+
+    @property
+    def dataset_item_id(self) -> str: ...
+
+    @property
+    def status(self) -> Literal["completed", "pending"]: ...
+
+    @property
+    def passed(self) -> bool | None: ...
+
+    @property
+    def scores(self) -> Sequence[ScoreRecord]: ...
+
+
+@dataclass(frozen=True)
+class ItemResult:
+    """An item's verdict over its trials (the report's ``ItemVerdict``)."""
+
+    dataset_item_id: str
+    trials: int
+    passed: int
+    pending: int
+    required: int  # trials that must pass: pass_threshold, or all of them
+    verdict: ItemStatus
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """The whole experiment: every planned trial, whichever session ran it."""
+
+    experiment: ExperimentRecord
+    settings: GateSettings  # the settings it is judged with
+    session_id: str | None  # the session that is ending, if any: its trials "ran this session"
+    trials: Sequence[TrialRecord]
+    summary: ExperimentSummary
+    items: list[ItemResult]
+    gates: list[GateVerdict] = field(default_factory=list)
+    gates_met: bool = True
+    baseline: BaselineComparison | None = None
+    baseline_note: str | None = None  # why there is no comparison, when one was asked for
+
+    @property
+    def id(self) -> str:
+        return self.experiment.id
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name
+
+    @property
+    def test(self) -> str:
+        return self.experiment.test
+
+    @property
+    def run_id(self) -> str:
+        return self.experiment.run_id
+
+    @property
+    def trial_count(self) -> int:
+        return self.experiment.selection.trial_count
+
+    def ran_this_session(self, trial: TrialRecord) -> bool:
+        return self.session_id is not None and trial.session_id == self.session_id
+
+    def failed_trials(self) -> list[TrialRecord]:
+        return [t for t in self.trials if t.passed is False]
+
+    def report(self) -> ExperimentReport:
+        """The report models, as the JSON report writes them."""
+        experiment = self.experiment
+        # model_construct: the store's records are already valid, and there may be 100,000 of them.
+        trials = [
+            TrialReport.model_construct(
+                dataset_item_id=t.dataset_item_id,
+                trial=t.trial,
+                node_id=t.node_id,
+                status=t.status,
+                ran_this_session=self.ran_this_session(t),
+                attempts=t.attempts,
+                output=t.output,
+                passed=t.passed,
+                scores=t.scores,
+            )
+            for t in self.trials
+        ]
+        return ExperimentReport(
+            id=experiment.id,
+            name=experiment.name,
+            test=experiment.test,
+            run_id=experiment.run_id,
+            dataset=DatasetReport(
+                source=experiment.dataset.source,
+                version=experiment.dataset.version,
+                items=len(experiment.items),
+            ),
+            trial_count=self.trial_count,
+            settings=self.settings,
+            trials=trials,
+            items=[item_verdict(i) for i in self.items],
+            summary=self.summary,
+            gates=self.gates,
+            gates_met=self.gates_met,
+            baseline=self.baseline,
+            baseline_note=self.baseline_note,
+        )
+
+
+def experiment_result(
+    experiment: ExperimentRecord,
+    trials: Sequence[TrialRecord],
+    session_id: str | None,
+    settings: GateSettings,
+) -> ExperimentResult:
+    """The experiment's summary and item verdicts (without its gates and baseline comparison:
+    ``gates.judge`` adds them)."""
+    return ExperimentResult(
+        experiment=experiment,
+        settings=settings,
+        session_id=session_id,
+        trials=trials,
+        summary=summarize(trials, settings.thresholds),
+        items=item_results(trials, settings.pass_threshold),
+    )
+
+
+def summarize(trials: Sequence[ScoredTrial], thresholds: dict[str, float | None]) -> ExperimentSummary:
+    """Counts, and per metric the statistics of the completed trials' scores."""
+    completed = [t for t in trials if t.status == "completed"]
+    values: dict[str, list[float]] = {}
+    failed: dict[str, int] = {}
+    for trial in completed:
+        for score in trial.scores:
+            values.setdefault(score.name, [])
+            failed.setdefault(score.name, 0)
+            if score.scoring_failed:
+                failed[score.name] += 1
+            else:
+                values[score.name].append(score.value)
+    metrics = {}
+    for name, v in values.items():
+        threshold = thresholds.get(name)
+        scored = len(v) + failed[name]
+        met = sum(1 for value in v if value >= threshold) if threshold is not None else 0
+        metrics[name] = MetricSummary(
+            mean=sum(v) / len(v) if v else None,
+            min=min(v) if v else None,
+            max=max(v) if v else None,
+            count=len(v),
+            failed=failed[name],
+            threshold=threshold,
+            pass_rate=met / scored if threshold is not None and scored else None,
+        )
+    passed = sum(1 for t in completed if t.passed)
+    return ExperimentSummary(
+        trials=len(trials),
+        completed=len(completed),
+        pending=len(trials) - len(completed),
+        passed=passed,
+        failed=sum(1 for t in completed if t.passed is False),
+        pass_rate=passed / len(completed) if completed else None,
+        metrics=metrics,
+    )
+
+
+def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> list[ItemResult]:
+    """One verdict per item: passed when at least ``pass_threshold`` of its trials passed (all of
+    them without one); pending while that is still open and some trials are pending."""
+    counts: dict[str, list[int]] = {}  # item id -> [trials, passed, pending], in one pass
+    for trial in trials:
+        count = counts.get(trial.dataset_item_id)
+        if count is None:
+            count = counts[trial.dataset_item_id] = [0, 0, 0]
+        count[0] += 1
+        count[1] += trial.passed is True
+        count[2] += trial.status == "pending"
+    results = []
+    for item_id, (total, passed, pending) in counts.items():
+        required = min(pass_threshold or total, total)
+        verdict: ItemStatus
+        if passed >= required:
+            verdict = "passed"
+        elif passed + pending >= required:
+            verdict = "pending"
+        else:
+            verdict = "failed"
+        results.append(ItemResult(item_id, total, passed, pending, required, verdict))
+    return results
+
+
+def item_verdict(item: ItemResult) -> ItemVerdict:
+    return ItemVerdict.model_construct(
+        dataset_item_id=item.dataset_item_id,
+        trials=item.trials,
+        passed=item.passed,
+        pending=item.pending,
+        required=item.required,
+        verdict=item.verdict,
+    )
