@@ -202,7 +202,9 @@ def test_sigkill_after_a_trial_was_recorded_loses_nothing(project: Project) -> N
     assert list(journals.iterdir()) == []
     db = sqlite3.connect(project.store_path)
     try:
-        assert db.execute("SELECT count(*) FROM trials WHERE completed_attempt IS NOT NULL").fetchone()[0] == 2
+        assert (
+            db.execute("SELECT count(*) FROM trials WHERE completed_attempt IS NOT NULL").fetchone()[0] == 2
+        )
     finally:
         db.close()
 
