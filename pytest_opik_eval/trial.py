@@ -105,6 +105,8 @@ def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
     if not trial.reached_happy_path or trial.attempt_id is None:
         return
     store.complete_attempt(trial.attempt_id)
+    if not item.config.hook.pytest_opik_eval_trial_finished.get_hookimpls():
+        return  # nobody listens: spare every trial the result and the hook call
     assert trial.experiment_id is not None and trial.output is not None and trial.passed is not None
     item.ihook.pytest_opik_eval_trial_finished(
         item=item,
