@@ -209,6 +209,27 @@ def test_sigkill_after_a_trial_was_recorded_loses_nothing(project: Project) -> N
         db.close()
 
 
+def test_a_store_deleted_after_a_killed_run_starts_afresh(project: Project) -> None:
+    project.dataset(items(*LABELS))
+    project.eval_test(
+        behaviour="if item['id'] == 'item-1' and not (HERE / 'killed').exists():\n"
+        "        (HERE / 'killed').touch()\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)",
+        imports="import os\nimport signal",
+    )
+    assert project.pytester.runpytest_subprocess("--eval").ret == -9
+    # The user deletes the store file, but not the journal the killed run left beside it.
+    for path in (project.path / ".opik-eval").glob("store.db*"):
+        if path.is_file():
+            path.unlink()
+
+    result = project.run("--eval")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(["*trials: 5 planned, 5 completed (5 passed, 0 failed), 0 pending"])
+    assert [(t.status, t.attempts) for t in project.trials()] == [("completed", 1)] * 5
+    assert list((project.path / ".opik-eval" / "store.db.journals").iterdir()) == []
+
+
 def test_concurrent_pytest_processes_share_one_store(project: Project) -> None:
     labels = [f"q{i}" for i in range(30)]
     project.dataset(items(*labels))

@@ -376,6 +376,9 @@ class LocalStore:
             events += own.unfolded if own is not None else []
             if events:
                 db = self._conn()
+                # A journal whose trials are not in this file (it was deleted and made anew)
+                # must not stop every later read: its attempts are kept, and never read.
+                db.execute("PRAGMA foreign_keys=OFF")
                 db.execute("BEGIN IMMEDIATE")
                 try:
                     _apply(db, events)
@@ -383,6 +386,8 @@ class LocalStore:
                 except BaseException:
                     db.execute("ROLLBACK")
                     raise
+                finally:
+                    db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
             for other in others:
                 other.done(folded=False)
