@@ -116,8 +116,10 @@ class Project:
         log.unlink()
         return calls
 
-    def trials(self, experiment_id: str | None = None) -> list[TrialRecord]:
-        store = LocalStore(self.store_path, create=False)
+    def trials(
+        self, experiment_id: str | None = None, *, store_path: Path | None = None
+    ) -> list[TrialRecord]:
+        store = LocalStore(store_path or self.store_path, create=False)
         try:
             if experiment_id is None:
                 _, experiments = store.find("last")

@@ -72,6 +72,33 @@ def test_a_missing_shard_fails_the_fan_in_gate(project: Project, capsys: pytest.
     assert "eval gate: FAILED: test_qa" in out
 
 
+def test_a_killed_shard_hands_over_what_it_recorded(project: Project) -> None:
+    project.dataset(items(*LABELS))
+    project.eval_test(
+        behaviour="if item['id'] == 'q20': os.kill(os.getpid(), signal.SIGKILL)",
+        imports="import os\nimport signal",
+    )
+    # q20 falls in shard 1's share; the job is killed there, and its files travel as the
+    # README's artifact step sends them (shard1.db*) to the fan-in machine's folder.
+    killed = project.pytester.runpytest_subprocess(
+        "-p", "no:opik", "--eval", "--eval-run-id=ci-1234", "--eval-shard=1/3", "--eval-store=shard1.db"
+    )
+    assert killed.ret == -9
+    fan_in = project.path / "fan-in"
+    fan_in.mkdir()
+    for path in project.path.glob("shard1.db*"):
+        path.rename(fan_in / path.name)
+    ran = [line.split("#")[0] for line in project.calls()]
+    assert ran[-1] == "q20" and len(ran) > 1
+
+    merged = str(project.path / "merged.db")
+    assert opik_eval(["--store", merged, "merge", str(fan_in / "shard1.db")]) == 0
+    trials = project.trials(store_path=project.path / "merged.db")
+    assert len(trials) == len(LABELS)  # the whole experiment was planned
+    completed = {t.dataset_item_id for t in trials if t.status == "completed"}
+    assert completed == set(ran[:-1])
+
+
 def test_shards_write_one_experiment_on_the_opik_server(project: Project, opik: OpikTestServer) -> None:
     project.dataset(items(*LABELS))
     project.eval_test()
