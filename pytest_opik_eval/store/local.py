@@ -165,6 +165,19 @@ def _read_scores(text: str | None) -> list[ScoreRecord]:
 
 
 @contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """All or nothing. IMMEDIATE takes the write lock at once: two processes never both read
+    and then both wait for the lock to write."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+@contextlib.contextmanager
 def _bulk() -> Iterator[None]:
     """Python's cyclic garbage collector paused while 100,000 records are built: it would
     otherwise run over the growing heap again and again, a third of the time of the read. What
@@ -264,17 +277,12 @@ class LocalStore:
             )
 
     def _create_schema(self, db: sqlite3.Connection) -> None:
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
             db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def _ignore_folder(self) -> None:
         # Like .pytest_cache: the default folder holds only our files, so keep it out of git.
@@ -304,8 +312,7 @@ class LocalStore:
         """All or nothing; what is already recorded is kept, so several processes (pytest-xdist
         workers, or a resume on another machine) can record the same run with the same ids."""
         db = self._conn()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             db.execute(
                 "INSERT OR IGNORE INTO runs (id, created_at, record) VALUES (?, ?, ?)",
                 (run.id, run.created_at, run.model_dump_json()),
@@ -326,10 +333,6 @@ class LocalStore:
                     for i, t in enumerate(trials)
                 ],
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     @_locked
     def start_attempt(
@@ -373,14 +376,9 @@ class LocalStore:
                 self._fold(everyone=False)
             return
         db = self._conn()
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             _apply(db, [event])
             db.executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     def _fold(self, *, everyone: bool) -> None:
         """Commit the journal's events to the file; ``everyone``: other processes' too (before
@@ -396,13 +394,9 @@ class LocalStore:
                 # A journal whose trials are not in this file (it was deleted and made anew)
                 # must not stop every later read: its attempts are kept, and never read.
                 db.execute("PRAGMA foreign_keys=OFF")
-                db.execute("BEGIN IMMEDIATE")
                 try:
-                    _apply(db, events)
-                    db.execute("COMMIT")
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
+                    with _transaction(db):
+                        _apply(db, events)
                 finally:
                     db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
@@ -481,8 +475,7 @@ class LocalStore:
         db.execute("ATTACH DATABASE ? AS source", (str(source),))
         try:
             runs = db.execute("SELECT count(*) FROM source.runs").fetchone()[0]
-            db.execute("BEGIN IMMEDIATE")
-            try:
+            with _transaction(db):
                 for table in ("runs", "experiments", "trials", "attempts"):
                     db.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM source.{table}")
                 db.execute(
@@ -490,10 +483,6 @@ class LocalStore:
                     " WHERE s.id = trials.id) WHERE completed_attempt IS NULL AND id IN"
                     " (SELECT id FROM source.trials WHERE completed_attempt IS NOT NULL)"
                 )
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
         finally:
             db.execute("DETACH DATABASE source")
         return int(runs)
@@ -557,8 +546,7 @@ class LocalStore:
         ).fetchone()
         if row is None:
             return
-        db.execute("BEGIN IMMEDIATE")
-        try:
+        with _transaction(db):
             db.execute(
                 "INSERT OR IGNORE INTO attempts"
                 " (id, trial_id, session_id, started_at, output, scores, passed)"
@@ -577,10 +565,6 @@ class LocalStore:
                     "UPDATE trials SET completed_attempt = ? WHERE id = ? AND completed_attempt IS NULL",
                     (attempt_id, row[0]),
                 )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
 
     # -- reads ---------------------------------------------------------------------------
 
