@@ -1,11 +1,12 @@
 """Running up to N trials of a test at the same time, while each stays its own test case.
 
-pytest runs test cases one after the other. When a trial's call phase starts, this also starts
-the tasks (and scoring) of the next trials of the same test in background threads, up to N in
-flight; each test case then waits for its own trial and is reported in order, with its own
-outcome. A trial's pending marker is recorded when its task really starts, and is cleared only
-in its own test case's teardown: a trial that finished in the background but whose test case
-was never reported (-x, --maxfail, Ctrl-C) stays pending.
+pytest runs test cases one after the other. When a trial's call phase starts, this also queues
+the tasks (and scoring) of the next trials of the same test, up to LOOKAHEAD x N test cases
+ahead, for N background threads; each test case then waits for its own trial and is reported in
+order, with its own outcome. Queuing further ahead than N keeps the threads busy while one slow
+model call holds up the reporting. A trial's pending marker is recorded when its task really
+starts, and is cleared only in its own test case's teardown: a trial that finished in the
+background but whose test case was never reported (-x, --maxfail, Ctrl-C) stays pending.
 
 Only tests whose fixtures are all shared (session, package, module or class scope) plus
 ``eval_item`` and ``eval_trial`` can run ahead: the background trials reuse the shared fixture
@@ -23,6 +24,9 @@ from concurrent.futures import Future
 import pytest
 
 from pytest_opik_eval.trial import OWN_ARGS
+
+# How many test cases per thread are queued ahead of the one being reported.
+LOOKAHEAD = 4
 
 Job = tuple["Future[None]", Callable[[], None]]
 
@@ -53,20 +57,22 @@ class Pool:
     def run(
         self,
         item: pytest.Function,
-        window: Sequence[tuple[pytest.Function, Callable[[], None]]],
+        window: Sequence[pytest.Function],
+        job: Callable[[pytest.Function, pytest.Function], Callable[[], None]],
         threads: int,
     ) -> None:
-        """Start the trials of ``window`` (this test case first) that are not started yet, then
-        wait for this test case's trial; re-raise what it raised."""
+        """Start the trials of ``window`` (this test case first) that are not started yet, each
+        as ``job(trial's test case, item)`` makes it, then wait for this test case's trial;
+        re-raise what it raised."""
         while len(self._threads) < threads:
             thread = threading.Thread(target=self._work, name="opik-eval-trial", daemon=True)
             thread.start()
             self._threads.append(thread)
-        for ahead, job in window:
+        for ahead in window:
             if ahead.nodeid not in self._futures and not self._stopped:
                 future: Future[None] = Future()
                 self._futures[ahead.nodeid] = future
-                self._jobs.put((future, job))
+                self._jobs.put((future, job(ahead, item)))
         self._futures.pop(item.nodeid).result()
 
     def stop(self) -> None:

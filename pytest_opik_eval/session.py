@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_opik_eval import trial as trial_life
-from pytest_opik_eval.concurrency import Pool, function_scoped_fixture
+from pytest_opik_eval.concurrency import LOOKAHEAD, Pool, function_scoped_fixture
 from pytest_opik_eval.datasets import Dataset, DatasetError, content_hash, load_dataset
 from pytest_opik_eval.distributed import (
     SHARD_PLUGIN,
@@ -308,23 +308,26 @@ class EvalSession:
         if threads <= 1:
             trial_life.run(pyfuncitem, trial, self.store, self.session_id)
         else:
-            self.pool.run(pyfuncitem, self._window(pyfuncitem, trial, threads), threads)
+            self.pool.run(pyfuncitem, self._window(pyfuncitem, trial, threads), self._job, threads)
         return True
 
-    def _window(
-        self, item: pytest.Function, trial: Trial, threads: int
-    ) -> list[tuple[pytest.Function, Callable[[], None]]]:
-        """This trial and the next ones of the same test, to run ahead: ``threads`` in all."""
-        window: list[tuple[pytest.Function, Callable[[], None]]] = []
-        for ahead in self._items[self._position[item.nodeid] :]:
+    def _window(self, item: pytest.Function, trial: Trial, threads: int) -> list[pytest.Function]:
+        """This trial and the next ones of the same test, to run ahead."""
+        start = self._position[item.nodeid]
+        window: list[pytest.Function] = []
+        for ahead in self._items[start : start + threads * LOOKAHEAD]:
             ahead_trial = ahead.stash.get(TRIAL_KEY, None)
-            if ahead_trial is None or ahead_trial.case.plan is not trial.case.plan or len(window) >= threads:
+            if ahead_trial is None or ahead_trial.case.plan is not trial.case.plan:
                 break
             assert isinstance(ahead, pytest.Function)
-            args = task_args(ahead, ahead_trial, item)
-            job = functools.partial(trial_life.run, ahead, ahead_trial, self.store, self.session_id, args)
-            window.append((ahead, job))
+            window.append(ahead)
         return window
+
+    def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
+        """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
+        trial = ahead.stash[TRIAL_KEY]
+        args = task_args(ahead, trial, shared)
+        return functools.partial(trial_life.run, ahead, trial, self.store, self.session_id, args)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -30,6 +30,26 @@ def test_up_to_n_trials_run_at_once(project: Project) -> None:
     assert project.completed() == {(label, 0) for label in LABELS}
 
 
+# item-0's model call is slow: it lasts until item-3's has started (or 10 s).
+SLOW_HEAD = """if item['id'] == 'item-3':
+        (HERE / 'item-3-started').touch()
+    if item['id'] == 'item-0':
+        deadline = time.monotonic() + 10
+        while not (HERE / 'item-3-started').exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not (HERE / 'item-3-started').exists():
+            return 'held up'"""
+
+
+def test_a_slow_trial_does_not_leave_the_other_threads_idle(project: Project) -> None:
+    # Two threads: while item-0 waits for its model, the other thread goes on to item-1, 2, 3.
+    project.dataset(items(*LABELS[:4]))
+    project.eval_test(imports="import time", behaviour=SLOW_HEAD)
+    result = project.run("--eval", "--eval-threads=2")
+    result.assert_outcomes(passed=4)
+    assert result.duration < 8
+
+
 def test_one_at_a_time_without_threads(project: Project) -> None:
     project.dataset(items(*LABELS[:2]))
     project.eval_test(
