@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "gate":
             return _gate(store, args)
         return _export(store, args)
-    except ExperimentNotFound as error:
+    except (ExperimentNotFound, StoreError) as error:
         print(f"opik-eval: {error}", file=sys.stderr)
         return 2
     except BrokenPipeError:

@@ -297,3 +297,30 @@ def test_resume_last_in_an_empty_store_file_is_a_usage_error(project: Project) -
     result = project.run("--eval-resume=last", f"--eval-store={empty}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: --eval-resume=last: no run in the eval store {empty}*"])
+
+
+def test_a_damaged_journal_line_is_left_out_and_the_file_kept(project: Project) -> None:
+    from pytest_opik_eval.exceptions import EvalWarning
+
+    project.dataset(items(*LABELS))
+    project.eval_test(
+        behaviour="if item['id'] == 'item-2': os.kill(os.getpid(), signal.SIGKILL)",
+        imports="import os\nimport signal",
+    )
+    assert project.pytester.runpytest_subprocess("--eval").ret == -9
+    [left] = (project.path / ".opik-eval" / "store.db.journals").glob("*.jsonl")
+    lines = left.read_text().splitlines(keepends=True)
+    left.write_text("".join([lines[0], "not an event\n", '["unknown", 1]\n', *lines[1:]]))
+
+    with pytest.warns(EvalWarning, match=r"2 line\(s\) of the eval store's journal .* could not be read"):
+        trials = project.trials()
+    assert [(t.dataset_item_id, t.status) for t in trials] == [
+        ("item-0", "completed"),
+        ("item-1", "completed"),
+        ("item-2", "pending"),
+        ("item-3", "pending"),
+        ("item-4", "pending"),
+    ]
+    # Kept aside for a look, under a name no reader folds again: the next read is quiet.
+    assert left.with_name(left.name + ".damaged").read_text().count("not an event") == 1
+    assert project.completed() == {("item-0", 0), ("item-1", 0)}

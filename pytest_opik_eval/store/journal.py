@@ -25,6 +25,7 @@ from filelock import FileLock, Timeout
 
 # One event: its kind, then the SQL parameters of its write (see LocalStore._apply).
 Event = list[str | int | None]
+KINDS = frozenset({"start", "output", "scores", "complete"})
 
 # The file format's version is in the files' names: a reader never misreads another version's.
 _SUFFIX = ".v1.jsonl"
@@ -75,6 +76,7 @@ class Found:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.damaged = 0  # lines that are not events: kept aside with the file, never applied
         self._lock = FileLock(f"{path}.lock")
         try:
             self._lock.acquire(timeout=0)
@@ -87,13 +89,31 @@ class Found:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []  # folded and deleted by another reader meanwhile
+        events: list[Event] = []
+        self.damaged = 0
         # A line without its newline was torn by a crash, or is being written: leave it.
-        return [json.loads(line) for line in text.split("\n")[:-1] if line]
+        for line in text.split("\n")[:-1]:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = None
+            if isinstance(event, list) and event and event[0] in KINDS:
+                events.append(event)
+            else:
+                self.damaged += 1
+        return events
+
+    @property
+    def kept_as(self) -> Path:
+        return self.path.with_name(self.path.name + ".damaged")
 
     def done(self, folded: bool) -> None:
-        """A dead writer's journal goes once its events are committed."""
+        """A dead writer's journal goes once its events are committed; one with damaged lines
+        is kept aside, under a name no reader folds again."""
         if self.dead:
-            if folded:
+            if folded and self.damaged:
+                self.path.replace(self.kept_as)
+            elif folded:
                 self.path.unlink(missing_ok=True)
             _release(self._lock)
 

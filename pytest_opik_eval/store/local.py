@@ -16,6 +16,7 @@ import gc
 import json
 import sqlite3
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any, TypeVar, cast
 from filelock import FileLock
 from pydantic import TypeAdapter
 
-from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.exceptions import EvalWarning, ExperimentNotFound, StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.store import journal
 from pytest_opik_eval.store.records import (
@@ -387,7 +388,7 @@ class LocalStore:
         own_path = own.path if own is not None else None
         others = journal.found(journal.folder_of(self.path), own_path) if everyone else []
         try:
-            events = [event for other in others for event in self._events_of(other)]
+            events = [event for other in others for event in other.events()]
             events += own.unfolded if own is not None else []
             if events:
                 db = self._conn()
@@ -405,17 +406,18 @@ class LocalStore:
             raise
         for other in others:
             other.done(folded=True)
+            if other.damaged:
+                where = other.kept_as if other.dead else other.path
+                warnings.warn(
+                    EvalWarning(
+                        f"{other.damaged} line(s) of the eval store's journal {other.path} could not be "
+                        f"read and were left out; its other trial writes are in the store, and the "
+                        f"file is kept as {where}"
+                    ),
+                    stacklevel=1,
+                )
         if own is not None:
             own.folded()
-
-    def _events_of(self, other: journal.Found) -> list[journal.Event]:
-        try:
-            return other.events()
-        except ValueError as error:
-            raise StoreError(
-                f"the eval store's journal {other.path} is damaged ({error}); "
-                "move it away to read the store without it"
-            ) from None
 
     # -- the outbox of a remote store, and what it knows of remote experiments ----------------
 
