@@ -14,7 +14,6 @@ test extras (pip install -e '.[test]').
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,18 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from bench import EVAL, write_items  # noqa: E402  (beside this script: the same suite as figure 1)
 from opik_server import OpikTestServer  # noqa: E402
-
-EVAL = """
-import pytest
-from pytest_opik_eval.metrics import Equals
-
-@pytest.mark.eval(
-    dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"}
-)
-def test_eval(eval_item):
-    return eval_item["input"]["text"]
-"""
 
 SDK = """
 import json, sys, time, opik
@@ -65,12 +54,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, OpikTestServer() as server:
         folder = Path(tmp)
         (folder / "test_eval.py").write_text(EVAL)
-        (folder / "data.jsonl").write_text(
-            "".join(
-                json.dumps({"id": f"i{i}", "input": {"text": f"t{i}"}, "expected_output": f"t{i}"}) + "\n"
-                for i in range(n)
-            )
-        )
+        write_items(folder / "data.jsonl", n)
         env = {
             **os.environ,
             **server.sdk_env(),
