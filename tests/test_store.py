@@ -4,10 +4,12 @@ record through concurrent writers and a killed process."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Project, items
@@ -228,6 +230,32 @@ def test_a_store_deleted_after_a_killed_run_starts_afresh(project: Project) -> N
     result.stdout.fnmatch_lines(["*trials: 5 planned, 5 completed (5 passed, 0 failed), 0 pending"])
     assert [(t.status, t.attempts) for t in project.trials()] == [("completed", 1)] * 5
     assert list((project.path / ".opik-eval" / "store.db.journals").iterdir()) == []
+
+
+def _open_store(path: str, start: Any, errors: Any) -> None:
+    start.wait()
+    try:
+        LocalStore(Path(path)).close()
+    except Exception as error:  # reported to the test, which names it
+        errors.put(f"{type(error).__name__}: {error}")
+
+
+def test_processes_opening_a_new_store_at_once_all_get_it(tmp_path: Path) -> None:
+    # As xdist workers do on a project's first run: one creates the schema, all open it.
+    context = multiprocessing.get_context("fork")
+    errors = context.Queue()
+    for round in range(25):
+        start = context.Barrier(6)
+        processes = [
+            context.Process(target=_open_store, args=(str(tmp_path / f"{round}.db"), start, errors))
+            for _ in range(6)
+        ]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(timeout=60)
+        assert all(process.exitcode == 0 for process in processes)
+    assert errors.empty(), errors.get()
 
 
 def test_concurrent_pytest_processes_share_one_store(project: Project) -> None:

@@ -16,6 +16,7 @@ import gc
 import json
 import sqlite3
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
@@ -100,6 +101,8 @@ CREATE TABLE remote_experiments (
 # crash can never record one without the other: (kind, JSON payload).
 Message = tuple[str, str]
 
+_BUSY_TIMEOUT = 60.0  # seconds to wait for another process's hold on the file
+
 _FOREIGN = -1  # the application id we give a non-empty SQLite file that has none of ours
 
 _scores_json = TypeAdapter(list[ScoreRecord])
@@ -161,6 +164,21 @@ def _read_scores(text: str | None) -> list[ScoreRecord]:
     # Parsed and validated by pydantic-core in one step: 4x quicker than model_construct on
     # json.loads, which counts when the end of a session reads 100,000 trials.
     return _scores_json.validate_json(text) if text else []
+
+
+def _use_wal(db: sqlite3.Connection) -> None:
+    """Switch the file to WAL (once for good: the mode is kept in the file). SQLite does not
+    wait for the switch as it does for writes: while processes open a new store at once (xdist
+    workers), it can find the file busy, so try again."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "database is locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -225,11 +243,11 @@ class LocalStore:
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._ignore_folder()
-        db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
         try:
             version, app_id = self._read_header(db)
             if version == 0 and app_id != _FOREIGN and create:
-                with FileLock(f"{self.path}.lock", timeout=60):
+                with FileLock(f"{self.path}.lock", timeout=_BUSY_TIMEOUT):
                     version, app_id = self._read_header(db)
                     if version == 0 and app_id != _FOREIGN:
                         self._create_schema(db)
@@ -238,7 +256,7 @@ class LocalStore:
             if version == 0:
                 db.close()  # an empty file, only read: leave it as it is
                 return None
-            db.execute("PRAGMA journal_mode=WAL")
+            _use_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
@@ -248,14 +266,19 @@ class LocalStore:
 
     def _read_header(self, db: sqlite3.Connection) -> tuple[int, int]:
         try:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            app_id = db.execute("PRAGMA application_id").fetchone()[0]
+            # One statement, so one snapshot: read apart, another process's schema creation
+            # could commit in between (version 0, yet tables) and pass for a stranger's file.
+            version, app_id, tables = db.execute(
+                "SELECT (SELECT user_version FROM pragma_user_version),"
+                " (SELECT application_id FROM pragma_application_id),"
+                " (SELECT count(*) FROM sqlite_master)"
+            ).fetchone()
         except sqlite3.DatabaseError as error:
             raise StoreError(
                 f"{self.path} is not a pytest-opik-eval store ({error}); "
                 f"point {self._option} at another file, or move this one away"
             ) from error
-        if version == 0 and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        if version == 0 and tables:
             # An SQLite database of someone else's: never write our tables into it.
             app_id = _FOREIGN
         return int(version), int(app_id)
