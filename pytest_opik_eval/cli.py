@@ -64,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     finally:
+        for message in store.notices():
+            print(f"opik-eval: {message}", file=sys.stderr)
         store.close()
 
 

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from pytest_opik_eval.notices import WORKER_NOTICES, notice
+
 HANDOFF = "opik_eval"  # the key in workerinput
 
 
@@ -32,12 +34,19 @@ def is_controller(config: pytest.Config) -> bool:
 class Controller:
     """Registered on the controller of a distributed session, only when pytest-xdist is installed."""
 
-    def __init__(self, handoff: dict[str, Any]) -> None:
+    def __init__(self, config: pytest.Config, handoff: dict[str, Any]) -> None:
+        self.config = config
         self.handoff = handoff  # JSON-safe: it crosses to the workers
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput[HANDOFF] = self.handoff
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        # The workers collect, so the advice about collection is theirs; each is printed once.
+        for message in getattr(node, "workeroutput", {}).get(WORKER_NOTICES, []):
+            notice(self.config, message)
 
 
 def in_shard(shard: tuple[int, int], test: str, params: str, item_id: str, trial: int) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,10 +26,11 @@ from pytest_opik_eval.distributed import (
     in_shard,
     is_controller,
 )
-from pytest_opik_eval.exceptions import EvalWarning, ExperimentNotFound, StoreError
+from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gates import settings_for_resume
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.marker import EvalSpec, read_spec
+from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.planning import (
     CASE_ARG,
     TestPlan,
@@ -130,7 +130,7 @@ class EvalSession:
                 "session_id": self.session_id,
                 "resume": None if self.resume is None else self.resume.to_json(),
             }
-            self.config.pluginmanager.register(Controller(handoff), "opik_eval_controller")
+            self.config.pluginmanager.register(Controller(self.config, handoff), "opik_eval_controller")
 
     def _start(self) -> None:
         if self.options.backend == "opik" and self.options.resume is None:
@@ -211,13 +211,11 @@ class EvalSession:
     def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord, definition: pytest.Item) -> None:
         changes = changes_since(stored, plan.spec)
         if changes:
-            warnings.warn(
-                EvalWarning(
-                    f"{definition.nodeid}: the test selects differently from experiment {stored.id} "
-                    f"({'; '.join(changes)}); resume replays the {len(stored.items)} items stored "
-                    "with the experiment"
-                ),
-                stacklevel=1,
+            notice(
+                self.config,
+                f"{definition.nodeid}: the test selects differently from experiment {stored.id} "
+                f"({'; '.join(changes)}); resume replays the {len(stored.items)} items stored "
+                "with the experiment",
             )
 
     @pytest.hookimpl(tryfirst=True)
@@ -235,13 +233,11 @@ class EvalSession:
             if p.gates.soft and not p.gates.has_gates() and p.gates.pass_threshold is None
         ]
         if soft_without_gates:
-            warnings.warn(
-                EvalWarning(
-                    "soft mode with no gate: scores can never fail this session "
-                    f"({', '.join(soft_without_gates)}); add --eval-fail-under=METRIC=MIN or "
-                    "--eval-min-pass-rate=RATE"
-                ),
-                stacklevel=1,
+            notice(
+                config,
+                "soft mode with no gate: scores can never fail this session "
+                f"({', '.join(soft_without_gates)}); add --eval-fail-under=METRIC=MIN or "
+                "--eval-min-pass-rate=RATE",
             )
         if self.resume is not None:
             keep, deselected = self.resume.select_pending(items)
@@ -253,12 +249,10 @@ class EvalSession:
         fixture = function_scoped_fixture(item)
         if fixture is not None:
             plan.threads = 1
-            warnings.warn(
-                EvalWarning(
-                    f"{plan.test} uses the function-scoped fixture {fixture!r}, so its trials run one "
-                    "at a time; give the fixture a wider scope (module, session) to run them concurrently"
-                ),
-                stacklevel=1,
+            notice(
+                self.config,
+                f"{plan.test} uses the function-scoped fixture {fixture!r}, so its trials run one "
+                "at a time; give the fixture a wider scope (module, session) to run them concurrently",
             )
 
     def pytest_report_collectionfinish(self) -> str | None:
@@ -364,6 +358,8 @@ class EvalSession:
         if self.worker:
             if self._store is not None:
                 self._store.flush()  # the controller reports what the store holds
+                self._take_store_notices()
+            self.config.workeroutput[WORKER_NOTICES] = notices_of(self.config)  # type: ignore[attr-defined]
             return
         if not self.experiments and is_controller(self.config):
             self.experiments = self._run_experiments()
@@ -397,6 +393,7 @@ class EvalSession:
             if report is not None:
                 finished(config=self.config, experiment=report.experiments[position])
         self.unsent = self.store.flush()
+        self._take_store_notices()
         failed = not all(passed(r) for r in self.results)
         # The exit status an uninterrupted run of the whole experiments would have had.
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -404,6 +401,10 @@ class EvalSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             elif self.resume is not None:
                 session.exitstatus = pytest.ExitCode.OK
+
+    def _take_store_notices(self) -> None:
+        for message in self.store.notices():
+            notice(self.config, message)
 
     def _write_reports(self, report: Report, step_summary: str | None) -> None:
         if self.options.report_path is not None:
@@ -437,6 +438,7 @@ class EvalSession:
         return settings_for_resume(experiment.gates, self.options.cli_gates)
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        print_notices(self.config, terminalreporter)
         if not self.results:
             return
         terminalreporter.section("eval summary")

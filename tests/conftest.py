@@ -8,6 +8,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+# pytester's in-process runs drop the modules a run imported when it ends. httpx keeps, from
+# its first request, a map of httpcore's exception classes: were httpcore first imported inside
+# one run, the next run's fresh httpcore classes would miss that map, and a refused connection
+# would surface as a raw httpcore error. Importing it here, once, keeps it across runs.
+import httpcore  # noqa: F401
 import pytest
 from opik_server import OpikTestServer
 
@@ -95,14 +100,13 @@ class Project:
         (self.path / "fail.txt").unlink(missing_ok=True)
 
     def run(self, *args: str) -> pytest.RunResult:
-        # The opik package (a test dependency) has a pytest plugin of its own: keep it out.
-        return self.pytester.runpytest("-p", "no:opik", *args)
+        return self.pytester.runpytest(*args)
 
     def run_report(self, *args: str, subprocess: bool = False) -> tuple[pytest.RunResult, dict[str, Any]]:
         report = self.path / "report.json"
         report.unlink(missing_ok=True)
         if subprocess:
-            result = self.pytester.runpytest_subprocess("-p", "no:opik", *args, f"--eval-report={report}")
+            result = self.pytester.runpytest_subprocess(*args, f"--eval-report={report}")
         else:
             result = self.run(*args, f"--eval-report={report}")
         return result, json.loads(report.read_text())
@@ -139,6 +143,15 @@ class Project:
             return experiments[0].id
         finally:
             store.close()
+
+
+@pytest.fixture(autouse=True)
+def hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner pytest runs load this plugin and only the others a test names with ``-p`` (such as
+    ``-p xdist``), so the suite passes the same whatever else is installed: the Opik SDK's own
+    pytest plugin, pytest-asyncio, anyio, pytest-rerunfailures."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.setenv("PYTEST_PLUGINS", "opik_eval")
 
 
 @pytest.fixture

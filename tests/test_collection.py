@@ -186,6 +186,7 @@ def test_eval_fixtures_outside_an_eval_test_say_why(project: Project) -> None:
 
 def test_works_with_plugin_autoload_disabled(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("PYTEST_PLUGINS")  # the suite's own way of loading it
     project.dataset(items("a"))
     project.eval_test()
     result = project.pytester.runpytest_subprocess("-p", "opik_eval", "--eval")

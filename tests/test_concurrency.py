@@ -128,10 +128,11 @@ def test_a_function_scoped_fixture_runs_the_trials_one_at_a_time(project: Projec
         """,
     )
     result = project.run("--eval", "--eval-threads=4")
-    result.assert_outcomes(passed=3, warnings=1)
+    result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(
         [
-            "*EvalWarning: test_fixture.py::test_fixture uses the function-scoped fixture 'client', so its trials run one at a time*"
+            "*eval notices*",
+            "test_fixture.py::test_fixture uses the function-scoped fixture 'client', so its trials run one at a time*",
         ]
     )
 

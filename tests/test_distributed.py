@@ -14,7 +14,7 @@ def test_workers_record_one_run_and_the_controller_reports_it_all(project: Proje
     project.dataset(items(*LABELS))
     project.eval_test("trial_count=2,", behaviour="if item['id'] == 'item-5': return 'wrong'")
     project.write("test_plain.py", "def test_plain():\n    pass\n")
-    result, report = project.run_report("--eval", "-n", "2", "--junitxml=junit.xml")
+    result, report = project.run_report("--eval", "-p", "xdist", "-n", "2", "--junitxml=junit.xml")
     result.assert_outcomes(passed=11, failed=2)
     result.stdout.fnmatch_lines(
         ["*= eval summary =*", "  trials: 12 planned, 12 completed (10 passed, 2 failed), 0 pending"]
@@ -39,7 +39,9 @@ def test_workers_record_one_run_and_the_controller_reports_it_all(project: Proje
 def test_gates_on_the_controller_cover_every_worker(project: Project) -> None:
     project.dataset(items(*LABELS))
     project.eval_test(behaviour="if item['id'] in ('item-4', 'item-5'): return 'wrong'")
-    result = project.run("--eval", "-n", "2", "--eval-soft", "--eval-fail-under=equals_metric=0.7")
+    result = project.run(
+        "--eval", "-p", "xdist", "-n", "2", "--eval-soft", "--eval-fail-under=equals_metric=0.7"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["NOT MET: test_qa: fail_under equals_metric: mean 0.667 is below 0.7"])
 
@@ -48,10 +50,10 @@ def test_resume_under_xdist(project: Project) -> None:
     project.dataset(items(*LABELS))
     project.eval_test()
     project.fail("item-1", "item-4")
-    project.run("--eval", "-n", "2").assert_outcomes(passed=4, failed=2)
+    project.run("--eval", "-p", "xdist", "-n", "2").assert_outcomes(passed=4, failed=2)
     project.calls()
     project.repair()
-    result, report = project.run_report("--eval-resume=last", "-n", "2")
+    result, report = project.run_report("--eval-resume=last", "-p", "xdist", "-n", "2")
     result.assert_outcomes(passed=2)
     assert sorted(project.calls()) == ["item-1#0", "item-4#0"]
     assert result.ret == 0
@@ -67,13 +69,13 @@ def test_a_crashed_worker_leaves_only_its_unfinished_trial_pending(project: Proj
         imports="import os",
     )
     (project.path / "crash").touch()
-    result = project.run("--eval", "-n", "2", "--max-worker-restart=2")
+    result = project.run("--eval", "-p", "xdist", "-n", "2", "--max-worker-restart=2")
     result.assert_outcomes(passed=5, failed=1)
     pending = [t.dataset_item_id for t in project.trials() if t.status == "pending"]
     assert pending == ["item-3"]
     (project.path / "crash").unlink()
     project.calls()
-    project.run("--eval-resume=last", "-n", "2").assert_outcomes(passed=1)
+    project.run("--eval-resume=last", "-p", "xdist", "-n", "2").assert_outcomes(passed=1)
     assert project.calls() == ["item-3#0"]
 
 

@@ -91,7 +91,7 @@ def test_soft_mode_without_a_gate_says_it_can_never_fail(project: Project) -> No
     result = project.run("--eval", "--eval-soft")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
-        ["*EvalWarning: soft mode with no gate: scores can never fail this session (test_qa)*"]
+        ["*eval notices*", "soft mode with no gate: scores can never fail this session (test_qa)*"]
     )
 
 

@@ -384,12 +384,13 @@ def test_edited_dataset_resume_replays_the_stored_items(project: Project) -> Non
     # item-1 is gone from the file and the others changed: resume still runs the stored item-1.
     project.dataset([{"id": "item-0", "input": {"text": "changed"}, "expected_output": "other"}])
     result, report = project.run_report("--eval-resume=last")
-    result.assert_outcomes(passed=1, deselected=2, warnings=1)
+    result.assert_outcomes(passed=1, deselected=2)
     assert project.calls() == ["item-1#0"]
     result.stdout.fnmatch_lines(
         [
-            "*EvalWarning: test_eval.py::test_qa: the test selects differently from experiment *"
-            "the dataset data.jsonl was edited*resume replays the 3 items stored with the experiment"
+            "*eval notices*",
+            "test_eval.py::test_qa: the test selects differently from experiment *"
+            "the dataset data.jsonl was edited*resume replays the 3 items stored with the experiment",
         ]
     )
     assert report["experiments"][0]["dataset"]["items"] == 3
@@ -405,7 +406,7 @@ def test_changed_filter_warns_and_replays_the_stored_selection(project: Project)
     project.repair()
     test.write_text(test.read_text().replace('"x"', '"y"'))
     result = project.run("--eval-resume=last")
-    result.assert_outcomes(passed=1, deselected=1, warnings=1)
+    result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["*filter was 'data.category = \"x\"', is now 'data.category = \"y\"'*"])
     assert project.calls() == ["b#0"]
 

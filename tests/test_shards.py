@@ -81,7 +81,7 @@ def test_a_killed_shard_hands_over_what_it_recorded(project: Project) -> None:
     # q20 falls in shard 1's share; the job is killed there, and its files travel as the
     # README's artifact step sends them (shard1.db*) to the fan-in machine's folder.
     killed = project.pytester.runpytest_subprocess(
-        "-p", "no:opik", "--eval", "--eval-run-id=ci-1234", "--eval-shard=1/3", "--eval-store=shard1.db"
+        "--eval", "--eval-run-id=ci-1234", "--eval-shard=1/3", "--eval-store=shard1.db"
     )
     assert killed.ret == -9
     fan_in = project.path / "fan-in"

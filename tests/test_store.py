@@ -328,8 +328,6 @@ def test_resume_last_in_an_empty_store_file_is_a_usage_error(project: Project) -
 
 
 def test_a_damaged_journal_line_is_left_out_and_the_file_kept(project: Project) -> None:
-    from pytest_opik_eval.exceptions import EvalWarning
-
     project.dataset(items(*LABELS))
     project.eval_test(
         behaviour="if item['id'] == 'item-2': os.kill(os.getpid(), signal.SIGKILL)",
@@ -340,8 +338,14 @@ def test_a_damaged_journal_line_is_left_out_and_the_file_kept(project: Project) 
     lines = left.read_text().splitlines(keepends=True)
     left.write_text("".join([lines[0], "not an event\n", '["unknown", 1]\n', *lines[1:]]))
 
-    with pytest.warns(EvalWarning, match=r"2 line\(s\) of the eval store's journal .* could not be read"):
-        trials = project.trials()
+    store = LocalStore(project.store_path, create=False)
+    try:
+        _, [experiment] = store.find("last")
+        trials = store.trials(experiment.id)
+        [message] = store.notices()
+    finally:
+        store.close()
+    assert "2 line(s) of the eval store's journal" in message and "could not be read" in message
     assert [(t.dataset_item_id, t.status) for t in trials] == [
         ("item-0", "completed"),
         ("item-1", "completed"),

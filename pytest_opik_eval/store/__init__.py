@@ -76,6 +76,12 @@ class Store(Protocol):
         some could not be (e.g. ``3 writes wait to be sent: run opik-eval sync``)."""
         ...
 
+    def notices(self) -> list[str]:
+        """Advice for the user gathered since the last call (a damaged journal line, a server
+        problem), for the terminal summary; a store never emits Python warnings, which a
+        project's ``-W error`` would turn into errors."""
+        ...
+
     def last_passing(self, test: str, params: str, before: str) -> ExperimentRecord | None:
         """The newest experiment of this test (and parametrize id) older than experiment
         ``before`` whose recorded verdict is passing, if any."""

@@ -17,7 +17,6 @@ import json
 import sqlite3
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, TypeVar, cast
 from filelock import FileLock
 from pydantic import TypeAdapter
 
-from pytest_opik_eval.exceptions import EvalWarning, ExperimentNotFound, StoreError
+from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.store import journal
 from pytest_opik_eval.store.records import (
@@ -228,12 +227,17 @@ class LocalStore:
         self._db: sqlite3.Connection | None = None
         self._journaled = journaled
         self._journal: journal.Journal | None = None
+        self._notices: list[str] = []
         if path.exists() or create:
             self._db = self._open(create)
 
     @property
     def location(self) -> str:
         return str(self.path)
+
+    def notices(self) -> list[str]:
+        taken, self._notices = self._notices, []
+        return taken
 
     # -- opening -------------------------------------------------------------------------
 
@@ -429,13 +433,10 @@ class LocalStore:
             other.done(folded=True)
             if other.damaged:
                 where = other.kept_as if other.dead else other.path
-                warnings.warn(
-                    EvalWarning(
-                        f"{other.damaged} line(s) of the eval store's journal {other.path} could not be "
-                        f"read and were left out; its other trial writes are in the store, and the "
-                        f"file is kept as {where}"
-                    ),
-                    stacklevel=1,
+                self._notices.append(
+                    f"{other.damaged} line(s) of the eval store's journal {other.path} could not be "
+                    f"read and were left out; its other trial writes are in the store, and the "
+                    f"file is kept as {where}"
                 )
         if own is not None:
             own.folded()

@@ -439,6 +439,9 @@ class OpikStore:
         drain(self.spool, self.client, until=time.monotonic() + _END_OF_SESSION_BUDGET, on_down=lambda: None)
         return unsent_line(self.spool)
 
+    def notices(self) -> list[str]:
+        return self.spool.notices()
+
     # -- reading back -------------------------------------------------------------------------
 
     def runs(self) -> list[RunSummary]:

@@ -1,0 +1,37 @@
+"""Advice for the user, printed in the terminal summary's "eval notices" section.
+
+Advisory messages (soft mode without a gate, a resume after a dataset edit, a fixture that
+keeps trials from running at once, a damaged journal line, a server problem) are not Python
+warnings: a project's ``filterwarnings = error`` or ``-W error`` would turn them into errors
+that abort the session. They are collected on ``config.stash`` instead, and each is printed once
+at the end, where a reader looks for the verdict. Under pytest-xdist, the workers (which
+collect) hand theirs to the controller, which prints them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+NOTICES = pytest.StashKey[list[str]]()
+
+# The key in a pytest-xdist worker's workeroutput that carries its notices to the controller.
+WORKER_NOTICES = "opik_eval_notices"
+
+
+def notice(config: pytest.Config, message: str) -> None:
+    """Show ``message`` in the terminal summary (once, however often it is given)."""
+    notices = config.stash.setdefault(NOTICES, [])
+    if message not in notices:
+        notices.append(message)
+
+
+def notices_of(config: pytest.Config) -> list[str]:
+    return config.stash.get(NOTICES, [])
+
+
+def print_notices(config: pytest.Config, terminalreporter: pytest.TerminalReporter) -> None:
+    messages = notices_of(config)
+    if messages:
+        terminalreporter.section("eval notices", yellow=True)
+        for message in messages:
+            terminalreporter.line(message, yellow=True)
