@@ -16,6 +16,7 @@ model call in flight: those trials are abandoned as pending.
 
 from __future__ import annotations
 
+import inspect
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -23,7 +24,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from pytest_opik_eval.trial import OWN_ARGS
+from pytest_opik_eval.trial import ANYIO_BACKEND, OWN_ARGS
 
 # How many test cases per thread are queued ahead of the one being reported.
 LOOKAHEAD = 4
@@ -37,10 +38,23 @@ def function_scoped_fixture(item: pytest.Function) -> str | None:
     direct = set(params.params) if params is not None else set()
     definitions = item._fixtureinfo.name2fixturedefs
     for name in item.fixturenames:
-        if name in OWN_ARGS or name == "request" or name in direct:
+        # anyio_backend names the backend anyio runs the test with (anyio's documentation shows
+        # it as a function-scoped fixture): a trial run ahead reads it, and never shares objects.
+        if name in OWN_ARGS or name in ("request", ANYIO_BACKEND) or name in direct:
             continue
         defs = definitions.get(name)
         if defs and defs[-1].scope == "function":
+            return name
+    return None
+
+
+def async_fixture(item: pytest.Function) -> str | None:
+    """The first fixture the test uses that is a coroutine or an async generator function (set
+    up on the event loop of pytest-asyncio or anyio), if any."""
+    definitions = item._fixtureinfo.name2fixturedefs
+    for name in item.fixturenames:
+        defs = definitions.get(name)
+        if defs and (inspect.iscoroutinefunction(defs[-1].func) or inspect.isasyncgenfunction(defs[-1].func)):
             return name
     return None
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_opik_eval import trial as trial_life
-from pytest_opik_eval.concurrency import LOOKAHEAD, Pool, function_scoped_fixture
+from pytest_opik_eval.concurrency import LOOKAHEAD, Pool, async_fixture, function_scoped_fixture
 from pytest_opik_eval.datasets import Dataset, DatasetError, content_hash, load_dataset
 from pytest_opik_eval.distributed import (
     SHARD_PLUGIN,
@@ -50,7 +50,7 @@ from pytest_opik_eval.results import ExperimentResult
 from pytest_opik_eval.resume import ResumeTarget, changes_since, load_target
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
 from pytest_opik_eval.summary import Baselines, aggregates, judge_experiments, passed
-from pytest_opik_eval.trial import OWN_ARGS, TRIAL_KEY, Trial, task_args
+from pytest_opik_eval.trial import OWN_ARGS, TRIAL_KEY, Trial
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions
@@ -254,6 +254,17 @@ class EvalSession:
                 f"{plan.test} uses the function-scoped fixture {fixture!r}, so its trials run one "
                 "at a time; give the fixture a wider scope (module, session) to run them concurrently",
             )
+            return
+        fixture = async_fixture(item)
+        if fixture is not None:
+            plan.threads = 1
+            notice(
+                self.config,
+                f"{plan.test} uses the async fixture {fixture!r}, whose objects belong to the event "
+                "loop it was set up on, so its trials run one at a time, on that loop; to run them "
+                "concurrently (each on an event loop of its own), make the fixture a plain function "
+                "or create its objects in the test",
+            )
 
     def pytest_report_collectionfinish(self) -> str | None:
         if self.resume is None:
@@ -320,8 +331,15 @@ class EvalSession:
     def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
-        args = task_args(ahead, trial, shared)
-        return functools.partial(trial_life.run, ahead, trial, self.store, self.session_id, args)
+        task = trial_life.threaded_task(ahead, trial, shared)
+        return functools.partial(trial_life.run, ahead, trial, self.store, self.session_id, task)
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside any plugin that replaces item.obj
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
+        if not isinstance(item, pytest.Function) or TRIAL_KEY not in item.stash:
+            return (yield)
+        with trial_life.capturing(item):
+            return (yield)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

@@ -9,8 +9,11 @@ raises a BaseException, Ctrl-C, -x or a killed process all leave the trial pendi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import functools
 import inspect
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -65,15 +68,19 @@ class TrialResult:
 
 
 def run(
-    item: pytest.Function, trial: Trial, store: Store, session_id: str, args: dict[str, Any] | None = None
+    item: pytest.Function,
+    trial: Trial,
+    store: Store,
+    session_id: str,
+    task: Callable[[], Any] | None = None,
 ) -> None:
     """Run the task and score it, recording each step: in the test's call phase, or ahead of it
-    in a background thread with the given arguments (see ``concurrency`` and ``task_args``)."""
+    in a background thread, calling ``task`` (see ``concurrency`` and ``threaded_task``)."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
     case = trial.case
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
-    output = _as_output(_call_task(item, task_args(item, trial, item) if args is None else args))
+    output = _as_output(_call_task(item, task_args(item, trial, item)) if task is None else task())
     store.record_output(attempt, output)
     trial.output = output
 
@@ -159,12 +166,120 @@ def _copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+# Plugins that run coroutine tests (pytest-asyncio) replace ``item.obj``, while the test case
+# runs, by a sync function that runs the coroutine on their event loop and drops its return
+# value, which is the task output. ``capturing`` gives them a coroutine function that keeps it.
+CAPTURE_KEY = pytest.StashKey["_Capture"]()
+
+ANYIO_BACKEND = "anyio_backend"  # the fixture through which anyio's pytest plugin runs a test
+
+
+class _Capture:
+    """The test's coroutine function, and ``capture``: the same, keeping what it returned."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.outputs: list[Any] = []
+
+        @functools.wraps(function)
+        async def capture(**kwargs: Any) -> Any:
+            output = await function(**kwargs)
+            self.outputs.append(output)
+            return output
+
+        self.capture = capture
+
+
+@contextlib.contextmanager
+def capturing(item: pytest.Function) -> Iterator[None]:
+    """Around the test case's call phase (``item.runtest()``, where such plugins step in): an
+    ``async def`` test is seen by them as a coroutine function that keeps its return value."""
+    function = item.obj
+    if not inspect.iscoroutinefunction(function):
+        yield
+        return
+    captured = item.stash[CAPTURE_KEY] = _Capture(function)
+    item.obj = captured.capture
+    try:
+        yield
+    finally:
+        item.obj = function
+        del item.stash[CAPTURE_KEY]
+
+
+def _task_function(item: pytest.Function) -> Callable[..., Any]:
+    """The test function as collected (not a plugin's replacement while its test case runs)."""
+    captured = item.stash.get(CAPTURE_KEY, None)
+    return item.obj if captured is None else captured.function
+
+
 def _call_task(item: pytest.Function, args: dict[str, Any]) -> Any:
+    """The task, in its own test case's call phase. A coroutine runs where the plugin that
+    pairs with the test would run it, so it shares the event loop of that plugin's async
+    fixtures: pytest-asyncio's (auto mode, or ``@pytest.mark.asyncio``), anyio's
+    (``@pytest.mark.anyio``); otherwise on an event loop of its own."""
+    captured = item.stash.get(CAPTURE_KEY, None)
+    if captured is None:
+        return _call_sync(item.obj, args)
+    if item.obj is not captured.capture:
+        # As pytest's own pytest_pyfunc_call, through the plugin's replacement.
+        item.obj(**args)
+        if not captured.outputs:
+            raise RuntimeError(
+                f"{item.nodeid}: the plugin that runs this async test (its item comes from "
+                f"{type(item).__module__}) did not call the test's coroutine function, so the task "
+                "output is unknown; run the test without that plugin (-p no:NAME)"
+            )
+        return captured.outputs.pop()
+    backend = _anyio_backend(item, item)
+    if backend is not None:
+        from anyio.pytest_plugin import get_runner
+
+        with get_runner(*backend) as runner:
+            # The runner returns what a fixture's coroutine returned; a test's, it drops.
+            return runner.run_fixture(captured.function, args)
+    return asyncio.run(captured.function(**args))
+
+
+def threaded_task(item: pytest.Function, trial: Trial, shared: pytest.Function) -> Callable[[], Any]:
+    """Trial ``item``'s task, to call in a background thread with the fixture objects of test
+    case ``shared`` (see ``task_args``). A coroutine runs on an event loop of its own, through
+    anyio for a test anyio's plugin would run (its backend may be trio)."""
+    args = task_args(item, trial, shared)
+    function = _task_function(item)  # read now, in the main thread: item.obj changes while it runs
+    if not inspect.iscoroutinefunction(function):
+        return functools.partial(_call_sync, function, args)
+    backend = _anyio_backend(item, shared)
+    if backend is None:
+        return lambda: asyncio.run(function(**args))
+    import anyio
+
+    name, options = backend
+    return lambda: anyio.run(functools.partial(function, **args), backend=name, backend_options=options)
+
+
+def _call_sync(function: Callable[..., Any], args: dict[str, Any]) -> Any:
     # As pytest's own pytest_pyfunc_call, but keeping the return value: it is the task output.
-    result = item.obj(**args)
-    if inspect.iscoroutine(result):
+    result = function(**args)
+    if inspect.iscoroutine(result):  # from a sync function that returns a coroutine
         result = asyncio.run(result)
     return result
+
+
+def _anyio_backend(item: pytest.Function, shared: pytest.Function) -> tuple[str, dict[str, Any]] | None:
+    """The backend with which anyio's pytest plugin would run this test, if it would run it."""
+    if ANYIO_BACKEND not in item.fixturenames or not item.config.pluginmanager.has_plugin("anyio"):
+        return None
+    callspec = getattr(item, "callspec", None)
+    if ANYIO_BACKEND in item.funcargs:
+        value = item.funcargs[ANYIO_BACKEND]
+    elif callspec is not None and ANYIO_BACKEND in callspec.params:
+        value = callspec.params[ANYIO_BACKEND]  # a trial run ahead of its own setup
+    else:
+        value = shared.funcargs[ANYIO_BACKEND]  # a shared fixture: the same object
+    from anyio.pytest_plugin import extract_backend_and_options
+
+    return extract_backend_and_options(value)
 
 
 def _as_output(value: Any) -> dict[str, Any]:
