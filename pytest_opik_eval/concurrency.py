@@ -8,10 +8,15 @@ model call holds up the reporting. A trial's pending marker is recorded when its
 starts, and is cleared only in its own test case's teardown: a trial that finished in the
 background but whose test case was never reported (-x, --maxfail, Ctrl-C) stays pending.
 
+"The next trials" are those this process runs: the following items of the session, or, on a
+pytest-xdist worker, the test cases the controller has sent it (``distributed.WorkerQueue``).
+
 Only tests whose fixtures are all shared (session, package, module or class scope) plus
-``eval_item`` and ``eval_trial`` can run ahead: the background trials reuse the shared fixture
-objects, from several threads at once. The threads are daemons, so Ctrl-C never waits for a
-model call in flight: those trials are abandoned as pending.
+``eval_item`` and ``eval_trial``, and none of them async, can run ahead: the background trials
+reuse the shared fixture objects, from several threads at once, each trial on an event loop of
+its own, while an async fixture's objects belong to the loop it was set up on. The threads
+are daemons, so Ctrl-C never waits for a model call in flight: those trials are abandoned as
+pending.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import functools
 import os
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pytest
 
@@ -22,6 +22,7 @@ from pytest_opik_eval.distributed import (
     SHARD_PLUGIN,
     Controller,
     ShardSelector,
+    WorkerQueue,
     handed_to_worker,
     in_shard,
     is_controller,
@@ -87,6 +88,7 @@ class EvalSession:
         self.pool = Pool()
         self._items: list[pytest.Item] = []
         self._position: dict[str, int] = {}
+        self._queue: WorkerQueue | Literal[False] | None = None  # False: not found
 
     @property
     def store(self) -> Store:
@@ -317,16 +319,33 @@ class EvalSession:
         return True
 
     def _window(self, item: pytest.Function, trial: Trial, threads: int) -> list[pytest.Function]:
-        """This trial and the next ones of the same test, to run ahead."""
-        start = self._position[item.nodeid]
-        window: list[pytest.Function] = []
-        for ahead in self._items[start : start + threads * LOOKAHEAD]:
-            ahead_trial = ahead.stash.get(TRIAL_KEY, None)
-            if ahead_trial is None or ahead_trial.case.plan is not trial.case.plan:
-                break
-            assert isinstance(ahead, pytest.Function)
-            window.append(ahead)
-        return window
+        """This trial and the next ones of the same test that this process runs, to run ahead."""
+
+        def same_test(following: Iterator[pytest.Item]) -> list[pytest.Function]:
+            window = [item]
+            for ahead in following:
+                ahead_trial = ahead.stash.get(TRIAL_KEY, None)
+                if len(window) == threads * LOOKAHEAD or ahead_trial is None:
+                    break
+                if ahead_trial.case.plan is not trial.case.plan:
+                    break
+                assert isinstance(ahead, pytest.Function)
+                window.append(ahead)
+            return window
+
+        if not self.worker:
+            start = self._position[item.nodeid] + 1
+            return same_test(iter(self._items[start : start + threads * LOOKAHEAD]))
+        # A pytest-xdist worker runs the test cases the controller sends it, not session.items.
+        if self._queue is None:
+            self._queue = WorkerQueue.find(self.config, self._items) or False
+        if self._queue is False:
+            return [item]  # pytest-xdist's queue is not where it was: nothing runs ahead
+        return self._queue.ahead(same_test)
+
+    def pytest_runtest_logfinish(self) -> None:
+        if self._queue:
+            self._queue.finished()
 
     def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""

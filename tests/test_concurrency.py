@@ -166,7 +166,7 @@ def test_shared_fixtures_and_parametrize_reach_the_trials_run_ahead(project: Pro
 def test_async_eval_tests_run_concurrently(project: Project) -> None:
     project.dataset(items(*LABELS[:4]))
     project.write(
-        "test_async.py",
+        "test_coro.py",
         """
         import asyncio
         import pytest

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
 from conftest import Project, items
 
 LABELS = [f"item-{i}" for i in range(6)]
+LABELS_10 = [f"item-{i}" for i in range(10)]
 
 
 def test_workers_record_one_run_and_the_controller_reports_it_all(project: Project) -> None:
@@ -85,3 +87,151 @@ def test_without_xdist(project: Project) -> None:
     result, report = project.run_report("--eval", "-p", "no:xdist")
     result.assert_outcomes(passed=2)
     assert report["experiments"][0]["summary"]["completed"] == 2
+
+
+TRIALS = 3  # of each item: 30 trials in all
+
+
+def expected_calls(labels: list[str] = LABELS_10) -> list[str]:
+    return sorted(f"{label}#{trial}" for label in labels for trial in range(TRIALS))
+
+
+def make_async(project: Project) -> None:
+    """The standard eval test, as an ``async def`` test."""
+    path = project.path / "test_eval.py"
+    path.write_text(path.read_text().replace("def test_qa(", "async def test_qa("))
+
+
+@pytest.mark.parametrize(
+    ("dist", "threads", "kind"),
+    [
+        pytest.param("load", "option", "sync", id="load-option"),
+        pytest.param("worksteal", "option", "sync", id="worksteal-option"),
+        pytest.param("loadscope", "marker", "sync", id="loadscope-marker"),
+        pytest.param("worksteal", "marker", "async", id="worksteal-marker-async"),
+        pytest.param("load", "option", "pytest-asyncio", id="load-option-pytest-asyncio"),
+    ],
+)
+def test_each_trial_runs_once_with_workers_and_threads(
+    project: Project, dist: str, threads: str, kind: str
+) -> None:
+    project.dataset(items(*LABELS_10))
+    # The first items are slow, so the worker that runs the others runs out and steals.
+    slow = "time.sleep(0.3 if item['id'] in ('item-0', 'item-1', 'item-2') else 0.01)"
+    marker = f"trial_count={TRIALS}," + (" task_threads=4," if threads == "marker" else "")
+    project.eval_test(marker, imports="import time", behaviour=slow)
+    args = ["--eval", "-p", "xdist", "-n", "2", f"--dist={dist}"]
+    if threads == "option":
+        args.append("--eval-threads=4")
+    if kind != "sync":
+        make_async(project)
+    if kind == "pytest-asyncio":
+        project.pytester.makeini(
+            "[pytest]\nfilterwarnings = default\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+        )
+        args += ["-p", "asyncio"]
+    result, report = project.run_report(*args)
+    result.assert_outcomes(passed=30)
+    assert sorted(project.calls()) == expected_calls()
+    assert all(t.attempts == 1 and t.status == "completed" for t in project.trials())
+    assert {t["output"]["output"] for t in report["experiments"][0]["trials"]} == set(LABELS_10)
+
+
+@pytest.mark.parametrize(("dist", "stop"), [("load", "-x"), ("worksteal", "--maxfail=2")])
+def test_exitfirst_and_maxfail_with_workers_and_threads(project: Project, stop: str, dist: str) -> None:
+    project.dataset(items(*LABELS_10))
+    project.eval_test(f"trial_count={TRIALS},")
+    project.fail("item-2#1", "item-6#0")
+    result = project.run("--eval", "-p", "xdist", "-n", "2", f"--dist={dist}", "--eval-threads=4", stop)
+    assert result.ret == pytest.ExitCode.INTERRUPTED  # pytest-xdist's exit status for -x, --maxfail
+    first = project.calls()
+    assert len(first) == len(set(first)), "a trial ran twice"
+    pending = {f"{t.dataset_item_id}#{t.trial}" for t in project.trials() if t.status == "pending"}
+    assert "item-2#1" in pending
+    # What is still pending runs once more, and only that.
+    project.repair()
+    result = project.run("--eval-resume=last", "-p", "xdist", "-n", "2", f"--dist={dist}", "--eval-threads=4")
+    assert result.ret == 0
+    assert sorted(project.calls()) == sorted(pending)
+    assert len(project.completed()) == 30
+
+
+def test_a_killed_worker_with_threads_leaves_only_its_trials_in_flight_pending(project: Project) -> None:
+    project.dataset(items(*LABELS_10))
+    # The worker dies once, inside a trial that runs in a background thread, with others in flight.
+    crash = "if item['id'] == 'item-5' and trial == 1 and (HERE / 'crash').exists():\n"
+    crash += "        (HERE / 'crash').unlink()\n        os._exit(1)"
+    project.eval_test(f"trial_count={TRIALS},", imports="import os", behaviour=crash)
+    (project.path / "crash").touch()
+    args = ["-p", "xdist", "-n", "2", "--eval-threads=4", "--max-worker-restart=2"]
+    result = project.run("--eval", *args)
+    result.stdout.fnmatch_lines(["*worker*crashed while running*"])
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] == 1 and outcomes["passed"] == 29  # only the crashed test case fails
+    first = project.calls()
+    assert set(first) == set(expected_calls())
+    pending = sorted(f"{t.dataset_item_id}#{t.trial}" for t in project.trials() if t.status == "pending")
+    # Only the test case the worker was running when it died can be left pending (its trial may
+    # have completed just before): the other trials it had been sent ran on another worker.
+    match = re.search(r"crashed while running '.*\[(item-\d)-t(\d)\]'", result.stdout.str())
+    assert match is not None
+    assert pending in ([], [f"{match[1]}#{match[2]}"])
+    project.run("--eval-resume=last", *args).assert_outcomes(passed=len(pending))
+    assert project.calls() == pending
+    assert len(project.completed()) == 30
+
+
+def test_a_steal_waits_for_the_trials_running_ahead(pytester: pytest.Pytester) -> None:
+    # Against pytest-xdist's own queue and steal, driven step by step as a worker would.
+    import execnet
+    from xdist.remote import TestQueue, WorkerInteractor
+
+    from pytest_opik_eval.distributed import WorkerQueue
+
+    class Worker:  # find() looks for pytest-xdist's class by name
+        steal = WorkerInteractor.steal
+
+        def __init__(self) -> None:
+            self.torun = TestQueue(execnet.gateway_base.get_execmodel("thread"))
+            for index in range(1, 6):
+                self.torun.put(index)
+            self.nextitem_index = 0  # taken from the queue: runs next
+            self.sent: list[list[int]] = []
+
+        def sendevent(self, name: str, indices: list[int]) -> None:
+            self.sent.append(indices)
+
+    Worker.__name__ = "WorkerInteractor"
+    config = pytester.parseconfig()
+    worker = Worker()
+    config.pluginmanager.register(worker)
+    items = [f"case-{index}" for index in range(6)]
+    queue = WorkerQueue.find(config, items)  # type: ignore[arg-type]
+    assert queue is not None
+    assert queue.ahead(lambda following: list(following)[:3]) == ["case-0", "case-1", "case-2"]
+    worker.steal([4, 5])  # none of them runs ahead: handed back at once
+    assert worker.sent == [[4, 5]]
+    worker.steal([2, 3])  # case-2 runs ahead: no answer yet
+    assert worker.sent == [[4, 5]]
+    worker.nextitem_index = worker.torun.get()  # the worker goes on to case-1
+    queue.finished()
+    assert worker.sent == [[4, 5]]  # case-2 is still queued, and runs ahead
+    worker.nextitem_index = worker.torun.get()  # and to case-2
+    queue.finished()
+    # Answered by pytest-xdist's steal: case-2 left the queue, so nothing is handed back.
+    assert worker.sent == [[4, 5], []]
+    assert list(worker.torun._items) == [3]
+
+
+def test_without_pytest_xdist_worker_state_nothing_runs_ahead(pytester: pytest.Pytester) -> None:
+    from pytest_opik_eval.distributed import WorkerQueue
+
+    config = pytester.parseconfig()
+    assert WorkerQueue.find(config, []) is None
+
+    class WorkerInteractor:  # as a later pytest-xdist might keep it: no queue to read
+        def steal(self, indices: list[int]) -> None:
+            raise AssertionError("not to be wrapped")
+
+    config.pluginmanager.register(WorkerInteractor())
+    assert WorkerQueue.find(config, []) is None

@@ -265,7 +265,7 @@ def test_assertion_in_the_task_leaves_the_trial_pending(project: Project) -> Non
 def test_async_eval_test(project: Project) -> None:
     project.dataset(items("a", "b"))
     project.write(
-        "test_async.py",
+        "test_coro.py",
         """
         import asyncio
         import pytest
