@@ -68,11 +68,21 @@ def _uuid7_ms(value: str) -> int:
     return int(value.replace("-", "")[:12], 16)
 
 
+def _ignore(error: OpikHTTPError) -> None:
+    pass
+
+
 def drain(
-    spool: LocalStore, client: OpikClient, *, until: float, on_down: Callable[[OpikUnavailable], None]
+    spool: LocalStore,
+    client: OpikClient,
+    *,
+    until: float,
+    on_down: Callable[[OpikUnavailable], None],
+    on_refused: Callable[[OpikHTTPError], None] = _ignore,
 ) -> None:
-    """Send everything in the outbox, or until the deadline; a refused batch is set aside. When the
-    server is away or keeps answering garbage, ``on_down`` hears why and the rest waits."""
+    """Send everything in the outbox, or until the deadline; a refused batch is set aside (and
+    ``on_refused`` hears why). When the server is away or keeps answering garbage, ``on_down``
+    hears why and the rest waits."""
     while time.monotonic() < until:
         messages = spool.outbox_batch(BATCH)
         if not messages:
@@ -87,6 +97,7 @@ def drain(
             # Retrying cannot help a refused request: keep it, out of the way, with its reason
             # (the client has masked the key and shortened the server's message).
             spool.outbox_refused(ids, str(error))
+            on_refused(error)
             continue
         spool.outbox_sent(ids)
 
@@ -109,6 +120,7 @@ class Sender:
         self._lock = threading.Lock()
         self._notices: list[str] = []
         self.last_failure: OpikUnavailable | None = None  # why the server did not take a batch
+        self.last_refusal: OpikHTTPError | None = None  # why the server refused one
 
     def wake(self) -> None:
         if self._thread is None and not self._stop.is_set():
@@ -148,7 +160,13 @@ class Sender:
                 if self._stop.is_set() or time.monotonic() < self._down_until:
                     continue
                 try:
-                    drain(spool, self._client, until=time.monotonic() + 5.0, on_down=self._pause)
+                    drain(
+                        spool,
+                        self._client,
+                        until=time.monotonic() + 5.0,
+                        on_down=self._pause,
+                        on_refused=self._refused,
+                    )
                 except Exception as error:
                     self._trouble("stopped on an unexpected error", error)
                     self._down_until = time.monotonic() + 2.0
@@ -162,6 +180,9 @@ class Sender:
         # The server is away: try again a little later, without holding up the trials.
         self.last_failure = failure
         self._down_until = time.monotonic() + 2.0
+
+    def _refused(self, error: OpikHTTPError) -> None:
+        self.last_refusal = error
 
     def _trouble(self, what: str, error: Exception) -> None:
         message = (

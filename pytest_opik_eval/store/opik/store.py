@@ -149,6 +149,7 @@ class OpikStore:
         self.drain_at_end = drain_at_end
         self._notices: list[str] = []
         self._last_failure: OpikUnavailable | None = None
+        self._last_refusal: OpikHTTPError | None = None
         self._trials: dict[str, _Trial] = {}
         self._attempts: dict[str, _Attempt] = {}
         try:
@@ -467,26 +468,30 @@ class OpikStore:
         self.client.finish_by(deadline if self.drain_at_end else time.monotonic())
         if self.sender.stop(deadline) and self.drain_at_end:
             try:
-                drain(self.spool, self.client, until=deadline, on_down=self._down)
+                drain(self.spool, self.client, until=deadline, on_down=self._down, on_refused=self._refused)
             except Exception as error:  # never an INTERNALERROR at the end: the writes stay spooled
                 self._notices.append(
                     f"sending to the Opik server stopped on an unexpected error ({type(error).__name__}: "
                     f"{self.client.quote(str(error))}); the writes stay in the spool {self.spool.location}"
                 )
         line = unsent_line(self.spool, self.sync_command)
+        refusal = self._last_refusal or self.sender.last_refusal
+        if refusal is not None:
+            self._notices.append(f"the Opik server refused writes of this session: {refusal}")
         if self.drain_at_end and self.spool.outbox_counts()[0]:
             failure = self._last_failure or self.sender.last_failure
-            if failure is not None:
-                self._notices.append(f"the Opik server did not take every write: {failure}")
-            else:
-                self._notices.append(
-                    f"the Opik server at {self.settings.url} did not answer within the {self.sync_timeout:g} "
-                    "s allowed for sending at the end of the session (--eval-sync-timeout)"
-                )
+            why = str(failure) if failure else f"{self.settings.url} did not answer in time"
+            self._notices.append(
+                "the Opik server did not take every write at the end of the session "
+                f"(--eval-sync-timeout={self.sync_timeout:g}): {why}"
+            )
         return line
 
     def _down(self, failure: OpikUnavailable) -> None:
         self._last_failure = failure
+
+    def _refused(self, error: OpikHTTPError) -> None:
+        self._last_refusal = error
 
     def notices(self) -> list[str]:
         taken, self._notices = self._notices, []
