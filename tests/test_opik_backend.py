@@ -539,7 +539,7 @@ def test_a_server_that_stops_answering_holds_the_end_only_for_the_sync_timeout(
 
 
 def test_the_sync_command_left_names_a_spool_given_on_the_command_line(
-    project: Project, opik: OpikTestServer
+    project: Project, opik: OpikTestServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     project.dataset(items("a", "b"))
     project.eval_test()
@@ -549,6 +549,12 @@ def test_the_sync_command_left_names_a_spool_given_on_the_command_line(
     words = sync_command(result)
     spool = project.path / "spools" / "s.db"
     assert words == ["opik-eval", f"--store={spool}", "sync"]
+    capsys.readouterr()
+    # The server still stalls: opik-eval sync gives up after its own timeout, and says why.
+    assert opik_eval([*words[1:], "--timeout", "0.5"]) == 1
+    out, err = capsys.readouterr()
+    assert f"wait to be sent to the Opik server: run opik-eval --store={spool} sync" in out
+    assert f"opik-eval: POST v1/private/traces/batch at {opik.api_url} failed after 1 attempt(s): " in err
 
     opik.clear_faults()
     assert opik_eval(words[1:]) == 0  # exactly what was printed
@@ -682,7 +688,7 @@ def assert_no_part_of_the_key(text: str) -> None:
         assert part not in text
 
 
-@pytest.mark.parametrize("at", [280, 295, 600])
+@pytest.mark.parametrize("at", [280, 295])
 def test_a_key_echoed_in_a_refusal_at_start_is_masked_before_the_message_is_shortened(
     project: Project, opik: OpikTestServer, at: int
 ) -> None:
