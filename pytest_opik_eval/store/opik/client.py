@@ -172,8 +172,10 @@ class OpikClient:
                 continue
             if response.status_code >= 400:
                 raise OpikHTTPError(
-                    f"{endpoint} at {self.settings.url} failed with HTTP {response.status_code}: "
-                    f"{self._message(response)}",
+                    self._redact(
+                        f"{endpoint} at {self.settings.url} failed with HTTP {response.status_code}: "
+                        f"{self._message(response)}"
+                    ),
                     response.status_code,
                 )
             try:
@@ -182,7 +184,9 @@ class OpikClient:
                 failure, garbled = f"HTTP {response.status_code}, {self._unreadable(response)}", True
                 self._sleep(attempt, attempts, None)
         error_type = OpikBadAnswer if garbled else OpikUnavailable
-        raise error_type(f"{endpoint} at {self.settings.url} failed after {made} attempt(s): {failure}")
+        raise error_type(
+            self._redact(f"{endpoint} at {self.settings.url} failed after {made} attempt(s): {failure}")
+        )
 
     def _attempt_timeout(self) -> float | None:
         deadline = self._deadline
