@@ -592,6 +592,31 @@ def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
     assert [a["pending"] for a in attempts] == [False] * 4
 
 
+def test_under_xdist_a_server_failing_the_controllers_read_leaves_the_spools_summary(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    # The controller reads back from the server what other machines recorded: garbled answers.
+    opik.answer_next(
+        2, 200, HTML_PAGE, {"Content-Type": "text/html"}, path_contains="items/experiments/items"
+    )
+    result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            "could not read from the Opik server the trials recorded elsewhere: GET v1/private/datasets/*"
+            "/items/experiments/items at * failed after 2 attempt(s): HTTP 200, text/html, not JSON: *; what "
+            f"the spool {project.store_path} holds is shown",
+            "*= eval summary =*",
+            "  trials: 2 planned, 2 completed (2 passed, 0 failed), 0 pending",
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
 def test_a_bad_sync_timeout_is_a_usage_error(project: Project, opik: OpikTestServer) -> None:
     project.dataset(items("a"))
     project.eval_test()

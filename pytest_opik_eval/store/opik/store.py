@@ -138,8 +138,8 @@ class OpikStore:
     ) -> None:
         """``sync_timeout`` bounds the end of the session: sending what is left, and waiting for a
         batch in flight; what is still unsent then waits for ``sync_command``. A pytest-xdist
-        worker passes ``drain_at_end=False``: it stops sending at its end and leaves the rest to
-        the controller, whose drain alone takes the budget."""
+        worker passes ``drain_at_end=False``: it stops sending at its end, at once, and leaves the
+        rest to the controller, whose drain alone takes the budget."""
         self.settings = settings
         self.client = client or OpikClient(settings)
         self.spool = LocalStore(spool_path, create=create, journaled=False)
@@ -462,10 +462,13 @@ class OpikStore:
 
     def flush(self) -> str | None:
         """Send what is left within the budget (``sync_timeout``), then say what still waits."""
-        deadline = time.monotonic() + self.sync_timeout
+        now = time.monotonic()
         # No request of either thread may outlive the budget: each attempt's timeout is capped
-        # by what remains, and none starts after it. A worker sends nothing more.
-        self.client.finish_by(deadline if self.drain_at_end else time.monotonic())
+        # by what remains, and none starts after it. A worker sends nothing more, nor waits for
+        # a batch in flight: the controller sends it again (harmless: every write carries its id),
+        # so its drain alone takes the budget.
+        deadline = now + self.sync_timeout if self.drain_at_end else now
+        self.client.finish_by(deadline)
         if self.sender.stop(deadline) and self.drain_at_end:
             try:
                 drain(self.spool, self.client, until=deadline, on_down=self._down, on_refused=self._refused)
@@ -508,16 +511,29 @@ class OpikStore:
     def find(self, target: str) -> tuple[RunRecord, list[ExperimentRecord]]:
         """From the spool when this machine knows the id, else from the server; either way the
         trials completed elsewhere are read from the server first."""
+        local = True
         try:
             run, experiments = self.spool.find(target)
         except ExperimentNotFound:
             if target == "last":
                 raise
             run, experiments = self._import(target)
+            local = False
         remotes = {}
         for experiment in experiments:
             remotes[experiment.id] = self._remote(experiment.id)
-            self._refresh(experiment, remotes[experiment.id])
+            if not local:
+                self._refresh(experiment, remotes[experiment.id])
+                continue
+            # Known here (the pytest-xdist controller reads its workers' run at the end): what
+            # other machines recorded is worth a short try, not a stalled or crashed session.
+            try:
+                self._refresh(experiment, remotes[experiment.id], retries=1)
+            except OpikUnavailable as error:
+                self._notices.append(
+                    f"could not read from the Opik server the trials recorded elsewhere: {error}; "
+                    f"what the spool {self.spool.location} holds is shown"
+                )
         trials = [t for e in experiments for t in self.spool.trial_states(e.id)]
         self._remember(experiments, trials, remotes)
         return run, experiments
@@ -644,7 +660,9 @@ class OpikStore:
         self.spool.save_remote(record.id, remote.model_dump_json())
         return run, [record]
 
-    def _refresh(self, experiment: ExperimentRecord, remote: RemoteExperiment) -> None:
+    def _refresh(
+        self, experiment: ExperimentRecord, remote: RemoteExperiment, retries: int | None = None
+    ) -> None:
         """Record here the attempts the server has (from any machine or tool)."""
         ours_by_server = {server: ours for ours, server in remote.item_ids.items()}
         known = self.spool.attempt_ids(experiment.id)
@@ -659,6 +677,7 @@ class OpikStore:
                     "size": _PAGE,
                     "truncate": "false",
                 },
+                retries=retries,
             )
             rows = (body or {}).get("content") or []
             for row in rows:
