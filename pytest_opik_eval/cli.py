@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from pytest_opik_eval.options import (
     STORE_FOLDER,
     metric_bound,
     rate,
+    seconds,
 )
 from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
@@ -34,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     store_path = _store_path(args.store)
     if args.command == "sync":
-        return _sync(store_path)
+        return _sync(store_path, args.timeout)
     try:
         store = _open(store_path, args.backend, create=args.command == "merge")
     except StoreError as error:
@@ -99,7 +101,14 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write the HTML report of an experiment or a run")
     report.add_argument("id", help="an experiment id, a run id, or 'last'")
     report.add_argument("--html", metavar="PATH", required=True, help="the HTML file to write")
-    commands.add_parser("sync", help="send to the Opik server what an earlier session could not")
+    sync = commands.add_parser("sync", help="send to the Opik server what an earlier session could not")
+    sync.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=seconds,
+        default=300.0,
+        help="give up after this long; what is left waits for the next sync (default: 300)",
+    )
     merge = commands.add_parser("merge", help="copy the runs of other stores (CI shards) into this one")
     merge.add_argument("sources", nargs="+", metavar="STORE", help="the store files to merge in")
     gate = commands.add_parser(
@@ -127,20 +136,29 @@ def _open(store_path: Path, backend: str, *, create: bool) -> Store:
     return LocalStore(store_path, create=create, option="--store")
 
 
-def _sync(store_path: Path) -> int:
-    from pytest_opik_eval.store.opik.client import OpikClient
+def _sync(store_path: Path, timeout: float) -> int:
+    from pytest_opik_eval.store.opik.client import OpikClient, OpikUnavailable
     from pytest_opik_eval.store.opik.config import read_settings
     from pytest_opik_eval.store.opik.sender import drain
     from pytest_opik_eval.store.opik.store import unsent_line
 
-    spool = LocalStore(store_path, create=False, option="--store")
-    client = OpikClient(read_settings())
     try:
-        drain(spool, client, until=time.monotonic() + 300, on_down=lambda: None)
-        left = unsent_line(spool)
+        spool = LocalStore(store_path, create=False, option="--store")
+    except StoreError as error:
+        print(f"opik-eval: {error}", file=sys.stderr)
+        return 2
+    client = OpikClient(read_settings())
+    failures: list[OpikUnavailable] = []
+    deadline = time.monotonic() + timeout
+    client.finish_by(deadline)  # no request outlives the timeout
+    try:
+        drain(spool, client, until=deadline, on_down=failures.append)
+        left = unsent_line(spool, shlex.join(["opik-eval", f"--store={store_path}", "sync"]))
     finally:
         client.close()
         spool.close()
+    for failure in failures:
+        print(f"opik-eval: {failure}", file=sys.stderr)
     print(left or f"everything in {store_path} has reached the Opik server")
     return 1 if left else 0
 

@@ -118,9 +118,20 @@ def add_options(parser: pytest.Parser) -> None:
         help="Fail when METRIC's mean drops by more than DELTA from the baseline (repeatable; "
         "ini eval_max_regression)",
     )
+    group.addoption(
+        "--eval-sync-timeout",
+        metavar="SECONDS",
+        dest="eval_sync_timeout",
+        type=seconds,
+        help="With --eval-backend=opik, spend at most this long at the end of the session sending what "
+        "is left to the server; the rest waits for opik-eval sync (ini eval_sync_timeout; default: 30)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
+    parser.addini(
+        "eval_sync_timeout", "Seconds to send what is left to the Opik server at the end", type="string"
+    )
     parser.addini("eval_report", "Write the pytest-opik-eval JSON report to this path", type="string")
     parser.addini("eval_html", "Write the pytest-opik-eval HTML report to this path", type="string")
     parser.addini("eval_fail_under", "METRIC=MIN gates, one per line", type="linelist")
@@ -128,6 +139,18 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
     parser.addini("eval_baseline", "The baseline to compare with (an id, or last-passing)", type="string")
     parser.addini("eval_max_regression", "METRIC=DELTA regression gates, one per line", type="linelist")
+
+
+def seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not 0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, 0 or more, such as 30; got {value!r}"
+        )
+    return number
 
 
 def metric_bound(value: str) -> tuple[str, float]:

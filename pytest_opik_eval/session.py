@@ -104,7 +104,15 @@ class EvalSession:
             from pytest_opik_eval.store.opik.config import read_settings
             from pytest_opik_eval.store.opik.store import OpikStore
 
-            return OpikStore(read_settings(), self.options.store_path, create=create)
+            return OpikStore(
+                read_settings(),
+                self.options.store_path,
+                create=create,
+                sync_timeout=self.options.sync_timeout,
+                sync_command=self.options.sync_command,
+                # A worker leaves what is left to the controller, so the budget bounds the whole end.
+                drain_at_end=not self.worker,
+            )
         from pytest_opik_eval.store.local import LocalStore
 
         return LocalStore(self.options.store_path, create=create)

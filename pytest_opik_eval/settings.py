@@ -18,6 +18,7 @@ from pytest_opik_eval.options import (
     STORE_FOLDER,
     metric_bound,
     rate,
+    seconds,
     threads_count,
 )
 
@@ -49,6 +50,8 @@ class EvalOptions:
     cli_gates: GateOptions  # given on this command line: they win over what a resume stored
     ini_gates: GateOptions
     baseline: str | None
+    sync_timeout: float  # with the opik backend: the budget for sending what is left at the end
+    sync_command: str  # the command that sends what the end of the session could not
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -76,6 +79,8 @@ class EvalOptions:
             ini_gates=_ini_gates(config),
             baseline=config.getoption("eval_baseline")
             or (str(config.getini("eval_baseline")).strip() or None),
+            sync_timeout=_sync_timeout(config),
+            sync_command=_sync_command(config, store_path, store_source),
         )
 
     def resume_command(self, target: str) -> str:
@@ -96,6 +101,26 @@ def _threads_option(config: pytest.Config) -> int:
         return threads_count(ini) if ini else 1
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_threads: {error}") from None
+
+
+def _sync_timeout(config: pytest.Config) -> float:
+    given: float | None = config.getoption("eval_sync_timeout")
+    if given is not None:
+        return given
+    ini = str(config.getini("eval_sync_timeout") or "").strip()
+    try:
+        return seconds(ini) if ini else 30.0
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_sync_timeout: {error}") from None
+
+
+def _sync_command(config: pytest.Config, store_path: Path, store_source: str) -> str:
+    """``opik-eval sync``, naming the spool unless that command, run from here, finds it by
+    itself: the default spool (the CLI looks in this folder and its parents)."""
+    here = config.invocation_params.dir
+    if store_source == "default" and (here == config.rootpath or config.rootpath in here.parents):
+        return "opik-eval sync"
+    return shlex.join(["opik-eval", f"--store={store_path}", "sync"])
 
 
 def _ini_gates(config: pytest.Config) -> GateOptions:

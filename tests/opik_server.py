@@ -20,7 +20,8 @@ It behaves like the backend where that matters to a client:
 * Each insert into a dataset (a new ``batch_group_id``) makes a new dataset version, named v1, v2, ...
 
 Faults can be injected from the test thread at any time: ``fail_next``, ``rate_limit_next``, ``delay``,
-``drop_next``, ``go_down`` / ``come_back``.
+``drop_next``, ``hang`` (read requests, never answer), ``answer_next`` (any status, body and headers: a
+garbled gzip body, an HTML error page, a 400 echoing the key), ``go_down`` / ``come_back``.
 
 Typical use::
 
@@ -476,17 +477,19 @@ class RecordedRequest:
     raw_body: bytes = b""
     raw_path: str = ""
     status: int | None = None  # None when the connection was dropped without an answer
-    fault: str | None = None  # "drop", "fail", "rate_limit" when an injected fault answered
+    fault: str | None = None  # "drop", "fail", "rate_limit", "answer", "hang" when an injected fault answered
     started_at: float = field(default_factory=time.time)
 
 
 @dataclass
 class _Fault:
-    kind: str  # "fail" | "rate_limit" | "drop"
+    kind: str  # "fail" | "rate_limit" | "drop" | "answer"
     remaining: int
     status: int = 503
     retry_after: float = 1.0
     path_contains: str | None = None
+    body: bytes = b""  # for "answer"
+    headers: dict[str, str] = field(default_factory=dict)  # for "answer"
 
 
 @dataclass
@@ -661,6 +664,8 @@ class OpikTestServer:
         self._fault_lock = threading.Lock()
         self._faults: list[_Fault] = []
         self._delays: list[tuple[float, str | None]] = []
+        self._hang: list[str | None] = []  # path parts whose requests are never answered
+        self._released = threading.Event()  # set to let hanging requests go (dropped)
         self._conn_lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._httpd: _HTTPServer | None = None
@@ -686,6 +691,7 @@ class OpikTestServer:
         return self
 
     def stop(self) -> None:
+        self.clear_faults()  # lets hanging handlers go
         self._shutdown_listener()
         self._down = False
 
@@ -821,10 +827,42 @@ class OpikTestServer:
             if seconds > 0:
                 self._delays.append((seconds, path_contains))
 
+    def hang(self, path_contains: str | None = None) -> None:
+        """Read every matching request and never answer it (a server that accepts connections and then
+        stalls), until ``clear_faults()``, which drops the waiting connections."""
+        with self._fault_lock:
+            self._released.clear()
+            self._hang.append(path_contains)
+
+    def answer_next(
+        self,
+        n: int = 1,
+        status: int = 200,
+        body: bytes | str = b"",
+        headers: dict[str, str] | None = None,
+        path_contains: str | None = None,
+    ) -> None:
+        """Answer the next ``n`` matching requests with exactly this status, body and headers (``Content-Type``
+        defaults to ``application/json``): a garbled gzip body, an HTML error page, a 400 echoing a secret."""
+        raw = body.encode() if isinstance(body, str) else body
+        with self._fault_lock:
+            self._faults.append(
+                _Fault(
+                    "answer",
+                    n,
+                    status=status,
+                    path_contains=path_contains,
+                    body=raw,
+                    headers=dict(headers or {}),
+                )
+            )
+
     def clear_faults(self) -> None:
         with self._fault_lock:
             self._faults.clear()
             self._delays.clear()
+            self._hang.clear()
+            self._released.set()
 
     def go_down(self) -> None:
         """Stop listening and cut open connections: new connections are refused until ``come_back()``."""
@@ -848,6 +886,10 @@ class OpikTestServer:
                     self._faults = [f for f in self._faults if f.remaining > 0]
                     return taken
         return None
+
+    def _hangs(self, path: str) -> bool:
+        with self._fault_lock:
+            return any(part is None or part in path for part in self._hang)
 
     def _delay_for(self, path: str) -> float:
         with self._fault_lock:
@@ -1021,6 +1063,10 @@ class OpikTestServer:
         with self._lock:
             self._requests.append(record)
 
+        if self._hangs(path):
+            record.fault = "hang"
+            self._released.wait()
+            return None
         fault = self._take_fault(path)
         pause = self._delay_for(path)
         if pause:
@@ -1029,6 +1075,11 @@ class OpikTestServer:
             record.fault = fault.kind
             if fault.kind == "drop":
                 return None
+            if fault.kind == "answer":
+                record.status = fault.status
+                content_type = fault.headers.get("Content-Type", "application/json")
+                headers = {k: v for k, v in fault.headers.items() if k != "Content-Type"}
+                return _Response(fault.status, fault.body, content_type=content_type, headers=headers)
             if fault.kind == "rate_limit":
                 record.status = 429
                 return _Response(

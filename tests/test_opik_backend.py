@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,6 +19,7 @@ from conftest import OPIK_KEY, Project, items
 from opik_server import OpikTestServer
 
 from pytest_opik_eval.cli import main as opik_eval
+from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.opik.client import OpikClient, OpikHTTPError, OpikUnavailable
 from pytest_opik_eval.store.opik.config import read_settings
 
@@ -488,3 +491,268 @@ def test_the_marker_can_name_the_server_dataset(project: Project, opik: OpikTest
     assert opik.dataset_by_name("qa-golden") is not None
     [experiment] = opik.experiments.values()
     assert experiment["dataset_name"] == "qa-golden"
+
+
+# -- a server that stalls, garbles its answers or echoes the key (issue 11) -------------------------
+
+
+def hang_on_trial_writes(server: OpikTestServer) -> None:
+    """The server takes connections and never answers the trials' writes (the run and its
+    experiment are created as usual), in this process and any other (pytest-xdist workers)."""
+    server.hang(path_contains="traces/batch")
+
+
+def sync_command(result: pytest.RunResult) -> list[str]:
+    """The words of the `opik-eval ... sync` command the session printed for what it left."""
+    [line] = [line for line in result.stdout.lines if "wait to be sent to the Opik server: run " in line]
+    words = shlex.split(line.split(": run ", 1)[1])
+    assert words[0] == "opik-eval" and words[-1] == "sync"
+    return words
+
+
+def test_a_server_that_stops_answering_holds_the_end_only_for_the_sync_timeout(
+    project: Project, opik: OpikTestServer
+) -> None:
+    # ini option, and the project's warnings are errors: nothing of ours may become one.
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\neval_sync_timeout = 0.5\n")
+    project.dataset(items("a", "b", "c"))
+    project.eval_test()
+    hang_on_trial_writes(opik)
+    result = project.run("--eval")
+    result.assert_outcomes(passed=3)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            "the Opik server did not take every write at the end of the session (--eval-sync-timeout=0.5): "
+            f"*{opik.api_url}*",
+            "* write(s) wait to be sent to the Opik server: run opik-eval sync",
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert sync_command(result) == ["opik-eval", "sync"]  # the default spool: found from here
+
+    opik.clear_faults()
+    assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
+    attempts = server_trials(opik, project.last_experiment_id())
+    assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False), ("c", False)]
+
+
+def test_the_sync_command_left_names_a_spool_given_on_the_command_line(
+    project: Project, opik: OpikTestServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    hang_on_trial_writes(opik)
+    result = project.run("--eval", "-W", "error", "--eval-sync-timeout=0.5", "--eval-store=spools/s.db")
+    result.assert_outcomes(passed=2)
+    words = sync_command(result)
+    spool = project.path / "spools" / "s.db"
+    assert words == ["opik-eval", f"--store={spool}", "sync"]
+    capsys.readouterr()
+    # The server still stalls: opik-eval sync gives up after its own timeout, and says why.
+    assert opik_eval([*words[1:], "--timeout", "0.5"]) == 1
+    out, err = capsys.readouterr()
+    assert f"wait to be sent to the Opik server: run opik-eval --store={spool} sync" in out
+    assert f"opik-eval: POST v1/private/traces/batch at {opik.api_url} failed after 1 attempt(s): " in err
+
+    opik.clear_faults()
+    assert opik_eval(words[1:]) == 0  # exactly what was printed
+    store = LocalStore(spool, create=False)
+    try:
+        experiment_id = store.find("last")[1][0].id
+    finally:
+        store.close()
+    attempts = server_trials(opik, experiment_id)
+    assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
+
+
+def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset(items("a", "b", "c", "d"))
+    project.eval_test()
+    hang_on_trial_writes(opik)
+    # A first run: the spool is created by the workers, after the controller opened it.
+    result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error", "--eval-sync-timeout=0.5")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            "the Opik server did not take every write at the end of the session (--eval-sync-timeout=0.5): "
+            f"*{opik.api_url}*",
+            "*= eval summary =*",
+            "  trials: 4 planned, 4 completed (4 passed, 0 failed), 0 pending",
+            "* write(s) wait to be sent to the Opik server: run opik-eval sync",
+        ]
+    )
+    opik.clear_faults()
+    assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
+    attempts = server_trials(opik, project.last_experiment_id())
+    assert [a["pending"] for a in attempts] == [False] * 4
+
+
+def test_under_xdist_a_server_failing_the_controllers_read_leaves_the_spools_summary(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    # The controller reads back from the server what other machines recorded: garbled answers.
+    opik.answer_next(
+        2, 200, HTML_PAGE, {"Content-Type": "text/html"}, path_contains="items/experiments/items"
+    )
+    result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            "could not read from the Opik server the trials recorded elsewhere: GET v1/private/datasets/*"
+            "/items/experiments/items at * failed after 2 attempt(s): HTTP 200, text/html, not JSON: *; what "
+            f"the spool {project.store_path} holds is shown",
+            "*= eval summary =*",
+            "  trials: 2 planned, 2 completed (2 passed, 0 failed), 0 pending",
+        ]
+    )
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_bad_sync_timeout_is_a_usage_error(project: Project, opik: OpikTestServer) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    result = project.run("--eval", "--eval-sync-timeout=soon")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--eval-sync-timeout: expected a number of seconds, 0 or more, such as 30; got 'soon'"]
+    )
+    project.pytester.makeini("[pytest]\neval_sync_timeout = -1\n")
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: ini eval_sync_timeout: expected a number of seconds*got '-1'"])
+
+
+HTML_PAGE = (
+    "<!DOCTYPE html>\n<html><head><title>502 Bad Gateway</title></head>\n<body>\x1b[2J\x07"
+    + "<p>upstream unavailable</p>\n" * 40
+    + "</body></html>"
+)
+GARBLED = {
+    "gzip that does not decompress": (b"\x1f\x8bnot really gzip", {"Content-Encoding": "gzip"}),
+    "an HTML page": (HTML_PAGE, {"Content-Type": "text/html"}),
+    "text, not JSON": ("all good\x1b]0;pwned\x07", {"Content-Type": "text/plain"}),
+}
+
+
+@pytest.mark.parametrize("garbled", GARBLED, ids=list(GARBLED))
+def test_a_garbled_answer_at_start_is_one_clear_usage_error(
+    project: Project, opik: OpikTestServer, garbled: str
+) -> None:
+    body, headers = GARBLED[garbled]
+    opik.answer_next(2, 200, body, headers, path_contains="v1/private/experiments")
+    project.dataset(items("a"))
+    project.eval_test()
+    result = project.run("--eval", "-W", "error")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --eval-backend=opik: the server at {opik.api_url} does not answer as the Opik API does: "
+            f"GET v1/private/experiments at {opik.api_url} failed after 2 attempt(s): HTTP 200, *; check "
+            "OPIK_URL_OVERRIDE (here from env OPIK_URL_OVERRIDE): it must be the address of the Opik API*"
+        ]
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and "Traceback" not in output
+    assert "\x1b" not in output and "\x07" not in output  # the server's text is escaped
+    if garbled == "an HTML page":
+        assert (
+            "<!DOCTYPE html> <html><head><title>502 Bad Gateway</title></head> <body>\\x1b[2J\\x07<p>"
+            in output
+        )
+        assert " more characters)" in output  # shortened
+    assert project.calls() == []
+
+
+@pytest.mark.parametrize("garbled", GARBLED, ids=list(GARBLED))
+def test_garbled_answers_mid_run_keep_the_writes_spooled(
+    project: Project, opik: OpikTestServer, garbled: str
+) -> None:
+    body, headers = GARBLED[garbled]
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    # Every write of a trial's trace gets the garbled answer (the run is created as usual).
+    opik.answer_next(10_000, 200, body, headers, path_contains="traces/batch")
+    result = project.run("--eval", "-W", "error", "--eval-sync-timeout=3")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            "the Opik server did not take every write at the end of the session (--eval-sync-timeout=3): "
+            f"POST v1/private/traces/batch at {opik.api_url} failed after * attempt(s): HTTP 200, *",
+            "* write(s) wait to be sent to the Opik server: run opik-eval sync",
+        ]
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert "INTERNALERROR" not in output and "Warning" not in output and "Traceback" not in output
+    assert "\x1b" not in output
+
+    opik.clear_faults()
+    assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
+    attempts = server_trials(opik, project.last_experiment_id())
+    assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
+
+
+def echo_of_the_key(at: int) -> str:
+    """A 400 body whose message shows the key from character ``at`` of the client's excerpt on:
+    past the first few hundred characters, where a message is shortened."""
+    return json.dumps({"errors": ["x" * (at - 18) + f" Authorization: {OPIK_KEY} " + "y" * 400]})
+
+
+def assert_no_part_of_the_key(text: str) -> None:
+    for part in (OPIK_KEY[:10], OPIK_KEY[10:20], OPIK_KEY[-10:]):
+        assert part not in text
+
+
+@pytest.mark.parametrize("at", [280, 295])
+def test_a_key_echoed_in_a_refusal_at_start_is_masked_before_the_message_is_shortened(
+    project: Project, opik: OpikTestServer, at: int
+) -> None:
+    opik.answer_next(1, 400, echo_of_the_key(at), path_contains="datasets/retrieve")
+    project.dataset(items("a"))
+    project.eval_test()
+    result = project.run("--eval", "-W", "error")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: could not create the experiments on the Opik server: POST v1/private/datasets/retrieve at "
+            "* failed with HTTP 400: *"
+        ]
+    )
+    output = result.stdout.str() + result.stderr.str()
+    assert_no_part_of_the_key(output)
+    if at < 300:
+        assert "***" in output
+
+
+def test_a_key_echoed_in_a_refused_write_is_masked_in_the_spool_and_the_terminal(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    opik.answer_next(1, 400, echo_of_the_key(290), path_contains="traces/batch")
+    result = project.run("--eval", "-W", "error")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            f"the Opik server refused writes of this session: POST v1/private/traces/batch at {opik.api_url} "
+            "failed with HTTP 400: ['xxx*x Authorization: *** yyy*... (* more characters)",
+            "* write(s) were refused by the Opik server (kept in *)",
+        ]
+    )
+    assert_no_part_of_the_key(result.stdout.str() + result.stderr.str())
+    with sqlite3.connect(project.store_path) as db:
+        errors = [row[0] for row in db.execute("SELECT error FROM outbox WHERE error IS NOT NULL")]
+    assert errors and all("failed with HTTP 400" in error and "***" in error for error in errors)
+    assert all(len(error) < 1000 for error in errors)  # a shortened message, not the whole body
+    assert_no_part_of_the_key("".join(errors))

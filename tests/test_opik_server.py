@@ -301,6 +301,32 @@ def test_drop_next_closes_the_connection_without_an_answer(server: OpikTestServe
     assert api.get("is-alive/ping").status_code == 200
 
 
+def test_hang_reads_requests_and_never_answers_until_the_faults_are_cleared(
+    server: OpikTestServer, api: httpx.Client
+) -> None:
+    server.hang(path_contains="is-alive/ver")
+    assert api.get("is-alive/ping").status_code == 200  # other paths answer
+    with pytest.raises(httpx.ReadTimeout):
+        api.get("is-alive/ver", timeout=0.3)
+    assert [r.fault for r in server.requests if r.path == "is-alive/ver"] == ["hang"]
+    server.clear_faults()
+    assert api.get("is-alive/ver").status_code == 200
+
+
+def test_answer_next_sends_exactly_the_given_answer(server: OpikTestServer, api: httpx.Client) -> None:
+    server.answer_next(1, 200, b"<html>proxy</html>", {"Content-Type": "text/html"}, path_contains="ping")
+    server.answer_next(1, 200, b"\x1f\x8bgarbage", {"Content-Encoding": "gzip"}, path_contains="ping")
+    page = api.get("is-alive/ping")
+    assert (page.status_code, page.headers["Content-Type"], page.text) == (
+        200,
+        "text/html",
+        "<html>proxy</html>",
+    )
+    with pytest.raises(httpx.DecodingError):
+        api.get("is-alive/ping")
+    assert api.get("is-alive/ping").json() == {"healthy": True}
+
+
 def test_delay_slows_matching_answers(server: OpikTestServer, api: httpx.Client) -> None:
     server.delay(0.3, path_contains="is-alive/ver")
     started = time.monotonic()

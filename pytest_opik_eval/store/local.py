@@ -623,6 +623,10 @@ class LocalStore:
 
     @_locked
     def find(self, target: str) -> tuple[RunRecord, list[ExperimentRecord]]:
+        if self._db is None and self.path.exists():
+            # Missing when opened, created since by another process: the pytest-xdist controller
+            # opens the Opik backend's spool at start, and its workers create it.
+            self._db = self._open(create=False)
         db = self._db
         if db is not None and target == "last":
             # By creation time: a run named with --eval-run-id has an id derived from its name.

@@ -68,8 +68,21 @@ def _uuid7_ms(value: str) -> int:
     return int(value.replace("-", "")[:12], 16)
 
 
-def drain(spool: LocalStore, client: OpikClient, *, until: float, on_down: Callable[[], None]) -> None:
-    """Send everything in the outbox, or until the deadline; a refused batch is set aside."""
+def _ignore(error: OpikHTTPError) -> None:
+    pass
+
+
+def drain(
+    spool: LocalStore,
+    client: OpikClient,
+    *,
+    until: float,
+    on_down: Callable[[OpikUnavailable], None],
+    on_refused: Callable[[OpikHTTPError], None] = _ignore,
+) -> None:
+    """Send everything in the outbox, or until the deadline; a refused batch is set aside (and
+    ``on_refused`` hears why). When the server is away or keeps answering garbage, ``on_down``
+    hears why and the rest waits."""
     while time.monotonic() < until:
         messages = spool.outbox_batch(BATCH)
         if not messages:
@@ -77,18 +90,24 @@ def drain(spool: LocalStore, client: OpikClient, *, until: float, on_down: Calla
         ids = [m[0] for m in messages]
         try:
             send_batch(client, messages, spool)
-        except OpikUnavailable:
-            on_down()
+        except OpikUnavailable as error:
+            on_down(error)
             return
         except OpikHTTPError as error:
-            # Retrying cannot help a refused request: keep it, out of the way, with its reason.
+            # Retrying cannot help a refused request: keep it, out of the way, with its reason
+            # (the client has masked the key and shortened the server's message).
             spool.outbox_refused(ids, str(error))
+            on_refused(error)
             continue
         spool.outbox_sent(ids)
 
 
 class Sender:
-    """A daemon thread that drains the outbox while the session runs."""
+    """A daemon thread that drains the outbox while the session runs.
+
+    It never dies and never warns: pytest turns an exception that ends a thread into a warning,
+    which a project's ``-W error`` turns into an error. What goes wrong is kept for
+    :meth:`take_notices`, and the writes stay in the outbox for the end of the session."""
 
     def __init__(self, spool_path: Path, client: OpikClient, *, interval: float = 0.2) -> None:
         self._spool_path = spool_path
@@ -98,31 +117,78 @@ class Sender:
         self._stop = threading.Event()
         self._down_until = 0.0
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._notices: list[str] = []
+        self.last_failure: OpikUnavailable | None = None  # why the server did not take a batch
+        self.last_refusal: OpikHTTPError | None = None  # why the server refused one
 
     def wake(self) -> None:
-        if self._thread is None:
+        if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="opik-eval-sender", daemon=True)
             self._thread.start()
         self._wake.set()
 
-    def stop(self) -> None:
+    def stop(self, deadline: float) -> bool:
+        """Stop sending, waiting for a batch in flight until ``deadline`` (a ``time.monotonic()``)
+        at the latest; whether the thread is done. One still waiting on the server is left behind
+        (a daemon thread: what it has not marked sent stays in the outbox, and sending it again
+        is harmless: every write carries its id)."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        thread.join(max(0.0, deadline - time.monotonic()))
+        return not thread.is_alive()
+
+    def take_notices(self) -> list[str]:
+        with self._lock:
+            taken, self._notices = self._notices, []
+        return taken
 
     def _run(self) -> None:
-        spool = LocalStore(self._spool_path)  # its own connection: SQLite connections stay in one thread
+        try:
+            spool = LocalStore(self._spool_path)  # its own connection: SQLite connections stay in one thread
+        except Exception as error:
+            self._trouble("could not open the spool", error)
+            return
         try:
             while not self._stop.is_set():
                 self._wake.wait(self._interval)
                 self._wake.clear()
-                if time.monotonic() >= self._down_until:
-                    drain(spool, self._client, until=time.monotonic() + 5.0, on_down=self._pause)
+                # Once stopped, the end of the session sends the rest, within its budget.
+                if self._stop.is_set() or time.monotonic() < self._down_until:
+                    continue
+                try:
+                    drain(
+                        spool,
+                        self._client,
+                        until=time.monotonic() + 5.0,
+                        on_down=self._pause,
+                        on_refused=self._refused,
+                    )
+                except Exception as error:
+                    self._trouble("stopped on an unexpected error", error)
+                    self._down_until = time.monotonic() + 2.0
         finally:
-            spool.close()
+            try:
+                spool.close()
+            except Exception as error:
+                self._trouble("could not close the spool", error)
 
-    def _pause(self) -> None:
+    def _pause(self, failure: OpikUnavailable) -> None:
         # The server is away: try again a little later, without holding up the trials.
+        self.last_failure = failure
         self._down_until = time.monotonic() + 2.0
+
+    def _refused(self, error: OpikHTTPError) -> None:
+        self.last_refusal = error
+
+    def _trouble(self, what: str, error: Exception) -> None:
+        message = (
+            f"the Opik sender {what} ({type(error).__name__}: {self._client.quote(str(error))}); "
+            f"the writes stay in the spool {self._spool_path}"
+        )
+        with self._lock:
+            if message not in self._notices:
+                self._notices.append(message)

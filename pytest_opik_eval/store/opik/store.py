@@ -32,7 +32,13 @@ from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_for, uuid7_from_name
 from pytest_opik_eval.planning import node_id
 from pytest_opik_eval.store.local import LocalStore, Message
-from pytest_opik_eval.store.opik.client import OpikClient, OpikError, OpikHTTPError, OpikUnavailable
+from pytest_opik_eval.store.opik.client import (
+    OpikBadAnswer,
+    OpikClient,
+    OpikError,
+    OpikHTTPError,
+    OpikUnavailable,
+)
 from pytest_opik_eval.store.opik.config import OpikSettings
 from pytest_opik_eval.store.opik.sender import Sender, drain
 from pytest_opik_eval.store.records import (
@@ -52,7 +58,8 @@ RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_res
 OURS_KEY = "_pytest_opik_eval"  # what this plugin needs beyond it: the plan, the item id mapping
 DATASET_PREFIX = "opik:"
 _PAGE = 1000
-_END_OF_SESSION_BUDGET = 30.0  # seconds to send what is left at the end of a session
+SYNC_TIMEOUT = 30.0  # seconds to send what is left at the end of a session (--eval-sync-timeout)
+SYNC_COMMAND = "opik-eval sync"
 
 
 class RemoteExperiment(BaseModel):
@@ -125,11 +132,24 @@ class OpikStore:
         *,
         create: bool = True,
         client: OpikClient | None = None,
+        sync_timeout: float = SYNC_TIMEOUT,
+        sync_command: str = SYNC_COMMAND,
+        drain_at_end: bool = True,
     ) -> None:
+        """``sync_timeout`` bounds the end of the session: sending what is left, and waiting for a
+        batch in flight; what is still unsent then waits for ``sync_command``. A pytest-xdist
+        worker passes ``drain_at_end=False``: it stops sending at its end, at once, and leaves the
+        rest to the controller, whose drain alone takes the budget."""
         self.settings = settings
         self.client = client or OpikClient(settings)
         self.spool = LocalStore(spool_path, create=create, journaled=False)
         self.sender = Sender(spool_path, self.client)
+        self.sync_timeout = sync_timeout
+        self.sync_command = sync_command
+        self.drain_at_end = drain_at_end
+        self._notices: list[str] = []
+        self._last_failure: OpikUnavailable | None = None
+        self._last_refusal: OpikHTTPError | None = None
         self._trials: dict[str, _Trial] = {}
         self._attempts: dict[str, _Attempt] = {}
         try:
@@ -155,6 +175,12 @@ class OpikStore:
                     f"{self.settings.sources['workspace']})"
                 ) from None
             raise StoreError(str(error)) from None
+        except OpikBadAnswer as error:
+            raise StoreError(
+                f"the server at {self.settings.url} does not answer as the Opik API does: {error}; check "
+                f"OPIK_URL_OVERRIDE (here from {self.settings.sources['url']}): it must be the address of "
+                "the Opik API (a self-hosted Opik's ends in /api/), or use --eval-backend=local"
+            ) from None
         except OpikUnavailable as error:
             raise StoreError(
                 f"cannot reach the Opik server: {error}; check OPIK_URL_OVERRIDE (here from "
@@ -435,12 +461,44 @@ class OpikStore:
             self.spool.enqueue([("experiment_scores", json.dumps({"id": experiment_id, "scores": scores}))])
 
     def flush(self) -> str | None:
-        self.sender.stop()
-        drain(self.spool, self.client, until=time.monotonic() + _END_OF_SESSION_BUDGET, on_down=lambda: None)
-        return unsent_line(self.spool)
+        """Send what is left within the budget (``sync_timeout``), then say what still waits."""
+        now = time.monotonic()
+        # No request of either thread may outlive the budget: each attempt's timeout is capped
+        # by what remains, and none starts after it. A worker sends nothing more, nor waits for
+        # a batch in flight: the controller sends it again (harmless: every write carries its id),
+        # so its drain alone takes the budget.
+        deadline = now + self.sync_timeout if self.drain_at_end else now
+        self.client.finish_by(deadline)
+        if self.sender.stop(deadline) and self.drain_at_end:
+            try:
+                drain(self.spool, self.client, until=deadline, on_down=self._down, on_refused=self._refused)
+            except Exception as error:  # never an INTERNALERROR at the end: the writes stay spooled
+                self._notices.append(
+                    f"sending to the Opik server stopped on an unexpected error ({type(error).__name__}: "
+                    f"{self.client.quote(str(error))}); the writes stay in the spool {self.spool.location}"
+                )
+        line = unsent_line(self.spool, self.sync_command)
+        refusal = self._last_refusal or self.sender.last_refusal
+        if refusal is not None:
+            self._notices.append(f"the Opik server refused writes of this session: {refusal}")
+        if self.drain_at_end and self.spool.outbox_counts()[0]:
+            failure = self._last_failure or self.sender.last_failure
+            why = str(failure) if failure else f"{self.settings.url} did not answer in time"
+            self._notices.append(
+                "the Opik server did not take every write at the end of the session "
+                f"(--eval-sync-timeout={self.sync_timeout:g}): {why}"
+            )
+        return line
+
+    def _down(self, failure: OpikUnavailable) -> None:
+        self._last_failure = failure
+
+    def _refused(self, error: OpikHTTPError) -> None:
+        self._last_refusal = error
 
     def notices(self) -> list[str]:
-        return self.spool.notices()
+        taken, self._notices = self._notices, []
+        return self.sender.take_notices() + taken + self.spool.notices()
 
     # -- reading back -------------------------------------------------------------------------
 
@@ -453,16 +511,29 @@ class OpikStore:
     def find(self, target: str) -> tuple[RunRecord, list[ExperimentRecord]]:
         """From the spool when this machine knows the id, else from the server; either way the
         trials completed elsewhere are read from the server first."""
+        local = True
         try:
             run, experiments = self.spool.find(target)
         except ExperimentNotFound:
             if target == "last":
                 raise
             run, experiments = self._import(target)
+            local = False
         remotes = {}
         for experiment in experiments:
             remotes[experiment.id] = self._remote(experiment.id)
-            self._refresh(experiment, remotes[experiment.id])
+            if not local:
+                self._refresh(experiment, remotes[experiment.id])
+                continue
+            # Known here (the pytest-xdist controller reads its workers' run at the end): what
+            # other machines recorded is worth a short try, not a stalled or crashed session.
+            try:
+                self._refresh(experiment, remotes[experiment.id], retries=1)
+            except OpikUnavailable as error:
+                self._notices.append(
+                    f"could not read from the Opik server the trials recorded elsewhere: {error}; "
+                    f"what the spool {self.spool.location} holds is shown"
+                )
         trials = [t for e in experiments for t in self.spool.trial_states(e.id)]
         self._remember(experiments, trials, remotes)
         return run, experiments
@@ -589,7 +660,9 @@ class OpikStore:
         self.spool.save_remote(record.id, remote.model_dump_json())
         return run, [record]
 
-    def _refresh(self, experiment: ExperimentRecord, remote: RemoteExperiment) -> None:
+    def _refresh(
+        self, experiment: ExperimentRecord, remote: RemoteExperiment, retries: int | None = None
+    ) -> None:
         """Record here the attempts the server has (from any machine or tool)."""
         ours_by_server = {server: ours for ours, server in remote.item_ids.items()}
         known = self.spool.attempt_ids(experiment.id)
@@ -604,6 +677,7 @@ class OpikStore:
                     "size": _PAGE,
                     "truncate": "false",
                 },
+                retries=retries,
             )
             rows = (body or {}).get("content") or []
             for row in rows:
@@ -671,16 +745,19 @@ class OpikStore:
         )
 
     def close(self) -> None:
-        self.sender.stop()
+        # Without a flush (an error ended the session): stop at once, waiting for a batch in
+        # flight no longer than the budget.
+        self.client.finish_by(time.monotonic())
+        self.sender.stop(time.monotonic() + self.sync_timeout)
         self.client.close()
         self.spool.close()
 
 
-def unsent_line(spool: LocalStore) -> str | None:
+def unsent_line(spool: LocalStore, sync_command: str = SYNC_COMMAND) -> str | None:
     waiting, refused = spool.outbox_counts()
     parts = []
     if waiting:
-        parts.append(f"{waiting} write(s) wait to be sent to the Opik server: run opik-eval sync")
+        parts.append(f"{waiting} write(s) wait to be sent to the Opik server: run {sync_command}")
     if refused:
         parts.append(f"{refused} write(s) were refused by the Opik server (kept in {spool.location})")
     return "; ".join(parts) or None
