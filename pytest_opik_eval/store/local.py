@@ -129,7 +129,7 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     and one applied again (a journal folded twice) keeps what it already had."""
     started: dict[Any, list[Any]] = {}
     later: dict[str, list[Sequence[Any]]] = {"output": [], "scores": []}  # attempts started earlier
-    completed: list[tuple[Any, Any]] = []
+    completed: list[tuple[Any, Any, Any]] = []
     for kind, *params in events:
         attempt_id = params[-1] if kind in later else params[0]
         if kind == "start":
@@ -141,7 +141,9 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
         elif kind in later:
             later[kind].append(params)
         else:  # "complete": journal.Found leaves out what is not one of journal.KINDS
-            completed.append((attempt_id, attempt_id))
+            # [attempt, attempt, the attempt it replaces]: the last is missing in older journals.
+            replaces = params[2] if len(params) > 2 else None
+            completed.append((attempt_id, replaces, attempt_id))
     db.executemany(
         "INSERT INTO attempts (id, trial_id, session_id, started_at, output, scores, passed)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
@@ -151,10 +153,13 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     )
     db.executemany("UPDATE attempts SET output = ? WHERE id = ?", later["output"])
     db.executemany("UPDATE attempts SET scores = ?, passed = ? WHERE id = ?", later["scores"])
-    # The first completion stands: a journal folded twice, or a late attempt, cannot replace it.
+    # The first completion stands: a journal folded twice, or a late attempt of another process
+    # (a killed worker's trial run again), cannot replace it. Only a rerun in the same session
+    # replaces its own earlier attempt, named in its event.
     db.executemany(
-        "UPDATE trials SET completed_attempt = ? WHERE completed_attempt IS NULL"
-        " AND id = (SELECT trial_id FROM attempts WHERE id = ?)",
+        "UPDATE trials SET completed_attempt = ?1"
+        " WHERE (completed_attempt IS NULL OR completed_attempt = ?2)"
+        " AND id = (SELECT trial_id FROM attempts WHERE id = ?3)",
         completed,
     )
 
@@ -380,8 +385,10 @@ class LocalStore:
         self._record(["scores", text, int(passed), attempt_id], outbox)
 
     @_locked
-    def complete_attempt(self, attempt_id: str, *, outbox: Sequence[Message] = ()) -> None:
-        self._record(["complete", attempt_id, attempt_id], outbox)
+    def complete_attempt(
+        self, attempt_id: str, *, replaces: str | None = None, outbox: Sequence[Message] = ()
+    ) -> None:
+        self._record(["complete", attempt_id, attempt_id, replaces], outbox)
 
     @_locked
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:

@@ -359,7 +359,9 @@ class OpikStore:
             "project_name": self.settings.project,
         }
 
-    def _trace(self, attempt_id: str, attempt: _Attempt, *, completed: bool) -> Message:
+    def _trace(
+        self, attempt_id: str, attempt: _Attempt, *, completed: bool, replaced_by: str | None = None
+    ) -> Message:
         trial = self._trials[attempt.trial_id]
         metadata: dict[str, Any] = {
             PENDING_KEY: not completed,
@@ -367,6 +369,8 @@ class OpikStore:
             "trial": trial.trial,
             "dataset_item_id": trial.item["id"],
         }
+        if replaced_by is not None:
+            metadata["replaced_by"] = replaced_by  # a rerun in the same session completed instead
         if attempt.errors:
             metadata["scoring_errors"] = attempt.errors
         if completed:
@@ -423,9 +427,16 @@ class OpikStore:
         outbox = [("feedback_scores", json.dumps({"scores": feedback}))] if feedback else []
         self.spool.record_scores(attempt_id, scores, passed, outbox=outbox)
 
-    def complete_attempt(self, attempt_id: str) -> None:
+    def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
         outbox = [self._trace(attempt_id, self._attempts[attempt_id], completed=True)]
-        self.spool.complete_attempt(attempt_id, outbox=outbox)
+        if replaces is not None and replaces in self._attempts:
+            # A rerun in this session replaces the trial's earlier attempt: that trace is sent
+            # again as pending and without its output, so that this plugin and the Opik SDK,
+            # reading the experiment from the server, count the trial's completion once.
+            outbox.append(
+                self._trace(replaces, self._attempts[replaces], completed=False, replaced_by=attempt_id)
+            )
+        self.spool.complete_attempt(attempt_id, replaces=replaces, outbox=outbox)
         self.sender.wake()
 
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
