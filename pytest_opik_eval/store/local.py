@@ -170,6 +170,63 @@ def _read_scores(text: str | None) -> list[ScoreRecord]:
     return _scores_json.validate_json(text) if text else []
 
 
+def _salvage_scores(text: str) -> list[ScoreRecord]:
+    """The scores of a row that does not validate (an earlier version wrote a metric's NaN as
+    null): each score that cannot be read becomes a failed score saying what the store holds."""
+    try:
+        stored = json.loads(text)
+    except ValueError:
+        stored = None
+    if not isinstance(stored, list):
+        return [ScoreRecord(name="?", value=0.0, reason=_unreadable(text), scoring_failed=True)]
+    scores = []
+    for entry in stored:
+        try:
+            scores.append(ScoreRecord.model_validate(entry))
+        except ValueError:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            value = entry.get("value") if isinstance(entry, dict) else entry
+            scores.append(
+                ScoreRecord(
+                    name=name if isinstance(name, str) else "?",
+                    value=0.0,
+                    reason=_unreadable(json.dumps(value)),
+                    scoring_failed=True,
+                )
+            )
+    return scores
+
+
+def _salvage_row(
+    row: Sequence[Any],
+) -> tuple[dict[str, Any] | None, list[ScoreRecord], bool | None, str]:
+    """A trial row's output, scores and verdict, as far as they can be read, and what could not be."""
+    unread = []
+    try:
+        output = json.loads(row[7]) if row[7] is not None else None
+    except ValueError:
+        output = {"output": _unreadable(str(row[7]), "the output")}
+        unread.append(f"output {_short(str(row[7]))}")
+    if not isinstance(output, dict | None):
+        output = {"output": output}
+    try:
+        scores = _read_scores(row[8])
+    except ValueError:
+        scores = _salvage_scores(row[8])
+        unread.append(f"scores {_short(str(row[8]))}")
+    failed = any(s.scoring_failed for s in scores)
+    passed = False if failed else (bool(row[9]) if row[9] is not None else None)
+    return output, scores, passed, "; ".join(unread)
+
+
+def _unreadable(stored: str, what: str = "this score") -> str:
+    return f"the store holds {_short(stored)} for {what}, which cannot be read"
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
+
+
 def _use_wal(db: sqlite3.Connection) -> None:
     """Switch the file to WAL (once for good: the mode is kept in the file). SQLite does not
     wait for the switch as it does for writes: while processes open a new store at once (xdist
@@ -233,6 +290,7 @@ class LocalStore:
         self._journaled = journaled
         self._journal: journal.Journal | None = None
         self._notices: list[str] = []
+        self._reported: set[str] = set()
         if path.exists() or create:
             self._db = self._open(create)
 
@@ -689,11 +747,25 @@ class LocalStore:
             """,
             (experiment_id,),
         ).fetchall()
+        unreadable: list[tuple[str, str]] = []
         with _bulk():
-            return [self._trial_record(experiment_id, row) for row in rows]
+            records = [self._trial_record(experiment_id, row, unreadable) for row in rows]
+        if unreadable:
+            self._report_unreadable(experiment_id, unreadable)
+        return records
 
     @staticmethod
-    def _trial_record(experiment_id: str, row: Sequence[Any]) -> TrialRecord:
+    def _trial_record(
+        experiment_id: str, row: Sequence[Any], unreadable: list[tuple[str, str]]
+    ) -> TrialRecord:
+        try:
+            output = json.loads(row[7]) if row[7] is not None else None
+            scores = _read_scores(row[8])
+            passed = bool(row[9]) if row[9] is not None else None
+        except ValueError:  # pydantic's ValidationError is one
+            # One bad row must not make the whole store unreadable: read what can be read.
+            output, scores, passed, what = _salvage_row(row)
+            unreadable.append((row[3], what))
         return TrialRecord(
             id=row[0],
             experiment_id=experiment_id,
@@ -703,11 +775,23 @@ class LocalStore:
             status="completed" if row[4] else "pending",
             attempts=row[5],
             session_id=row[6],
-            output=json.loads(row[7]) if row[7] is not None else None,
-            scores=_read_scores(row[8]),
+            output=output,
+            scores=scores,
             # A verdict counts only once the trial completed; pending trials have none.
-            passed=bool(row[9]) if row[4] and row[9] is not None else None,
+            passed=passed if row[4] else None,
         )
+
+    def _report_unreadable(self, experiment_id: str, rows: list[tuple[str, str]]) -> None:
+        node_id, error = rows[0]
+        more = f" and {len(rows) - 1} more" if len(rows) > 1 else ""
+        message = (
+            f"the eval store {self.path} holds trial data that could not be read as written: "
+            f"{node_id}{more} of experiment {experiment_id} ({error}); an unreadable score counts as "
+            "a failed score, and the rest of the store is read as usual"
+        )
+        if message not in self._reported:
+            self._reported.add(message)  # read again at the end of a session: said once
+            self._notices.append(message)
 
     @_locked
     def trial_states(self, experiment_id: str) -> list[TrialState]:

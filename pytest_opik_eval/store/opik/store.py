@@ -16,6 +16,7 @@ nothing: what could not be sent is sent later, at session end, or by ``opik-eval
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -661,10 +662,7 @@ class OpikStore:
         marker = metadata.get(PENDING_KEY)
         output = attempt.get("output")
         completed = marker is False or (marker is None and output is not None)
-        scores = [
-            ScoreRecord(name=str(s["name"]), value=float(s["value"]), reason=s.get("reason"))
-            for s in attempt.get("feedback_scores") or []
-        ] + [
+        scores = [_feedback_score(s) for s in attempt.get("feedback_scores") or []] + [
             ScoreRecord(name=str(e.get("name")), value=0.0, reason=e.get("error"), scoring_failed=True)
             for e in metadata.get("scoring_errors") or []
             if isinstance(e, dict)
@@ -685,6 +683,21 @@ class OpikStore:
         self.sender.stop()
         self.client.close()
         self.spool.close()
+
+
+def _feedback_score(score: Mapping[str, Any]) -> ScoreRecord:
+    """A trace's feedback score as a score record; a value that is not a finite number (another
+    tool wrote it) is a failed score that says what the server holds."""
+    value = score.get("value")
+    name = str(score.get("name"))
+    if isinstance(value, int | float) and math.isfinite(value):
+        return ScoreRecord(name=name, value=float(value), reason=score.get("reason"))
+    return ScoreRecord(
+        name=name,
+        value=0.0,
+        reason=f"the Opik server holds {value!r} for this score, which is not a finite number",
+        scoring_failed=True,
+    )
 
 
 def unsent_line(spool: LocalStore) -> str | None:
