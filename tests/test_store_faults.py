@@ -161,8 +161,9 @@ def test_a_file_size_limit_is_one_line_and_the_reports_that_fit_are_written(proj
     store = project.store_path
     result.stdout.fnmatch_lines(
         [
-            f"*cannot write to the eval store {store}: a file reached this process's file size limit "
-            "(ulimit -f): 8000 bytes; raise the limit, or free space (what was recorded before is kept)*",
+            f"*cannot write to the eval store {store}: a file reached this process's file size limit"
+            ": 8000 bytes; raise the limit (ulimit -f), or point --eval-store at a new file (what was recorded "
+            "before is kept)*",
             "*1 failed, 2 passed*",
         ]
     )

@@ -152,8 +152,8 @@ _CAUSES = {
     errno.ENOSPC: ("the disk is full", _FULL),
     errno.EDQUOT: ("the disk quota is used up", _FULL),
     errno.EFBIG: (
-        "a file reached this process's file size limit (ulimit -f)",
-        "raise the limit, or free space",
+        "a file reached this process's file size limit",
+        "raise the limit (ulimit -f), or point {option} at a new file",
     ),
     errno.EROFS: ("it is on a read-only file system", _READ_ONLY),
     errno.EACCES: ("permission denied", _READ_ONLY),
@@ -214,10 +214,10 @@ def _unwritable_errno(path: Path) -> int | None:
         folder = folder.parent
     if not os.access(folder, os.W_OK | os.X_OK):
         try:
-            os.statvfs(folder)
-        except OSError:
-            return errno.EACCES
-        return errno.EROFS if os.statvfs(folder).f_flag & os.ST_RDONLY else errno.EACCES
+            read_only_disk = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        except (OSError, AttributeError):  # no statvfs on Windows
+            read_only_disk = False
+        return errno.EROFS if read_only_disk else errno.EACCES
     return None
 
 
@@ -461,13 +461,13 @@ class LocalStore:
         code = error.errno if isinstance(error, OSError) else None
         if code is None:
             # SQLite does not say which system call failed, nor why: find out.
-            name = getattr(error, "sqlite_errorname", "")
+            name = str(getattr(error, "sqlite_errorname", ""))
             if name == "SQLITE_FULL":
                 code = errno.ENOSPC
             else:
                 code = _unwritable_errno(self.path)
-        if code is None and _file_size_limit() is not None:
-            code = errno.EFBIG  # SQLite reports a write beyond the limit as an I/O error
+            if code is None and name.startswith("SQLITE_IOERR") and _file_size_limit() is not None:
+                code = errno.EFBIG  # SQLite reports a write past the limit as an I/O error
         if code in _CAUSES:
             cause, fix = _CAUSES[code]
             if code in (errno.EACCES, errno.EPERM, errno.EROFS):
