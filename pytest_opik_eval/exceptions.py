@@ -20,3 +20,8 @@ class ExperimentNotFound(EvalError, LookupError):
 
 class StoreError(EvalError):
     """The store file cannot be used: it is not a store, or was written by a newer version."""
+
+
+class StoreUnwritable(StoreError):
+    """The store cannot be written (a full disk, a read-only file or folder); what was recorded
+    before is intact."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -163,15 +165,40 @@ def _records(metric: Any, result: Any) -> list[ScoreRecord]:
                 "ScoreResult (or a list of them)"
             )
         reason = getattr(r, "reason", None)
+        failed = bool(getattr(r, "scoring_failed", False))
+        value = _finite(r.value)
+        if value is None and not failed:
+            # A NaN would be stored as null and compare false with every threshold; a string or
+            # None is a bug in the metric: either way the trial cannot be judged on it.
+            shown = repr(r.value) if r.value is None or isinstance(r.value, float) else _shown(r.value)
+            reason = (
+                f"{type(metric).__name__}.score() returned {shown} for {str(r.name)!r}; "
+                "a score must be a finite number"
+            )
+            failed = True
         records.append(
             ScoreRecord(
                 name=str(r.name),
-                value=float(r.value),
+                value=0.0 if value is None else value,
                 reason=None if reason is None else str(reason),
-                scoring_failed=bool(getattr(r, "scoring_failed", False)),
+                scoring_failed=failed,
             )
         )
     return records
+
+
+def _finite(value: Any) -> float | None:
+    """The score as a float, if it is a real finite number (bools count as 1 and 0)."""
+    if not isinstance(value, numbers.Real):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    text = text if len(text) <= 80 else f"{text[:65]}... ({len(text)} chars)"
+    return f"{text} (a {type(value).__name__})"
 
 
 def describe_failure(item: Mapping[str, Any], trial: int, output: Mapping[str, Any], verdict: Verdict) -> str:

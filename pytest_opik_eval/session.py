@@ -7,11 +7,12 @@ each trial runs in ``trial``, and the session ends with the summary and the JSON
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 import pytest
 
@@ -85,6 +86,7 @@ class EvalSession:
         self.plans_seen: list[TestPlan] = []
         self.baselines: Baselines | None = None
         self.unsent: str | None = None  # what the store could not send, for the summary
+        self.store_failure: str | None = None  # why trials stopped: the store cannot be written
         self.pool = Pool()
         self._items: list[pytest.Item] = []
         self._position: dict[str, int] = {}
@@ -320,11 +322,22 @@ class EvalSession:
         if trial is None:
             return None
         threads = trial.case.plan.threads
-        if threads <= 1:
-            trial_life.run(pyfuncitem, trial, self.store, self.session_id)
+        try:
+            if threads <= 1:
+                trial_life.run(pyfuncitem, trial, self.store, self.session_id)
+            else:
+                self.pool.run(pyfuncitem, self._window(pyfuncitem, trial, threads), self._job, threads)
+        except StoreError as error:
+            failure = error
         else:
-            self.pool.run(pyfuncitem, self._window(pyfuncitem, trial, threads), self._job, threads)
-        return True
+            return True
+        self._stop(pyfuncitem, failure)  # outside the except block: one line, not a chain
+
+    def _stop(self, item: pytest.Item, error: StoreError) -> NoReturn:
+        """The store cannot record trials (a full disk, a read-only file): this trial fails with
+        the one line that says why, and no further trial starts, as with -x."""
+        self.store_failure = item.session.shouldfail = str(error)
+        pytest.fail(str(error), pytrace=False)
 
     def _window(self, item: pytest.Function, trial: Trial, threads: int) -> list[pytest.Function]:
         """This trial and the next ones of the same test that this process runs, to run ahead."""
@@ -393,7 +406,13 @@ class EvalSession:
         # cannot leave a scored trial pending.
         trial = item.stash.get(TRIAL_KEY, None)
         if trial is not None:
-            trial_life.clear_marker(item, trial, self.store)
+            try:
+                trial_life.clear_marker(item, trial, self.store)
+            except StoreError as error:
+                failure = error
+            else:
+                return
+            self._stop(item, failure)
 
     # -- the end: reports and the exit status ----------------------------------------------
 
@@ -402,7 +421,10 @@ class EvalSession:
         self.pool.stop()
         if self.worker:
             if self._store is not None:
-                self._store.flush()  # the controller reports what the store holds
+                try:
+                    self._store.flush()  # the controller reports what the store holds
+                except StoreError as error:
+                    notice(self.config, str(error))
                 self._take_store_notices()
             self.config.workeroutput[WORKER_NOTICES] = notices_of(self.config)  # type: ignore[attr-defined]
             return
@@ -410,6 +432,17 @@ class EvalSession:
             self.experiments = self._run_experiments()
         if not self.experiments:
             return
+        try:
+            self._finish(session)
+        except StoreError as error:
+            # The store cannot be read or written any more: say so in one line; what it held
+            # before is intact, and the reports that could be written were.
+            notice(self.config, str(error))
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        self._take_store_notices()
+
+    def _finish(self, session: pytest.Session) -> None:
         self.results = judge_experiments(
             self.store,
             self.experiments,
@@ -431,14 +464,20 @@ class EvalSession:
             )
             self._write_reports(report, step_summary)
         add_suite_properties(self.config, suite_properties(self.results))
+        unrecorded: StoreError | None = None
         for position, result in enumerate(self.results):
-            self.store.record_verdict(
-                result.id, passed(result) and not result.summary.pending, aggregates(result)
-            )
+            try:
+                self.store.record_verdict(
+                    result.id, passed(result) and not result.summary.pending, aggregates(result)
+                )
+            except StoreError as error:
+                unrecorded = error  # only last-passing baselines miss it: the rest goes on
             if report is not None:
                 finished(config=self.config, experiment=report.experiments[position])
-        self.unsent = self.store.flush()
-        self._take_store_notices()
+        if unrecorded is not None and str(unrecorded) != self.store_failure:
+            notice(
+                self.config, f"the verdicts for --eval-baseline=last-passing were not recorded: {unrecorded}"
+            )
         failed = not all(passed(r) for r in self.results)
         # The exit status an uninterrupted run of the whole experiments would have had.
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
@@ -446,23 +485,36 @@ class EvalSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             elif self.resume is not None:
                 session.exitstatus = pytest.ExitCode.OK
+        self.unsent = self.store.flush()
 
     def _take_store_notices(self) -> None:
         for message in self.store.notices():
             notice(self.config, message)
 
     def _write_reports(self, report: Report, step_summary: str | None) -> None:
+        # Each report on its own: one that cannot be written (a full disk) does not keep the
+        # others from being written.
         if self.options.report_path is not None:
-            write_report(report, self.options.report_path)
+            with self._writing("JSON report", self.options.report_path):
+                write_report(report, self.options.report_path)
         if self.options.html_path is not None:
             from pytest_opik_eval.reports.html import write_html
 
-            write_html(report, {e.id: e.items for e in self.experiments}, self.options.html_path)
+            with self._writing("HTML report", self.options.html_path):
+                write_html(report, {e.id: e.items for e in self.experiments}, self.options.html_path)
         if step_summary:
             from pytest_opik_eval.reports.markdown import step_summary as markdown
 
-            with open(step_summary, "a", encoding="utf-8") as file:
-                file.write(markdown(report, self.options.resume_command) + "\n")
+            with self._writing("GitHub step summary", Path(step_summary)):
+                with open(step_summary, "a", encoding="utf-8") as file:
+                    file.write(markdown(report, self.options.resume_command) + "\n")
+
+    @contextlib.contextmanager
+    def _writing(self, what: str, path: Path) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            notice(self.config, f"could not write the {what} {path}: {error.strerror or error}")
 
     def _in_my_shard(self, experiment: ExperimentRecord, trial: TrialRecord) -> bool:
         assert self.options.shard is not None

@@ -41,6 +41,7 @@ class Trial:
     passed: bool | None = None
     reached_happy_path: bool = False
     soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
+    completed_attempt: str | None = None  # the attempt this session completed, if any
 
 
 _Value = TypeVar("_Value")
@@ -78,6 +79,9 @@ def run(
     in a background thread, calling ``task`` (see ``concurrency`` and ``threaded_task``)."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
     case = trial.case
+    # A rerun of the same test case (pytest-rerunfailures, pytest-retry) starts from scratch: it
+    # is a new attempt, which replaces this session's earlier one only if it completes.
+    _forget_attempt(item, trial)
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
     output = _as_output(_call_task(item, task_args(item, trial, item)) if task is None else task())
@@ -109,9 +113,17 @@ def run(
 
 def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
     """Teardown: complete the trial if, and only if, it reached its happy-path line."""
-    if not trial.reached_happy_path or trial.attempt_id is None:
+    if not trial.reached_happy_path or trial.attempt_id in (None, trial.completed_attempt):
         return
-    store.complete_attempt(trial.attempt_id)
+    assert trial.attempt_id is not None
+    if trial.completed_attempt is None:
+        store.complete_attempt(trial.attempt_id)
+    else:
+        # A rerun in this session (pytest-rerunfailures, pytest-retry) that completed: it stands
+        # for the trial, as it does for pytest. Only this session's own earlier attempt is
+        # replaced; one completed by another process first still wins.
+        store.complete_attempt(trial.attempt_id, replaces=trial.completed_attempt)
+    trial.completed_attempt = trial.attempt_id
     if not item.config.hook.pytest_opik_eval_trial_finished.get_hookimpls():
         return  # nobody listens: spare every trial the result and the hook call
     assert trial.experiment_id is not None and trial.output is not None and trial.passed is not None
@@ -127,6 +139,15 @@ def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
             passed=trial.passed,
         ),
     )
+
+
+def _forget_attempt(item: pytest.Function, trial: Trial) -> None:
+    if trial.attempt_id is None:
+        return
+    trial.attempt_id = trial.output = trial.passed = trial.soft_failure = None
+    trial.scores = []
+    trial.reached_happy_path = False
+    item.user_properties[:] = [p for p in item.user_properties if not str(p[0]).startswith("eval.")]
 
 
 def task_args(item: pytest.Function, trial: Trial, shared: pytest.Function) -> dict[str, Any]:

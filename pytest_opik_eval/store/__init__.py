@@ -62,8 +62,11 @@ class Store(Protocol):
 
     def record_scores(self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool) -> None: ...
 
-    def complete_attempt(self, attempt_id: str) -> None:
-        """Clear the pending marker: the attempt reached its happy-path line."""
+    def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
+        """Clear the pending marker: the attempt reached its happy-path line. The first attempt
+        of a trial to complete stands, except that ``replaces`` names an attempt of the same
+        trial completed earlier in this process, which this one replaces: a rerun in the same
+        session (pytest-rerunfailures, pytest-retry). The keyword is passed only for a rerun."""
         ...
 
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:

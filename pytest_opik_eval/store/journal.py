@@ -49,9 +49,20 @@ class Journal:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.unfolded: list[Event] = []
         self.folded_at = time.monotonic()
+        self._size = 0
 
     def append(self, event: Event) -> None:
-        os.write(self._fd, (_encode(event) + "\n").encode())
+        line = (_encode(event) + "\n").encode()
+        try:
+            written = os.write(self._fd, line)
+            while written < len(line):  # a full disk may take part of a line before it fails
+                written += os.write(self._fd, line[written:])
+        except OSError:
+            # No torn line in the middle of the file, which the next line would turn into a
+            # damaged one: the journal ends where it did.
+            os.ftruncate(self._fd, self._size)
+            raise
+        self._size += len(line)
         self.unfolded.append(event)
 
     def due(self) -> bool:
@@ -61,12 +72,15 @@ class Journal:
         """Its events are committed to SQLite: start the file afresh."""
         self.unfolded.clear()
         os.ftruncate(self._fd, 0)  # with O_APPEND, the next line goes to the start again
+        self._size = 0
         self.folded_at = time.monotonic()
 
-    def close(self) -> None:
-        """Only once everything was folded: the file goes, and so does the lock."""
+    def close(self, *, keep: bool = False) -> None:
+        """Once everything was folded the file goes; ``keep`` it when its events could not be
+        folded (a full disk): the next reader folds them. The lock goes either way."""
         os.close(self._fd)
-        self.path.unlink(missing_ok=True)
+        if not keep:
+            self.path.unlink(missing_ok=True)
         _release(self._lock)
 
 

@@ -11,9 +11,11 @@ several processes cannot race. A trial's own writes go first to this process's j
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import gc
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -21,11 +23,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar, cast
+from urllib.parse import quote
 
 from filelock import FileLock
 from pydantic import TypeAdapter
 
-from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError, StoreUnwritable
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.store import journal
 from pytest_opik_eval.store.records import (
@@ -124,12 +127,46 @@ def _locked(method: _Method) -> _Method:
     return cast(_Method, locked)
 
 
+def _writing(method: _Method) -> _Method:
+    """As ``_locked``, for a method that writes: a full disk, a read-only file or folder, or a
+    file size limit become one ``StoreUnwritable`` that names the store and the cause."""
+
+    @functools.wraps(method)
+    def writing(self: LocalStore, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            try:
+                return method(self, *args, **kwargs)
+            except _WRITE_ERRORS as error:
+                raise self.unwritable(error) from error
+
+    return cast(_Method, writing)
+
+
+# What the file system or SQLite raise when a write cannot be made. Any other error is a bug.
+_WRITE_ERRORS = (OSError, sqlite3.OperationalError)
+
+# errno -> (what is wrong, how to fix it)
+_FULL = "free some space on its disk, or point {option} at another disk"
+_READ_ONLY = "make it writable, or point {option} at a writable place"
+_CAUSES = {
+    errno.ENOSPC: ("the disk is full", _FULL),
+    errno.EDQUOT: ("the disk quota is used up", _FULL),
+    errno.EFBIG: (
+        "a file reached this process's file size limit",
+        "raise the limit (ulimit -f), or point {option} at a new file",
+    ),
+    errno.EROFS: ("it is on a read-only file system", _READ_ONLY),
+    errno.EACCES: ("permission denied", _READ_ONLY),
+    errno.EPERM: ("the operation is not permitted (an immutable file?)", _READ_ONLY),
+}
+
+
 def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     """Write a batch of trial events: an attempt started in the batch is one row written once,
     and one applied again (a journal folded twice) keeps what it already had."""
     started: dict[Any, list[Any]] = {}
     later: dict[str, list[Sequence[Any]]] = {"output": [], "scores": []}  # attempts started earlier
-    completed: list[tuple[Any, Any]] = []
+    completed: list[tuple[Any, Any, Any]] = []
     for kind, *params in events:
         attempt_id = params[-1] if kind in later else params[0]
         if kind == "start":
@@ -141,7 +178,9 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
         elif kind in later:
             later[kind].append(params)
         else:  # "complete": journal.Found leaves out what is not one of journal.KINDS
-            completed.append((attempt_id, attempt_id))
+            # [attempt, attempt, the attempt it replaces]: the last is missing in older journals.
+            replaces = params[2] if len(params) > 2 else None
+            completed.append((attempt_id, replaces, attempt_id))
     db.executemany(
         "INSERT INTO attempts (id, trial_id, session_id, started_at, output, scores, passed)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
@@ -151,18 +190,114 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     )
     db.executemany("UPDATE attempts SET output = ? WHERE id = ?", later["output"])
     db.executemany("UPDATE attempts SET scores = ?, passed = ? WHERE id = ?", later["scores"])
-    # The first completion stands: a journal folded twice, or a late attempt, cannot replace it.
+    # The first completion stands: a journal folded twice, or a late attempt of another process
+    # (a killed worker's trial run again), cannot replace it. Only a rerun in the same session
+    # replaces its own earlier attempt, named in its event.
     db.executemany(
-        "UPDATE trials SET completed_attempt = ? WHERE completed_attempt IS NULL"
-        " AND id = (SELECT trial_id FROM attempts WHERE id = ?)",
+        "UPDATE trials SET completed_attempt = ?1"
+        " WHERE (completed_attempt IS NULL OR completed_attempt = ?2)"
+        " AND id = (SELECT trial_id FROM attempts WHERE id = ?3)",
         completed,
     )
+
+
+def _unwritable_errno(path: Path) -> int | None:
+    """Why the store's file or its folder cannot be written, if that is the case: SQLite also
+    makes files beside the store (-wal, -shm), and this plugin its journals."""
+    if path.exists():
+        try:
+            os.close(os.open(path, os.O_WRONLY))
+        except OSError as error:
+            return error.errno
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        try:
+            read_only_disk = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        except (OSError, AttributeError):  # no statvfs on Windows
+            read_only_disk = False
+        return errno.EROFS if read_only_disk else errno.EACCES
+    return None
+
+
+def _read_only_part(path: Path) -> str:
+    if path.exists() and not os.access(path, os.W_OK):
+        if os.access(path.parent, os.W_OK):
+            return "the file"
+    return f"its folder {path.parent}" if path.parent.exists() else f"a folder above {path}"
+
+
+def _file_size_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
 def _read_scores(text: str | None) -> list[ScoreRecord]:
     # Parsed and validated by pydantic-core in one step: 4x quicker than model_construct on
     # json.loads, which counts when the end of a session reads 100,000 trials.
     return _scores_json.validate_json(text) if text else []
+
+
+def _salvage_scores(text: str) -> list[ScoreRecord]:
+    """The scores of a row that does not validate (an earlier version wrote a metric's NaN as
+    null): each score that cannot be read becomes a failed score saying what the store holds."""
+    try:
+        stored = json.loads(text)
+    except ValueError:
+        stored = None
+    if not isinstance(stored, list):
+        return [ScoreRecord(name="?", value=0.0, reason=_unreadable(text), scoring_failed=True)]
+    scores = []
+    for entry in stored:
+        try:
+            scores.append(ScoreRecord.model_validate(entry))
+        except ValueError:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            value = entry.get("value") if isinstance(entry, dict) else entry
+            scores.append(
+                ScoreRecord(
+                    name=name if isinstance(name, str) else "?",
+                    value=0.0,
+                    reason=_unreadable(json.dumps(value)),
+                    scoring_failed=True,
+                )
+            )
+    return scores
+
+
+def _salvage_row(
+    row: Sequence[Any],
+) -> tuple[dict[str, Any] | None, list[ScoreRecord], bool | None, str]:
+    """A trial row's output, scores and verdict, as far as they can be read, and what could not be."""
+    unread = []
+    try:
+        output = json.loads(row[7]) if row[7] is not None else None
+    except ValueError:
+        output = {"output": _unreadable(str(row[7]), "the output")}
+        unread.append(f"output {_short(str(row[7]))}")
+    if not isinstance(output, dict | None):
+        output = {"output": output}
+    try:
+        scores = _read_scores(row[8])
+    except ValueError:
+        scores = _salvage_scores(row[8])
+        unread.append(f"scores {_short(str(row[8]))}")
+    failed = any(s.scoring_failed for s in scores)
+    passed = False if failed else (bool(row[9]) if row[9] is not None else None)
+    return output, scores, passed, "; ".join(unread)
+
+
+def _unreadable(stored: str, what: str = "this score") -> str:
+    return f"the store holds {_short(stored)} for {what}, which cannot be read"
+
+
+def _short(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
 
 
 def _use_wal(db: sqlite3.Connection) -> None:
@@ -187,10 +322,14 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("BEGIN IMMEDIATE")
     try:
         yield
+        db.execute("COMMIT")
     except BaseException:
-        db.execute("ROLLBACK")
+        # A COMMIT that failed (a full disk) may have rolled back already; the error that
+        # counts is the one being raised.
+        if db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
         raise
-    db.execute("COMMIT")
 
 
 @contextlib.contextmanager
@@ -228,6 +367,8 @@ class LocalStore:
         self._journaled = journaled
         self._journal: journal.Journal | None = None
         self._notices: list[str] = []
+        self._reported: set[str] = set()
+        self._immutable = False  # opened read-only, in a read-only folder
         if path.exists() or create:
             self._db = self._open(create)
 
@@ -244,10 +385,27 @@ class LocalStore:
     def _open(self, create: bool) -> sqlite3.Connection | None:
         if self.path.is_dir():
             raise StoreError(f"the eval store {self.path} is a directory; give {self._option} a file path")
+        try:
+            return self._connect(create)
+        except _WRITE_ERRORS as error:
+            if create or os.access(self.path.parent, os.W_OK):
+                raise self.unwritable(error, opening=True) from error
+        # Only reading, in a read-only folder (a store kept as a CI artifact): SQLite cannot make
+        # the -shm file a store in WAL mode needs, so read it as a file nobody changes.
+        self._immutable = True
+        return self._connect(create, uri=f"file:{quote(str(self.path.absolute()))}?immutable=1")
+
+    def _connect(self, create: bool, uri: str | None = None) -> sqlite3.Connection | None:
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._ignore_folder()
-        db = sqlite3.connect(self.path, timeout=_BUSY_TIMEOUT, isolation_level=None, check_same_thread=False)
+        db = sqlite3.connect(
+            uri or self.path,
+            timeout=_BUSY_TIMEOUT,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=bool(uri),
+        )
         try:
             version, app_id = self._read_header(db)
             if version == 0 and app_id != _FOREIGN and create:
@@ -260,7 +418,8 @@ class LocalStore:
             if version == 0:
                 db.close()  # an empty file, only read: leave it as it is
                 return None
-            _use_wal(db)
+            if uri is None:
+                _use_wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
@@ -278,6 +437,8 @@ class LocalStore:
                 " (SELECT count(*) FROM sqlite_master)"
             ).fetchone()
         except sqlite3.DatabaseError as error:
+            if isinstance(error, sqlite3.OperationalError):
+                raise  # it cannot be opened (a read-only folder...), which says nothing of its content
             raise StoreError(
                 f"{self.path} is not a pytest-opik-eval store ({error}); "
                 f"point {self._option} at another file, or move this one away"
@@ -286,6 +447,35 @@ class LocalStore:
             # An SQLite database of someone else's: never write our tables into it.
             app_id = _FOREIGN
         return int(version), int(app_id)
+
+    def unwritable(self, error: BaseException, *, opening: bool = False) -> StoreUnwritable:
+        """One line for a write that failed: the store, the cause, and what to do."""
+        cause, fix = self._cause(error)
+        what = "open" if opening else "write to"
+        return StoreUnwritable(
+            f"cannot {what} the eval store {self.path}: {cause}; "
+            f"{fix.format(option=self._option)} (what was recorded before is kept)"
+        )
+
+    def _cause(self, error: BaseException) -> tuple[str, str]:
+        code = error.errno if isinstance(error, OSError) else None
+        if code is None:
+            # SQLite does not say which system call failed, nor why: find out.
+            name = str(getattr(error, "sqlite_errorname", ""))
+            if name == "SQLITE_FULL":
+                code = errno.ENOSPC
+            else:
+                code = _unwritable_errno(self.path)
+            if code is None and name.startswith("SQLITE_IOERR") and _file_size_limit() is not None:
+                code = errno.EFBIG  # SQLite reports a write past the limit as an I/O error
+        if code in _CAUSES:
+            cause, fix = _CAUSES[code]
+            if code in (errno.EACCES, errno.EPERM, errno.EROFS):
+                cause = f"{_read_only_part(self.path)} is read-only ({cause})"
+            elif code == errno.EFBIG:
+                cause = f"{cause}: {_file_size_limit()} bytes"
+            return cause, fix
+        return f"{error}", "check the disk, or point {option} at another file"
 
     def _check(self, version: int, app_id: int) -> None:
         if version == 0 and app_id != _FOREIGN:
@@ -328,7 +518,7 @@ class LocalStore:
 
     # -- writes --------------------------------------------------------------------------
 
-    @_locked
+    @_writing
     def create_run(
         self,
         run: RunRecord,
@@ -360,7 +550,7 @@ class LocalStore:
                 ],
             )
 
-    @_locked
+    @_writing
     def start_attempt(
         self, trial_id: str, session_id: str, *, attempt_id: str | None = None, outbox: Sequence[Message] = ()
     ) -> str:
@@ -368,82 +558,143 @@ class LocalStore:
         self._record(["start", attempt_id, trial_id, session_id, _now()], outbox)
         return attempt_id
 
-    @_locked
+    @_writing
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
         self._record(["output", _output_json(output), attempt_id], ())
 
-    @_locked
+    @_writing
     def record_scores(
         self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool, *, outbox: Sequence[Message] = ()
     ) -> None:
         text = _scores_json.dump_json(list(scores)).decode()
         self._record(["scores", text, int(passed), attempt_id], outbox)
 
-    @_locked
-    def complete_attempt(self, attempt_id: str, *, outbox: Sequence[Message] = ()) -> None:
-        self._record(["complete", attempt_id, attempt_id], outbox)
+    @_writing
+    def complete_attempt(
+        self, attempt_id: str, *, replaces: str | None = None, outbox: Sequence[Message] = ()
+    ) -> None:
+        self._record(["complete", attempt_id, attempt_id, replaces], outbox)
 
-    @_locked
+    @_writing
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
         self._conn().execute("UPDATE experiments SET verdict = ? WHERE id = ?", (int(passed), experiment_id))
 
     @_locked
     def flush(self) -> None:
-        self._fold(everyone=False)  # so that other processes (an xdist controller) read it all
+        self._fold_or_keep()  # so that other processes (an xdist controller) read it all
 
     def _record(self, event: journal.Event, outbox: Sequence[Message]) -> None:
         if self._journaled:
             assert not outbox, "a store with an outbox is not journaled"
             if self._journal is None:
                 self._conn()  # the file first: a journal is folded into it
+                # Say now, before the first trial runs, that its writes could never be folded.
+                code = _unwritable_errno(self.path)
+                if code is not None:
+                    raise OSError(code, os.strerror(code), str(self.path))
                 self._journal = journal.Journal(journal.folder_of(self.path))
             self._journal.append(event)
             if self._journal.due():
-                self._fold(everyone=False)
+                self._fold_or_keep()
             return
         db = self._conn()
         with _transaction(db):
             _apply(db, [event])
             db.executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox)
 
-    def _fold(self, *, everyone: bool) -> None:
+    def _fold_or_keep(self) -> bool:
+        """Fold this process's journal into the file, or, when the file cannot be written (a full
+        disk), keep its events in the journal, where they are durable, for a later fold."""
+        try:
+            self._fold(everyone=False)
+        except _WRITE_ERRORS as error:
+            self._kept_in_journal(error)
+            return False
+        return True
+
+    def _kept_in_journal(self, error: BaseException) -> None:
+        message = (
+            f"{self.unwritable(error)}; the trial writes not yet in it are kept in "
+            f"{journal.folder_of(self.path)}, and the next pytest or opik-eval command that can "
+            "write the store folds them in"
+        )
+        if message not in self._reported:
+            self._reported.add(message)
+            self._notices.append(message)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Every journal folded in before a read. When the file cannot be written (a full disk),
+        the read still sees the journals' events: they are applied in a transaction that is
+        rolled back after the read, and stay in the journals."""
+        overlaid = self._fold(everyone=True, overlay=True)
+        try:
+            yield
+        finally:
+            if overlaid and self._db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+                self._db.execute("PRAGMA foreign_keys=ON")
+
+    def _fold(self, *, everyone: bool, overlay: bool = False) -> bool:
         """Commit the journal's events to the file; ``everyone``: other processes' too (before
-        a read), deleting the journals of those that died."""
+        a read), deleting the journals of those that died. With ``overlay``, events that cannot
+        be committed are applied in a transaction left open for a read (see ``_reading``):
+        returns whether it is open."""
         own = self._journal
         own_path = own.path if own is not None else None
+        everyone = everyone and not self._immutable  # nothing can be folded into that file
         others = journal.found(journal.folder_of(self.path), own_path) if everyone else []
+        committed = overlaid = False
         try:
             events = [event for other in others for event in other.events()]
             events += own.unfolded if own is not None else []
-            if events:
-                db = self._conn()
-                # A journal whose trials are not in this file (it was deleted and made anew)
-                # must not stop every later read: its attempts are kept, and never read.
-                db.execute("PRAGMA foreign_keys=OFF")
-                try:
-                    with _transaction(db):
-                        _apply(db, events)
-                finally:
-                    db.execute("PRAGMA foreign_keys=ON")
-        except BaseException:
+            committed, overlaid = self._commit(events, overlay) if events else (True, False)
+        finally:
             for other in others:
-                other.done(folded=False)
-            raise
+                other.done(folded=committed)
         for other in others:
-            other.done(folded=True)
-            if other.damaged:
+            if other.damaged and committed:
                 where = other.kept_as if other.dead else other.path
                 self._notices.append(
                     f"{other.damaged} line(s) of the eval store's journal {other.path} could not be "
                     f"read and were left out; its other trial writes are in the store, and the "
                     f"file is kept as {where}"
                 )
-        if own is not None:
+        if own is not None and committed:
             own.folded()
+        return overlaid
+
+    def _commit(self, events: list[journal.Event], overlay: bool) -> tuple[bool, bool]:
+        """(committed, applied in a transaction left open)."""
+        db = self._conn()
+        # A journal whose trials are not in this file (it was deleted and made anew)
+        # must not stop every later read: its attempts are kept, and never read.
+        db.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with _transaction(db):
+                _apply(db, events)
+            return True, False
+        except _WRITE_ERRORS as error:
+            if not overlay:
+                raise
+            self._kept_in_journal(error)
+            try:
+                # Uncommitted changes stay in SQLite's page cache: no disk space needed.
+                db.execute("BEGIN")
+                _apply(db, events)
+            except _WRITE_ERRORS:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                return False, False
+            return False, True
+        finally:
+            if not db.in_transaction:
+                db.execute("PRAGMA foreign_keys=ON")
 
     # -- the outbox of a remote store, and what it knows of remote experiments ----------------
 
-    @_locked
+    @_writing
     def enqueue(self, outbox: Sequence[Message]) -> None:
         self._conn().executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox)
 
@@ -457,11 +708,11 @@ class LocalStore:
         ).fetchall()
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
-    @_locked
+    @_writing
     def outbox_sent(self, ids: Sequence[int]) -> None:
         self._conn().executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
-    @_locked
+    @_writing
     def outbox_refused(self, ids: Sequence[int], error: str) -> None:
         self._conn().executemany("UPDATE outbox SET error = ? WHERE id = ?", [(error, i) for i in ids])
 
@@ -487,7 +738,7 @@ class LocalStore:
         )
         return row is not None
 
-    @_locked
+    @_writing
     def merge_from(self, source: Path) -> int:
         """Copy in the runs of another store (a CI shard's): its trials and attempts join those
         already here, and a trial completed in either is completed. Returns how many runs."""
@@ -516,13 +767,13 @@ class LocalStore:
         row = self._conn().execute("SELECT new FROM renewed_ids WHERE old = ?", (old,)).fetchone()
         return None if row is None else str(row[0])
 
-    @_locked
+    @_writing
     def renew_id(self, old: str, new: str) -> str:
         """Record that the remote object ``old`` is sent as ``new`` from now on."""
         self._conn().execute("INSERT OR REPLACE INTO renewed_ids (old, new) VALUES (?, ?)", (old, new))
         return new
 
-    @_locked
+    @_writing
     def save_remote(self, experiment_id: str, info: str) -> None:
         self._conn().execute(
             "INSERT OR REPLACE INTO remote_experiments (experiment_id, info) VALUES (?, ?)",
@@ -541,16 +792,16 @@ class LocalStore:
     @_locked
     def attempt_ids(self, experiment_id: str) -> set[str]:
         """The ids of every attempt recorded here for the experiment."""
-        self._fold(everyone=True)
-        if self._db is None:
-            return set()
-        rows = self._db.execute(
-            "SELECT a.id FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE t.experiment_id = ?",
-            (experiment_id,),
-        ).fetchall()
+        with self._reading():
+            if self._db is None:
+                return set()
+            rows = self._db.execute(
+                "SELECT a.id FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE t.experiment_id = ?",
+                (experiment_id,),
+            ).fetchall()
         return {str(row[0]) for row in rows}
 
-    @_locked
+    @_writing
     def import_attempt(
         self,
         experiment_id: str,
@@ -605,20 +856,20 @@ class LocalStore:
 
     @_locked
     def runs(self) -> list[RunSummary]:
-        self._fold(everyone=True)
-        if self._db is None:
-            return []
-        rows = self._db.execute(
-            """
-            SELECT r.id, r.created_at,
-                   (SELECT count(*) FROM experiments e WHERE e.run_id = r.id),
-                   count(t.id), count(t.completed_attempt)
-            FROM runs r
-            LEFT JOIN experiments e ON e.run_id = r.id
-            LEFT JOIN trials t ON t.experiment_id = e.id
-            GROUP BY r.id ORDER BY r.created_at DESC, r.id DESC
-            """
-        ).fetchall()
+        with self._reading():
+            if self._db is None:
+                return []
+            rows = self._db.execute(
+                """
+                SELECT r.id, r.created_at,
+                       (SELECT count(*) FROM experiments e WHERE e.run_id = r.id),
+                       count(t.id), count(t.completed_attempt)
+                FROM runs r
+                LEFT JOIN experiments e ON e.run_id = r.id
+                LEFT JOIN trials t ON t.experiment_id = e.id
+                GROUP BY r.id ORDER BY r.created_at DESC, r.id DESC
+                """
+            ).fetchall()
         return [RunSummary(*row) for row in rows]
 
     @_locked
@@ -669,28 +920,42 @@ class LocalStore:
 
     @_locked
     def trials(self, experiment_id: str) -> list[TrialRecord]:
-        self._fold(everyone=True)
-        if self._db is None:
-            return []
-        rows = self._db.execute(
-            """
-            SELECT t.id, t.dataset_item_id, t.trial, t.node_id, t.completed_attempt,
-                   (SELECT count(*) FROM attempts WHERE trial_id = t.id),
-                   a.session_id, a.output, a.scores, a.passed
-            FROM trials t
-            LEFT JOIN attempts a ON a.id = coalesce(
-                t.completed_attempt,
-                (SELECT id FROM attempts WHERE trial_id = t.id ORDER BY id DESC LIMIT 1)
-            )
-            WHERE t.experiment_id = ? ORDER BY t.position
-            """,
-            (experiment_id,),
-        ).fetchall()
+        with self._reading():
+            if self._db is None:
+                return []
+            rows = self._db.execute(
+                """
+                SELECT t.id, t.dataset_item_id, t.trial, t.node_id, t.completed_attempt,
+                       (SELECT count(*) FROM attempts WHERE trial_id = t.id),
+                       a.session_id, a.output, a.scores, a.passed
+                FROM trials t
+                LEFT JOIN attempts a ON a.id = coalesce(
+                    t.completed_attempt,
+                    (SELECT id FROM attempts WHERE trial_id = t.id ORDER BY id DESC LIMIT 1)
+                )
+                WHERE t.experiment_id = ? ORDER BY t.position
+                """,
+                (experiment_id,),
+            ).fetchall()
+        unreadable: list[tuple[str, str]] = []
         with _bulk():
-            return [self._trial_record(experiment_id, row) for row in rows]
+            records = [self._trial_record(experiment_id, row, unreadable) for row in rows]
+        if unreadable:
+            self._report_unreadable(experiment_id, unreadable)
+        return records
 
     @staticmethod
-    def _trial_record(experiment_id: str, row: Sequence[Any]) -> TrialRecord:
+    def _trial_record(
+        experiment_id: str, row: Sequence[Any], unreadable: list[tuple[str, str]]
+    ) -> TrialRecord:
+        try:
+            output = json.loads(row[7]) if row[7] is not None else None
+            scores = _read_scores(row[8])
+            passed = bool(row[9]) if row[9] is not None else None
+        except ValueError:  # pydantic's ValidationError is one
+            # One bad row must not make the whole store unreadable: read what can be read.
+            output, scores, passed, what = _salvage_row(row)
+            unreadable.append((row[3], what))
         return TrialRecord(
             id=row[0],
             experiment_id=experiment_id,
@@ -700,30 +965,42 @@ class LocalStore:
             status="completed" if row[4] else "pending",
             attempts=row[5],
             session_id=row[6],
-            output=json.loads(row[7]) if row[7] is not None else None,
-            scores=_read_scores(row[8]),
+            output=output,
+            scores=scores,
             # A verdict counts only once the trial completed; pending trials have none.
-            passed=bool(row[9]) if row[4] and row[9] is not None else None,
+            passed=passed if row[4] else None,
         )
+
+    def _report_unreadable(self, experiment_id: str, rows: list[tuple[str, str]]) -> None:
+        node_id, error = rows[0]
+        more = f" and {len(rows) - 1} more" if len(rows) > 1 else ""
+        message = (
+            f"the eval store {self.path} holds trial data that could not be read as written: "
+            f"{node_id}{more} of experiment {experiment_id} ({error}); an unreadable score counts as "
+            "a failed score, and the rest of the store is read as usual"
+        )
+        if message not in self._reported:
+            self._reported.add(message)  # read again at the end of a session: said once
+            self._notices.append(message)
 
     @_locked
     def trial_states(self, experiment_id: str) -> list[TrialState]:
-        self._fold(everyone=True)
-        if self._db is None:
-            return []
-        rows = self._db.execute(
-            "SELECT id, dataset_item_id, trial, completed_attempt IS NOT NULL FROM trials"
-            " WHERE experiment_id = ? ORDER BY position",
-            (experiment_id,),
-        ).fetchall()
+        with self._reading():
+            if self._db is None:
+                return []
+            rows = self._db.execute(
+                "SELECT id, dataset_item_id, trial, completed_attempt IS NOT NULL FROM trials"
+                " WHERE experiment_id = ? ORDER BY position",
+                (experiment_id,),
+            ).fetchall()
         with _bulk():
             return [TrialState(row[0], experiment_id, row[1], row[2], bool(row[3])) for row in rows]
 
     @_locked
     def close(self) -> None:
         if self._journal is not None:
-            self._fold(everyone=False)  # if this fails, the journal stays for the next reader
-            self._journal.close()
+            folded = self._fold_or_keep()
+            self._journal.close(keep=not folded)  # kept: the next reader folds it
             self._journal = None
         if self._db is not None:
             self._db.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Written(BaseModel):
@@ -16,7 +16,7 @@ class _Written(BaseModel):
 
 class ScoreRecord(_Written):
     name: str
-    value: float
+    value: float = Field(allow_inf_nan=False)  # JSON has no NaN: it would be written as null
     reason: str | None = None
     scoring_failed: bool = False
 

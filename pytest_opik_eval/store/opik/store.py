@@ -16,6 +16,7 @@ nothing: what could not be sent is sent later, at session end, or by ``opik-eval
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -385,7 +386,9 @@ class OpikStore:
             "project_name": self.settings.project,
         }
 
-    def _trace(self, attempt_id: str, attempt: _Attempt, *, completed: bool) -> Message:
+    def _trace(
+        self, attempt_id: str, attempt: _Attempt, *, completed: bool, replaced_by: str | None = None
+    ) -> Message:
         trial = self._trials[attempt.trial_id]
         metadata: dict[str, Any] = {
             PENDING_KEY: not completed,
@@ -393,6 +396,8 @@ class OpikStore:
             "trial": trial.trial,
             "dataset_item_id": trial.item["id"],
         }
+        if replaced_by is not None:
+            metadata["replaced_by"] = replaced_by  # a rerun in the same session completed instead
         if attempt.errors:
             metadata["scoring_errors"] = attempt.errors
         if completed:
@@ -449,9 +454,16 @@ class OpikStore:
         outbox = [("feedback_scores", json.dumps({"scores": feedback}))] if feedback else []
         self.spool.record_scores(attempt_id, scores, passed, outbox=outbox)
 
-    def complete_attempt(self, attempt_id: str) -> None:
+    def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
         outbox = [self._trace(attempt_id, self._attempts[attempt_id], completed=True)]
-        self.spool.complete_attempt(attempt_id, outbox=outbox)
+        if replaces is not None and replaces in self._attempts:
+            # A rerun in this session replaces the trial's earlier attempt: that trace is sent
+            # again as pending and without its output, so that this plugin and the Opik SDK,
+            # reading the experiment from the server, count the trial's completion once.
+            outbox.append(
+                self._trace(replaces, self._attempts[replaces], completed=False, replaced_by=attempt_id)
+            )
+        self.spool.complete_attempt(attempt_id, replaces=replaces, outbox=outbox)
         self.sender.wake()
 
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
@@ -724,10 +736,7 @@ class OpikStore:
         marker = metadata.get(PENDING_KEY)
         output = attempt.get("output")
         completed = marker is False or (marker is None and output is not None)
-        scores = [
-            ScoreRecord(name=str(s["name"]), value=float(s["value"]), reason=s.get("reason"))
-            for s in attempt.get("feedback_scores") or []
-        ] + [
+        scores = [_feedback_score(s) for s in attempt.get("feedback_scores") or []] + [
             ScoreRecord(name=str(e.get("name")), value=0.0, reason=e.get("error"), scoring_failed=True)
             for e in metadata.get("scoring_errors") or []
             if isinstance(e, dict)
@@ -751,6 +760,21 @@ class OpikStore:
         self.sender.stop(time.monotonic() + self.sync_timeout)
         self.client.close()
         self.spool.close()
+
+
+def _feedback_score(score: Mapping[str, Any]) -> ScoreRecord:
+    """A trace's feedback score as a score record; a value that is not a finite number (another
+    tool wrote it) is a failed score that says what the server holds."""
+    value = score.get("value")
+    name = str(score.get("name"))
+    if isinstance(value, int | float) and math.isfinite(value):
+        return ScoreRecord(name=name, value=float(value), reason=score.get("reason"))
+    return ScoreRecord(
+        name=name,
+        value=0.0,
+        reason=f"the Opik server holds {value!r} for this score, which is not a finite number",
+        scoring_failed=True,
+    )
 
 
 def unsent_line(spool: LocalStore, sync_command: str = SYNC_COMMAND) -> str | None:

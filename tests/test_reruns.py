@@ -1,0 +1,164 @@
+"""Plugins that run a failed test case again in the same session: pytest-rerunfailures (``--reruns``,
+``@pytest.mark.flaky(reruns=N)``) and pytest-retry (``--retries``). The rerun is the trial's attempt
+that counts, as it is pytest's outcome; the store keeps every attempt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Project, items
+from opik_server import OpikTestServer
+
+from pytest_opik_eval.ids import uuid7
+from pytest_opik_eval.store.local import LocalStore
+from pytest_opik_eval.store.records import (
+    DatasetRecord,
+    ExperimentRecord,
+    PlannedTrial,
+    RunRecord,
+    Selection,
+)
+
+# Item b answers wrong on its first attempt only (a flaky model), so its trial fails its threshold,
+# and passes when run again. Item c's first attempt is right.
+FLAKY_ONCE = (
+    "flag = HERE / f\"seen-{item['id']}-{trial}\"\n"
+    "    first = not flag.exists()\n"
+    "    flag.write_text('')\n"
+    "    if item['id'] == 'b' and first: return 'wrong'"
+)
+
+# pytest-retry keeps its settings in module globals that a second pytest run in the same process
+# trips over ("no option named 'filtered_exceptions'"): its runs get a process of their own.
+RERUNNERS = {
+    "rerunfailures": ["-p", "rerunfailures", "--reruns", "1"],
+    "rerunfailures-marker": ["-p", "rerunfailures"],
+    "pytest-retry": ["-p", "pytest_retry.retry_plugin", "--retries", "1"],
+}
+
+
+def _run(project: Project, how: str, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    return project.run_report(*RERUNNERS[how], *args, subprocess=how == "pytest-retry")
+
+
+def _eval_test(project: Project, how: str, behaviour: str = FLAKY_ONCE) -> None:
+    project.dataset(items("a", "b", "c"))
+    test = project.eval_test(behaviour=behaviour)
+    if how == "rerunfailures-marker":
+        test.write_text(
+            test.read_text().replace("def test_qa(", "@pytest.mark.flaky(reruns=1)\ndef test_qa(")
+        )
+
+
+@pytest.mark.parametrize("how", list(RERUNNERS))
+def test_a_rerun_that_passes_replaces_the_failed_attempt(any_backend: Project, how: str) -> None:
+    project = any_backend
+    _eval_test(project, how)
+
+    result, report = _run(project, how, "--eval")
+
+    # pytest says the rerun passed: the eval summary, the report and the exit status agree.
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*3 completed (3 passed, 0 failed), 0 pending*"])
+    assert project.calls() == ["a#0", "b#0", "b#0", "c#0"]
+    trials = {t["dataset_item_id"]: t for t in report["experiments"][0]["trials"]}
+    assert {k: (t["passed"], t["attempts"]) for k, t in trials.items()} == {
+        "a": (True, 1),
+        "b": (True, 2),
+        "c": (True, 1),
+    }
+    assert trials["b"]["output"] == {"output": "b"}
+    assert report["experiments"][0]["summary"]["failed"] == 0
+
+    # Nothing is left to resume, and the resume exits as the run did.
+    resumed, _ = _run(project, how, "--eval-resume=last")
+    assert resumed.ret == 0, resumed.stdout.str()
+    resumed.stdout.fnmatch_lines(["*nothing pending*"])
+    assert project.calls() == []
+
+
+def test_the_opik_server_counts_the_rerun_and_not_the_attempt_it_replaced(
+    opik: OpikTestServer, project: Project
+) -> None:
+    _eval_test(project, "rerunfailures")
+    assert _run(project, "rerunfailures", "--eval")[0].ret == 0
+    assert project.calls() == ["a#0", "b#0", "b#0", "c#0"]
+
+    # One trace per attempt; the replaced one is pending again, without the output the Opik SDK
+    # would count as a completed trial.
+    traces = [t for t in opik.traces.values() if t["metadata"]["dataset_item_id"] == "b"]
+    assert len(traces) == 2
+    completed = [t for t in traces if t["metadata"]["_opik_evaluation_pending"] is False]
+    replaced = [t for t in traces if t["metadata"]["_opik_evaluation_pending"] is True]
+    assert [t["output"] for t in completed] == [{"output": "b"}]
+    assert len(replaced) == 1 and replaced[0].get("output") is None
+    assert replaced[0]["metadata"]["replaced_by"] == completed[0]["id"]
+
+    # Another machine (an empty spool) reads the same verdict from the server.
+    experiment_id = project.last_experiment_id()
+    other = project.path / "elsewhere.db"
+    result = project.run(f"--eval-resume={experiment_id}", f"--eval-store={other}")
+    assert result.ret == 0, result.stdout.str()
+    assert project.calls() == []
+    assert {t.dataset_item_id: t.passed for t in project.trials(experiment_id, store_path=other)} == {
+        "a": True,
+        "b": True,
+        "c": True,
+    }
+
+
+@pytest.mark.parametrize("how", ["rerunfailures", "pytest-retry"])
+def test_a_rerun_that_fails_again_or_crashes_keeps_the_session_failed(project: Project, how: str) -> None:
+    # Item b misses its threshold, then its rerun crashes: the rerun did not complete, so the
+    # attempt that did stands, and the session fails as pytest's outcome says.
+    behaviour = FLAKY_ONCE.replace(
+        "if item['id'] == 'b' and first: return 'wrong'",
+        "if item['id'] == 'b' and first: return 'wrong'\n"
+        "    if item['id'] == 'b': raise RuntimeError('rerun crashed')",
+    )
+    _eval_test(project, how, behaviour)
+
+    result, report = _run(project, how, "--eval")
+
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*3 completed (2 passed, 1 failed), 0 pending*"])
+    b = next(t for t in report["experiments"][0]["trials"] if t["dataset_item_id"] == "b")
+    assert (b["status"], b["passed"], b["attempts"], b["output"]) == (
+        "completed",
+        False,
+        2,
+        {"output": "wrong"},
+    )
+
+
+def test_another_process_completing_first_still_wins_over_a_rerun(tmp_path: Path) -> None:
+    # Two processes ran the same trial (a killed worker's trial run again): the first to complete
+    # stands, even against the other's rerun, which replaces only its own earlier attempt.
+    path = tmp_path / "store.db"
+    first, second = LocalStore(path), LocalStore(path)
+    run = RunRecord(id=uuid7(), created_at="2026-01-01T00:00:00", rootdir="", args=[])
+    experiment = ExperimentRecord(
+        id=uuid7(),
+        run_id=run.id,
+        name="test_qa",
+        test="test_e.py::test_qa",
+        params="",
+        created_at=run.created_at,
+        dataset=DatasetRecord(source="data.jsonl", path=None, version="v"),
+        selection=Selection(),
+        items=[{"id": "a"}],
+    )
+    trial = PlannedTrial(uuid7(), experiment.id, "a", 0, "test_e.py::test_qa[a-t0]")
+    first.create_run(run, [experiment], [trial])
+    earlier = second.start_attempt(trial.id, "session-2")
+    winner = first.start_attempt(trial.id, "session-1")
+    first.complete_attempt(winner)
+    first.close()
+    second.complete_attempt(earlier)
+    rerun = second.start_attempt(trial.id, "session-2")
+    second.complete_attempt(rerun, replaces=earlier)
+    (record,) = second.trials(experiment.id)
+    assert (record.status, record.session_id, record.attempts) == ("completed", "session-1", 3)
+    second.close()

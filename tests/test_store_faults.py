@@ -1,0 +1,232 @@
+"""A store that cannot be written: a full disk, a file size limit, a read-only store file, a store
+in a read-only folder. Each is one line naming the store and the cause; what was recorded before
+stays intact, and the reports that can still be written are.
+
+The faults are real, not mocked: a full disk is a 1 MB tmpfs mounted in a private mount namespace
+(``unshare``: the test is skipped where user namespaces are not allowed); a file size limit is
+``RLIMIT_FSIZE``, set by the task in a pytest subprocess; a read-only store is a file or folder
+without write permission, with the inner pytest run as an unprivileged user (when the tests run as
+root, which file modes do not stop, in a user namespace that maps the files' owner to another user).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import Project, items
+
+PAD = "x" * 20_000  # a task output big enough that appending it to the journal needs disk space
+
+# Fills the small tmpfs the store is on, once. Never more than 2 MB: run anywhere else by
+# mistake, it must not fill a real disk.
+FILL_DISK = """
+import os
+
+def fill(folder):
+    if (HERE / "filled").exists():
+        return
+    (HERE / "filled").write_text("")
+    disk = os.statvfs(folder)
+    assert disk.f_blocks * disk.f_frsize <= 2**21, "not the test's small tmpfs"
+    with open(folder / "filler", "wb", buffering=0) as file:
+        try:
+            for _ in range(2**21 // 4096):
+                file.write(b"x" * 4096)
+        except OSError:
+            pass  # full
+"""
+
+
+def _usable(*command: str) -> bool:
+    try:
+        return subprocess.run(command, capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@functools.cache
+def _can_mount_tmpfs(where: str) -> bool:
+    return _usable("unshare", "--user", "--map-root-user", "--mount", "mount", "-t", "tmpfs", "tmpfs", where)
+
+
+@functools.cache
+def _unprivileged_prefix() -> list[str] | None:
+    """How to run a command as a user that file modes apply to, or None if there is none."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["unshare", "--user", "--map-user=1000", "--map-group=1000"]
+    return prefix if _usable(*prefix, "true") else None
+
+
+def _pytest(*args: str) -> str:
+    return shlex.join([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args])
+
+
+def test_a_full_disk_stops_the_trials_with_one_line_and_keeps_what_was_recorded(
+    project: Project, tmp_path: Path
+) -> None:
+    if not _can_mount_tmpfs(str(tmp_path)):
+        pytest.skip("a tmpfs cannot be mounted in a user namespace here (unshare --user --mount)")
+    project.dataset(items("a", "b", "c", "d", "e", "f"))
+    # Item c's task fills the disk the store is on; every output needs new space in the journal.
+    project.eval_test(
+        imports=FILL_DISK,
+        behaviour=f"if item['id'] == 'c': fill(HERE / '.opik-eval')\n    return item['input']['text'] + '{PAD}'",
+        metrics="[]",
+    )
+    (project.path / ".opik-eval").mkdir()
+    report = project.path / "report.json"
+    # The tmpfs lives as long as the namespace: the store is copied out before it goes.
+    script = (
+        "mount -t tmpfs -o size=1m tmpfs .opik-eval && "
+        f"{_pytest('--eval', f'--eval-report={report}')}; status=$?; "
+        "rm .opik-eval/filler; cp -a .opik-eval saved; exit $status"
+    )
+    result = project.pytester.run("unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script)
+
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 1, output
+    store = project.path / ".opik-eval" / "store.db"
+    line = (
+        f"cannot write to the eval store {store}: the disk is full; free some space on its disk, or point "
+        "--eval-store at another disk (what was recorded before is kept)"
+    )
+    assert line in output
+    assert "Traceback" not in output and "INTERNALERROR" not in output and "sqlite3" not in output
+    result.stdout.fnmatch_lines(["*1 failed, 2 passed*"])
+    assert project.calls() == ["a#0", "b#0", "c#0"]  # no trial starts after the store failed
+    # The report was written (to another disk), with what was recorded before the disk filled.
+    trials = {t["dataset_item_id"]: t["status"] for t in _strict_json(report)["experiments"][0]["trials"]}
+    assert trials == {
+        "a": "completed",
+        "b": "completed",
+        "c": "pending",
+        "d": "pending",
+        "e": "pending",
+        "f": "pending",
+    }
+
+    # Nothing recorded was lost: with space again, a resume finishes the rest.
+    saved = project.path / "saved" / "store.db"
+    recorded = project.trials(store_path=saved)
+    assert {t.dataset_item_id for t in recorded if t.status == "completed"} == {"a", "b"}
+    resumed = project.run("--eval-resume=last", f"--eval-store={saved}")
+    assert resumed.ret == 0, resumed.stdout.str()
+    assert project.calls() == ["c#0", "d#0", "e#0", "f#0"]
+
+
+def _strict_json(path: Path) -> dict[str, object]:
+    import json
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    assert isinstance(data, dict)
+    return data
+
+
+# Sets the file size limit of the pytest process (a subprocess), once.
+LIMIT_ONCE = """
+import resource
+
+def limit():
+    if (HERE / "limited").exists():
+        return False
+    (HERE / "limited").write_text("")
+    resource.setrlimit(resource.RLIMIT_FSIZE, (8_000, resource.RLIM_INFINITY))
+    return True
+"""
+
+
+def test_a_file_size_limit_is_one_line_and_the_reports_that_fit_are_written(project: Project) -> None:
+    # RLIMIT_FSIZE: writes past it fail with EFBIG, as a full disk fails with ENOSPC (and SQLite
+    # says only "disk I/O error").
+    project.dataset(items("a", "b", "c", "d"))
+    project.eval_test(
+        imports=LIMIT_ONCE,
+        behaviour=f"if item['id'] == 'c' and limit(): return item['input']['text'] + '{PAD}'",
+    )
+    html = project.path / "report.html"
+    result, report = project.run_report("--eval", f"--eval-html={html}", subprocess=True)
+
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == 1, output
+    store = project.store_path
+    result.stdout.fnmatch_lines(
+        [
+            f"*cannot write to the eval store {store}: a file reached this process's file size limit"
+            ": 8000 bytes; raise the limit (ulimit -f), or point --eval-store at a new file (what was recorded "
+            "before is kept)*",
+            "*1 failed, 2 passed*",
+        ]
+    )
+    assert "Traceback" not in output and "INTERNALERROR" not in output
+    assert project.calls() == ["a#0", "b#0", "c#0"]
+    # The JSON report fits under the limit; the HTML report does not, and one line says so.
+    assert [t["status"] for t in report["experiments"][0]["trials"]] == [
+        "completed",
+        "completed",
+        "pending",
+        "pending",
+    ]
+    result.stdout.fnmatch_lines([f"*could not write the HTML report {html}: File too large*"])
+    # The store is intact: a resume without the limit finishes the rest.
+    resumed = project.pytester.runpytest_subprocess("--eval-resume=last")
+    assert resumed.ret == 0, resumed.stdout.str()
+    assert project.calls() == ["c#0", "d#0"]
+    assert project.completed() == {("a", 0), ("b", 0), ("c", 0), ("d", 0)}
+
+
+@pytest.mark.parametrize("read_only", ["file", "folder"])
+def test_a_read_only_store_is_one_line_and_stays_readable(project: Project, read_only: str) -> None:
+    prefix = _unprivileged_prefix()
+    if prefix is None:
+        pytest.skip("no way to run pytest as a user that file modes apply to (unshare --user)")
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    project.fail("b")
+    assert project.run("--eval").ret == 1  # b stays pending
+    project.calls()
+    project.repair()
+    store = project.store_path
+    made_read_only = store if read_only == "file" else store.parent
+    made_read_only.chmod(0o444 if read_only == "file" else 0o555)
+    where = "the file" if read_only == "file" else f"its folder {store.parent}"
+    try:
+        # A new run cannot start; the message names the store and the cause, not "not a store".
+        fresh = project.pytester.run(*prefix, "sh", "-c", _pytest("--eval"))
+        fresh_output = fresh.stdout.str() + fresh.stderr.str()
+        assert fresh.ret == pytest.ExitCode.USAGE_ERROR, fresh_output
+        assert f"the eval store {store}: {where} is read-only (permission denied)" in fresh_output
+        assert "make it writable, or point --eval-store at a writable place" in fresh_output
+        assert "not a pytest-opik-eval store" not in fresh_output and "Traceback" not in fresh_output
+
+        # A resume stops at its first trial, before the task runs.
+        resumed = project.pytester.run(*prefix, "sh", "-c", _pytest("--eval-resume=last"))
+        output = resumed.stdout.str() + resumed.stderr.str()
+        assert resumed.ret == 1, output
+        assert (
+            f"cannot write to the eval store {store}: {where} is read-only (permission denied); make it "
+            "writable, or point --eval-store at a writable place (what was recorded before is kept)"
+        ) in output
+        assert "Traceback" not in output and "During handling" not in output and "INTERNALERROR" not in output
+        assert project.calls() == []
+
+        # Reading it works as before.
+        cli = "import sys; from pytest_opik_eval.cli import main; sys.exit(main())"
+        shown = project.pytester.run(*prefix, sys.executable, "-c", cli, "show", "last")
+        assert shown.ret == 0, shown.stderr.str()
+        shown.stdout.fnmatch_lines(["*a * 0  completed yes*", "*b * 0  pending*"])
+    finally:
+        made_read_only.chmod(0o644 if read_only == "file" else 0o755)
+
+    finished = project.run("--eval-resume=last")
+    assert finished.ret == 0, finished.stdout.str()
+    assert project.completed() == {("a", 0), ("b", 0)}
