@@ -339,3 +339,63 @@ def test_cli_show_diff_and_html(project: Project, capsys: pytest.CaptureFixture[
 
     assert opik_eval([*store, "report", second, "--html", str(project.path / "r.html")]) == 0
     assert "test_qa" in (project.path / "r.html").read_text()
+
+
+# -- the last line states the verdict that decides the exit status ----------------------------
+
+
+def last_line(result: pytest.RunResult) -> str:
+    return next(line for line in reversed(result.outlines) if line.strip())
+
+
+RED = "\x1b[31m"
+
+
+def test_the_last_line_states_a_failed_gate_in_red(project: Project) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.eval_test(behaviour="if item['id'] == 'c': return 'wrong'")
+    result = project.run("--eval", "--eval-soft", "--eval-fail-under=equals_metric=0.9", "--color=yes")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    line = last_line(result)
+    assert line.startswith(RED), repr(line)  # the line's colour, as pytest's for a failed test
+    plain = project.run("--eval", "--eval-soft", "--eval-fail-under=equals_metric=0.9")
+    assert plain.ret == pytest.ExitCode.TESTS_FAILED
+    plain.stdout.fnmatch_lines(["*= 2 passed, 1 soft-failed, 1 eval gate not met in *"])
+    plain.assert_outcomes(passed=2)  # tools that read the line count no failed test
+
+
+def test_the_last_line_states_pending_trials_that_fail_the_gates(project: Project) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.eval_test()
+    project.fail("c")
+    result = project.run("--eval", "--eval-min-pass-rate=0.5", "--deselect=test_eval.py::test_qa[b-t0]")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # The crash is a failed test; the pending trial and the gate it fails are the eval's verdict.
+    assert last_line(result).startswith(
+        "="
+    ) and "1 failed, 1 passed, 1 deselected, 1 eval gate not met" in last_line(result)
+    assert "1 eval trial pending" in last_line(result)
+
+
+def test_the_last_line_of_a_resume_states_failures_of_earlier_sessions(project: Project) -> None:
+    project.dataset(items("good", "bad", "crash"))
+    project.eval_test(behaviour="if item['id'] == 'bad': return 'wrong'")
+    project.fail("crash")
+    project.run("--eval").assert_outcomes(passed=1, failed=2)
+    project.repair()
+
+    result = project.run("--eval-resume=last", "--color=yes")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert last_line(result).startswith(RED), repr(last_line(result))
+    result = project.run("--eval-resume=last")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*= 3 deselected, 1 eval trial failed earlier in *"])
+
+
+def test_the_last_line_is_pytests_own_when_the_eval_verdict_passes(project: Project) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    result = project.run("--eval", "--eval-fail-under=equals_metric=0.9", "--color=yes")
+    assert result.ret == pytest.ExitCode.OK
+    assert not last_line(result).startswith(RED)
+    assert "eval" not in last_line(result)

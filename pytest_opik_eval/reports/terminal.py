@@ -64,6 +64,29 @@ def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
     return [_gate_line(e, gate) for e in experiments for gate in e.gates]
 
 
+def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
+    """What the eval verdict adds to pytest's last line ("1 passed, 1 eval gate not met in 0.2s"):
+    the reasons, other than this session's test outcomes, why the session fails. Each key reads
+    after its count, and starts with "eval" so that no tool parsing the line ("N failed") counts
+    it as a test outcome."""
+    unmet = sum(1 for e in experiments for gate in e.gates if not gate.met)
+    earlier = sum(
+        1
+        for e in experiments
+        if not _is_soft(e)
+        for t in e.trials
+        if t.passed is False and not e.ran_this_session(t)
+    )
+    # Pending trials fail only the gates of their experiment; without a gate they decide nothing.
+    pending = sum(e.summary.pending for e in experiments if not e.gates_met)
+    counts = {
+        f"eval gate{'s' if unmet > 1 else ''} not met": unmet,
+        f"eval trial{'s' if earlier > 1 else ''} failed earlier": earlier,
+        f"eval trial{'s' if pending > 1 else ''} pending": pending,
+    }
+    return {key: count for key, count in counts.items() if count}
+
+
 def _gate_line(experiment: ExperimentResult, gate: GateVerdict) -> str:
     what = gate.kind if gate.metric is None else f"{gate.kind} {gate.metric}"
     return f"{'met' if gate.met else 'NOT MET'}: {experiment.name}: {what}: {gate.detail}"
