@@ -190,7 +190,8 @@ def test_baseline_regressions_and_fixes(project: Project) -> None:
     first = project.run("--eval", "--eval-soft", "--eval-min-pass-rate=0.5", "--eval-baseline=last-passing")
     first.stdout.fnmatch_lines(
         [
-            "  baseline: no earlier experiment of test_eval.py::test_qa met its gates with nothing pending; comparison skipped"
+            "  baseline: no earlier experiment of test_eval.py::test_qa that planned every trial of its"
+            " 3 selected item(s) met its gates with nothing pending; comparison skipped"
         ]
     )
     assert first.ret == pytest.ExitCode.OK  # a first run is not blocked
@@ -237,6 +238,69 @@ def test_last_passing_skips_experiments_that_failed_or_left_trials_pending(proje
     project.run("--eval")  # pending trial: not a baseline
     result = project.run("--eval", "--eval-baseline=last-passing")
     result.stdout.fnmatch_lines([f"  baseline test_qa (experiment {good}):"])
+
+
+def test_last_passing_skips_runs_that_covered_part_of_the_selection(project: Project) -> None:
+    project.dataset(items("alpha", "beta", "gamma", "delta"))
+    project.eval_test(behaviour="if item['id'] == 'delta': return 'wrong'")
+    soft = ["--eval", "--eval-soft", "--eval-min-pass-rate=0.5"]
+    project.run(*soft).assert_outcomes(passed=3)
+    full = project.last_experiment_id()
+    project.run(*soft, "-k", "alpha or beta").assert_outcomes(passed=2, deselected=2)  # mean 1.0
+    partial = project.last_experiment_id()
+
+    gated = [*soft, "--eval-baseline=last-passing", "--eval-max-regression=equals_metric=0.1"]
+    result, report = project.run_report(*gated)
+    # The -k run passed over 2 items, with a mean of 1.0: against it, the same scores (0.75 over
+    # all 4) would fail the gate with no regression listed.
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            f"  baseline test_qa (experiment {full}):",
+            "    compared over the 4 item(s) both planned",
+            "    equals_metric             0.750 ->  0.750 (+0.000)",
+            "    regressions (0): none",
+        ]
+    )
+    baseline = report["experiments"][0]["baseline"]
+    assert (baseline["experiment_id"], baseline["shared_items"]) == (full, 4)
+
+    # Given explicitly, a partial baseline is compared over the items both planned.
+    result, report = project.run_report(
+        *soft, f"--eval-baseline={partial}", "--eval-max-regression=equals_metric=0.1"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            f"  baseline test_qa (experiment {partial}):",
+            "    compared over the 2 item(s) both planned",
+            "    only in this experiment (2): gamma, delta",
+            "    equals_metric             1.000 ->  1.000 (+0.000)",
+            "met: test_qa: max_regression equals_metric: mean changed by +0.000 from the baseline"
+            " (at most -0.1 allowed), over the 2 item(s) both planned",
+        ]
+    )
+    baseline = report["experiments"][0]["baseline"]
+    assert (baseline["shared_items"], baseline["only_in_current"], baseline["only_in_baseline"]) == (
+        2,
+        ["gamma", "delta"],
+        [],
+    )
+
+
+def test_last_passing_needs_a_run_of_every_selected_item(project: Project) -> None:
+    project.dataset(items("alpha", "beta"))
+    test = project.eval_test("filter='id = \"alpha\"',")
+    project.run("--eval").assert_outcomes(passed=1)
+    test.write_text(test.read_text().replace("filter='id = \"alpha\"',", ""))
+    result = project.run("--eval", "--eval-baseline=last-passing")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "  baseline: no earlier experiment of test_eval.py::test_qa that planned every trial of its"
+            " 2 selected item(s) met its gates with nothing pending; comparison skipped"
+        ]
+    )
 
 
 def test_an_unknown_baseline_is_a_usage_error_before_anything_runs(project: Project) -> None:

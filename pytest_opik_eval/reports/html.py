@@ -198,8 +198,11 @@ def _baseline_html(e: ExperimentReport) -> str:
     return f"""<div class="panel baseline"><h3>Baseline</h3>
 <p class="meta">{escape(b.name)} &middot; experiment {_code(b.experiment_id)}
  &middot; run {_code(b.run_id)}</p>
+<p class="shared-items">compared over the {b.shared_items:,} item(s) both planned</p>
 <table><thead><tr><th>metric</th><th>baseline</th><th>current</th><th>delta</th></tr></thead>
 <tbody>{rows}</tbody></table>
+{_id_list("only-current", "Only in this experiment", b.only_in_current) if b.only_in_current else ""}
+{_id_list("only-baseline", "Only in the baseline", b.only_in_baseline) if b.only_in_baseline else ""}
 {_id_list("regressions", "Regressions (passed in the baseline, fail now)", b.regressions)}
 {_id_list("fixes", "Fixes (failed in the baseline, pass now)", b.fixes)}
 </div>"""

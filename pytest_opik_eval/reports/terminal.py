@@ -131,6 +131,13 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
     if baseline is None:
         return []
     lines = [f"  baseline {baseline.name} (experiment {baseline.experiment_id}):"]
+    only_here, only_there = baseline.only_in_current, baseline.only_in_baseline
+    # Means over different item sets would not compare: both are over the items both planned.
+    lines.append(f"    compared over the {baseline.shared_items} item(s) both planned")
+    if only_here:
+        lines.append(f"    only in this experiment ({len(only_here)}): {_ids(only_here)}")
+    if only_there:
+        lines.append(f"    only in the baseline ({len(only_there)}): {_ids(only_there)}")
     for name, change in baseline.metrics.items():
         delta = "" if change.delta is None else f" ({change.delta:+.3f})"
         lines.append(
