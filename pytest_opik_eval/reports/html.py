@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.model import ExperimentReport, Report
 
 # experiment id -> that experiment's dataset items (dicts with "id", "input", "expected_output", ...)
@@ -59,16 +58,7 @@ def render_html(report: Report, items: Items) -> str:
 
 
 def write_html(report: Report, items: Items, path: Path) -> None:
-    """Write atomically, as the JSON report is: a reader (or a crash) never sees half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(render_html(report, items))
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    write_atomically(path, render_html(report, items))
 
 
 def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
