@@ -412,7 +412,8 @@ class EvalSession:
         if self.options.html_path is not None:
             from pytest_opik_eval.reports.html import write_html
 
-            write_html(report, {e.id: e.items for e in self.experiments}, self.options.html_path)
+            items = {e.id: e.items for e in self.experiments}
+            write_html(report, items, self.options.html_path, self.options.resume_command)
         if step_summary:
             from pytest_opik_eval.reports.markdown import step_summary as markdown
 
