@@ -414,7 +414,9 @@ def test_pending_trials_show_their_count_missing_scores_and_the_resume_command(p
     experiment_id = project.last_experiment_id()
     html = (project.path / "report.html").read_text()
     # Not "no gates" and 100% as if finished: how many are pending, over what the rate is.
-    assert '<h2>test_qa <span class="badge wait">1 pending</span> <span class="badge neutral">no gates' in html
+    assert (
+        '<h2>test_qa <span class="badge wait">1 pending</span> <span class="badge neutral">no gates' in html
+    )
     assert "pass rate 100.0% of the 2 completed" in html
     assert "<h3>Pending: 1 of 3 trials</h3>" in html
     assert '<tr data-metric="equals_metric"><td>equals_metric</td><td>2</td><td>1</td></tr>' in html

@@ -12,7 +12,7 @@ import pytest
 from conftest import Project, items
 
 from pytest_opik_eval.cli import main as opik_eval
-from pytest_opik_eval.reports.model import Report, json_schema
+from pytest_opik_eval.reports.model import SCHEMA_VERSION, Report, json_schema
 
 SCHEMA = Path(__file__).parent.parent / "schema" / "eval-report.schema.json"
 
@@ -188,3 +188,13 @@ def test_reports_are_written_with_the_users_umask(
     new = 0o666 & ~umask  # what any new file gets: tempfile's private 0600 would hide the report
     assert modes == {"report.json": new, "report.html": new, "export.json": new, "kept.html": 0o640}
     assert "<!DOCTYPE html>" in kept.read_text()  # replaced whole, keeping its mode
+
+
+def test_the_readmes_json_example_has_the_current_schema_version() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## The JSON report") :]
+    example = json.loads(
+        section[section.index("```json\n") + 8 : section.index("```", section.index("```json") + 7)]
+    )
+    assert example["schema_version"] == SCHEMA_VERSION
+    Report.model_validate(example, strict=False)  # every field it shows is the report's

@@ -1,6 +1,8 @@
 """The eval summary as text: one compact section per experiment, then the gate verdicts.
 
-It stays within 80 columns whatever the number of metrics: one row per metric, long names cut.
+The metric table stays within 80 columns whatever the number of metrics (one row per metric, long
+names cut); lines that carry ids, a gate's detail or a command are not wrapped, so that they can be
+copied whole.
 """
 
 from __future__ import annotations
