@@ -115,7 +115,10 @@ class EvalSession:
 
             line = f"eval backend: {read_settings().describe()}; spool {self.options.store_path}"
         else:
-            line = f"eval store: {self.options.store_path} (from {self.options.store_source})"
+            source = self.options.store_source
+            # The default follows pytest's rootdir (like .pytest_cache), not the working directory.
+            where = "default: under the rootdir" if source == "default" else f"from {source}"
+            line = f"eval store: {self.options.store_path} ({where})"
         if self.resume is not None:
             line += f"; resuming {self.resume.requested} (run {self.resume.run.id})"
         return [line]
