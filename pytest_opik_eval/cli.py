@@ -23,6 +23,7 @@ from pytest_opik_eval.options import (
     rate,
     seconds,
 )
+from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.results import ExperimentResult
@@ -299,9 +300,7 @@ def _export(store: Store, args: argparse.Namespace) -> int:
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
     text = report.model_dump_json(indent=2) + "\n"
     if args.output:
-        output = Path(args.output)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+        write_atomically(Path(args.output), text)
     else:
         sys.stdout.write(text)
     return 0

@@ -7,8 +7,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from pytest_opik_eval.marker import EvalSpec
-from pytest_opik_eval.reports.model import BaselineComparison, GateKind, GateVerdict, MetricDelta
-from pytest_opik_eval.results import ExperimentResult
+from pytest_opik_eval.reports.model import (
+    BaselineComparison,
+    ExperimentSummary,
+    GateKind,
+    GateVerdict,
+    MetricDelta,
+)
+from pytest_opik_eval.results import ExperimentResult, summarize
 from pytest_opik_eval.scoring import Scorer
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store.records import GateSettings
@@ -102,11 +108,15 @@ def evaluate_gates(
             change = result.baseline.metrics.get(metric)
             value = change.delta if change is not None else None
             met = value is not None and value >= -delta and not summary.pending
-            detail = (
-                f"mean changed by {_signed(value)} from the baseline (at most -{delta:g} allowed)"
-                if value is not None
-                else f"{metric} has no mean in this experiment or its baseline"
-            )
+            compared = result.baseline.shared_items
+            if not compared:
+                detail = "the baseline has no item in common with this experiment"
+            elif value is None:
+                detail = f"{metric} has no mean in this experiment or its baseline"
+            else:
+                detail = f"mean changed by {_signed(value)} from the baseline (at most -{delta:g} allowed)"
+                if result.baseline.only_in_current or result.baseline.only_in_baseline:
+                    detail += f", over the {compared} item(s) both planned"
             verdicts.append(_verdict("max_regression", metric, value, -delta, met, detail + pending_note))
     if summary.pending and not verdicts and settings.has_gates():
         verdicts.append(_verdict("pending", None, None, None, False, pending_note.lstrip("; ")))
@@ -114,27 +124,42 @@ def evaluate_gates(
 
 
 def compare(current: ExperimentResult, baseline: ExperimentResult) -> BaselineComparison:
-    """Per metric the baseline mean, the current mean and their difference; the items that
-    passed in the baseline and fail now (regressions) and the reverse (fixes), by item id."""
+    """The two experiments over the items both planned, paired by item id (a baseline made with
+    ``-k``, or with a narrower selection, covers fewer): per metric the baseline mean, the current
+    mean and their difference, both over those items only; the items that passed in the baseline
+    and fail now (regressions) and the reverse (fixes); and the items only one of them planned."""
+    before_items = {i.dataset_item_id: i.verdict for i in baseline.items}
+    now_items = {i.dataset_item_id: i.verdict for i in current.items}
+    shared = [item for item in now_items if item in before_items]
+    before_summary = _summary_over(baseline, shared, len(before_items))
+    now_summary = _summary_over(current, shared, len(now_items))
     metrics = {}
-    for name in dict.fromkeys([*baseline.summary.metrics, *current.summary.metrics]):
-        before = baseline.summary.metrics.get(name)
-        now = current.summary.metrics.get(name)
+    for name in dict.fromkeys([*before_summary.metrics, *now_summary.metrics]):
+        before = before_summary.metrics.get(name)
+        now = now_summary.metrics.get(name)
         before_mean = before.mean if before is not None else None
         now_mean = now.mean if now is not None else None
         delta = now_mean - before_mean if now_mean is not None and before_mean is not None else None
         metrics[name] = MetricDelta(baseline_mean=before_mean, current_mean=now_mean, delta=delta)
-    before_items = {i.dataset_item_id: i.verdict for i in baseline.items}
-    now_items = {i.dataset_item_id: i.verdict for i in current.items}
-    shared = [item for item in now_items if item in before_items]
     return BaselineComparison(
         experiment_id=baseline.id,
         run_id=baseline.run_id,
         name=baseline.name,
         metrics=metrics,
+        shared_items=len(shared),
+        only_in_current=[i for i in now_items if i not in before_items],
+        only_in_baseline=[i for i in before_items if i not in now_items],
         regressions=[i for i in shared if before_items[i] == "passed" and now_items[i] == "failed"],
         fixes=[i for i in shared if before_items[i] == "failed" and now_items[i] == "passed"],
     )
+
+
+def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> ExperimentSummary:
+    if len(items) == planned:
+        return result.summary  # every item of the experiment is compared
+    kept = set(items)
+    trials = [t for t in result.trials if t.dataset_item_id in kept]
+    return summarize(trials, result.settings.thresholds)
 
 
 def _verdict(

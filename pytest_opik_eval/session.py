@@ -47,7 +47,7 @@ from pytest_opik_eval.plugin import MARKER
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
 from pytest_opik_eval.reports.model import Report
-from pytest_opik_eval.reports.terminal import gate_lines, summary_lines
+from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
 from pytest_opik_eval.results import ExperimentResult
 from pytest_opik_eval.resume import ResumeTarget, changes_since, load_target
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
@@ -127,7 +127,10 @@ class EvalSession:
 
             line = f"eval backend: {read_settings().describe()}; spool {self.options.store_path}"
         else:
-            line = f"eval store: {self.options.store_path} (from {self.options.store_source})"
+            source = self.options.store_source
+            # The default follows pytest's rootdir (like .pytest_cache), not the working directory.
+            where = "default: under the rootdir" if source == "default" else f"from {source}"
+            line = f"eval store: {self.options.store_path} ({where})"
         if self.resume is not None:
             line += f"; resuming {self.resume.requested} (run {self.resume.run.id})"
         return [line]
@@ -501,7 +504,8 @@ class EvalSession:
             from pytest_opik_eval.reports.html import write_html
 
             with self._writing("HTML report", self.options.html_path):
-                write_html(report, {e.id: e.items for e in self.experiments}, self.options.html_path)
+                items = {e.id: e.items for e in self.experiments}
+                write_html(report, items, self.options.html_path, self.options.resume_command)
         if step_summary:
             from pytest_opik_eval.reports.markdown import step_summary as markdown
 
@@ -560,9 +564,36 @@ class EvalSession:
             for line in gates:
                 terminalreporter.line(line, red=line.startswith("NOT MET"), green=line.startswith("met"))
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
+    def pytest_terminal_summary_verdict(self, terminalreporter: pytest.TerminalReporter) -> Generator[None]:
+        # pytest's last line ("1 passed in 0.2s") counts test outcomes; when the eval verdict fails
+        # the session (a gate, a trial that failed in an earlier session), that line must say so,
+        # in red, rather than "1 passed" in green with the reason far above. Its parts are the
+        # reporter's stats, so the verdict goes there: in the outermost wrapper (tryfirst), after
+        # pytest's short test summary, which lists every entry of "failed". (pytest reads only
+        # methods named pytest_*: hence this name, and specname.)
+        try:
+            return (yield)
+        finally:
+            if self.results and not all(passed(r) for r in self.results):
+                stats = terminalreporter.stats
+                for key, count in verdict_counts(self.results).items():
+                    stats.setdefault(key, []).extend(_VerdictPart() for _ in range(count))
+                # pytest colours the line red when "failed" is among the stats; this entry is not
+                # counted as a failed test (the protocol pytest's own reports follow).
+                stats.setdefault("failed", []).append(_VerdictPart(counted=False))
+
     def pytest_unconfigure(self) -> None:
         if self._store is not None:
             self._store.close()
+
+
+class _VerdictPart:
+    """An entry of the terminal reporter's stats for the eval verdict: pytest's last line shows
+    how many there are under their key."""
+
+    def __init__(self, *, counted: bool = True) -> None:
+        self.count_towards_summary = counted
 
 
 def _prune_own_args(metafunc: pytest.Metafunc) -> None:

@@ -30,8 +30,11 @@ class Baselines:
             return None, None
         test = experiment.test + (f"[{experiment.params}]" if experiment.params else "")
         if self.requested == LAST_PASSING:
-            found = self.store.last_passing(experiment.test, experiment.params, before=experiment.id)
-            note = f"no earlier experiment of {test} met its gates with nothing pending; comparison skipped"
+            found = self._last_passing_covering(experiment)
+            note = (
+                f"no earlier experiment of {test} that planned every trial of its {len(experiment.items)}"
+                " selected item(s) met its gates with nothing pending; comparison skipped"
+            )
             return found, None if found else note
         if len(self._given) == 1 and self._given[0].id == self.requested:
             return self._given[0], None
@@ -39,6 +42,22 @@ class Baselines:
             if (candidate.test, candidate.params) == (experiment.test, experiment.params):
                 return candidate, None
         return None, f"run {self.requested} has no experiment of {test}; comparison skipped"
+
+    def _last_passing_covering(self, experiment: ExperimentRecord) -> ExperimentRecord | None:
+        """The newest passing experiment that planned every trial of every item this experiment
+        selected: one run with ``-k``, or with a narrower filter, passed over fewer items, and
+        comparing its means with this one's would compare different item sets."""
+        wanted = [str(item["id"]) for item in experiment.items]
+        before = experiment.id
+        while True:
+            found = self.store.last_passing(experiment.test, experiment.params, before=before)
+            if found is None:
+                return None
+            planned = {(t.dataset_item_id, t.trial) for t in self.store.trial_states(found.id)}
+            trials = range(found.selection.trial_count)
+            if all((item, trial) in planned for item in wanted for trial in trials):
+                return found
+            before = found.id
 
 
 def judge_experiments(

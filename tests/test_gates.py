@@ -190,7 +190,8 @@ def test_baseline_regressions_and_fixes(project: Project) -> None:
     first = project.run("--eval", "--eval-soft", "--eval-min-pass-rate=0.5", "--eval-baseline=last-passing")
     first.stdout.fnmatch_lines(
         [
-            "  baseline: no earlier experiment of test_eval.py::test_qa met its gates with nothing pending; comparison skipped"
+            "  baseline: no earlier experiment of test_eval.py::test_qa that planned every trial of its"
+            " 3 selected item(s) met its gates with nothing pending; comparison skipped"
         ]
     )
     assert first.ret == pytest.ExitCode.OK  # a first run is not blocked
@@ -237,6 +238,69 @@ def test_last_passing_skips_experiments_that_failed_or_left_trials_pending(proje
     project.run("--eval")  # pending trial: not a baseline
     result = project.run("--eval", "--eval-baseline=last-passing")
     result.stdout.fnmatch_lines([f"  baseline test_qa (experiment {good}):"])
+
+
+def test_last_passing_skips_runs_that_covered_part_of_the_selection(project: Project) -> None:
+    project.dataset(items("alpha", "beta", "gamma", "delta"))
+    project.eval_test(behaviour="if item['id'] == 'delta': return 'wrong'")
+    soft = ["--eval", "--eval-soft", "--eval-min-pass-rate=0.5"]
+    project.run(*soft).assert_outcomes(passed=3)
+    full = project.last_experiment_id()
+    project.run(*soft, "-k", "alpha or beta").assert_outcomes(passed=2, deselected=2)  # mean 1.0
+    partial = project.last_experiment_id()
+
+    gated = [*soft, "--eval-baseline=last-passing", "--eval-max-regression=equals_metric=0.1"]
+    result, report = project.run_report(*gated)
+    # The -k run passed over 2 items, with a mean of 1.0: against it, the same scores (0.75 over
+    # all 4) would fail the gate with no regression listed.
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            f"  baseline test_qa (experiment {full}):",
+            "    compared over the 4 item(s) both planned",
+            "    equals_metric             0.750 ->  0.750 (+0.000)",
+            "    regressions (0): none",
+        ]
+    )
+    baseline = report["experiments"][0]["baseline"]
+    assert (baseline["experiment_id"], baseline["shared_items"]) == (full, 4)
+
+    # Given explicitly, a partial baseline is compared over the items both planned.
+    result, report = project.run_report(
+        *soft, f"--eval-baseline={partial}", "--eval-max-regression=equals_metric=0.1"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            f"  baseline test_qa (experiment {partial}):",
+            "    compared over the 2 item(s) both planned",
+            "    only in this experiment (2): gamma, delta",
+            "    equals_metric             1.000 ->  1.000 (+0.000)",
+            "met: test_qa: max_regression equals_metric: mean changed by +0.000 from the baseline"
+            " (at most -0.1 allowed), over the 2 item(s) both planned",
+        ]
+    )
+    baseline = report["experiments"][0]["baseline"]
+    assert (baseline["shared_items"], baseline["only_in_current"], baseline["only_in_baseline"]) == (
+        2,
+        ["gamma", "delta"],
+        [],
+    )
+
+
+def test_last_passing_needs_a_run_of_every_selected_item(project: Project) -> None:
+    project.dataset(items("alpha", "beta"))
+    test = project.eval_test("filter='id = \"alpha\"',")
+    project.run("--eval").assert_outcomes(passed=1)
+    test.write_text(test.read_text().replace("filter='id = \"alpha\"',", ""))
+    result = project.run("--eval", "--eval-baseline=last-passing")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "  baseline: no earlier experiment of test_eval.py::test_qa that planned every trial of its"
+            " 2 selected item(s) met its gates with nothing pending; comparison skipped"
+        ]
+    )
 
 
 def test_an_unknown_baseline_is_a_usage_error_before_anything_runs(project: Project) -> None:
@@ -339,3 +403,63 @@ def test_cli_show_diff_and_html(project: Project, capsys: pytest.CaptureFixture[
 
     assert opik_eval([*store, "report", second, "--html", str(project.path / "r.html")]) == 0
     assert "test_qa" in (project.path / "r.html").read_text()
+
+
+# -- the last line states the verdict that decides the exit status ----------------------------
+
+
+def last_line(result: pytest.RunResult) -> str:
+    return next(line for line in reversed(result.outlines) if line.strip())
+
+
+RED = "\x1b[31m"
+
+
+def test_the_last_line_states_a_failed_gate_in_red(project: Project) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.eval_test(behaviour="if item['id'] == 'c': return 'wrong'")
+    result = project.run("--eval", "--eval-soft", "--eval-fail-under=equals_metric=0.9", "--color=yes")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    line = last_line(result)
+    assert line.startswith(RED), repr(line)  # the line's colour, as pytest's for a failed test
+    plain = project.run("--eval", "--eval-soft", "--eval-fail-under=equals_metric=0.9")
+    assert plain.ret == pytest.ExitCode.TESTS_FAILED
+    plain.stdout.fnmatch_lines(["*= 2 passed, 1 soft-failed, 1 eval gate not met in *"])
+    plain.assert_outcomes(passed=2)  # tools that read the line count no failed test
+
+
+def test_the_last_line_states_pending_trials_that_fail_the_gates(project: Project) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.eval_test()
+    project.fail("c")
+    result = project.run("--eval", "--eval-min-pass-rate=0.5", "--deselect=test_eval.py::test_qa[b-t0]")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    # The crash is a failed test; the pending trial and the gate it fails are the eval's verdict.
+    assert last_line(result).startswith(
+        "="
+    ) and "1 failed, 1 passed, 1 deselected, 1 eval gate not met" in last_line(result)
+    assert "1 eval trial pending" in last_line(result)
+
+
+def test_the_last_line_of_a_resume_states_failures_of_earlier_sessions(project: Project) -> None:
+    project.dataset(items("good", "bad", "crash"))
+    project.eval_test(behaviour="if item['id'] == 'bad': return 'wrong'")
+    project.fail("crash")
+    project.run("--eval").assert_outcomes(passed=1, failed=2)
+    project.repair()
+
+    result = project.run("--eval-resume=last", "--color=yes")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert last_line(result).startswith(RED), repr(last_line(result))
+    result = project.run("--eval-resume=last")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*= 3 deselected, 1 eval trial failed earlier in *"])
+
+
+def test_the_last_line_is_pytests_own_when_the_eval_verdict_passes(project: Project) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    result = project.run("--eval", "--eval-fail-under=equals_metric=0.9", "--color=yes")
+    assert result.ret == pytest.ExitCode.OK
+    assert not last_line(result).startswith(RED)
+    assert "eval" not in last_line(result)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Project, items
 
 from pytest_opik_eval.reports.html import render_html, write_html
 from pytest_opik_eval.reports.model import (
@@ -108,6 +109,9 @@ def experiment(trials: list[TrialReport], **changes: Any) -> ExperimentReport:
             run_id="run-0",
             name="qa baseline",
             metrics={"accuracy": MetricDelta(baseline_mean=0.9, current_mean=0.833, delta=-0.067)},
+            shared_items=4,
+            only_in_current=[],
+            only_in_baseline=[],
             regressions=["capital"],
             fixes=["sum"],
         ),
@@ -179,7 +183,10 @@ def embedded(html: str) -> Any:
 
 def test_static_sections() -> None:
     html = render_html(sample_report(), {"exp-1": sample_items()})
-    assert '<h2>qa eval <span class="badge bad">gates not met</span></h2>' in html
+    assert (
+        '<h2>qa eval <span class="badge wait">1 pending</span> <span class="badge bad">gates not met</span></h2>'
+        in html
+    )
     for text in ("test_qa.py::test_qa", "exp-1", "run-1", "data.jsonl", "0123456789abcdef"):
         assert f"<code>{text}</code>" in html
     assert (
@@ -344,7 +351,10 @@ def test_page_in_chromium(page: Any, tmp_path: Path) -> None:
     shot = page.screenshot(path=tmp_path / "eval.png", full_page=True)
     assert distinct_colours(page, blank) == 1
     assert distinct_colours(page, shot) > 20  # text, badges, bars: not a blank page
-    assert page.locator("h2").first.inner_text() == "qa eval gates not met"
+    assert page.locator("h2").first.inner_text() == "qa eval 1 pending gates not met"
+    pending = page.locator(".pending-trials")
+    assert pending.is_visible()
+    assert RESUME in pending.inner_text() and "sum#1" in pending.inner_text()
 
     assert visible_verdicts(page) == ["passed", "failed", "pending", "passed"]
     assert page.locator(".item-count").inner_text() == "(4 of 4 shown)"
@@ -391,3 +401,35 @@ def test_ten_thousand_trials_load_without_freezing(page: Any, tmp_path: Path) ->
     page.click("tr.item-row[data-item-id=item-00010]")
     assert "generated answer number 00010 trial 0.." in page.locator(".item-details").inner_text()
     assert page.problems == []
+
+
+# -- an experiment that is not finished, and one that was resumed -------------------------------
+
+
+def test_pending_trials_show_their_count_missing_scores_and_the_resume_command(project: Project) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.eval_test()
+    project.fail("c")
+    project.run("--eval", "--eval-html=report.html").assert_outcomes(passed=2, failed=1)
+    experiment_id = project.last_experiment_id()
+    html = (project.path / "report.html").read_text()
+    # Not "no gates" and 100% as if finished: how many are pending, over what the rate is.
+    assert (
+        '<h2>test_qa <span class="badge wait">1 pending</span> <span class="badge neutral">no gates' in html
+    )
+    assert "pass rate 100.0% of the 2 completed" in html
+    assert "<h3>Pending: 1 of 3 trials</h3>" in html
+    assert '<tr data-metric="equals_metric"><td>equals_metric</td><td>2</td><td>1</td></tr>' in html
+    assert f'<code class="resume-command">pytest --eval-resume={experiment_id}</code>' in html
+    assert "Pending trials (item#trial): 1</summary><p><code>c#0</code>" in html
+    assert "resumed" not in html
+
+    project.repair()
+    project.run("--eval-resume=last", "--eval-html=report.html").assert_outcomes(passed=1, deselected=2)
+    html = (project.path / "report.html").read_text()
+    # The experiment keeps its id: the page says it was resumed, and what this session ran.
+    assert f'data-experiment-id="{experiment_id}"' in html
+    assert '<span class="badge neutral">resumed</span>' in html
+    assert "this session ran <b>1</b> trial(s); 2 completed in earlier sessions" in html
+    assert "Trials run by this session (item#trial): 1</summary><p><code>c#0</code>" in html
+    assert "pending</span>" not in html and "Pending:" not in html

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from conftest import Project, items
 
-from pytest_opik_eval.reports.model import Report, json_schema
+from pytest_opik_eval.cli import main as opik_eval
+from pytest_opik_eval.reports.model import SCHEMA_VERSION, Report, json_schema
 
 SCHEMA = Path(__file__).parent.parent / "schema" / "eval-report.schema.json"
 
@@ -152,3 +156,45 @@ def test_resume_command_repeats_the_test_paths_given(project: Project) -> None:
     command = next(line for line in result.outlines if "resume the 1 pending" in line).split(": ", 1)[1]
     project.repair()
     project.run(*command.split()[1:]).assert_outcomes(passed=1)
+
+
+@pytest.fixture
+def umask() -> Iterator[int]:
+    """A umask other than the usual 022, so that a mode that merely looks right cannot pass."""
+    previous = os.umask(0o007)
+    try:
+        yield 0o007
+    finally:
+        os.umask(previous)
+
+
+def test_reports_are_written_with_the_users_umask(
+    project: Project, umask: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    kept = project.path / "out" / "kept.html"
+    kept.parent.mkdir()
+    kept.write_text("old")
+    kept.chmod(0o640)
+
+    result = project.run("--eval", "--eval-report=out/report.json", "--eval-html=out/report.html")
+    result.assert_outcomes(passed=1)
+    project.run("--eval", "--eval-html=out/kept.html")
+    assert opik_eval(["--store", str(project.store_path), "export", "last", "-o", "out/export.json"]) == 0
+    capsys.readouterr()
+
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (project.path / "out").iterdir()}
+    new = 0o666 & ~umask  # what any new file gets: tempfile's private 0600 would hide the report
+    assert modes == {"report.json": new, "report.html": new, "export.json": new, "kept.html": 0o640}
+    assert "<!DOCTYPE html>" in kept.read_text()  # replaced whole, keeping its mode
+
+
+def test_the_readmes_json_example_has_the_current_schema_version() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## The JSON report") :]
+    example = json.loads(
+        section[section.index("```json\n") + 8 : section.index("```", section.index("```json") + 7)]
+    )
+    assert example["schema_version"] == SCHEMA_VERSION
+    Report.model_validate(example, strict=False)  # every field it shows is the report's

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import Project, items
 
+from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.options import STORE_ENV
 from pytest_opik_eval.store.local import APPLICATION_ID, LocalStore
 
@@ -44,7 +45,7 @@ def test_default_store_is_in_the_rootdir_ignored_by_git_and_kept_by_cache_clear(
     result, report = project.run_report("--eval")
     result.assert_outcomes(passed=2)
     store = project.path / ".opik-eval" / "store.db"
-    result.stdout.fnmatch_lines([f"eval store: {store} (from default)"])
+    result.stdout.fnmatch_lines([f"eval store: {store} (default: under the rootdir)"])
     assert store.is_file()
     gitignore = project.path / ".opik-eval" / ".gitignore"
     assert "*" in gitignore.read_text().splitlines()
@@ -57,6 +58,32 @@ def test_default_store_is_in_the_rootdir_ignored_by_git_and_kept_by_cache_clear(
     assert len(run_ids(store)) == 2
 
 
+def test_default_store_follows_the_rootdir_not_the_working_directory(
+    project: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    store = project.path / ".opik-eval" / "store.db"
+    # From the folder above the project (whose ini makes it the rootdir), then from a folder in it.
+    monkeypatch.chdir(project.path.parent)
+    result = project.run("--eval", project.path.name)
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [f"eval store: {store} (default: under the rootdir)", f"rootdir: {project.path}"]
+    )
+    sub = project.path / "sub"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+    project.run("--eval", "..").assert_outcomes(passed=1)
+    assert len(run_ids(store)) == 2
+    assert not (project.path.parent / ".opik-eval").exists() and not (sub / ".opik-eval").exists()
+    # opik-eval, run from the folder inside, finds the same store.
+    capsys.readouterr()
+    assert opik_eval(["runs"]) == 0
+    listed = capsys.readouterr().out
+    assert all(run in listed for run in run_ids(store))
+
+
 @pytest.mark.parametrize(
     ("given", "expected", "source"),
     [
@@ -64,7 +91,7 @@ def test_default_store_is_in_the_rootdir_ignored_by_git_and_kept_by_cache_clear(
         (("cli", "env", "ini"), "sub/cli.db", "--eval-store"),
         (("env", "ini"), "sub/env.db", f"env {STORE_ENV}"),
         (("ini",), "stores/ini.db", "ini eval_store"),
-        ((), ".opik-eval/store.db", "default"),
+        ((), ".opik-eval/store.db", "default: under the rootdir"),
     ],
 )
 def test_store_location_precedence_and_relative_paths(
@@ -87,7 +114,8 @@ def test_store_location_precedence_and_relative_paths(
     result = project.run(*args)
     result.assert_outcomes(passed=1)
     store = project.path / expected
-    result.stdout.fnmatch_lines([f"eval store: {store} (from {source})"])
+    where = source if source.startswith("default") else f"from {source}"
+    result.stdout.fnmatch_lines([f"eval store: {store} ({where})"])
     assert len(run_ids(store)) == 1
     candidates = {
         "sub/cli.db",

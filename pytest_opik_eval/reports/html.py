@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.model import ExperimentReport, Report
 
 # experiment id -> that experiment's dataset items (dicts with "id", "input", "expected_output", ...)
@@ -25,10 +24,18 @@ Items = Mapping[str, Sequence[Mapping[str, Any]]]
 _BINS = 10  # histogram bars per metric
 
 
-def render_html(report: Report, items: Items) -> str:
-    """The whole report as one HTML page; ``items`` gives the dataset items shown in the details."""
+def plain_resume_command(target: str) -> str:
+    return f"pytest --eval-resume={target}"
+
+
+def render_html(
+    report: Report, items: Items, resume_command: Callable[[str], str] = plain_resume_command
+) -> str:
+    """The whole report as one HTML page; ``items`` gives the dataset items shown in the details,
+    ``resume_command(experiment_id)`` the command that runs an experiment's pending trials."""
     data = {"experiments": [_experiment_data(e, items.get(e.id, ())) for e in report.experiments]}
-    sections = "\n".join(_experiment_html(e) for e in report.experiments)
+    was_resumed = report.resumed is not None
+    sections = "\n".join(_experiment_html(e, was_resumed, resume_command) for e in report.experiments)
     run = f"run {_code(report.run_id)}" if report.run_id else ""
     resumed = f" &middot; resumed {_code(report.resumed)}" if report.resumed else ""
     return f"""<!DOCTYPE html>
@@ -58,17 +65,10 @@ def render_html(report: Report, items: Items) -> str:
 """
 
 
-def write_html(report: Report, items: Items, path: Path) -> None:
-    """Write atomically, as the JSON report is: a reader (or a crash) never sees half a page."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(render_html(report, items))
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+def write_html(
+    report: Report, items: Items, path: Path, resume_command: Callable[[str], str] = plain_resume_command
+) -> None:
+    write_atomically(path, render_html(report, items, resume_command))
 
 
 def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -122,7 +122,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _experiment_html(e: ExperimentReport) -> str:
+def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callable[[str], str]) -> str:
     s = e.summary
     if not e.gates:
         badge = '<span class="badge neutral">no gates</span>'
@@ -130,6 +130,10 @@ def _experiment_html(e: ExperimentReport) -> str:
         badge = '<span class="badge ok">gates met</span>'
     else:
         badge = '<span class="badge bad">gates not met</span>'
+    if s.pending:
+        # Unfinished: whatever the gates say, the scores and the pass rate are of a part of it.
+        badge = f'<span class="badge wait">{s.pending:,} pending</span> {badge}'
+    of_completed = f" of the {s.completed:,} completed" if s.pending else ""
     soft = " &middot; soft: failing trials do not fail the session" if e.settings.soft else ""
     k = e.settings.pass_threshold
     k_of_n = f" &middot; an item passes with {k} passed trials" if k is not None else ""
@@ -141,8 +145,10 @@ def _experiment_html(e: ExperimentReport) -> str:
 <p class="counts">{s.trials:,} trials: <b>{s.completed:,}</b> completed
  (<span class="ok">{s.passed:,} passed</span>, <span class="bad">{s.failed:,} failed</span>),
  <b class="trials-pending">{s.pending:,}</b> pending
- &middot; pass rate {_pct(s.pass_rate)}{soft}{k_of_n}</p>
+ &middot; pass rate {_pct(s.pass_rate)}{of_completed}{soft}{k_of_n}</p>
+{_resumed_html(e) if resumed else ""}
 <div class="panels">
+{_pending_html(e, resume_command)}
 {_aggregates_html(e)}
 {_gates_html(e)}
 {_baseline_html(e)}
@@ -155,6 +161,44 @@ def _experiment_html(e: ExperimentReport) -> str:
 <tbody></tbody>
 </table>
 </section>"""
+
+
+def _resumed_html(e: ExperimentReport) -> str:
+    """A resumed experiment keeps its id: say what this session reran."""
+    rerun = [f"{t.dataset_item_id}#{t.trial}" for t in e.trials if t.ran_this_session]
+    earlier = sum(1 for t in e.trials if t.status == "completed" and not t.ran_this_session)
+    return (
+        f'<div class="resumed"><p><span class="badge neutral">resumed</span> this session ran '
+        f"<b>{len(rerun):,}</b> trial(s); {earlier:,} completed in earlier sessions</p>"
+        f"{_id_list('rerun', 'Trials run by this session (item#trial)', rerun) if rerun else ''}</div>"
+    )
+
+
+def _pending_html(e: ExperimentReport, resume_command: Callable[[str], str]) -> str:
+    """The trials that have not completed: how many, the scores they leave missing, and the
+    command that runs them."""
+    s = e.summary
+    if not s.pending:
+        return ""
+    pending = [f"{t.dataset_item_id}#{t.trial}" for t in e.trials if t.status == "pending"]
+    if s.metrics:
+        rows = "".join(
+            f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{m.count + m.failed:,}</td>'
+            f"<td>{s.trials - m.count - m.failed:,}</td></tr>"
+            for name, m in s.metrics.items()
+        )
+        missing = (
+            '<table class="missing-scores"><thead><tr><th>metric</th><th>scored</th><th>missing</th>'
+            f"</tr></thead><tbody>{rows}</tbody></table>"
+        )
+    else:
+        missing = '<p class="empty">No trial has completed: every score is missing.</p>'
+    return f"""<div class="panel pending-trials"><h3>Pending: {s.pending:,} of {s.trials:,} trials</h3>
+<p>Their scores are missing: the aggregates and the pass rate cover the completed trials only.</p>
+{missing}
+<p>Run them: <code class="resume-command">{escape(resume_command(e.id))}</code></p>
+{_id_list("pending", "Pending trials (item#trial)", pending)}
+</div>"""
 
 
 def _aggregates_html(e: ExperimentReport) -> str:
@@ -198,8 +242,11 @@ def _baseline_html(e: ExperimentReport) -> str:
     return f"""<div class="panel baseline"><h3>Baseline</h3>
 <p class="meta">{escape(b.name)} &middot; experiment {_code(b.experiment_id)}
  &middot; run {_code(b.run_id)}</p>
+<p class="shared-items">compared over the {b.shared_items:,} item(s) both planned</p>
 <table><thead><tr><th>metric</th><th>baseline</th><th>current</th><th>delta</th></tr></thead>
 <tbody>{rows}</tbody></table>
+{_id_list("only-current", "Only in this experiment", b.only_in_current) if b.only_in_current else ""}
+{_id_list("only-baseline", "Only in the baseline", b.only_in_baseline) if b.only_in_baseline else ""}
 {_id_list("regressions", "Regressions (passed in the baseline, fail now)", b.regressions)}
 {_id_list("fixes", "Fixes (failed in the baseline, pass now)", b.fixes)}
 </div>"""
@@ -300,7 +347,7 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; back
 .ok { color: var(--ok); } .bad { color: var(--bad); } .pending { color: var(--wait); }
 .badge { display: inline-block; font-size: 12px; font-weight: 600; padding: 1px 8px; border-radius: 10px;
   border: 1px solid currentColor; vertical-align: middle; }
-.badge.neutral { color: var(--muted); }
+.badge.neutral { color: var(--muted); } .badge.wait { color: var(--wait); }
 .panels { display: flex; flex-wrap: wrap; gap: 12px 32px; }
 .panel { min-width: 280px; max-width: 100%; }
 table { border-collapse: collapse; }

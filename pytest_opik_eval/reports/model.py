@@ -87,6 +87,11 @@ class BaselineComparison(_Report):
     run_id: str
     name: str
     metrics: dict[str, MetricDelta]
+    # The comparison pairs the two experiments' trials by item id, over the items both planned:
+    # the metric means above are over those items only, in both.
+    shared_items: int
+    only_in_current: list[str]  # item ids this experiment planned and the baseline did not
+    only_in_baseline: list[str]  # and the reverse
     regressions: list[str]  # item ids that passed in the baseline and fail now
     fixes: list[str]  # item ids that failed in the baseline and pass now
 

@@ -1,6 +1,8 @@
 """The eval summary as text: one compact section per experiment, then the gate verdicts.
 
-It stays within 80 columns whatever the number of metrics: one row per metric, long names cut.
+The metric table stays within 80 columns whatever the number of metrics (one row per metric, long
+names cut); lines that carry ids, a gate's detail or a command are not wrapped, so that they can be
+copied whole.
 """
 
 from __future__ import annotations
@@ -64,6 +66,29 @@ def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
     return [_gate_line(e, gate) for e in experiments for gate in e.gates]
 
 
+def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
+    """What the eval verdict adds to pytest's last line ("1 passed, 1 eval gate not met in 0.2s"):
+    the reasons, other than this session's test outcomes, why the session fails. Each key reads
+    after its count, and starts with "eval" so that no tool parsing the line ("N failed") counts
+    it as a test outcome."""
+    unmet = sum(1 for e in experiments for gate in e.gates if not gate.met)
+    earlier = sum(
+        1
+        for e in experiments
+        if not _is_soft(e)
+        for t in e.trials
+        if t.passed is False and not e.ran_this_session(t)
+    )
+    # Pending trials fail only the gates of their experiment; without a gate they decide nothing.
+    pending = sum(e.summary.pending for e in experiments if not e.gates_met)
+    counts = {
+        f"eval gate{'s' if unmet > 1 else ''} not met": unmet,
+        f"eval trial{'s' if earlier > 1 else ''} failed earlier": earlier,
+        f"eval trial{'s' if pending > 1 else ''} pending": pending,
+    }
+    return {key: count for key, count in counts.items() if count}
+
+
 def _gate_line(experiment: ExperimentResult, gate: GateVerdict) -> str:
     what = gate.kind if gate.metric is None else f"{gate.kind} {gate.metric}"
     return f"{'met' if gate.met else 'NOT MET'}: {experiment.name}: {what}: {gate.detail}"
@@ -108,6 +133,13 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
     if baseline is None:
         return []
     lines = [f"  baseline {baseline.name} (experiment {baseline.experiment_id}):"]
+    only_here, only_there = baseline.only_in_current, baseline.only_in_baseline
+    # Means over different item sets would not compare: both are over the items both planned.
+    lines.append(f"    compared over the {baseline.shared_items} item(s) both planned")
+    if only_here:
+        lines.append(f"    only in this experiment ({len(only_here)}): {_ids(only_here)}")
+    if only_there:
+        lines.append(f"    only in the baseline ({len(only_there)}): {_ids(only_there)}")
     for name, change in baseline.metrics.items():
         delta = "" if change.delta is None else f" ({change.delta:+.3f})"
         lines.append(
