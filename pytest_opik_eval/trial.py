@@ -81,7 +81,13 @@ def run(
     try:
         scores = scorer.score(case.item, output)
     except MissingScoreArguments as error:
-        pytest.fail(str(error), pytrace=False)
+        missing = str(error)
+    else:
+        missing = ""
+    if missing:
+        # Outside the except block: inside it, pytest would print the message twice ("During
+        # handling of the above exception, another exception occurred").
+        pytest.fail(missing, pytrace=False)
     verdict = scorer.judge(scores)
     store.record_scores(attempt, scores, verdict.passed)
     trial.scores, trial.passed = scores, verdict.passed

@@ -108,6 +108,10 @@ def test_missing_metric_argument_fails_the_trial_and_leaves_it_pending(project: 
             '*fix: return it from the test, or map it, e.g. scoring_key_mapping={"reference": "<key>"}',
         ]
     )
+    # Once: not again after "During handling of the above exception, another exception occurred".
+    report = result.stdout.str().split("short test summary info")[0]
+    assert "During handling of the above exception" not in report
+    assert report.count("needs reference") == 1
     [trial] = project.trials()
     assert trial.status == "pending"
 
