@@ -70,7 +70,9 @@ def evaluate_gates(
         failed = stats.failed if stats is not None else 0
         met = value is not None and value >= bound and not failed and not summary.pending
         if stats is None:
-            detail = f"no completed trial has a {metric} score (bound {bound:g})"
+            detail = f"no completed trial has a {metric} score (bound {bound:g})" + _unknown(
+                metric, result, settings
+            )
         elif value is None:
             detail = f"every {metric} score failed to compute (bound {bound:g})"
         else:
@@ -106,6 +108,7 @@ def evaluate_gates(
                 f"mean changed by {_signed(value)} from the baseline (at most -{delta:g} allowed)"
                 if value is not None
                 else f"{metric} has no mean in this experiment or its baseline"
+                + _unknown(metric, result, settings)
             )
             verdicts.append(_verdict("max_regression", metric, value, -delta, met, detail + pending_note))
     if summary.pending and not verdicts and settings.has_gates():
@@ -135,6 +138,15 @@ def compare(current: ExperimentResult, baseline: ExperimentResult) -> BaselineCo
         regressions=[i for i in shared if before_items[i] == "passed" and now_items[i] == "failed"],
         fixes=[i for i in shared if before_items[i] == "failed" and now_items[i] == "passed"],
     )
+
+
+def _unknown(metric: str, result: ExperimentResult, settings: GateSettings) -> str:
+    """When no metric of the experiment scores ``metric`` (a typo, or a metric's other name):
+    the score names it has, so the gate can be fixed."""
+    known = list(dict.fromkeys([*result.summary.metrics, *settings.thresholds]))
+    if metric in known:
+        return ""
+    return f"; the experiment has no metric named {metric!r}, its scores are: {', '.join(known) or 'none'}"
 
 
 def _verdict(

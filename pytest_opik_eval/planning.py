@@ -54,6 +54,8 @@ class TestPlan:
     threads: int  # trials of this test that may run at the same time
     # When resuming: the stored experiments of this test, by their parametrize id.
     resumed: dict[str, ExperimentRecord] = field(default_factory=dict)
+    # The test as messages name it: its node id, and its file and line ("t.py::test_qa (t.py:12)").
+    where: str = ""
 
     def experiment_name(self, params: str) -> str:
         name = self.spec.experiment_name or self.name
@@ -116,11 +118,16 @@ def plan_new(
         items=items,
         gates=settings_for_new(spec, scorer, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
+        where=where,
     )
 
 
 def plan_resumed(
-    definition: pytest.Item, spec: EvalSpec, experiments: list[ExperimentRecord], options: EvalOptions
+    definition: pytest.Item,
+    spec: EvalSpec,
+    experiments: list[ExperimentRecord],
+    options: EvalOptions,
+    where: str = "",
 ) -> TestPlan:
     """Replay what the stored experiments selected, with the thresholds and gates they stored;
     the current marker supplies the metrics and the mapping (code is not stored)."""
@@ -136,6 +143,7 @@ def plan_resumed(
         gates=settings_for_resume(stored.gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
         resumed={e.params: e for e in experiments},
+        where=where or definition.nodeid,
     )
 
 

@@ -18,6 +18,13 @@ from pytest_opik_eval.store.records import ScoreRecord
 _EXACT_METRICS = frozenset({"equals_metric", "contains_metric", "regex_match_metric", "is_json_metric"})
 
 
+# The hint for a task that returned nothing, the usual slip of a first eval test.
+RETURNED_NONE = (
+    "the test function returned None; its return value is the task output that the metrics "
+    'score: return the answer (e.g. return {"output": answer})'
+)
+
+
 class MissingScoreArguments(EvalError):
     """A metric needs an argument that neither the item, the output nor the mapping provides."""
 
@@ -185,6 +192,8 @@ def describe_failure(item: Mapping[str, Any], trial: int, output: Mapping[str, A
     width = max(len(k) for k in shown) + 1
     for label, value in shown.items():
         lines.append(f"  {label + ':':<{width}} {_short(value)}")
+    if "output" in output and output["output"] is None:
+        lines.append(f"  hint: {RETURNED_NONE}")
     return "\n".join(lines)
 
 

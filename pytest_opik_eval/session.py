@@ -173,8 +173,8 @@ class EvalSession:
             stored = self.resume.experiments_of(definition.nodeid, spec.dataset)
             if not stored:
                 return  # not resumed: left unexpanded, and deselected
-            plan = plan_resumed(definition, spec, stored, self.options)
-            self._warn_on_changes(plan, stored[0], definition)
+            plan = plan_resumed(definition, spec, stored, self.options, where)
+            self._warn_on_changes(plan, stored[0])
         self.plans_seen.append(plan)
         cases = trial_cases(plan)
         _prune_own_args(metafunc)
@@ -208,12 +208,12 @@ class EvalSession:
             raise DatasetError(str(error)) from None
         return Dataset(source=source, path=None, items=items, version=content_hash(items))
 
-    def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord, definition: pytest.Item) -> None:
+    def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord) -> None:
         changes = changes_since(stored, plan.spec)
         if changes:
             notice(
                 self.config,
-                f"{definition.nodeid}: the test selects differently from experiment {stored.id} "
+                f"{plan.where}: the test selects differently from experiment {stored.id} "
                 f"({'; '.join(changes)}); resume replays the {len(stored.items)} items stored "
                 "with the experiment",
             )
@@ -228,7 +228,7 @@ class EvalSession:
                 if case.plan.threads > 1:
                     self._check_concurrency(item, case.plan)
         soft_without_gates = [
-            p.name
+            p.where
             for p in self.plans_seen
             if p.gates.soft and not p.gates.has_gates() and p.gates.pass_threshold is None
         ]
@@ -251,7 +251,7 @@ class EvalSession:
             plan.threads = 1
             notice(
                 self.config,
-                f"{plan.test} uses the function-scoped fixture {fixture!r}, so its trials run one "
+                f"{plan.where} uses the function-scoped fixture {fixture!r}, so its trials run one "
                 "at a time; give the fixture a wider scope (module, session) to run them concurrently",
             )
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
-from pytest_opik_eval.scoring import MissingScoreArguments, describe_failure
+from pytest_opik_eval.notices import notice
+from pytest_opik_eval.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
 from pytest_opik_eval.store.records import ScoreRecord
 
 if TYPE_CHECKING:
@@ -73,7 +74,10 @@ def run(
     case = trial.case
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
-    output = _as_output(_call_task(item, task_args(item, trial, item) if args is None else args))
+    returned = _call_task(item, task_args(item, trial, item) if args is None else args)
+    if returned is None:
+        notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
+    output = _as_output(returned)
     store.record_output(attempt, output)
     trial.output = output
 

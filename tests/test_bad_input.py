@@ -68,7 +68,8 @@ def test_item_that_is_not_an_object(project: Project) -> None:
     assert_collection_error(
         project,
         result,
-        'data.jsonl line 2: expected a JSON object such as {"input": "...", "expected": "..."}, '
+        # The key a dataset's reference goes under is expected_output, as the metrics map it.
+        'data.jsonl line 2: expected a JSON object such as {"input": "...", "expected_output": "..."}, '
         "got list ?1, 2?",
     )
 

@@ -178,7 +178,7 @@ def _normalise_item(raw: object, origin: _Origin, number: int) -> tuple[dict[str
     if not isinstance(raw, Mapping):
         raise DatasetError(
             f"{origin.place(number)}: expected a JSON object such as "
-            f'{{"input": "...", "expected": "..."}}, got {_describe(raw)}'
+            f'{{"input": "...", "expected_output": "..."}}, got {_describe(raw)}'
         )
     if "id" in raw:
         item_id = _explicit_id(raw["id"], origin, number)
@@ -276,7 +276,7 @@ def _json_items(text: str, written: str) -> Iterator[tuple[int, object]]:
     if not isinstance(value, list):
         raise DatasetError(
             f"{written}: the top level is {type(value).__name__}, expected a JSON list of "
-            'objects such as [{"input": "...", "expected": "..."}]; use .jsonl for one '
+            'objects such as [{"input": "...", "expected_output": "..."}]; use .jsonl for one '
             "object per line"
         )
     return enumerate(value, 1)
