@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_opik_eval.datasets import Dataset, DatasetError
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.gates import settings_for_new, settings_for_resume
 from pytest_opik_eval.ids import uuid7_for
 from pytest_opik_eval.marker import EvalSpec
@@ -96,7 +97,8 @@ def plan_new(
         items = select_items(dataset.items, spec, dataset.source)
     except (DatasetError, SelectionError) as error:
         # Outside the except block: the message alone, without the chain of causes.
-        failure: str | None = f"@pytest.mark.eval on {where}: {error}"
+        # The message may quote the dataset (an id, a key): its control characters escaped.
+        failure: str | None = escape_control(f"@pytest.mark.eval on {where}: {error}", newlines=True)
     else:
         failure = None
     if failure is not None:

@@ -26,6 +26,7 @@ from pytest_opik_eval.distributed import (
     in_shard,
     is_controller,
 )
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gates import settings_for_resume
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
@@ -456,7 +457,7 @@ class EvalSession:
                 f"resume all {pending_total} pending trials: {self.options.resume_command(self.run_id)}"
             )
         if self.unsent:
-            terminalreporter.line(self.unsent, yellow=True)
+            terminalreporter.line(escape_control(self.unsent), yellow=True)
         gates = gate_lines(self.results)
         if gates:
             terminalreporter.section("eval gates")

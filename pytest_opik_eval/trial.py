@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
 from pytest_opik_eval.store.records import ScoreRecord
@@ -96,7 +97,10 @@ def run(
     store.record_scores(attempt, scores, verdict.passed)
     trial.scores, trial.passed = scores, verdict.passed
     # JUnit XML shows these as the test case's properties.
-    item.user_properties += [(f"eval.{s.name}", s.value) for s in scores if not s.scoring_failed]
+    # Score names are data (a metric may name its scores): escaped before they reach the XML.
+    item.user_properties += [
+        (f"eval.{escape_control(s.name)}", s.value) for s in scores if not s.scoring_failed
+    ]
     item.user_properties.append(("eval.passed", verdict.passed))
 
     # The happy-path line: the task and the whole scoring loop returned.
