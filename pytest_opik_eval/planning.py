@@ -57,10 +57,28 @@ class TestPlan:
     resumed: dict[str, ExperimentRecord] = field(default_factory=dict)
     # The test as messages name it: its node id, and its file and line ("t.py::test_qa (t.py:12)").
     where: str = ""
+    # Dataset items set aside (nested too deep to process): each is a failing test case.
+    rejected: list[RejectedItem] = field(default_factory=list)
 
     def experiment_name(self, params: str) -> str:
         name = self.spec.experiment_name or self.name
         return f"{name}[{params}]" if params else name
+
+
+@dataclass(frozen=True)
+class RejectedItem:
+    """The parameter of a test case that stands for a dataset item that could not be processed:
+    it fails with ``message`` (naming the file and line) while the other items run."""
+
+    place: str  # "line 3", "item 2"
+    message: str
+
+    @property
+    def case_id(self) -> str:
+        return "invalid-" + self.place.replace(" ", "")
+
+    def __repr__(self) -> str:
+        return f"RejectedItem({self.case_id})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,6 +139,10 @@ def plan_new(
         gates=settings_for_new(spec, scorer, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
         where=where,
+        rejected=[
+            RejectedItem(place, escape_control(f"@pytest.mark.eval on {where}: {message}"))
+            for place, message in dataset.rejected
+        ],
     )
 
 

@@ -34,6 +34,7 @@ from pytest_opik_eval.marker import EvalSpec, read_spec
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.planning import (
     CASE_ARG,
+    RejectedItem,
     TestPlan,
     TrialCase,
     params_of,
@@ -180,8 +181,9 @@ class EvalSession:
         cases = trial_cases(plan)
         _prune_own_args(metafunc)
         metafunc.fixturenames.append(CASE_ARG)
-        if cases:
-            metafunc.parametrize(CASE_ARG, cases, ids=[case.case_id for case in cases])
+        params: list[TrialCase | RejectedItem] = [*cases, *plan.rejected]
+        if params:
+            metafunc.parametrize(CASE_ARG, params, ids=[param.case_id for param in params])
         else:
             reason = f"the selection matched no items of {plan.dataset.source}"
             metafunc.parametrize(
@@ -293,6 +295,14 @@ class EvalSession:
         self.experiments = plan.experiments
 
     # -- each trial ----------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        # A dataset item that could not be processed: its message, before any fixture is set up.
+        callspec = getattr(item, "callspec", None)
+        rejected = callspec.params.get(CASE_ARG) if callspec is not None else None
+        if isinstance(rejected, RejectedItem):
+            pytest.fail(rejected.message, pytrace=False)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:

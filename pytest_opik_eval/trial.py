@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
+from pytest_opik_eval.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
@@ -79,6 +80,14 @@ def run(
     if returned is None:
         notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
     output = _as_output(returned)
+    if nested_too_deep(output):
+        # Stored as JSON, copied and hashed, each a recursion per level: say so, not RecursionError.
+        pytest.fail(
+            f"item {escape_control(case.item_id)} (trial {case.trial}): the task output is nested more "
+            f"than {MAX_DEPTH} levels deep (lists and dicts inside each other), too deep to store; "
+            "flatten it",
+            pytrace=False,
+        )
     store.record_output(attempt, output)
     trial.output = output
 

@@ -121,3 +121,82 @@ def test_escape_control_keeps_text_and_shows_controls(text: str, shown: str) -> 
     assert escape_control(text) == shown
     assert escape_control(escape_control(text)) == shown  # escaping twice changes nothing
     assert escape_control("a\nb\x1b", newlines=True) == "a\nb\\x1b"
+
+
+# --- nesting too deep to process -------------------------------------------------------------
+
+DEEP = "[" * 5000 + "]" * 5000  # past Python's recursion limit, for the JSON reader too
+
+
+def test_an_item_nested_too_deep_is_one_error_naming_its_line_and_the_others_run(project: Project) -> None:
+    project.write(
+        "data.jsonl",
+        '{"id": "a", "input": {"text": "a"}, "expected_output": "a"}\n'
+        f'{{"id": "deep", "input": {{"text": "x"}}, "nest": {DEEP}}}\n'
+        '{"id": "b", "input": {"text": "b"}, "expected_output": "b"}\n',
+    )
+    project.eval_test()
+    result, report = project.run_report("--eval", "-v")
+    result.assert_outcomes(passed=2, errors=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    output = result.stdout.str()
+    assert "RecursionError" not in output and "Traceback" not in output
+    result.stdout.fnmatch_lines(
+        [
+            "*test_qa?invalid-line2? ERROR*",
+            "@pytest.mark.eval on test_eval.py::test_qa (test_eval.py:*): data.jsonl line 2: the item is "
+            "nested more than 200 levels deep (lists and objects inside each other); flatten it, or "
+            "remove it from the dataset (the other items run)",
+        ]
+    )
+    assert project.calls() == ["a#0", "b#0"]
+    assert [t["dataset_item_id"] for t in report["experiments"][0]["trials"]] == ["a", "b"]
+
+
+def test_an_item_nested_too_deep_in_a_json_file_or_a_list(project: Project) -> None:
+    project.write(
+        "data.json",
+        '[\n  {"id": "a", "input": {"text": "a"}, "expected_output": "a"},\n'
+        f'  {{"id": "deep", "input": {{"text": "x"}}, "nest": {DEEP}, "s": "]]"}},\n'
+        '  {"id": "b", "input": {"text": "b"}, "expected_output": "b"}\n]\n',
+    )
+    project.eval_test(dataset='"data.json"')
+    # A list nested past MAX_DEPTH, though not past what Python can parse.
+    project.eval_test(
+        dataset="[{'id': 'c', 'input': {'text': 'c'}, 'expected_output': 'c'}, DEEPER]",
+        imports="DEEPER = {'id': 'x', 'input': {'text': 'x'}}\nfor _ in range(300):\n    DEEPER = {'n': DEEPER}",
+        name="test_list",
+    )
+    result = project.run("--eval")
+    result.assert_outcomes(passed=3, errors=2)
+    result.stdout.fnmatch_lines(
+        ["*: data.json item 2 (line 3): the item is nested more than 200 levels deep*"]
+    )
+    result.stdout.fnmatch_lines(["*: item 2 of the list: the item is nested more than 200 levels deep*"])
+    assert sorted(project.calls()) == ["a#0", "b#0", "c#0"]
+
+
+def test_a_task_output_nested_too_deep_fails_its_trial_with_a_message(project: Project) -> None:
+    project.dataset(
+        [
+            {"id": "a", "input": {"text": "a"}, "expected_output": "a"},
+            {"id": "b", "input": {"text": "b"}, "expected_output": "b"},
+        ]
+    )
+    project.eval_test(
+        behaviour="""if item['id'] == 'a':
+        deep = []
+        for _ in range(5000):
+            deep = [deep]
+        return {"output": deep}""",
+    )
+    result = project.run("--eval")
+    result.assert_outcomes(passed=1, failed=1)
+    assert "RecursionError" not in result.stdout.str()
+    result.stdout.fnmatch_lines(
+        [
+            "item a (trial 0): the task output is nested more than 200 levels deep (lists and dicts "
+            "inside each other), too deep to store; flatten it"
+        ]
+    )
+    assert project.completed() == {("b", 0)}
