@@ -70,8 +70,9 @@ class Project:
         self.pytester = pytester
         self.path = pytester.path
         self.store_path = pytester.path / ".opik-eval" / "store.db"
-        # The outer suite turns warnings into errors; the projects under test show them as users do.
-        pytester.makeini("[pytest]\nfilterwarnings = default\n")
+        # Strict like the outer suite, and like many projects: any warning the plugin causes in an
+        # inner run fails it. A test that needs a warning shown writes an ini of its own.
+        pytester.makeini("[pytest]\nfilterwarnings = error\n")
 
     def dataset(self, rows: Iterable[dict[str, Any]], name: str = "data.jsonl") -> Path:
         path = self.path / name
