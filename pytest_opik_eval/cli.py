@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gates import settings_for_resume
 from pytest_opik_eval.options import (
@@ -41,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         store = _open(store_path, args.backend, create=args.command == "merge")
     except StoreError as error:
-        print(f"opik-eval: {error}", file=sys.stderr)
+        print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2
     # The resume hint must find the same store when the user named one.
     resume_hint = f" --eval-store={store_path.resolve()}" if args.store else ""
@@ -60,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _gate(store, args)
         return _export(store, args)
     except (ExperimentNotFound, StoreError) as error:
-        print(f"opik-eval: {error}", file=sys.stderr)
+        print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader went away (opik-eval show ID | head): stop quietly, as Unix tools do.
@@ -68,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     finally:
         for message in store.notices():
-            print(f"opik-eval: {message}", file=sys.stderr)
+            print(escape_control(f"opik-eval: {message}", newlines=True), file=sys.stderr)
         store.close()
 
 
@@ -159,8 +160,8 @@ def _sync(store_path: Path, timeout: float) -> int:
         client.close()
         spool.close()
     for failure in failures:
-        print(f"opik-eval: {failure}", file=sys.stderr)
-    print(left or f"everything in {store_path} has reached the Opik server")
+        print(f"opik-eval: {escape_control(str(failure))}", file=sys.stderr)
+    print(escape_control(left) if left else f"everything in {store_path} has reached the Opik server")
     return 1 if left else 0
 
 
@@ -212,10 +213,11 @@ def _runs(store: Store) -> int:
         # Runs are this plugin's; the server knows experiments, from any machine or tool.
         print(f"\nlatest experiments on {store.settings.url} (resume one with pytest --eval-resume=ID):")
         for experiment in store.server_experiments(limit=20):
-            print(
+            line = (
                 f"{experiment['id']:<36}  {str(experiment.get('created_at', ''))[:23]:<23}  "
                 f"{experiment.get('dataset_name', '')}  {experiment.get('name', '')}"
             )
+            print(escape_control(line))  # the server's text
     return 0
 
 
@@ -235,7 +237,8 @@ def _show(store: Store, args: argparse.Namespace, resume_hint: str) -> int:
                 f"{s.name}=" + ("FAILED" if s.scoring_failed else f"{s.value:.3g}") for s in trial.scores
             )
             passed = "-" if trial.passed is None else ("yes" if trial.passed else "no")
-            print(f"  {trial.dataset_item_id:<20} {trial.trial:>5}  {trial.status:<9} {passed:<6}  {scores}")
+            row = f"  {trial.dataset_item_id:<20} {trial.trial:>5}  {trial.status:<9} {passed:<6}  {scores}"
+            print(escape_control(row))  # item ids and score names are data
         print()
     return 0
 
@@ -244,9 +247,9 @@ def _diff(store: Store, args: argparse.Namespace) -> int:
     baseline_id = store.find(args.baseline)[0].id if args.baseline == "last" else args.baseline
     _, _, results = _results(store, args.current, baseline=baseline_id)
     for result in results:
-        print(f"{result.name} ({result.test}) experiment {result.id}")
+        print(escape_control(f"{result.name} ({result.test}) experiment {result.id}"))
         for line in baseline_lines(result):
-            print(line)
+            print(escape_control(line))  # item ids and metric names are data
     return 0
 
 
@@ -291,7 +294,7 @@ def _gate(store: Store, args: argparse.Namespace) -> int:
     for line in summary_lines(results, lambda t: f"pytest --eval-resume={t}", False) + gate_lines(results):
         print(line)
     failed = [r.name for r in results if not passed(r) or r.summary.pending]
-    print(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}")
+    print(escape_control(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}"))
     return 1 if failed else 0
 
 

@@ -6,8 +6,9 @@ import pytest
 
 
 class EvalWarning(pytest.PytestWarning):
-    """Base of every warning this plugin emits: filter them all with one rule
-    (``-W ignore::pytest_opik_eval.exceptions.EvalWarning``)."""
+    """Kept so that existing filter rules naming it (``-W ignore::pytest_opik_eval.exceptions.
+    EvalWarning``) still load; nothing emits it. The plugin's advice is printed in the "eval
+    notices" section instead (``pytest_opik_eval.notices``), which ``-W error`` cannot abort."""
 
 
 class EvalError(Exception):

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -136,6 +136,8 @@ class Condition:
     key: str | None
     operator: str
     value: str
+    # Where the condition starts in the filter text (0-based), for error messages.
+    at: int = dataclasses.field(default=0, compare=False, repr=False)
     # Chosen once here, because matches() runs for every item of the dataset.
     _subject: _Subject = dataclasses.field(init=False, repr=False, compare=False)
     _test: _Test = dataclasses.field(init=False, repr=False, compare=False)
@@ -170,6 +172,26 @@ class Filter:
     def matches(self, item: Mapping[str, Any]) -> bool:
         return all(condition.matches(item) for condition in self.conditions)
 
+    def check_keys(self, items: Sequence[Mapping[str, Any]], source: str) -> None:
+        """Raise :class:`FilterError` for a ``data.<key>`` that no item has: a misspelt key
+        would otherwise match nothing (or, with ``!=``, everything) and skip the eval quietly.
+        Items carry any keys they like, so a key is known when at least one item has it."""
+        if not items:
+            return  # nothing to match, and nothing to learn the keys from
+        for condition in self.conditions:
+            key = condition.key
+            if condition.field != "data" or key is None or any(key in item for item in items):
+                continue
+            keys = sorted({k for item in items for k in item if k not in ("id", "tags")})
+            shown = ", ".join(f"data.{_key_text(k)}" for k in keys[:_LISTED_KEYS])
+            more = f" and {len(keys) - _LISTED_KEYS} more" if len(keys) > _LISTED_KEYS else ""
+            raise _error(
+                self.text,
+                f"unknown field data.{_key_text(key)}: no item of {source} has the key {key!r}; "
+                f"the fields are id, tags, {shown}{more}",
+                condition.at,
+            )
+
     def to_opik(self) -> list[dict[str, str]]:
         """The filter as Opik's SDK sends it to the server (JSON-encoded as ``filters``)."""
         return [
@@ -195,6 +217,21 @@ def parse_filter(text: str) -> Filter:
     return Filter(text, tuple(conditions))
 
 
+_LISTED_KEYS = 20  # the item keys an unknown-field error lists before "and N more"
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _key_text(key: str) -> str:
+    """A key as the filter language writes it: bare, or quoted when it has other characters."""
+    return key if _PLAIN_KEY.fullmatch(key) else '"' + key.replace('"', '""') + '"'
+
+
+def _error(text: str, message: str, at: int) -> FilterError:
+    # One character per column, so tabs and newlines would break the caret's alignment.
+    shown = "".join(" " if ch.isspace() else ch for ch in text)
+    return FilterError(f"invalid filter: {message}, at column {at + 1}\n  {shown}\n  {' ' * at}^")
+
+
 class _Parser:
     """A cursor over the filter text; each method consumes one part or raises FilterError."""
 
@@ -203,10 +240,7 @@ class _Parser:
         self.pos = 0
 
     def error(self, message: str, pos: int | None = None) -> FilterError:
-        at = self.pos if pos is None else pos
-        # One character per column, so tabs and newlines would break the caret's alignment.
-        shown = "".join(" " if ch.isspace() else ch for ch in self.text)
-        return FilterError(f"invalid filter: {message}, at column {at + 1}\n  {shown}\n  {' ' * at}^")
+        return _error(self.text, message, self.pos if pos is None else pos)
 
     def peek(self) -> str:
         return self.text[self.pos : self.pos + 1]  # "" at the end
@@ -254,7 +288,7 @@ class _Parser:
             )
         if op not in allowed:
             raise self.error(f"expected an operator ({', '.join(allowed)}) after {written}", operator_at)
-        return Condition(name, key, op, "" if op in _NO_VALUE else self.value(op))
+        return Condition(name, key, op, "" if op in _NO_VALUE else self.value(op), at=start)
 
     def field(self) -> tuple[str, str | None]:
         start = self.pos

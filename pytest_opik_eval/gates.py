@@ -76,7 +76,9 @@ def evaluate_gates(
         failed = stats.failed if stats is not None else 0
         met = value is not None and value >= bound and not failed and not summary.pending
         if stats is None:
-            detail = f"no completed trial has a {metric} score (bound {bound:g})"
+            detail = f"no completed trial has a {metric} score (bound {bound:g})" + _unknown(
+                metric, result, settings
+            )
         elif value is None:
             detail = f"every {metric} score failed to compute (bound {bound:g})"
         else:
@@ -112,7 +114,9 @@ def evaluate_gates(
             if not compared:
                 detail = "the baseline has no item in common with this experiment"
             elif value is None:
-                detail = f"{metric} has no mean in this experiment or its baseline"
+                detail = f"{metric} has no mean in this experiment or its baseline" + _unknown(
+                    metric, result, settings
+                )
             else:
                 detail = f"mean changed by {_signed(value)} from the baseline (at most -{delta:g} allowed)"
                 if result.baseline.only_in_current or result.baseline.only_in_baseline:
@@ -160,6 +164,15 @@ def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> E
     kept = set(items)
     trials = [t for t in result.trials if t.dataset_item_id in kept]
     return summarize(trials, result.settings.thresholds)
+
+
+def _unknown(metric: str, result: ExperimentResult, settings: GateSettings) -> str:
+    """When no metric of the experiment scores ``metric`` (a typo, or a metric's other name):
+    the score names it has, so the gate can be fixed."""
+    known = list(dict.fromkeys([*result.summary.metrics, *settings.thresholds]))
+    if metric in known:
+        return ""
+    return f"; the experiment has no metric named {metric!r}, its scores are: {', '.join(known) or 'none'}"
 
 
 def _verdict(

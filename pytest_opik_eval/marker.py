@@ -90,7 +90,7 @@ def read_spec(marker: pytest.Mark, where: str) -> EvalSpec:
         nb_samples=_count(args["nb_samples"], "nb_samples", where, default=None),
         experiment_name=_name(args["experiment_name"], where),
         thresholds=_numbers(args["thresholds"], "thresholds", where),
-        fail_under=_numbers(args["fail_under"], "fail_under", where),
+        fail_under=_scores(_numbers(args["fail_under"], "fail_under", where), "fail_under", where),
         min_pass_rate=_min_pass_rate(args["min_pass_rate"], where),
         pass_threshold=_pass_threshold(args["pass_threshold"], trial_count, where),
         dataset_name=_name(args["dataset_name"], where, "dataset_name"),
@@ -212,6 +212,14 @@ def _numbers(value: object, argument: str, where: str) -> Mapping[str, float]:
             _fail(where, f"{argument}[{name!r}] must be a number, got {minimum!r}")
         result[name] = float(minimum)
     return result
+
+
+def _scores(bounds: Mapping[str, float], argument: str, where: str) -> Mapping[str, float]:
+    for name, bound in bounds.items():
+        if not 0 <= bound <= 1:
+            hint = f" (for {bound:g}% write {bound / 100:g})" if 1 < bound <= 100 else ""
+            _fail(where, f"{argument}[{name!r}] must be a score from 0 to 1{hint}, got {bound:g}")
+    return bounds
 
 
 def _min_pass_rate(value: object, where: str) -> float | None:

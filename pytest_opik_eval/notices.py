@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_opik_eval.escaping import escape_control
+
 NOTICES = pytest.StashKey[list[str]]()
 
 # The key in a pytest-xdist worker's workeroutput that carries its notices to the controller.
@@ -34,4 +36,5 @@ def print_notices(config: pytest.Config, terminalreporter: pytest.TerminalReport
     if messages:
         terminalreporter.section("eval notices", yellow=True)
         for message in messages:
-            terminalreporter.line(message, yellow=True)
+            # A notice may quote a server's answer or a dataset's key: data, so escaped.
+            terminalreporter.line(escape_control(message, newlines=True), yellow=True)

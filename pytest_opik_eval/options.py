@@ -161,7 +161,14 @@ def metric_bound(value: str) -> tuple[str, float]:
         bound = float("nan")
     if not sep or not metric.strip() or bound != bound:
         raise argparse.ArgumentTypeError(f"expected METRIC=NUMBER, such as equals_metric=0.9; got {value!r}")
-    return metric.strip(), bound
+    metric = metric.strip()
+    if not 0.0 <= bound <= 1.0:
+        # Scores run from 0 to 1: a bound of 80 can never be met (or, as a drop, never exceeded).
+        hint = f" (for {bound:g}% write {metric}={bound / 100:g})" if 1 < bound <= 100 else ""
+        raise argparse.ArgumentTypeError(
+            f"scores run from 0 to 1, so the bound must be a number from 0 to 1{hint}; got {value!r}"
+        )
+    return metric, bound
 
 
 def _shard(value: str) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_opik_eval.datasets import Dataset, DatasetError
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.gates import settings_for_new, settings_for_resume
 from pytest_opik_eval.ids import uuid7_for
 from pytest_opik_eval.marker import EvalSpec
@@ -54,10 +55,30 @@ class TestPlan:
     threads: int  # trials of this test that may run at the same time
     # When resuming: the stored experiments of this test, by their parametrize id.
     resumed: dict[str, ExperimentRecord] = field(default_factory=dict)
+    # The test as messages name it: its node id, and its file and line ("t.py::test_qa (t.py:12)").
+    where: str = ""
+    # Dataset items set aside (nested too deep to process): each is a failing test case.
+    rejected: list[RejectedItem] = field(default_factory=list)
 
     def experiment_name(self, params: str) -> str:
         name = self.spec.experiment_name or self.name
         return f"{name}[{params}]" if params else name
+
+
+@dataclass(frozen=True)
+class RejectedItem:
+    """The parameter of a test case that stands for a dataset item that could not be processed:
+    it fails with ``message`` (naming the file and line) while the other items run."""
+
+    place: str  # "line 3", "item 2"
+    message: str
+
+    @property
+    def case_id(self) -> str:
+        return "invalid-" + self.place.replace(" ", "")
+
+    def __repr__(self) -> str:
+        return f"RejectedItem({self.case_id})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,7 +115,8 @@ def plan_new(
         items = select_items(dataset.items, spec, dataset.source)
     except (DatasetError, SelectionError) as error:
         # Outside the except block: the message alone, without the chain of causes.
-        failure: str | None = f"@pytest.mark.eval on {where}: {error}"
+        # The message may quote the dataset (an id, a key): its control characters escaped.
+        failure: str | None = escape_control(f"@pytest.mark.eval on {where}: {error}", newlines=True)
     else:
         failure = None
     if failure is not None:
@@ -116,11 +138,20 @@ def plan_new(
         items=items,
         gates=settings_for_new(spec, scorer, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
+        where=where,
+        rejected=[
+            RejectedItem(place, escape_control(f"@pytest.mark.eval on {where}: {message}"))
+            for place, message in dataset.rejected
+        ],
     )
 
 
 def plan_resumed(
-    definition: pytest.Item, spec: EvalSpec, experiments: list[ExperimentRecord], options: EvalOptions
+    definition: pytest.Item,
+    spec: EvalSpec,
+    experiments: list[ExperimentRecord],
+    options: EvalOptions,
+    where: str = "",
 ) -> TestPlan:
     """Replay what the stored experiments selected, with the thresholds and gates they stored;
     the current marker supplies the metrics and the mapping (code is not stored)."""
@@ -136,6 +167,7 @@ def plan_resumed(
         gates=settings_for_resume(stored.gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
         resumed={e.params: e for e in experiments},
+        where=where or definition.nodeid,
     )
 
 

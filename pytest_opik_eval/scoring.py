@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import EvalError
 from pytest_opik_eval.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.store.records import ScoreRecord
@@ -18,6 +19,13 @@ from pytest_opik_eval.store.records import ScoreRecord
 # Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):
 # anything below 1.0 is a miss, as with this package's own Equals, Contains, RegexMatch, IsJson.
 _EXACT_METRICS = frozenset({"equals_metric", "contains_metric", "regex_match_metric", "is_json_metric"})
+
+
+# The hint for a task that returned nothing, the usual slip of a first eval test.
+RETURNED_NONE = (
+    "the test function returned None; its return value is the task output that the metrics "
+    'score: return the answer (e.g. return {"output": answer})'
+)
 
 
 class MissingScoreArguments(EvalError):
@@ -105,13 +113,15 @@ class Scorer:
         return scores
 
     def _missing_message(self, metric: Any, missing: list[str], inputs: Mapping[str, Any]) -> str:
-        return (
+        # The keys come from the dataset and the task: escaped, as any data shown.
+        return escape_control(
             f"metric {metric.name!r} ({type(metric).__name__}) needs {', '.join(missing)}, which "
             f"neither the item, the task output nor scoring_key_mapping provides.\n"
             f"  available keys: {', '.join(sorted(inputs))}\n"
             f"  scoring_key_mapping: {dict(self.mapping) or '{}'}\n"
             f'  fix: return it from the test, or map it, e.g. scoring_key_mapping={{"{missing[0]}": '
-            f'"<key>"}}'
+            f'"<key>"}}',
+            newlines=True,
         )
 
     def thresholds_in_force(self) -> dict[str, float | None]:
@@ -203,8 +213,9 @@ def _shown(value: Any) -> str:
 
 def describe_failure(item: Mapping[str, Any], trial: int, output: Mapping[str, Any], verdict: Verdict) -> str:
     """The failure message of a trial that missed its thresholds: compact, shortened values."""
-    lines = [f"item {item.get('id')!s} (trial {trial}) did not meet its thresholds:"]
-    lines += [f"  {line}" for line in verdict.lines]
+    # Item ids, values, score names and reasons are data: one line each, controls escaped.
+    lines = [f"item {_one_line(str(item.get('id')))} (trial {trial}) did not meet its thresholds:"]
+    lines += [f"  {_one_line(line)}" for line in verdict.lines]
     shown = {"input": item.get("input", {k: v for k, v in item.items() if k != "id"})}
     if "expected_output" in item:
         shown["expected"] = item["expected_output"]
@@ -212,10 +223,16 @@ def describe_failure(item: Mapping[str, Any], trial: int, output: Mapping[str, A
     width = max(len(k) for k in shown) + 1
     for label, value in shown.items():
         lines.append(f"  {label + ':':<{width}} {_short(value)}")
+    if "output" in output and output["output"] is None:
+        lines.append(f"  hint: {RETURNED_NONE}")
     return "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    return escape_control(text.replace("\n", "\\n"))
 
 
 def _short(value: Any, limit: int = 200) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = text.replace("\n", "\\n")
+    text = _one_line(text)
     return text if len(text) <= limit else f"{text[: limit - 15]}... ({len(text)} chars)"

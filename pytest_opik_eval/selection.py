@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pytest_opik_eval.filtering import FilterError
 from pytest_opik_eval.marker import EvalSpec
 from pytest_opik_eval.store.records import Selection
+
+# A dataset on the Opik server ("opik:NAME") arrives filtered by the server, so its items cannot
+# tell a misspelt key from one that only the items left out have: the server's answer stands.
+_SERVER_FILTERED = "opik:"
 
 
 class SelectionError(ValueError):
@@ -29,6 +34,11 @@ def select_items(items: list[dict[str, Any]], spec: EvalSpec, source: str) -> li
             )
         selected = [by_id[item_id] for item_id in spec.item_ids]
     if spec.filter is not None:
+        if not source.startswith(_SERVER_FILTERED):
+            try:
+                spec.filter.check_keys(items, source)
+            except FilterError as error:
+                raise SelectionError(str(error)) from None
         selected = [item for item in selected if spec.filter.matches(item)]
     if spec.nb_samples is not None:
         selected = selected[: spec.nb_samples]

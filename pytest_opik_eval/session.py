@@ -28,6 +28,7 @@ from pytest_opik_eval.distributed import (
     in_shard,
     is_controller,
 )
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gates import settings_for_resume
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
@@ -35,6 +36,7 @@ from pytest_opik_eval.marker import EvalSpec, read_spec
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.planning import (
     CASE_ARG,
+    RejectedItem,
     TestPlan,
     TrialCase,
     params_of,
@@ -188,14 +190,15 @@ class EvalSession:
             stored = self.resume.experiments_of(definition.nodeid, spec.dataset)
             if not stored:
                 return  # not resumed: left unexpanded, and deselected
-            plan = plan_resumed(definition, spec, stored, self.options)
-            self._warn_on_changes(plan, stored[0], definition)
+            plan = plan_resumed(definition, spec, stored, self.options, where)
+            self._warn_on_changes(plan, stored[0])
         self.plans_seen.append(plan)
         cases = trial_cases(plan)
         _prune_own_args(metafunc)
         metafunc.fixturenames.append(CASE_ARG)
-        if cases:
-            metafunc.parametrize(CASE_ARG, cases, ids=[case.case_id for case in cases])
+        params: list[TrialCase | RejectedItem] = [*cases, *plan.rejected]
+        if params:
+            metafunc.parametrize(CASE_ARG, params, ids=[param.case_id for param in params])
         else:
             reason = f"the selection matched no items of {plan.dataset.source}"
             metafunc.parametrize(
@@ -223,12 +226,12 @@ class EvalSession:
             raise DatasetError(str(error)) from None
         return Dataset(source=source, path=None, items=items, version=content_hash(items))
 
-    def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord, definition: pytest.Item) -> None:
+    def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord) -> None:
         changes = changes_since(stored, plan.spec)
         if changes:
             notice(
                 self.config,
-                f"{definition.nodeid}: the test selects differently from experiment {stored.id} "
+                f"{plan.where}: the test selects differently from experiment {stored.id} "
                 f"({'; '.join(changes)}); resume replays the {len(stored.items)} items stored "
                 "with the experiment",
             )
@@ -243,7 +246,7 @@ class EvalSession:
                 if case.plan.threads > 1:
                     self._check_concurrency(item, case.plan)
         soft_without_gates = [
-            p.name
+            p.where
             for p in self.plans_seen
             if p.gates.soft and not p.gates.has_gates() and p.gates.pass_threshold is None
         ]
@@ -266,7 +269,7 @@ class EvalSession:
             plan.threads = 1
             notice(
                 self.config,
-                f"{plan.test} uses the function-scoped fixture {fixture!r}, so its trials run one "
+                f"{plan.where} uses the function-scoped fixture {fixture!r}, so its trials run one "
                 "at a time; give the fixture a wider scope (module, session) to run them concurrently",
             )
             return
@@ -318,6 +321,14 @@ class EvalSession:
         self.experiments = plan.experiments
 
     # -- each trial ----------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        # A dataset item that could not be processed: its message, before any fixture is set up.
+        callspec = getattr(item, "callspec", None)
+        rejected = callspec.params.get(CASE_ARG) if callspec is not None else None
+        if isinstance(rejected, RejectedItem):
+            pytest.fail(rejected.message, pytrace=False)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -557,7 +568,7 @@ class EvalSession:
                 f"resume all {pending_total} pending trials: {self.options.resume_command(self.run_id)}"
             )
         if self.unsent:
-            terminalreporter.line(self.unsent, yellow=True)
+            terminalreporter.line(escape_control(self.unsent), yellow=True)
         gates = gate_lines(self.results)
         if gates:
             terminalreporter.section("eval gates")

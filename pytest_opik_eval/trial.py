@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
-from pytest_opik_eval.scoring import MissingScoreArguments, describe_failure
+from pytest_opik_eval.datasets.loading import MAX_DEPTH, nested_too_deep
+from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.notices import notice
+from pytest_opik_eval.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
 from pytest_opik_eval.store.records import ScoreRecord
 
 if TYPE_CHECKING:
@@ -84,7 +87,18 @@ def run(
     _forget_attempt(item, trial)
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
-    output = _as_output(_call_task(item, task_args(item, trial, item)) if task is None else task())
+    returned = _call_task(item, task_args(item, trial, item)) if task is None else task()
+    if returned is None:
+        notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
+    output = _as_output(returned)
+    if nested_too_deep(output):
+        # Stored as JSON, copied and hashed, each a recursion per level: say so, not RecursionError.
+        pytest.fail(
+            f"item {escape_control(case.item_id)} (trial {case.trial}): the task output is nested more "
+            f"than {MAX_DEPTH} levels deep (lists and dicts inside each other), too deep to store; "
+            "flatten it",
+            pytrace=False,
+        )
     store.record_output(attempt, output)
     trial.output = output
 
@@ -92,12 +106,21 @@ def run(
     try:
         scores = scorer.score(case.item, output)
     except MissingScoreArguments as error:
-        pytest.fail(str(error), pytrace=False)
+        missing = str(error)
+    else:
+        missing = ""
+    if missing:
+        # Outside the except block: inside it, pytest would print the message twice ("During
+        # handling of the above exception, another exception occurred").
+        pytest.fail(missing, pytrace=False)
     verdict = scorer.judge(scores)
     store.record_scores(attempt, scores, verdict.passed)
     trial.scores, trial.passed = scores, verdict.passed
     # JUnit XML shows these as the test case's properties.
-    item.user_properties += [(f"eval.{s.name}", s.value) for s in scores if not s.scoring_failed]
+    # Score names are data (a metric may name its scores): escaped before they reach the XML.
+    item.user_properties += [
+        (f"eval.{escape_control(s.name)}", s.value) for s in scores if not s.scoring_failed
+    ]
     item.user_properties.append(("eval.passed", verdict.passed))
 
     # The happy-path line: the task and the whole scoring loop returned.

@@ -16,6 +16,11 @@ import httpcore  # noqa: F401
 import pytest
 from opik_server import OpikTestServer
 
+# The same hazard inside this package: session.py reads ``from pytest_opik_eval import trial``,
+# which takes the package's attribute, left pointing at the first run's module, while other
+# modules import the next run's fresh copy (so trial.py's notices went to a stash key the session
+# never read). Imported here once, each module is one object in every run.
+import pytest_opik_eval.trial  # noqa: F401
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.records import TrialRecord
 
@@ -65,8 +70,9 @@ class Project:
         self.pytester = pytester
         self.path = pytester.path
         self.store_path = pytester.path / ".opik-eval" / "store.db"
-        # The outer suite turns warnings into errors; the projects under test show them as users do.
-        pytester.makeini("[pytest]\nfilterwarnings = default\n")
+        # Strict like the outer suite, and like many projects: any warning the plugin causes in an
+        # inner run fails it. A test that needs a warning shown writes an ini of its own.
+        pytester.makeini("[pytest]\nfilterwarnings = error\n")
 
     def dataset(self, rows: Iterable[dict[str, Any]], name: str = "data.jsonl") -> Path:
         path = self.path / name

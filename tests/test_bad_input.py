@@ -68,7 +68,8 @@ def test_item_that_is_not_an_object(project: Project) -> None:
     assert_collection_error(
         project,
         result,
-        'data.jsonl line 2: expected a JSON object such as {"input": "...", "expected": "..."}, '
+        # The key a dataset's reference goes under is expected_output, as the metrics map it.
+        'data.jsonl line 2: expected a JSON object such as {"input": "...", "expected_output": "..."}, '
         "got list ?1, 2?",
     )
 
@@ -113,6 +114,35 @@ def test_bad_filter_shows_column_and_caret(project: Project) -> None:
         [f"{where(project)} invalid filter: *", '  data.category == "geo"', "                ^"],
         consecutive=True,
     )
+
+
+@pytest.mark.parametrize("operator", ["=", "!="])
+def test_filter_on_a_key_no_item_has_names_it_and_lists_the_fields(project: Project, operator: str) -> None:
+    # Misspelt, the key would match no item (a skipped eval, exit 0) or, with !=, every item.
+    project.dataset(items("a", "b", category="geo", lang="en"))
+    project.eval_test(f'filter=\'data.lang = "en" AND data.categroy {operator} "geo"\',')
+    result = project.run("--eval")
+    assert_collection_error(
+        project,
+        result,
+        "invalid filter: unknown field data.categroy: no item of data.jsonl has the key 'categroy'; "
+        "the fields are id, tags, data.category, data.expected_output, data.input, data.lang, at column 22",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            f"{where(project)} invalid filter: *",
+            f'  data.lang = "en" AND data.categroy {operator} "geo"',
+            "  " + " " * 21 + "^",
+        ],
+        consecutive=True,
+    )
+
+
+def test_filter_on_a_key_only_some_items_have_is_fine(project: Project) -> None:
+    project.dataset([*items("a", category="geo"), *items("b")])
+    project.eval_test("filter='data.category != \"geo\"',")
+    project.run("--eval").assert_outcomes(passed=1)
+    assert project.calls() == ["b#0"]
 
 
 def test_unknown_item_id_is_named(project: Project) -> None:

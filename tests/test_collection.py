@@ -52,7 +52,7 @@ def test_k_plans_only_what_it_selects(project: Project) -> None:
 
 
 def test_m_selects_eval_tests_by_their_markers(project: Project) -> None:
-    project.pytester.makeini("[pytest]\nfilterwarnings = default\nmarkers = slow\n")
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\nmarkers = slow\n")
     project.dataset(items("a", "b"))
     project.eval_test(imports="pytestmark = pytest.mark.slow")
     project.write("test_plain.py", "def test_plain():\n    pass\n")

@@ -132,7 +132,8 @@ def test_a_function_scoped_fixture_runs_the_trials_one_at_a_time(project: Projec
     result.stdout.fnmatch_lines(
         [
             "*eval notices*",
-            "test_fixture.py::test_fixture uses the function-scoped fixture 'client', so its trials run one at a time*",
+            # The user's test, and where it is: not the plugin's code that noticed.
+            "test_fixture.py::test_fixture (test_fixture.py:*) uses the function-scoped fixture 'client', so its trials run one at a time*",
         ]
     )
 

@@ -364,6 +364,20 @@ def test_missing_empty_or_non_list_tags_are_empty(item: dict[str, Any]) -> None:
 # --- matching: conditions together ---------------------------------------------------------
 
 
+def test_check_keys_lists_quoted_keys_and_cuts_a_long_list() -> None:
+    rows = [{"id": "1", "tags": [], "my key": 1, **{f"k{n:02}": n for n in range(25)}}]
+    with pytest.raises(FilterError) as info:
+        parse_filter('data."my kee" = "x"').check_keys(rows, "data.jsonl")
+    message = str(info.value)
+    assert message.startswith(
+        "invalid filter: unknown field data.\"my kee\": no item of data.jsonl has the key 'my kee'; "
+        "the fields are id, tags, data.k00, data.k01,"
+    )
+    assert "data.k19 and 6 more, at column 1" in message  # "my key" sorts after the k keys
+    parse_filter('data."my key" = "x" AND id = "1" AND tags is_empty').check_keys(rows, "data.jsonl")
+    parse_filter('data.anything = "x"').check_keys([], "data.jsonl")  # an empty dataset has no keys
+
+
 def test_all_conditions_must_match() -> None:
     assert matches('data.category = "geo" AND tags = "beta" AND id starts_with "q"')
     assert not matches('data.category = "geo" AND tags = "gamma"')

@@ -91,8 +91,76 @@ def test_soft_mode_without_a_gate_says_it_can_never_fail(project: Project) -> No
     result = project.run("--eval", "--eval-soft")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
-        ["*eval notices*", "soft mode with no gate: scores can never fail this session (test_qa)*"]
+        [
+            "*eval notices*",
+            "soft mode with no gate: scores can never fail this session "
+            "(test_eval.py::test_qa (test_eval.py:*))*",
+        ]
     )
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        "--eval-fail-under=equals_metric=80",
+        "--eval-fail-under=equals_metric=-0.5",
+        "--eval-max-regression=equals_metric=5",
+    ],
+)
+def test_a_bound_outside_the_range_of_scores_is_a_usage_error(project: Project, option: str) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    result = project.run("--eval", option)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*scores run from 0 to 1, so the bound must be a number from 0 to 1*"])
+    assert project.calls() == []
+
+
+def test_a_percentage_bound_suggests_the_share(project: Project) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    result = project.run("--eval", "--eval-fail-under=equals_metric=80")
+    result.stderr.fnmatch_lines(["*(for 80% write equals_metric=0.8); got 'equals_metric=80'"])
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\neval_fail_under = equals_metric=90\n")
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini eval_fail_under: *(for 90% write equals_metric=0.9)*"])
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\n")
+    project.eval_test("fail_under={'equals_metric': 75},")
+    result = project.run("--eval")
+    result.stdout.fnmatch_lines(
+        [
+            "*@pytest.mark.eval on *: fail_under?'equals_metric'? must be a score from 0 to 1 (for 75% write 0.75), got 75"
+        ]
+    )
+
+
+def test_a_gate_on_an_unknown_metric_lists_the_experiments_scores(project: Project) -> None:
+    project.dataset(items("a"))
+    project.eval_test(
+        metrics="[Equals(), LevenshteinRatio()]",
+        imports=LEVENSHTEIN,
+        marker="fail_under={'equal_metric': 0.5},",
+    )
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "NOT MET: test_qa: fail_under equal_metric: no completed trial has a equal_metric score "
+            "(bound 0.5); the experiment has no metric named 'equal_metric', its scores are: "
+            "equals_metric, levenshtein_ratio_metric",
+        ]
+    )
+    # A known metric without a score yet is not called unknown.
+    project.eval_test(metrics="[Equals(), LevenshteinRatio()]", imports=LEVENSHTEIN)
+    project.fail("a")
+    result = project.run("--eval", "--eval-fail-under=equals_metric=0.5")
+    result.stdout.fnmatch_lines(
+        [
+            "NOT MET: test_qa: fail_under equals_metric: no completed trial has a equals_metric score (bound 0.5); 1 trial(s) pending*"
+        ]
+    )
+    result.stdout.no_fnmatch_line("*has no metric named*")
 
 
 def test_failed_scores_count_against_a_gate(project: Project) -> None:

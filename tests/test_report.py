@@ -91,7 +91,7 @@ def test_report_is_written_when_the_session_stops_early(project: Project) -> Non
 
 
 def test_report_path_from_ini(project: Project) -> None:
-    project.pytester.makeini("[pytest]\nfilterwarnings = default\neval_report = out/report.json\n")
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\neval_report = out/report.json\n")
     project.dataset(items("a"))
     project.eval_test()
     project.run("--eval").assert_outcomes(passed=1)

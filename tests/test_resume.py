@@ -389,7 +389,7 @@ def test_edited_dataset_resume_replays_the_stored_items(project: Project) -> Non
     result.stdout.fnmatch_lines(
         [
             "*eval notices*",
-            "test_eval.py::test_qa: the test selects differently from experiment *"
+            "test_eval.py::test_qa (test_eval.py:*): the test selects differently from experiment *"
             "the dataset data.jsonl was edited*resume replays the 3 items stored with the experiment",
         ]
     )

@@ -102,7 +102,7 @@ def test_store_location_precedence_and_relative_paths(
     args = ["--eval", str(project.path)]
     if "ini" in given:
         # Relative to the ini file's folder, not to where pytest is run from.
-        project.pytester.makeini("[pytest]\nfilterwarnings = default\neval_store = stores/ini.db\n")
+        project.pytester.makeini("[pytest]\nfilterwarnings = error\neval_store = stores/ini.db\n")
     if "env" in given:
         monkeypatch.setenv(STORE_ENV, "env.db")  # relative to the working directory
     if "cli" in given:

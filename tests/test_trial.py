@@ -85,6 +85,30 @@ def test_return_value_is_the_stored_output(project: Project) -> None:
     }
 
 
+def test_a_test_that_returns_none_gets_a_hint(project: Project) -> None:
+    project.dataset(items("a", "b"))
+    project.write(
+        "test_none.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+        def test_forgot(eval_item):
+            answer = eval_item["input"]["text"]  # and no return
+        """,
+    )
+    result = project.run("--eval")
+    result.assert_outcomes(failed=2)
+    hint = 'the test function returned None; its return value is the task output that the metrics score: return the answer (e.g. return {"output": answer})'
+    result.stdout.fnmatch_lines(
+        ["item a (trial 0) did not meet its thresholds:", "*output:   null", f"  hint: {hint}"]
+    )
+    # Once in the notices, naming the user's test and its line.
+    result.stdout.fnmatch_lines(["*= eval notices =*", f"test_none.py::test_forgot (test_none.py:5): {hint}"])
+    assert result.stdout.str().count(f"test_forgot (test_none.py:5): {hint}") == 1
+
+
 def test_missing_metric_argument_fails_the_trial_and_leaves_it_pending(project: Project) -> None:
     project.dataset([{"id": "a", "input": {"text": "a"}, "answer": "a"}])
     project.write(
@@ -108,6 +132,10 @@ def test_missing_metric_argument_fails_the_trial_and_leaves_it_pending(project: 
             '*fix: return it from the test, or map it, e.g. scoring_key_mapping={"reference": "<key>"}',
         ]
     )
+    # Once: not again after "During handling of the above exception, another exception occurred".
+    report = result.stdout.str().split("short test summary info")[0]
+    assert "During handling of the above exception" not in report
+    assert report.count("needs reference") == 1
     [trial] = project.trials()
     assert trial.status == "pending"
 

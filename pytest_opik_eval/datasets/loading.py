@@ -13,8 +13,9 @@ import hashlib
 import io
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,12 @@ _EXTENSIONS = (
     "or .csv (a header row, then one item per row)"
 )
 _JSON_TYPES = "str, int, float, bool, None, lists and dicts with str keys"
+
+# How deep lists and objects may nest in an item or a task output. Far beyond real data, and far
+# enough below Python's recursion limit that copying, hashing and storing one (each a recursion
+# per level, at the depth of pytest's own stack) cannot fail: a deeper item is set aside with a
+# message naming its place, and the other items run.
+MAX_DEPTH = 200
 
 
 class DatasetError(EvalError):
@@ -56,6 +63,9 @@ class Dataset:
     path: Path | None
     items: list[dict[str, Any]]
     version: str
+    # Items set aside because they could not be processed (nested too deep), as (place, message):
+    # each becomes a failing test case of its own, so the other items still run.
+    rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
 def content_id(item: Mapping[str, Any]) -> str:
@@ -94,18 +104,22 @@ def load_dataset(source: object, base_dir: Path) -> Dataset:
         # JSON files are numbered by item, JSONL and CSV files by line.
         unit = "item" if path.suffix.lower() == ".json" else "line"
         origin = _Origin(unit, prefix=f"{written} ", suffix="", container=f"in {written}")
-        items, version = _normalise(_read_file(written, path, base_dir), origin)
-        return Dataset(source=written, path=path, items=items, version=version)
+        items, version, rejected = _normalise(_read_file(written, path, base_dir), origin)
+        return Dataset(source=written, path=path, items=items, version=version, rejected=rejected)
     if isinstance(source, (list, tuple)):
         origin = _Origin("item", prefix="", suffix=" of the list", container="in the list")
-        items, version = _normalise(enumerate(source, 1), origin)
-        return Dataset(source=f"<list of {len(items)} items>", path=None, items=items, version=version)
+        items, version, rejected = _normalise(enumerate(source, 1), origin)
+        return Dataset(
+            source=f"<list of {len(items)} items>", path=None, items=items, version=version, rejected=rejected
+        )
     if callable(source):
         name = _callable_name(source)
         returned = f"returned by {name}"
         origin = _Origin("item", prefix="", suffix=f" {returned}", container=returned)
-        items, version = _normalise(enumerate(_call(source, name), 1), origin)
-        return Dataset(source=f"<callable {name}>", path=None, items=items, version=version)
+        items, version, rejected = _normalise(enumerate(_call(source, name), 1), origin)
+        return Dataset(
+            source=f"<callable {name}>", path=None, items=items, version=version, rejected=rejected
+        )
     raise DatasetError(
         f"unsupported dataset {_short_repr(source)} of type {type(source).__name__}; {_ACCEPTED}"
     )
@@ -133,14 +147,56 @@ class _Origin:
         return f"{self.prefix}{self.position(number)}{self.suffix}"
 
 
-def _normalise(raw_items: Iterable[tuple[int, object]], origin: _Origin) -> tuple[list[dict[str, Any]], str]:
-    """Validate numbered raw items, give each an id, and return them with their content hash."""
+def nested_too_deep(value: object, limit: int = MAX_DEPTH) -> bool:
+    """Whether lists and dicts nest more than ``limit`` levels in ``value``; without recursion,
+    so that the check itself cannot overflow."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        current, depth = stack.pop()
+        inner: Iterable[object]
+        if isinstance(current, dict):
+            inner = current.values()
+        elif isinstance(current, (list, tuple)):
+            inner = current
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((v, depth + 1) for v in inner if isinstance(v, (dict, list, tuple)))
+    return False
+
+
+@dataclass(frozen=True)
+class _TooDeep:
+    """A raw item the JSON reader could not even decode: nested past Python's recursion limit."""
+
+    line: int | None = None  # where it starts, in a .json file (numbered by item)
+
+
+def _too_deep(origin: _Origin, number: int, line: int | None) -> str:
+    where = origin.place(number) + ("" if line is None else f" (line {line})")
+    return (
+        f"{where}: the item is nested more than {MAX_DEPTH} levels deep (lists and "
+        "objects inside each other); flatten it, or remove it from the dataset (the other items run)"
+    )
+
+
+def _normalise(
+    raw_items: Iterable[tuple[int, object]], origin: _Origin
+) -> tuple[list[dict[str, Any]], str, list[tuple[str, str]]]:
+    """Validate numbered raw items, give each an id, and return them with their content hash,
+    and the items set aside (too deep to process) as (place, message)."""
     items: list[dict[str, Any]] = []
+    rejected: list[tuple[str, str]] = []
     numbers: list[int] = []
     # id -> (number, whether the id was derived from content), to name both
     # places of a duplicate in one pass.
     seen: dict[str, tuple[int, bool]] = {}
     for number, raw in raw_items:
+        if isinstance(raw, _TooDeep) or nested_too_deep(raw):
+            line = raw.line if isinstance(raw, _TooDeep) else None
+            rejected.append((origin.position(number), _too_deep(origin, number, line)))
+            continue
         item, derived = _normalise_item(raw, origin, number)
         item_id = item["id"]
         if item_id in seen:
@@ -163,7 +219,7 @@ def _normalise(raw_items: Iterable[tuple[int, object]], origin: _Origin) -> tupl
     # Hashing validates them all in one encoder call, much faster than item by
     # item; only when it fails are items encoded one by one to find the culprit.
     try:
-        return items, content_hash(items)
+        return items, content_hash(items), rejected
     except (TypeError, ValueError):
         for number, item in zip(numbers, items, strict=True):
             try:
@@ -178,7 +234,7 @@ def _normalise_item(raw: object, origin: _Origin, number: int) -> tuple[dict[str
     if not isinstance(raw, Mapping):
         raise DatasetError(
             f"{origin.place(number)}: expected a JSON object such as "
-            f'{{"input": "...", "expected": "..."}}, got {_describe(raw)}'
+            f'{{"input": "...", "expected_output": "..."}}, got {_describe(raw)}'
         )
     if "id" in raw:
         item_id = _explicit_id(raw["id"], origin, number)
@@ -256,12 +312,14 @@ def _jsonl_items(text: str, written: str) -> Iterator[tuple[int, object]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value: object = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DatasetError(
                 f"{written} line {number}: invalid JSON: {exc.msg} (column {exc.colno}); "
                 "each line must hold one complete JSON object"
             ) from exc
+        except RecursionError:
+            value = _TooDeep()
         yield number, value
 
 
@@ -269,17 +327,92 @@ def _json_items(text: str, written: str) -> Iterator[tuple[int, object]]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DatasetError(
-            f"{written} line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}; "
-            "the file must hold one JSON list of objects"
-        ) from exc
+        raise _invalid_json(written, exc) from exc
+    except RecursionError:
+        # An item nested too deep for the JSON reader: read the list item by item instead, so
+        # that one item is set aside and the others still run.
+        return _json_items_one_by_one(text, written)
     if not isinstance(value, list):
         raise DatasetError(
             f"{written}: the top level is {type(value).__name__}, expected a JSON list of "
-            'objects such as [{"input": "...", "expected": "..."}]; use .jsonl for one '
+            'objects such as [{"input": "...", "expected_output": "..."}]; use .jsonl for one '
             "object per line"
         )
     return enumerate(value, 1)
+
+
+def _invalid_json(written: str, exc: json.JSONDecodeError) -> DatasetError:
+    return DatasetError(
+        f"{written} line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}; "
+        "the file must hold one JSON list of objects"
+    )
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
+
+
+def _skip_space(text: str, pos: int) -> int:
+    match = _SPACE.match(text, pos)
+    assert match is not None  # the pattern matches the empty string
+    return match.end()
+
+
+def _json_items_one_by_one(text: str, written: str) -> Iterator[tuple[int, object]]:
+    """The items of a JSON list, decoded one at a time; an item too deep to decode is skipped
+    over (its brackets counted, strings aside) and given as ``_TooDeep``."""
+    pos = _skip_space(text, 0)
+    if not text.startswith("[", pos):
+        raise DatasetError(
+            f"{written}: the top level is not a JSON list; the file must hold one JSON list of objects"
+        )
+    pos = _skip_space(text, pos + 1)
+    number = 0
+    if text.startswith("]", pos):
+        return
+    while True:
+        number += 1
+        try:
+            value, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise _invalid_json(written, exc) from exc
+        except RecursionError:
+            value, pos = _TooDeep(line=text.count("\n", 0, pos) + 1), _skip_value(text, pos, written)
+        yield number, value
+        pos = _skip_space(text, pos)
+        if text.startswith(",", pos):
+            pos = _skip_space(text, pos + 1)
+            continue
+        if text.startswith("]", pos):
+            return
+        line = text.count("\n", 0, pos) + 1
+        raise DatasetError(f"{written} line {line}: invalid JSON: expected , or ] after item {number}")
+
+
+_STRING_END = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(r'[\[\]{}"]')
+
+
+def _skip_value(text: str, pos: int, written: str) -> int:
+    """Where the list or object at ``pos`` ends, counting brackets outside strings."""
+    depth = 0
+    while True:
+        found = _BRACKETS.search(text, pos)
+        if found is None:
+            line = text.count("\n") + 1
+            raise DatasetError(f"{written} line {line}: invalid JSON: the file ends inside an item")
+        char, pos = found.group(), found.end()
+        if char == '"':
+            end = _STRING_END.match(text, pos)
+            if end is None:
+                raise DatasetError(f"{written}: invalid JSON: a string is not closed")
+            pos = end.end()
+        elif char in "[{":
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                return pos
 
 
 def _csv_items(text: str, written: str) -> Iterator[tuple[int, object]]:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.results import ExperimentResult
 
 PREFIX = "eval."
@@ -35,7 +36,9 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
         for gate in e.gates:
             name = f"{base}gate.{gate.kind}" + (f".{gate.metric}" if gate.metric else "")
             properties.append((name, ("met: " if gate.met else "not met: ") + gate.detail))
-    return properties
+    # Experiment and metric names and gate details carry data; pytest escapes only what XML
+    # forbids in values, so an ESC in a name would make the file unreadable.
+    return [(escape_control(name), escape_control(value)) for name, value in properties]
 
 
 def add_suite_properties(config: pytest.Config, properties: Sequence[tuple[str, str]]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.reports.model import ExperimentReport, Report
 
 # How many item ids or trials to name before saying "... and N more": a summary that lists a
@@ -105,8 +106,9 @@ def _code(text: str) -> str:
 
 
 def _inline(text: str) -> str:
-    # A line break would end a table row or a list item early.
-    return " ".join(text.split())
+    # A line break would end a table row or a list item early; other control characters are
+    # escaped, as everywhere data is shown.
+    return escape_control(" ".join(text.split()))
 
 
 def _num(value: float | None) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.reports.model import GateVerdict
 from pytest_opik_eval.results import ExperimentResult
 
@@ -22,7 +23,7 @@ def summary_lines(
     lines: list[str] = []
     for experiment in experiments:
         lines += experiment_lines(experiment, resume_command, resumed)
-    return lines
+    return [escape_control(line) for line in lines]  # names and ids may carry data
 
 
 def experiment_lines(
@@ -63,7 +64,7 @@ def experiment_lines(
 
 def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
     """One line per gate, met or not: the experiment, the metric, the value, the bound."""
-    return [_gate_line(e, gate) for e in experiments for gate in e.gates]
+    return [escape_control(_gate_line(e, gate)) for e in experiments for gate in e.gates]
 
 
 def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
@@ -162,6 +163,7 @@ def _ids(ids: Sequence[str]) -> str:
 
 
 def _cut(name: str) -> str:
+    name = escape_control(name)  # escaped before it is padded, so the columns stay aligned
     return name if len(name) <= _NAME else name[: _NAME - 1] + "~"
 
 
