@@ -248,11 +248,12 @@ def test_embedded_data_is_escaped_and_round_trips() -> None:
     }
 
 
-def test_scores_that_are_not_numbers_still_make_valid_json() -> None:
-    trials = [trial("a", 0, math.nan), trial("b", 0, 1.0)]
+def test_outputs_that_are_not_json_numbers_still_make_valid_json() -> None:
+    # Scores are always finite; a task's output may hold NaN, which JSON.parse rejects.
+    trials = [trial("a", 0, 1.0, output=math.nan), trial("b", 0, 1.0)]
     html = render_html(Report(run_id=None, resumed=None, experiments=[experiment(trials)]), {})
     [data] = embedded(html)["experiments"]
-    assert data["items"][0]["trials"][0]["scores"][0][1] == "nan"
+    assert data["items"][0]["trials"][0]["output"] == {"output": "nan"}
     assert data["items"][0]["data"] is None  # no dataset items given
 
 

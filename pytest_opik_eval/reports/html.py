@@ -111,8 +111,8 @@ def _script_json(data: Any) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    """Python writes NaN and Infinity, which JSON.parse rejects (a metric may score NaN): spell
-    them as strings; the rest is left to ``json.dumps``."""
+    """Python writes NaN and Infinity, which JSON.parse rejects (a task output may hold them):
+    spell them as strings; the rest is left to ``json.dumps``."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):
@@ -266,7 +266,7 @@ def _histogram_svg(e: ExperimentReport, metric: str) -> str:
         for t in e.trials
         if t.status == "completed"
         for s in t.scores
-        if s.name == metric and not s.scoring_failed and math.isfinite(s.value)
+        if s.name == metric and not s.scoring_failed
     ]
     low, high = (0.0, 1.0) if all(0.0 <= v <= 1.0 for v in values) else (min(values), max(values))
     if low == high:  # one distinct value: centre it in a unit-wide range

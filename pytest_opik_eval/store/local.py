@@ -204,21 +204,24 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
 def _unwritable_errno(path: Path) -> int | None:
     """Why the store's file or its folder cannot be written, if that is the case: SQLite also
     makes files beside the store (-wal, -shm), and this plugin its journals."""
-    if path.exists():
-        try:
-            os.close(os.open(path, os.O_WRONLY))
-        except OSError as error:
-            return error.errno
+    # Never by opening the file: closing any descriptor of it drops every POSIX lock this
+    # process holds on it, SQLite's included, and another process could then take the store for
+    # unused and remove the WAL file that holds this process's commits.
+    if path.exists() and not os.access(path, os.W_OK):
+        return errno.EROFS if _on_read_only_disk(path) else errno.EACCES
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not os.access(folder, os.W_OK | os.X_OK):
-        try:
-            read_only_disk = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-        except (OSError, AttributeError):  # no statvfs on Windows
-            read_only_disk = False
-        return errno.EROFS if read_only_disk else errno.EACCES
+        return errno.EROFS if _on_read_only_disk(folder) else errno.EACCES
     return None
+
+
+def _on_read_only_disk(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # no statvfs on Windows
+        return False
 
 
 def _read_only_part(path: Path) -> str:
