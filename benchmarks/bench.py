@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:opik"]
@@ -128,8 +129,7 @@ def resume_at_scale(folder: Path, n: int) -> None:
     )
     local = LocalStore(store)
     run, [experiment] = local.find("last")
-    from pytest_opik_eval.ids import uuid7_for
-    from pytest_opik_eval.planning import node_id
+    from pytest_opik_eval.ids import node_id, uuid7_for
     from pytest_opik_eval.store.records import PlannedTrial
 
     planned = [
@@ -181,12 +181,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, one repeat: a smoke run")
     args = parser.parse_args()
     repeat = 1 if args.quick else 3
-    for figure in (
+    figures: tuple[Callable[[Path], None], ...] = (
         lambda d: overhead(d, 500 if args.quick else 5000, repeat),
         lambda d: latency(d, repeat),
         lambda d: resume_at_scale(d, 2000 if args.quick else 100_000),
         lambda d: inert(d, repeat),
-    ):
+    )
+    for figure in figures:
         with tempfile.TemporaryDirectory() as tmp:
             figure(Path(tmp))
 

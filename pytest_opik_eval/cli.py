@@ -8,7 +8,7 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pytest_opik_eval.escaping import escape_control
@@ -46,20 +46,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # The resume hint must find the same store when the user named one.
     resume_hint = f" --eval-store={store_path.resolve()}" if args.store else ""
+    commands: dict[str, Callable[[], int]] = {
+        "runs": lambda: _runs(store),
+        "show": lambda: _show(store, args, resume_hint),
+        "diff": lambda: _diff(store, args),
+        "report": lambda: _html(store, args),
+        "merge": lambda: _merge(store, args),
+        "gate": lambda: _gate(store, args),
+        "export": lambda: _export(store, args),
+    }
     try:
-        if args.command == "runs":
-            return _runs(store)
-        if args.command == "show":
-            return _show(store, args, resume_hint)
-        if args.command == "diff":
-            return _diff(store, args)
-        if args.command == "report":
-            return _html(store, args)
-        if args.command == "merge":
-            return _merge(store, args)
-        if args.command == "gate":
-            return _gate(store, args)
-        return _export(store, args)
+        return commands[args.command]()
     except (ExperimentNotFound, StoreError) as error:
         print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2

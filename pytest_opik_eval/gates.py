@@ -69,6 +69,20 @@ def evaluate_gates(
     pending_note = (
         f"; {summary.pending} trial(s) pending: {resume_command(result.id)}" if summary.pending else ""
     )
+    verdicts = [
+        *_fail_under(result, settings),
+        *_min_pass_rate(result, settings),
+        *_items(result, settings),
+        *_max_regression(result, settings),
+    ]
+    verdicts = [v.model_copy(update={"detail": v.detail + pending_note}) for v in verdicts]
+    if summary.pending and not verdicts and settings.has_gates():
+        verdicts.append(_verdict("pending", None, None, None, False, pending_note.lstrip("; ")))
+    return verdicts
+
+
+def _fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    summary = result.summary
     verdicts = []
     for metric, bound in settings.fail_under.items():
         stats = summary.metrics.get(metric)
@@ -85,45 +99,57 @@ def evaluate_gates(
             detail = f"mean {_num(value)} {'>=' if value >= bound else 'is below'} {bound:g}"
         if failed:
             detail += f"; {failed} score(s) failed to compute, which fails the gate"
-        verdicts.append(_verdict("fail_under", metric, value, bound, met, detail + pending_note))
-    if settings.min_pass_rate is not None:
-        bound = settings.min_pass_rate
-        if settings.pass_threshold is not None:
-            done = [i for i in result.items if i.verdict != "pending"]
-            value = sum(1 for i in done if i.verdict == "passed") / len(done) if done else None
-            counted = "items"
-        else:
-            value, counted = summary.pass_rate, "trials"
-        met = value is not None and value >= bound and not summary.pending
-        detail = f"{counted} pass rate {_num(value)} {'>=' if met else 'is below'} {bound:g}"
-        verdicts.append(_verdict("min_pass_rate", None, value, bound, met, detail + pending_note))
+        verdicts.append(_verdict("fail_under", metric, value, bound, met, detail))
+    return verdicts
+
+
+def _min_pass_rate(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    if settings.min_pass_rate is None:
+        return []
+    bound = settings.min_pass_rate
     if settings.pass_threshold is not None:
-        failed_items = [i for i in result.items if i.verdict == "failed"]
-        met = not failed_items and not summary.pending
-        detail = (
-            f"{len(result.items) - len(failed_items)} of {len(result.items)} items passed "
-            f"at least {settings.pass_threshold} of their trials"
-        )
-        verdicts.append(_verdict("items", None, None, None, met, detail + pending_note))
-    if result.baseline is not None:
-        for metric, delta in settings.max_regression.items():
-            change = result.baseline.metrics.get(metric)
-            value = change.delta if change is not None else None
-            met = value is not None and value >= -delta and not summary.pending
-            compared = result.baseline.shared_items
-            if not compared:
-                detail = "the baseline has no item in common with this experiment"
-            elif value is None:
-                detail = f"{metric} has no mean in this experiment or its baseline" + _unknown(
-                    metric, result, settings
-                )
-            else:
-                detail = f"mean changed by {_signed(value)} from the baseline (at most -{delta:g} allowed)"
-                if result.baseline.only_in_current or result.baseline.only_in_baseline:
-                    detail += f", over the {compared} item(s) both planned"
-            verdicts.append(_verdict("max_regression", metric, value, -delta, met, detail + pending_note))
-    if summary.pending and not verdicts and settings.has_gates():
-        verdicts.append(_verdict("pending", None, None, None, False, pending_note.lstrip("; ")))
+        done = [i for i in result.items if i.verdict != "pending"]
+        value = sum(1 for i in done if i.verdict == "passed") / len(done) if done else None
+        counted = "items"
+    else:
+        value, counted = result.summary.pass_rate, "trials"
+    met = value is not None and value >= bound and not result.summary.pending
+    detail = f"{counted} pass rate {_num(value)} {'>=' if met else 'is below'} {bound:g}"
+    return [_verdict("min_pass_rate", None, value, bound, met, detail)]
+
+
+def _items(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    if settings.pass_threshold is None:
+        return []
+    failed_items = [i for i in result.items if i.verdict == "failed"]
+    met = not failed_items and not result.summary.pending
+    detail = (
+        f"{len(result.items) - len(failed_items)} of {len(result.items)} items passed "
+        f"at least {settings.pass_threshold} of their trials"
+    )
+    return [_verdict("items", None, None, None, met, detail)]
+
+
+def _max_regression(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    baseline = result.baseline
+    if baseline is None:
+        return []
+    verdicts = []
+    for metric, delta in settings.max_regression.items():
+        change = baseline.metrics.get(metric)
+        value = change.delta if change is not None else None
+        met = value is not None and value >= -delta and not result.summary.pending
+        if not baseline.shared_items:
+            detail = "the baseline has no item in common with this experiment"
+        elif value is None:
+            detail = f"{metric} has no mean in this experiment or its baseline" + _unknown(
+                metric, result, settings
+            )
+        else:
+            detail = f"mean changed by {_signed(value)} from the baseline (at most -{delta:g} allowed)"
+            if baseline.only_in_current or baseline.only_in_baseline:
+                detail += f", over the {baseline.shared_items} item(s) both planned"
+        verdicts.append(_verdict("max_regression", metric, value, -delta, met, detail))
     return verdicts
 
 

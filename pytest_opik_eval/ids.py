@@ -1,4 +1,5 @@
-"""UUID version 7 ids (RFC 9562): time-ordered, as the Opik server expects for its entities."""
+"""Ids: UUID version 7 ids (RFC 9562), time-ordered as the Opik server expects for its
+entities, and the node ids of trial test cases, which are the resume key."""
 
 from __future__ import annotations
 
@@ -52,3 +53,25 @@ def uuid7_from_name(name: str) -> str:
     digest = hashlib.sha256(f"pytest-opik-eval/{name}".encode()).hexdigest()
     parent = f"{digest[:8]}-{digest[8:12]}-7000-8000-000000000000"
     return uuid7_for(parent, name)
+
+
+def case_id(item_id: str, trial: int) -> str:
+    """A trial's part of its test case's id: test_qa[<item id>-t<trial>]. It is the resume key,
+    so it must stay stable."""
+    return f"{_ascii_id(item_id)}-t{trial}"
+
+
+def node_id(test: str, params: str, item_id: str, trial: int) -> str:
+    """The node id pytest gives the test case of this trial."""
+    return f"{test}[{params + '-' if params else ''}{case_id(item_id, trial)}]"
+
+
+def _ascii_id(item_id: str) -> str:
+    """Percent-encode what pytest would escape itself (non-ASCII, backslash, control characters),
+    so that the id pytest shows is exactly this one."""
+    if item_id.isascii() and item_id.isprintable() and "\\" not in item_id and "%" not in item_id:
+        return item_id
+    return "".join(
+        c if c.isascii() and c.isprintable() and c not in "\\%" else "".join(f"%{b:02X}" for b in c.encode())
+        for c in item_id
+    )

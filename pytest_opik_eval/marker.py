@@ -12,6 +12,20 @@ import pytest
 if TYPE_CHECKING:
     from pytest_opik_eval.filtering import Filter
 
+MARKER = "eval"  # @pytest.mark.eval
+MARKER_HELP = (
+    "eval(dataset, *, metrics=(), scoring_key_mapping=None, trial_count=1, filter=None, "
+    "item_ids=None, sampler=None, nb_samples=None, experiment_name=None, thresholds=None, "
+    "fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, task_threads=None): "
+    "run the test as an evaluation with --eval: one test case per dataset item and trial; the "
+    "test function is the task, its return value the output, and the metrics' scores its "
+    "assertions. dataset: a .jsonl/.json/.csv path relative to the test file, a list of dicts, "
+    "or a callable returning one. fail_under and min_pass_rate gate the experiment's aggregates; "
+    "pass_threshold=K passes an item when K of its trial_count trials passed. dataset_name: the "
+    "Opik server dataset a file dataset is uploaded to (default: the file's name). task_threads: "
+    "how many trials may run at once (wins over --eval-threads)."
+)
+
 
 def _signature(
     dataset: object,
@@ -73,8 +87,6 @@ def read_spec(marker: pytest.Mark, where: str) -> EvalSpec:
     else:
         problem = ""
     if problem:
-        from pytest_opik_eval.plugin import MARKER_HELP
-
         _fail(where, f"{problem}; the signature is @pytest.mark.{MARKER_HELP.split(':')[0]}")
     bound.apply_defaults()
     args = bound.arguments

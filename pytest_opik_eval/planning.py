@@ -17,7 +17,7 @@ import pytest
 from pytest_opik_eval.datasets import Dataset, DatasetError
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.gates import settings_for_new, settings_for_resume
-from pytest_opik_eval.ids import uuid7_for
+from pytest_opik_eval.ids import case_id, uuid7_for
 from pytest_opik_eval.marker import EvalSpec
 from pytest_opik_eval.scoring import Scorer
 from pytest_opik_eval.selection import SelectionError, describe_selection, select_items
@@ -27,12 +27,12 @@ from pytest_opik_eval.store.records import (
     GateSettings,
     PlannedTrial,
     RunRecord,
+    ScoreRecord,
     Selection,
 )
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions
-    from pytest_opik_eval.trial import Trial
 
 # The hidden parameter that carries each test case's trial; it is not a fixture.
 CASE_ARG = "_opik_eval_trial"
@@ -99,6 +99,34 @@ class TrialCase:
 
     def __repr__(self) -> str:
         return f"TrialCase({self.case_id})"
+
+
+@dataclass(eq=False)
+class Trial:
+    """The runtime state of one trial test case (kept in the item's stash)."""
+
+    case: TrialCase
+    params: str  # the test's other parametrize ids: with the test, names the experiment
+    experiment_id: str | None = None  # known once the run is created or resumed
+    trial_id: str | None = None
+    attempt_id: str | None = None
+    output: dict[str, Any] | None = None
+    scores: list[ScoreRecord] = field(default_factory=list)
+    passed: bool | None = None
+    reached_happy_path: bool = False
+    soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
+    completed_attempt: str | None = None  # the attempt this session completed, if any
+
+
+# Each trial test case carries its Trial in its stash.
+TRIAL_KEY = pytest.StashKey[Trial]()
+
+# The task's arguments that are its trial's own: the trial passes them to the task itself, and
+# they are kept out of pytest's fixture setup (see session.pytest_generate_tests), which costs
+# more per test case than a trivial task does. The fixtures of the same names serve the rest.
+OWN_ARGS = frozenset({"eval_item", "eval_trial"})
+
+ANYIO_BACKEND = "anyio_backend"  # the fixture through which anyio's pytest plugin runs a test
 
 
 def plan_new(
@@ -174,27 +202,6 @@ def plan_resumed(
 def file_hash(path: Path) -> str:
     """The SHA-256 of a file's bytes: resume checks cheaply whether a dataset file was edited."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def case_id(item_id: str, trial: int) -> str:
-    # The node id reads test_qa[<item id>-t<trial>]; it is the resume key, so it must stay stable.
-    return f"{_ascii_id(item_id)}-t{trial}"
-
-
-def node_id(test: str, params: str, item_id: str, trial: int) -> str:
-    """The node id pytest gives the test case of this trial."""
-    return f"{test}[{params + '-' if params else ''}{case_id(item_id, trial)}]"
-
-
-def _ascii_id(item_id: str) -> str:
-    """Percent-encode what pytest would escape itself (non-ASCII, backslash, control characters),
-    so that the id pytest shows is exactly this one."""
-    if item_id.isascii() and item_id.isprintable() and "\\" not in item_id and "%" not in item_id:
-        return item_id
-    return "".join(
-        c if c.isascii() and c.isprintable() and c not in "\\%" else "".join(f"%{b:02X}" for b in c.encode())
-        for c in item_id
-    )
 
 
 def trial_cases(plan: TestPlan) -> list[TrialCase]:

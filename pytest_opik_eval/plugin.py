@@ -8,24 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_opik_eval.marker import MARKER_HELP
 from pytest_opik_eval.options import add_options
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.trial import Trial
+    from pytest_opik_eval.planning import Trial
 
-MARKER = "eval"
-MARKER_HELP = (
-    "eval(dataset, *, metrics=(), scoring_key_mapping=None, trial_count=1, filter=None, "
-    "item_ids=None, sampler=None, nb_samples=None, experiment_name=None, thresholds=None, "
-    "fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, task_threads=None): "
-    "run the test as an evaluation with --eval: one test case per dataset item and trial; the "
-    "test function is the task, its return value the output, and the metrics' scores its "
-    "assertions. dataset: a .jsonl/.json/.csv path relative to the test file, a list of dicts, "
-    "or a callable returning one. fail_under and min_pass_rate gate the experiment's aggregates; "
-    "pass_threshold=K passes an item when K of its trial_count trials passed. dataset_name: the "
-    "Opik server dataset a file dataset is uploaded to (default: the file's name). task_threads: "
-    "how many trials may run at once (wins over --eval-threads)."
-)
 
 SESSION_PLUGIN = "opik_eval_session"
 LEFT_OUT_PLUGIN = "opik_eval_left_out"
@@ -76,7 +64,7 @@ def eval_trial(request: pytest.FixtureRequest) -> int:
 
 
 def _trial(request: pytest.FixtureRequest) -> Trial:
-    from pytest_opik_eval.trial import TRIAL_KEY
+    from pytest_opik_eval.planning import TRIAL_KEY
 
     trial: Trial | None = request.node.stash.get(TRIAL_KEY, None)
     if trial is None:

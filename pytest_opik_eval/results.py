@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from pytest_opik_eval.reports.model import (
     BaselineComparison,
@@ -134,6 +134,19 @@ class ExperimentResult:
             baseline=self.baseline,
             baseline_note=self.baseline_note,
         )
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """A completed trial, as handed to ``pytest_opik_eval_trial_finished``."""
+
+    experiment_id: str
+    node_id: str
+    item: dict[str, Any]
+    trial: int
+    output: dict[str, Any]
+    scores: list[ScoreRecord]
+    passed: bool
 
 
 def experiment_result(

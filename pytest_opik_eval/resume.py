@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from pytest_opik_eval.marker import EvalSpec
-from pytest_opik_eval.planning import file_hash
+from pytest_opik_eval.planning import TRIAL_KEY, file_hash
 from pytest_opik_eval.selection import describe_selection
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialState
-from pytest_opik_eval.trial import TRIAL_KEY
 
 
-@dataclass(frozen=True)
+@dataclass
 class ResumeTarget:
-    """The experiments a session resumes, with their trials as the store has them now."""
+    """The experiments a session resumes, with their trials as the store has them now; while
+    tests are collected, ``experiments_of`` binds experiments without a test to candidates."""
 
     requested: str  # the id as given: an experiment id, a run id or "last"
     run: RunRecord

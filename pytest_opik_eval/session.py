@@ -32,12 +32,15 @@ from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gates import settings_for_resume
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
-from pytest_opik_eval.marker import EvalSpec, read_spec
+from pytest_opik_eval.marker import MARKER, EvalSpec, read_spec
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.planning import (
     CASE_ARG,
+    OWN_ARGS,
+    TRIAL_KEY,
     RejectedItem,
     TestPlan,
+    Trial,
     TrialCase,
     params_of,
     plan_new,
@@ -45,7 +48,6 @@ from pytest_opik_eval.planning import (
     plan_run,
     trial_cases,
 )
-from pytest_opik_eval.plugin import MARKER
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
 from pytest_opik_eval.reports.model import Report
@@ -54,7 +56,6 @@ from pytest_opik_eval.results import ExperimentResult
 from pytest_opik_eval.resume import ResumeTarget, changes_since, load_target
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
 from pytest_opik_eval.summary import Baselines, aggregates, judge_experiments, passed
-from pytest_opik_eval.trial import OWN_ARGS, TRIAL_KEY, Trial
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions

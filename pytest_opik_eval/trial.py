@@ -14,7 +14,6 @@ import copy
 import functools
 import inspect
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
@@ -22,53 +21,15 @@ import pytest
 from pytest_opik_eval.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
+from pytest_opik_eval.planning import ANYIO_BACKEND, OWN_ARGS, Trial
+from pytest_opik_eval.results import TrialResult
 from pytest_opik_eval.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
-from pytest_opik_eval.store.records import ScoreRecord
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.planning import TrialCase
     from pytest_opik_eval.store import Store
 
 
-@dataclass(eq=False)
-class Trial:
-    """The runtime state of one trial test case (kept in the item's stash)."""
-
-    case: TrialCase
-    params: str  # the test's other parametrize ids: with the test, names the experiment
-    experiment_id: str | None = None  # known once the run is created or resumed
-    trial_id: str | None = None
-    attempt_id: str | None = None
-    output: dict[str, Any] | None = None
-    scores: list[ScoreRecord] = field(default_factory=list)
-    passed: bool | None = None
-    reached_happy_path: bool = False
-    soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
-    completed_attempt: str | None = None  # the attempt this session completed, if any
-
-
 _Value = TypeVar("_Value")
-
-# Each trial test case carries its Trial in its stash.
-TRIAL_KEY = pytest.StashKey[Trial]()
-
-# The task's arguments that are its trial's own: the trial passes them to the task itself, and
-# they are kept out of pytest's fixture setup (see session.pytest_generate_tests), which costs
-# more per test case than a trivial task does. The fixtures of the same names serve the rest.
-OWN_ARGS = frozenset({"eval_item", "eval_trial"})
-
-
-@dataclass(frozen=True)
-class TrialResult:
-    """A completed trial, as handed to ``pytest_opik_eval_trial_finished``."""
-
-    experiment_id: str
-    node_id: str
-    item: dict[str, Any]
-    trial: int
-    output: dict[str, Any]
-    scores: list[ScoreRecord]
-    passed: bool
 
 
 def run(
@@ -214,8 +175,6 @@ def _copy(value: Any) -> Any:
 # runs, by a sync function that runs the coroutine on their event loop and drops its return
 # value, which is the task output. ``capturing`` gives them a coroutine function that keeps it.
 CAPTURE_KEY = pytest.StashKey["_Capture"]()
-
-ANYIO_BACKEND = "anyio_backend"  # the fixture through which anyio's pytest plugin runs a test
 
 
 class _Capture:

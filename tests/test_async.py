@@ -7,6 +7,8 @@ fixtures; with threads, each trial runs on an event loop of its own.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import Project, items
 
@@ -64,8 +66,8 @@ PYTEST_ASYNCIO_MODES = [
 ]
 
 
-def outputs(report: dict[str, object]) -> dict[str, object]:
-    [experiment] = report["experiments"]  # type: ignore[index]
+def outputs(report: dict[str, Any]) -> dict[str, object]:
+    [experiment] = report["experiments"]
     return {t["dataset_item_id"]: t["output"] for t in experiment["trials"]}
 
 

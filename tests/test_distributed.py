@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from typing import Any
 
 import pytest
 from conftest import Project, items
@@ -184,7 +185,7 @@ def test_a_killed_worker_with_threads_leaves_only_its_trials_in_flight_pending(p
 def test_a_steal_waits_for_the_trials_running_ahead(pytester: pytest.Pytester) -> None:
     # Against pytest-xdist's own queue and steal, driven step by step as a worker would.
     import execnet
-    from xdist.remote import TestQueue, WorkerInteractor
+    from xdist.remote import TestQueue, WorkerInteractor  # type: ignore[import-untyped]
 
     from pytest_opik_eval.distributed import WorkerQueue
 
@@ -205,10 +206,11 @@ def test_a_steal_waits_for_the_trials_running_ahead(pytester: pytest.Pytester) -
     config = pytester.parseconfig()
     worker = Worker()
     config.pluginmanager.register(worker)
-    items = [f"case-{index}" for index in range(6)]
-    queue = WorkerQueue.find(config, items)  # type: ignore[arg-type]
+    items: list[Any] = [f"case-{index}" for index in range(6)]  # the queue only hands them on
+    queue = WorkerQueue.find(config, items)
     assert queue is not None
-    assert queue.ahead(lambda following: list(following)[:3]) == ["case-0", "case-1", "case-2"]
+    chosen: list[Any] = queue.ahead(lambda following: list(following)[:3])  # type: ignore[arg-type,return-value]
+    assert chosen == ["case-0", "case-1", "case-2"]
     worker.steal([4, 5])  # none of them runs ahead: handed back at once
     assert worker.sent == [[4, 5]]
     worker.steal([2, 3])  # case-2 runs ahead: no answer yet

@@ -84,11 +84,11 @@ def test_control_characters_are_escaped_in_every_output(
     opik_eval([*store, "show", "last"])
     opik_eval([*store, "diff", first, "last"])
     opik_eval([*store, "gate", "last", "--eval-fail-under=shout\x1b[5m=0.5"])
-    shown = capsys.readouterr()
-    assert not RAW_CONTROL.search(shown.out + shown.err)
-    assert "  evil\\x1b[2J " in shown.out  # show: the trial rows
-    assert "    shout\\x1b[5m " in shown.out  # diff: the metric's change
-    assert "NOT MET: test_qa: fail_under shout\\x1b[5m: mean 0.000 is below 0.5" in shown.out  # gate
+    printed = capsys.readouterr()
+    assert not RAW_CONTROL.search(printed.out + printed.err)
+    assert "  evil\\x1b[2J " in printed.out  # show: the trial rows
+    assert "    shout\\x1b[5m " in printed.out  # diff: the metric's change
+    assert "NOT MET: test_qa: fail_under shout\\x1b[5m: mean 0.000 is below 0.5" in printed.out  # gate
 
 
 def test_a_dataset_error_quoting_an_id_escapes_it(project: Project) -> None:

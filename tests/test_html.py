@@ -38,7 +38,7 @@ def trial(
     index: int,
     accuracy: float | None,
     reason: str = "exact match",
-    output: str | None = None,
+    output: object = None,
 ) -> TrialReport:
     """A completed trial scored by accuracy (threshold 0.5) and relevance, or a pending one
     (``accuracy=None``)."""

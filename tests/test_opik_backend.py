@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import opik_server
@@ -26,7 +27,7 @@ from pytest_opik_eval.store.opik.config import read_settings
 PENDING = "_opik_evaluation_pending"
 
 
-def server_trials(server: OpikTestServer, experiment_id: str) -> list[dict]:
+def server_trials(server: OpikTestServer, experiment_id: str) -> list[dict[str, Any]]:
     """Each attempt of the experiment on the server: its item, trial, marker and output."""
     traces = server.traces
     attempts = []
@@ -636,7 +637,7 @@ HTML_PAGE = (
     + "<p>upstream unavailable</p>\n" * 40
     + "</body></html>"
 )
-GARBLED = {
+GARBLED: dict[str, tuple[bytes | str, dict[str, str]]] = {
     "gzip that does not decompress": (b"\x1f\x8bnot really gzip", {"Content-Encoding": "gzip"}),
     "an HTML page": (HTML_PAGE, {"Content-Type": "text/html"}),
     "text, not JSON": ("all good\x1b]0;pwned\x07", {"Content-Type": "text/plain"}),

@@ -122,7 +122,9 @@ def test_sdk_evaluate_partial_then_resume_completes_only_the_missing_item(
     assert experiment["dataset_name"] == "qa"
     assert experiment["status"] == "running"  # never finished
     assert json.loads(experiment["metadata"]["_opik_resume"])["resumable"] is True
-    assert experiment["dataset_version_id"] == server.dataset_by_name("qa")["versions"][-1]["id"]
+    dataset = server.dataset_by_name("qa")
+    assert dataset is not None
+    assert experiment["dataset_version_id"] == dataset["versions"][-1]["id"]
 
     items = server.experiment_items
     assert len(items) == 3
@@ -662,9 +664,9 @@ def test_filter_stream_by_id_paging_and_errors(
     assert response.status_code == 400 and "nope" in response.json()["errors"][0]
     assert api.post("v1/private/datasets/items/stream", json={"dataset_name": "zzz"}).status_code == 404
 
-    page = api.get(
-        f"v1/private/datasets/{server.dataset_by_name('f')['id']}/items", params={"page": 2, "size": 2}
-    ).json()
+    dataset = server.dataset_by_name("f")
+    assert dataset is not None
+    page = api.get(f"v1/private/datasets/{dataset['id']}/items", params={"page": 2, "size": 2}).json()
     assert page["total"] == 3 and [i["id"] for i in page["content"]] == [filter_items["A"]]
 
 

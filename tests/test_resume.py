@@ -3,6 +3,8 @@ the pytest interface, and the ways a pytest run can break (SIGKILL, Ctrl-C, -x).
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import Project, items
 
@@ -16,7 +18,7 @@ def project(any_backend: Project) -> Project:
 LABELS = [f"item-{i}" for i in range(5)]
 
 
-def scores_of(report: dict, name: str = "equals_metric") -> dict[tuple[str, int], float]:
+def scores_of(report: dict[str, Any], name: str = "equals_metric") -> dict[tuple[str, int], float]:
     [experiment] = report["experiments"]
     return {
         (t["dataset_item_id"], t["trial"]): s["value"]

@@ -17,6 +17,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Project, items
@@ -102,7 +103,8 @@ def test_a_full_disk_stops_the_trials_with_one_line_and_keeps_what_was_recorded(
     result.stdout.fnmatch_lines(["*1 failed, 2 passed*"])
     assert project.calls() == ["a#0", "b#0", "c#0"]  # no trial starts after the store failed
     # The report was written (to another disk), with what was recorded before the disk filled.
-    trials = {t["dataset_item_id"]: t["status"] for t in _strict_json(report)["experiments"][0]["trials"]}
+    experiments: Any = _strict_json(report)["experiments"]
+    trials = {t["dataset_item_id"]: t["status"] for t in experiments[0]["trials"]}
     assert trials == {
         "a": "completed",
         "b": "completed",

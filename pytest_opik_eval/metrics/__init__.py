@@ -1,8 +1,8 @@
 """Metrics: the ``BaseMetric`` contract and Opik-compatible heuristic metrics.
 
 Every metric has a ``threshold``: the minimum score value a trial must reach, or
-``None`` for a metric that is reported but never fails a trial. Each class states
-its default as ``DEFAULT_THRESHOLD``: ``PASS_FAIL_THRESHOLD`` (1.0) for ``Equals``,
+``None`` for a metric that is reported but never fails a trial. The defaults are
+``PASS_FAIL_THRESHOLD`` (1.0) for ``Equals``,
 ``Contains``, ``RegexMatch`` and ``IsJson``; ``None`` for ``LevenshteinRatio`` and
 for ``BaseMetric`` subclasses that do not choose one.
 """

@@ -9,10 +9,9 @@ is added, because in a test run a score has to become a pass or a fail.
 from __future__ import annotations
 
 import abc
-import asyncio
 import dataclasses
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 
 @dataclasses.dataclass
@@ -50,7 +49,7 @@ class BaseMetric(abc.ABC):
         name: The name scores are reported under. Defaults to the class name.
         threshold: The minimum score value a trial must reach for the test to pass.
             ``None`` means the metric is recorded and reported but never fails a
-            trial. Defaults to ``DEFAULT_THRESHOLD``, which is ``None`` here.
+            trial. Defaults to ``None``.
 
     Example::
 
@@ -71,10 +70,6 @@ class BaseMetric(abc.ABC):
                 )
     """
 
-    #: The threshold a metric gets when none is passed; subclasses restate theirs
-    #: so the plugin and the docs can report it without instantiating the metric.
-    DEFAULT_THRESHOLD: ClassVar[float | None] = None
-
     def __init__(self, name: str | None = None, *, threshold: float | None = None) -> None:
         # A NaN threshold would fail every trial and an infinite one is meaningless;
         # refuse them here rather than let a run report baffling failures.
@@ -92,12 +87,3 @@ class BaseMetric(abc.ABC):
         exception) when the inputs cannot be scored; the runner records the
         failure as a failed score instead of crashing the run.
         """
-
-    async def ascore(self, *args: Any, **kwargs: Any) -> ScoreResult | list[ScoreResult]:
-        """Async variant of ``score``.
-
-        By default it runs ``score`` in a worker thread so a blocking metric does
-        not stall the event loop; override it when the metric has a native
-        async implementation (for example an async HTTP client).
-        """
-        return await asyncio.to_thread(self.score, *args, **kwargs)

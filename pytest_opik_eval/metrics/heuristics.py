@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, ClassVar, Final, NoReturn
+from typing import Any, Final, NoReturn
 
 from .base import BaseMetric, MetricComputationError, ScoreResult
 
@@ -34,8 +34,6 @@ class Equals(BaseMetric):
         name: Defaults to ``"equals_metric"``.
         threshold: Defaults to ``PASS_FAIL_THRESHOLD`` (1.0).
     """
-
-    DEFAULT_THRESHOLD: ClassVar[float | None] = PASS_FAIL_THRESHOLD
 
     def __init__(
         self,
@@ -73,8 +71,6 @@ class Contains(BaseMetric):
         name: Defaults to ``"contains_metric"``.
         threshold: Defaults to ``PASS_FAIL_THRESHOLD`` (1.0).
     """
-
-    DEFAULT_THRESHOLD: ClassVar[float | None] = PASS_FAIL_THRESHOLD
 
     def __init__(
         self,
@@ -125,8 +121,6 @@ class RegexMatch(BaseMetric):
         threshold: Defaults to ``PASS_FAIL_THRESHOLD`` (1.0).
     """
 
-    DEFAULT_THRESHOLD: ClassVar[float | None] = PASS_FAIL_THRESHOLD
-
     def __init__(
         self,
         regex: str | re.Pattern[str],
@@ -168,8 +162,6 @@ class IsJson(BaseMetric):
         name: Defaults to ``"is_json_metric"``.
         threshold: Defaults to ``PASS_FAIL_THRESHOLD`` (1.0).
     """
-
-    DEFAULT_THRESHOLD: ClassVar[float | None] = PASS_FAIL_THRESHOLD
 
     def __init__(
         self,
@@ -230,8 +222,6 @@ class LevenshteinRatio(BaseMetric):
         threshold: Defaults to None: a similarity has no natural pass mark, so
             the score is reported but fails nothing unless a threshold is set.
     """
-
-    DEFAULT_THRESHOLD: ClassVar[float | None] = None
 
     def __init__(
         self,

@@ -33,48 +33,71 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         f"{s.pending} pending · pass rate {_pct(s.pass_rate)} · items: "
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
-    if s.metrics:
-        deltas = e.baseline.metrics if e.baseline is not None else None
-        head = ["metric", "mean", "min", "max", "failed", "threshold", "pass rate"]
-        if deltas is not None:
-            head.append("Δ baseline")
-        lines += ["", _row(head), _row(["---"] + ["---:"] * (len(head) - 1))]
-        for name, m in s.metrics.items():
-            cells = [name, _num(m.mean), _num(m.min), _num(m.max), str(m.failed), _num(m.threshold)]
-            cells.append(_pct(m.pass_rate))
-            if deltas is not None:
-                delta = deltas.get(name)
-                cells.append(_signed(delta.delta if delta is not None else None))
-            lines.append(_row(cells))
-    if e.gates:
-        lines += ["", f"**Gates {'met' if e.gates_met else 'not met'}**", ""]
-        for g in e.gates:
-            metric = f" {_inline(g.metric)}" if g.metric else ""
-            lines.append(f"- {'✅' if g.met else '❌'} `{g.kind}`{metric}: {_inline(g.detail)}")
+    lines += _metric_table(e) + _gate_lines(e)
     if items["failed"]:
         lines += ["", f"**Failed items ({len(items['failed'])}):** {_ids(items['failed'])}"]
-    if e.baseline is not None:
-        b = e.baseline
-        lines += [
-            "",
-            f"**Baseline** {_inline(b.name)} ({_code(b.experiment_id)}): "
-            f"{len(b.regressions)} regression(s), {len(b.fixes)} fix(es)",
-        ]
-        if b.regressions:
-            lines.append(f"- Regressions: {_ids(b.regressions)}")
-        if b.fixes:
-            lines.append(f"- Fixes: {_ids(b.fixes)}")
-    elif e.baseline_note:
-        lines += ["", f"_No baseline comparison: {_inline(e.baseline_note)}_"]
-    if s.pending:
-        pending = [f"{t.dataset_item_id}#{t.trial}" for t in e.trials if t.status == "pending"]
-        lines += [
-            "",
-            f"⏳ **{s.pending} trial(s) pending:** {_ids(pending)}",
-            "",
-            f"Resume them with {_code(resume_command(e.id))}",
-        ]
+    return lines + _baseline_lines(e) + _pending_lines(e, resume_command)
+
+
+def _metric_table(e: ExperimentReport) -> list[str]:
+    if not e.summary.metrics:
+        return []
+    deltas = e.baseline.metrics if e.baseline is not None else None
+    head = ["metric", "mean", "min", "max", "failed", "threshold", "pass rate"]
+    if deltas is not None:
+        head.append("Δ baseline")
+    lines = ["", _row(head), _row(["---"] + ["---:"] * (len(head) - 1))]
+    for name, m in e.summary.metrics.items():
+        cells = [name, _num(m.mean), _num(m.min), _num(m.max), str(m.failed), _num(m.threshold)]
+        cells.append(_pct(m.pass_rate))
+        if deltas is not None:
+            delta = deltas.get(name)
+            cells.append(_signed(delta.delta if delta is not None else None))
+        lines.append(_row(cells))
     return lines
+
+
+def _gate_lines(e: ExperimentReport) -> list[str]:
+    if not e.gates:
+        return []
+    lines = ["", f"**Gates {'met' if e.gates_met else 'not met'}**", ""]
+    for g in e.gates:
+        metric = f" {_inline(g.metric)}" if g.metric else ""
+        lines.append(f"- {'✅' if g.met else '❌'} `{g.kind}`{metric}: {_inline(g.detail)}")
+    return lines
+
+
+def _baseline_lines(e: ExperimentReport) -> list[str]:
+    b = e.baseline
+    if b is None:
+        return ["", f"_No baseline comparison: {_inline(e.baseline_note)}_"] if e.baseline_note else []
+    lines = [
+        "",
+        f"**Baseline** {_inline(b.name)} ({_code(b.experiment_id)}): "
+        f"{len(b.regressions)} regression(s), {len(b.fixes)} fix(es), over the {b.shared_items} "
+        "item(s) both planned",
+    ]
+    if b.regressions:
+        lines.append(f"- Regressions: {_ids(b.regressions)}")
+    if b.fixes:
+        lines.append(f"- Fixes: {_ids(b.fixes)}")
+    if b.only_in_current:
+        lines.append(f"- Only in this experiment: {_ids(b.only_in_current)}")
+    if b.only_in_baseline:
+        lines.append(f"- Only in the baseline: {_ids(b.only_in_baseline)}")
+    return lines
+
+
+def _pending_lines(e: ExperimentReport, resume_command: Callable[[str], str]) -> list[str]:
+    if not e.summary.pending:
+        return []
+    pending = [f"{t.dataset_item_id}#{t.trial}" for t in e.trials if t.status == "pending"]
+    return [
+        "",
+        f"⏳ **{e.summary.pending} trial(s) pending:** {_ids(pending)}",
+        "",
+        f"Resume them with {_code(resume_command(e.id))}",
+    ]
 
 
 _ICONS = {"passed": "✅", "failed": "❌", "pending": "⏳"}

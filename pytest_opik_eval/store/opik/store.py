@@ -30,8 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pytest_opik_eval.datasets import canonical_json, content_hash
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
-from pytest_opik_eval.ids import uuid7, uuid7_for, uuid7_from_name
-from pytest_opik_eval.planning import node_id
+from pytest_opik_eval.ids import node_id, uuid7, uuid7_for, uuid7_from_name
 from pytest_opik_eval.store.local import LocalStore, Message
 from pytest_opik_eval.store.opik.client import (
     OpikBadAnswer,

@@ -1,0 +1,96 @@
+"""The shape of the package, as a contract: imports point down the layers, never in a cycle.
+
+Every import counts, those inside functions and under ``TYPE_CHECKING`` too: a cycle that only
+type checking walks is still a cycle for the reader.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).parent.parent / "pytest_opik_eval"
+
+# The entry module wires; the command line is an entry of its own. Nothing imports either.
+ENTRIES = {"pytest_opik_eval.plugin", "pytest_opik_eval.cli"}
+
+# What runs without pytest: the store (opik-eval reads it), the metrics (usable on their own),
+# and the verdict (pure functions over records).
+NO_PYTEST = (
+    "pytest_opik_eval.store",
+    "pytest_opik_eval.metrics",
+    "pytest_opik_eval.results",
+    "pytest_opik_eval.gates",
+)
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {
+        name: {i for i in imports_of(path) if i in modules and i != name} for name, path in modules.items()
+    }
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or not."""
+
+    def reachable(start: str) -> set[str]:
+        seen: set[str] = set()
+        todo = list(edges[start])
+        while todo:
+            module = todo.pop()
+            if module not in seen:
+                seen.add(module)
+                todo.extend(edges[module])
+        return seen
+
+    reach = {module: reachable(module) for module in edges}
+    groups = {frozenset(m for m in reach[v] if v in reach[m]) for v in edges if v in reach[v]}
+    return sorted(sorted(group) for group in groups)
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_entry_modules_are_imported_by_no_module() -> None:
+    importers = {name: sorted(ENTRIES & imported) for name, imported in graph().items() if ENTRIES & imported}
+    assert importers == {}
+
+
+def test_the_store_metrics_and_verdict_import_no_pytest() -> None:
+    offenders = {
+        name: sorted(i for i in imports_of(path) if i.split(".")[0] in ("pytest", "_pytest"))
+        for path in PACKAGE.rglob("*.py")
+        if (name := module_name(path)).startswith(NO_PYTEST)
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_the_contract_sees_a_cycle() -> None:
+    # The checker itself: a cycle planted in a small graph is found.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
