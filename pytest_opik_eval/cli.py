@@ -13,7 +13,6 @@ from pathlib import Path
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
-from pytest_opik_eval.gates import settings_for_resume
 from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
@@ -27,11 +26,12 @@ from pytest_opik_eval.options import (
 from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
-from pytest_opik_eval.results import ExperimentResult
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.local import LocalStore
-from pytest_opik_eval.summary import Baselines, judge_experiments, passed
+from pytest_opik_eval.verdict.gates import settings_for_resume
+from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_opik_eval.marker import MARKER
+from pytest_opik_eval.collect.marker import MARKER
 
 
 class EvalLeftOut:

@@ -11,8 +11,8 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_opik_eval.reports.model import ExperimentReport
-    from pytest_opik_eval.results import TrialResult
     from pytest_opik_eval.store import Store
+    from pytest_opik_eval.verdict.results import TrialResult
 
 
 @pytest.hookspec(firstresult=True)

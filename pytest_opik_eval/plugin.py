@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_opik_eval.marker import MARKER_HELP
+from pytest_opik_eval.collect.marker import MARKER_HELP
 from pytest_opik_eval.options import add_options
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.planning import Trial
+    from pytest_opik_eval.collect.planning import Trial
 
 
 SESSION_PLUGIN = "opik_eval_session"
@@ -52,7 +52,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture
 def eval_item(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The dataset item of this trial, including its ``"id"``; a fresh copy for each trial."""
-    from pytest_opik_eval.trial import fresh_copy
+    from pytest_opik_eval.run.trial import fresh_copy
 
     return fresh_copy(_trial(request).case.item)
 
@@ -64,7 +64,7 @@ def eval_trial(request: pytest.FixtureRequest) -> int:
 
 
 def _trial(request: pytest.FixtureRequest) -> Trial:
-    from pytest_opik_eval.planning import TRIAL_KEY
+    from pytest_opik_eval.collect.planning import TRIAL_KEY
 
     trial: Trial | None = request.node.stash.get(TRIAL_KEY, None)
     if trial is None:

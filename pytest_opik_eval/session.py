@@ -16,25 +16,9 @@ from typing import TYPE_CHECKING, Literal, NoReturn
 
 import pytest
 
-from pytest_opik_eval import trial as trial_life
-from pytest_opik_eval.concurrency import LOOKAHEAD, Pool, async_fixture, function_scoped_fixture
-from pytest_opik_eval.datasets import Dataset, DatasetError, content_hash, load_dataset
-from pytest_opik_eval.distributed import (
-    SHARD_PLUGIN,
-    Controller,
-    ShardSelector,
-    WorkerQueue,
-    handed_to_worker,
-    in_shard,
-    is_controller,
-)
-from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
-from pytest_opik_eval.gates import settings_for_resume
-from pytest_opik_eval.ids import uuid7, uuid7_from_name
-from pytest_opik_eval.marker import MARKER, EvalSpec, read_spec
-from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
-from pytest_opik_eval.planning import (
+from pytest_opik_eval.collect.datasets import Dataset, DatasetError, content_hash, load_dataset
+from pytest_opik_eval.collect.marker import MARKER, EvalSpec, read_spec
+from pytest_opik_eval.collect.planning import (
     CASE_ARG,
     OWN_ARGS,
     TRIAL_KEY,
@@ -48,14 +32,30 @@ from pytest_opik_eval.planning import (
     plan_run,
     trial_cases,
 )
+from pytest_opik_eval.collect.resume import ResumeTarget, changes_since, load_target
+from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.ids import uuid7, uuid7_from_name
+from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
 from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
-from pytest_opik_eval.results import ExperimentResult
-from pytest_opik_eval.resume import ResumeTarget, changes_since, load_target
+from pytest_opik_eval.run import trial as trial_life
+from pytest_opik_eval.run.concurrency import LOOKAHEAD, Pool, async_fixture, function_scoped_fixture
+from pytest_opik_eval.run.distributed import (
+    SHARD_PLUGIN,
+    Controller,
+    ShardSelector,
+    WorkerQueue,
+    handed_to_worker,
+    in_shard,
+    is_controller,
+)
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
-from pytest_opik_eval.summary import Baselines, aggregates, judge_experiments, passed
+from pytest_opik_eval.verdict.gates import settings_for_resume
+from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions

@@ -1,4 +1,4 @@
-"""Unit tests for pytest_opik_eval.datasets."""
+"""Unit tests for pytest_opik_eval.collect.datasets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_opik_eval.datasets import (
+from pytest_opik_eval.collect.datasets import (
     Dataset,
     DatasetError,
     content_hash,

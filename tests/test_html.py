@@ -25,8 +25,8 @@ from pytest_opik_eval.reports.model import (
     Report,
     TrialReport,
 )
-from pytest_opik_eval.results import item_results, item_verdict, summarize
 from pytest_opik_eval.store.records import GateSettings, ScoreRecord
+from pytest_opik_eval.verdict.results import item_results, item_verdict, summarize
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"
 RESUME = "pytest --eval-resume=exp-1"

@@ -16,12 +16,7 @@ ENTRIES = {"pytest_opik_eval.plugin", "pytest_opik_eval.cli"}
 
 # What runs without pytest: the store (opik-eval reads it), the metrics (usable on their own),
 # and the verdict (pure functions over records).
-NO_PYTEST = (
-    "pytest_opik_eval.store",
-    "pytest_opik_eval.metrics",
-    "pytest_opik_eval.results",
-    "pytest_opik_eval.gates",
-)
+NO_PYTEST = ("pytest_opik_eval.store", "pytest_opik_eval.metrics", "pytest_opik_eval.verdict")
 
 
 def module_name(path: Path) -> str:

@@ -27,6 +27,8 @@ def loaded(project: Project, *args: str) -> list[str]:
 def test_a_suite_without_eval_tests_imports_no_store_and_no_pydantic(project: Project) -> None:
     assert loaded(project) == [
         "pytest_opik_eval",
+        "pytest_opik_eval.collect",
+        "pytest_opik_eval.collect.marker",
         "pytest_opik_eval.disabled",
         "pytest_opik_eval.hookspecs",
         "pytest_opik_eval.options",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.results import ExperimentResult
+from pytest_opik_eval.verdict.results import ExperimentResult
 
 PREFIX = "eval."
 

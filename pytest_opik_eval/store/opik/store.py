@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pytest_opik_eval.datasets import canonical_json, content_hash
+from pytest_opik_eval.collect.datasets import canonical_json, content_hash
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.ids import node_id, uuid7, uuid7_for, uuid7_from_name
 from pytest_opik_eval.store.local import LocalStore, Message
@@ -635,7 +635,7 @@ class OpikStore:
             items = [by_id[i] for i in wanted if i in by_id]
         else:
             if state.get("dataset_filter_string"):
-                from pytest_opik_eval.filtering import parse_filter
+                from pytest_opik_eval.collect.filtering import parse_filter
 
                 matcher = parse_filter(state["dataset_filter_string"])
                 items = [item for item in items if matcher.matches(item)]

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import EvalError
-from pytest_opik_eval.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.store.records import ScoreRecord
 
 # Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):

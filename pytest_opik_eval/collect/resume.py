@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from pytest_opik_eval.marker import EvalSpec
-from pytest_opik_eval.planning import TRIAL_KEY, file_hash
-from pytest_opik_eval.selection import describe_selection
+from pytest_opik_eval.collect.marker import EvalSpec
+from pytest_opik_eval.collect.planning import TRIAL_KEY, file_hash
+from pytest_opik_eval.collect.selection import describe_selection
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialState
 
 

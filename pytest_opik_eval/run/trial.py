@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
-from pytest_opik_eval.datasets.loading import MAX_DEPTH, nested_too_deep
+from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
+from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
-from pytest_opik_eval.planning import ANYIO_BACKEND, OWN_ARGS, Trial
-from pytest_opik_eval.results import TrialResult
-from pytest_opik_eval.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
+from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
+from pytest_opik_eval.verdict.results import TrialResult
 
 if TYPE_CHECKING:
     from pytest_opik_eval.store import Store

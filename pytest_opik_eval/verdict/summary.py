@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from pytest_opik_eval.gates import judge
-from pytest_opik_eval.results import ExperimentResult, experiment_result
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
+from pytest_opik_eval.verdict.gates import judge
+from pytest_opik_eval.verdict.results import ExperimentResult, experiment_result
 
 LAST_PASSING = "last-passing"
 

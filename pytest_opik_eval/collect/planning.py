@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_opik_eval.datasets import Dataset, DatasetError
+from pytest_opik_eval.collect.datasets import Dataset, DatasetError
+from pytest_opik_eval.collect.marker import EvalSpec
+from pytest_opik_eval.collect.selection import SelectionError, describe_selection, select_items
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.gates import settings_for_new, settings_for_resume
 from pytest_opik_eval.ids import case_id, uuid7_for
-from pytest_opik_eval.marker import EvalSpec
-from pytest_opik_eval.scoring import Scorer
-from pytest_opik_eval.selection import SelectionError, describe_selection, select_items
+from pytest_opik_eval.run.scoring import Scorer
 from pytest_opik_eval.store.records import (
     DatasetRecord,
     ExperimentRecord,
@@ -30,6 +29,7 @@ from pytest_opik_eval.store.records import (
     ScoreRecord,
     Selection,
 )
+from pytest_opik_eval.verdict.gates import settings_for_new, settings_for_resume
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions

@@ -1,6 +1,6 @@
 """Loading evaluation datasets from files, lists and callables."""
 
-from pytest_opik_eval.datasets.loading import (
+from pytest_opik_eval.collect.datasets.loading import (
     Dataset,
     DatasetError,
     canonical_json,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from pytest_opik_eval.marker import EvalSpec
+from pytest_opik_eval.collect.marker import EvalSpec
 from pytest_opik_eval.reports.model import (
     BaselineComparison,
     ExperimentSummary,
@@ -14,10 +14,10 @@ from pytest_opik_eval.reports.model import (
     GateVerdict,
     MetricDelta,
 )
-from pytest_opik_eval.results import ExperimentResult, summarize
-from pytest_opik_eval.scoring import Scorer
+from pytest_opik_eval.run.scoring import Scorer
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store.records import GateSettings
+from pytest_opik_eval.verdict.results import ExperimentResult, summarize
 
 
 def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: GateOptions) -> GateSettings:

@@ -29,7 +29,7 @@ from concurrent.futures import Future
 
 import pytest
 
-from pytest_opik_eval.planning import ANYIO_BACKEND, OWN_ARGS
+from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS
 
 # How many test cases per thread are queued ahead of the one being reported.
 LOOKAHEAD = 4
