@@ -687,8 +687,10 @@ def test_garbled_answers_mid_run_keep_the_writes_spooled(
     result.stdout.fnmatch_lines(
         [
             "*= eval notices =*",
+            # What the last attempt saw depends on timing: the garbled answer, or, on a loaded
+            # machine, a budget spent on retrying it before the end of the session.
             "the Opik server did not take every write at the end of the session (--eval-sync-timeout=3): "
-            f"POST v1/private/traces/batch at {opik.api_url} failed after * attempt(s): HTTP 200, *",
+            f"POST v1/private/traces/batch at {opik.api_url} failed after * attempt(s): *",
             "* write(s) wait to be sent to the Opik server: run opik-eval sync",
         ]
     )
