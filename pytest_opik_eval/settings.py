@@ -21,6 +21,7 @@ from pytest_opik_eval.options import (
     seconds,
     threads_count,
 )
+from pytest_opik_eval.store.opik.config import SYNC_TIMEOUT, sync_command
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _sync_timeout(config: pytest.Config) -> float:
         return given
     ini = str(config.getini("eval_sync_timeout") or "").strip()
     try:
-        return seconds(ini) if ini else 30.0
+        return seconds(ini) if ini else SYNC_TIMEOUT
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_sync_timeout: {error}") from None
 
@@ -119,8 +120,8 @@ def _sync_command(config: pytest.Config, store_path: Path, store_source: str) ->
     itself: the default spool (the CLI looks in this folder and its parents)."""
     here = config.invocation_params.dir
     if store_source == "default" and (here == config.rootpath or config.rootpath in here.parents):
-        return "opik-eval sync"
-    return shlex.join(["opik-eval", f"--store={store_path}", "sync"])
+        return sync_command()
+    return sync_command(store_path)
 
 
 def _ini_gates(config: pytest.Config) -> GateOptions:
