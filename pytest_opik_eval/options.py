@@ -4,6 +4,9 @@ in every run; reading them into settings happens in ``settings``, only when eval
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +142,14 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
     parser.addini("eval_baseline", "The baseline to compare with (an id, or last-passing)", type="string")
     parser.addini("eval_max_regression", "METRIC=DELTA regression gates, one per line", type="linelist")
+
+
+def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
+    """The pytest command that runs the pending trials of ``target`` (an experiment or run id):
+    with ``--eval-store`` when the store is not the one pytest finds by itself, and with the test
+    paths given."""
+    store_option = [] if store is None else [f"--eval-store={store}"]
+    return shlex.join(["pytest", f"--eval-resume={target}", *store_option, *paths])
 
 
 def seconds(value: str) -> float:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from pytest_opik_eval.options import (
     STORE_FOLDER,
     metric_bound,
     rate,
+    resume_command,
     seconds,
     threads_count,
 )
@@ -87,10 +87,8 @@ class EvalOptions:
     def resume_command(self, target: str) -> str:
         """The command that resumes ``target`` from the same folder: with the store and the test
         paths when they were given on the command line."""
-        words = ["pytest", f"--eval-resume={target}"]
-        if self.store_source == "--eval-store":
-            words.append(f"--eval-store={self.store_path}")
-        return shlex.join([*words, *self.paths])
+        store = self.store_path if self.store_source == "--eval-store" else None
+        return resume_command(target, store=store, paths=self.paths)
 
 
 def _threads_option(config: pytest.Config) -> int:
