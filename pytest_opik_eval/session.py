@@ -278,7 +278,7 @@ class EvalSession:
             plan.threads = 1
             notice(
                 self.config,
-                f"{plan.test} uses the async fixture {fixture!r}, whose objects belong to the event "
+                f"{plan.where} uses the async fixture {fixture!r}, whose objects belong to the event "
                 "loop it was set up on, so its trials run one at a time, on that loop; to run them "
                 "concurrently (each on an event loop of its own), make the fixture a plain function "
                 "or create its objects in the test",

@@ -704,6 +704,30 @@ def test_garbled_answers_mid_run_keep_the_writes_spooled(
     assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
 
 
+def test_a_servers_text_is_escaped_with_its_bidirectional_overrides(
+    project: Project, opik: OpikTestServer
+) -> None:
+    # U+202E reverses what follows it on screen: a refusal could make a log line read otherwise.
+    refusal = json.dumps({"message": "bad \u202etrace\u2066 \x1b\x07" + "z" * 400})
+    opik.answer_next(1, 400, refusal, path_contains="traces/batch")
+    project.dataset(items("a"))
+    project.eval_test()
+    result = project.run("--eval", "-W", "error")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            "the Opik server refused writes of this session: POST v1/private/traces/batch at * failed with "
+            "HTTP 400: bad \\u202etrace\\u2066 \\x1b\\x07zzz*... (* more characters)",
+        ]
+    )
+    with sqlite3.connect(project.store_path) as db:
+        errors = [row[0] for row in db.execute("SELECT error FROM outbox WHERE error IS NOT NULL")]
+    for text in [result.stdout.str(), *errors]:
+        assert "\u202e" not in text and "\u2066" not in text and "\x1b" not in text and "\x07" not in text
+    assert errors and all("bad \\u202etrace\\u2066" in error for error in errors)
+
+
 def echo_of_the_key(at: int) -> str:
     """A 400 body whose message shows the key from character ``at`` of the client's excerpt on:
     past the first few hundred characters, where a message is shortened."""

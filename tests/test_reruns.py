@@ -79,6 +79,42 @@ def test_a_rerun_that_passes_replaces_the_failed_attempt(any_backend: Project, h
     assert project.calls() == []
 
 
+# Trials run ahead in a thread pool, or on pytest-xdist workers that take tests in batches (load)
+# or steal them from each other (worksteal): a rerun there still replaces the attempt it reruns.
+CONCURRENT = {
+    "eval-threads": ["--eval-threads=4"],
+    "xdist-load": ["-p", "xdist", "-n", "2", "--dist", "load"],
+    "xdist-worksteal": ["-p", "xdist", "-n", "2", "--dist", "worksteal"],
+}
+
+
+@pytest.mark.parametrize("how", list(CONCURRENT))
+def test_a_rerun_that_passes_under_threads_or_xdist_replaces_the_failed_attempt(
+    project: Project, how: str
+) -> None:
+    _eval_test(project, "rerunfailures")
+    # xdist first: pytest-rerunfailures imports xdist's hooks, and pytest (warnings as errors)
+    # refuses a plugin module imported before it was loaded as one.
+    concurrent = CONCURRENT[how]
+
+    result, report = project.run_report(*concurrent, *RERUNNERS["rerunfailures"], "--eval")
+
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*3 completed (3 passed, 0 failed), 0 pending*"])
+    assert sorted(project.calls()) == ["a#0", "b#0", "b#0", "c#0"]  # b twice, the others once
+    trials = {t["dataset_item_id"]: t for t in report["experiments"][0]["trials"]}
+    assert {k: (t["passed"], t["attempts"]) for k, t in trials.items()} == {
+        "a": (True, 1),
+        "b": (True, 2),
+        "c": (True, 1),
+    }
+
+    resumed, _ = project.run_report(*concurrent, *RERUNNERS["rerunfailures"], "--eval-resume=last")
+    assert resumed.ret == 0, resumed.stdout.str()
+    resumed.stdout.fnmatch_lines(["*nothing pending*"])
+    assert project.calls() == []
+
+
 def test_the_opik_server_counts_the_rerun_and_not_the_attempt_it_replaced(
     opik: OpikTestServer, project: Project
 ) -> None:

@@ -28,6 +28,7 @@ from urllib.parse import quote
 from filelock import FileLock
 from pydantic import TypeAdapter
 
+from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError, StoreUnwritable
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.store import journal
@@ -105,6 +106,7 @@ Message = tuple[str, str]
 
 _BUSY_TIMEOUT = 60.0  # seconds to wait for another process's hold on the file
 
+_SHOWN = 120  # characters of an unreadable stored value quoted in a message
 _FOREIGN = -1  # the application id we give a non-empty SQLite file that has none of ours
 
 _scores_json = TypeAdapter(list[ScoreRecord])
@@ -282,25 +284,21 @@ def _salvage_row(
         output = json.loads(row[7]) if row[7] is not None else None
     except ValueError:
         output = {"output": _unreadable(str(row[7]), "the output")}
-        unread.append(f"output {_short(str(row[7]))}")
+        unread.append(f"output {shorten(str(row[7]), _SHOWN)}")
     if not isinstance(output, dict | None):
         output = {"output": output}
     try:
         scores = _read_scores(row[8])
     except ValueError:
         scores = _salvage_scores(row[8])
-        unread.append(f"scores {_short(str(row[8]))}")
+        unread.append(f"scores {shorten(str(row[8]), _SHOWN)}")
     failed = any(s.scoring_failed for s in scores)
     passed = False if failed else (bool(row[9]) if row[9] is not None else None)
     return output, scores, passed, "; ".join(unread)
 
 
 def _unreadable(stored: str, what: str = "this score") -> str:
-    return f"the store holds {_short(stored)} for {what}, which cannot be read"
-
-
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
+    return f"the store holds {shorten(stored, _SHOWN)} for {what}, which cannot be read"
 
 
 def _use_wal(db: sqlite3.Connection) -> None:

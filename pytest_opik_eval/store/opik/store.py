@@ -40,7 +40,7 @@ from pytest_opik_eval.store.opik.client import (
     OpikHTTPError,
     OpikUnavailable,
 )
-from pytest_opik_eval.store.opik.config import OpikSettings
+from pytest_opik_eval.store.opik.config import SYNC_COMMAND, SYNC_TIMEOUT, OpikSettings
 from pytest_opik_eval.store.opik.sender import Sender, drain
 from pytest_opik_eval.store.records import (
     DatasetRecord,
@@ -59,8 +59,6 @@ RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_res
 OURS_KEY = "_pytest_opik_eval"  # what this plugin needs beyond it: the plan, the item id mapping
 DATASET_PREFIX = "opik:"
 _PAGE = 1000
-SYNC_TIMEOUT = 30.0  # seconds to send what is left at the end of a session (--eval-sync-timeout)
-SYNC_COMMAND = "opik-eval sync"
 
 
 class RemoteExperiment(BaseModel):
