@@ -480,6 +480,13 @@ class LocalStore:
             return cause, fix
         return f"{error}", "check the disk, or point {option} at another file"
 
+    def check_writable(self) -> None:
+        """Raise ``StoreUnwritable`` now if the store's file or folder cannot be written: the
+        pytest-xdist controller, which writes nothing itself, checks before its workers start."""
+        code = _unwritable_errno(self.path)
+        if code is not None:
+            raise self.unwritable(OSError(code, os.strerror(code), str(self.path)))
+
     def _check(self, version: int, app_id: int) -> None:
         if version == 0 and app_id != _FOREIGN:
             return  # an empty file opened read-only: it has no runs

@@ -188,6 +188,10 @@ class OpikStore:
                 f"{self.settings.sources['url']}), or use --eval-backend=local"
             ) from None
 
+    def check_writable(self) -> None:
+        """Raise ``StoreUnwritable`` now if the spool cannot be written (see ``LocalStore``)."""
+        self.spool.check_writable()
+
     # -- the run ----------------------------------------------------------------------------
 
     def create_run(
