@@ -564,6 +564,13 @@ class EvalSession:
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
+        if self.options.backend == "opik":
+            from pytest_opik_eval.store.opik.store import OpikStore
+
+            if isinstance(self.store, OpikStore):
+                # Reading back from the server spends the end's budget (--eval-sync-timeout),
+                # which the drain in flush() then shares.
+                self.store.end_begins()
         try:
             return self.store.find(self.run_id)[1]
         except ExperimentNotFound:

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -567,18 +568,51 @@ def test_the_sync_command_left_names_a_spool_given_on_the_command_line(
     assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
 
 
+# Each worker's first task waits until the test has made the server stop answering, which the
+# test does once every worker has started a trial, so has created the run: from then on every
+# request hangs, the workers' writes and the controller's read-back alike.
+AFTER_THE_HANG = """
+import os
+import time
+
+def after_the_hang():
+    (HERE / f"started-{os.environ['PYTEST_XDIST_WORKER']}").write_text("")
+    for _ in range(600):  # at most a minute, should the test fail to answer
+        if (HERE / "hanging").exists():
+            return
+        time.sleep(0.1)
+"""
+
+
 def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
     project: Project, opik: OpikTestServer
 ) -> None:
     project.dataset(items("a", "b", "c", "d"))
-    project.eval_test()
-    hang_on_trial_writes(opik)
+    project.eval_test(imports=AFTER_THE_HANG, behaviour="after_the_hang()")
+    hung_at: list[float] = []
+
+    def hang_once_the_run_is_created() -> None:
+        for _ in range(600):
+            if len(list(project.path.glob("started-gw*"))) == 2:
+                break
+            time.sleep(0.1)
+        opik.hang()  # every endpoint, from now on
+        hung_at.append(time.monotonic())
+        (project.path / "hanging").write_text("")
+
+    hanger = threading.Thread(target=hang_once_the_run_is_created, daemon=True)
+    hanger.start()
     # A first run: the spool is created by the workers, after the controller opened it.
     result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error", "--eval-sync-timeout=0.5")
+    ended = time.monotonic()
+    hanger.join()
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(
         [
             "*= eval notices =*",
+            "could not read from the Opik server the trials recorded elsewhere: GET v1/private/datasets/*"
+            f"/items/experiments/items at {opik.api_url} failed after 1 attempt(s): *; what the spool "
+            f"{project.store_path} holds is shown",
             "the Opik server did not take every write at the end of the session (--eval-sync-timeout=0.5): "
             f"*{opik.api_url}*",
             "*= eval summary =*",
@@ -586,35 +620,61 @@ def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
             "* write(s) wait to be sent to the Opik server: run opik-eval sync",
         ]
     )
+    # The controller's read-back and its drain share the budget: the end is not held up for each
+    # request's own timeout (10 s, retried). A generous bound: workers and pytest must also stop.
+    assert ended - hung_at[0] < 0.5 + 15
     opik.clear_faults()
     assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
     attempts = server_trials(opik, project.last_experiment_id())
     assert [a["pending"] for a in attempts] == [False] * 4
+    # The workers start together and both create the run's dataset and experiment (same names
+    # and ids): the server tells the second 409, which the plugin expects. Nothing else may be
+    # refused.
+    refused = {(r["method"], r["path"], r["status"]) for r in opik.invalid_requests}
+    assert refused <= {("POST", "v1/private/datasets", 409), ("POST", "v1/private/experiments", 409)}, (
+        opik.invalid_requests
+    )
+    opik.clear_requests()
 
 
+READ_BACK_FAULTS = {
+    "garbled": "failed after 2 attempt(s): HTTP 200, text/html, not JSON: *",
+    "refused": "failed with HTTP 403: *",
+}
+
+
+@pytest.mark.parametrize("fault", READ_BACK_FAULTS, ids=list(READ_BACK_FAULTS))
 def test_under_xdist_a_server_failing_the_controllers_read_leaves_the_spools_summary(
-    project: Project, opik: OpikTestServer
+    project: Project, opik: OpikTestServer, fault: str
 ) -> None:
     project.dataset(items("a", "b"))
     project.eval_test()
-    # The controller reads back from the server what other machines recorded: garbled answers.
-    opik.answer_next(
-        2, 200, HTML_PAGE, {"Content-Type": "text/html"}, path_contains="items/experiments/items"
-    )
-    result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error")
+    report = project.path / "report.json"
+    # The controller reads back from the server what other machines recorded.
+    path = "items/experiments/items"
+    if fault == "garbled":
+        opik.answer_next(2, 200, HTML_PAGE, {"Content-Type": "text/html"}, path_contains=path)
+    else:
+        opik.fail_next(1, 403, path_contains=path)
+    result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error", f"--eval-report={report}")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
             "*= eval notices =*",
             "could not read from the Opik server the trials recorded elsewhere: GET v1/private/datasets/*"
-            "/items/experiments/items at * failed after 2 attempt(s): HTTP 200, text/html, not JSON: *; what "
-            f"the spool {project.store_path} holds is shown",
+            f"/items/experiments/items at * {READ_BACK_FAULTS[fault]}; what the spool {project.store_path} "
+            "holds is shown",
             "*= eval summary =*",
             "  trials: 2 planned, 2 completed (2 passed, 0 failed), 0 pending",
         ]
     )
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert [t["status"] for t in json.loads(report.read_text())["experiments"][0]["trials"]] == [
+        "completed",
+        "completed",
+    ]
 
 
 def test_a_bad_sync_timeout_is_a_usage_error(project: Project, opik: OpikTestServer) -> None:

@@ -151,6 +151,7 @@ class OpikStore:
         self._notices: list[str] = []
         self._last_failure: OpikUnavailable | None = None
         self._last_refusal: OpikHTTPError | None = None
+        self._end_deadline: float | None = None  # see end_begins
         self._trials: dict[str, _Trial] = {}
         self._attempts: dict[str, _Attempt] = {}
         try:
@@ -329,7 +330,11 @@ class OpikStore:
                     f"the Opik server {self.settings.url} (workspace {self.settings.workspace}) has no "
                     f"dataset named {name!r}; create it in the Opik UI or with the Opik SDK"
                 ) from None
-        self.client.request("POST", "datasets", body={"name": name})
+        try:
+            self.client.request("POST", "datasets", body={"name": name})
+        except OpikHTTPError as error:
+            if error.status != 409:  # 409: another worker or shard created it first
+                raise
         return str(self.client.json("POST", "datasets/retrieve", body={"dataset_name": name})["id"])
 
     def _latest_version(self, dataset_id: str) -> dict[str, Any] | None:
@@ -476,14 +481,27 @@ class OpikStore:
         if scores:
             self.spool.enqueue([("experiment_scores", json.dumps({"id": experiment_id, "scores": scores}))])
 
+    def end_begins(self) -> None:
+        """The end of the session starts now: its budget (``sync_timeout``) runs from here, for
+        every request that follows, the drain in :meth:`flush` included. The pytest-xdist
+        controller calls this before it reads its workers' run back (:meth:`find`), so a server
+        that does not answer holds up that read and the drain together for the budget, not more."""
+        if self._end_deadline is None:
+            self._end_deadline = time.monotonic() + self.sync_timeout
+            self.client.finish_by(self._end_deadline)
+
     def flush(self) -> str | None:
         """Send what is left within the budget (``sync_timeout``), then say what still waits."""
-        now = time.monotonic()
         # No request of either thread may outlive the budget: each attempt's timeout is capped
         # by what remains, and none starts after it. A worker sends nothing more, nor waits for
         # a batch in flight: the controller sends it again (harmless: every write carries its id),
         # so its drain alone takes the budget.
-        deadline = now + self.sync_timeout if self.drain_at_end else now
+        if self.drain_at_end:
+            self.end_begins()
+            assert self._end_deadline is not None
+            deadline = self._end_deadline
+        else:
+            deadline = time.monotonic()
         self.client.finish_by(deadline)
         if self.sender.stop(deadline) and self.drain_at_end:
             try:
@@ -543,9 +561,10 @@ class OpikStore:
                 continue
             # Known here (the pytest-xdist controller reads its workers' run at the end): what
             # other machines recorded is worth a short try, not a stalled or crashed session.
+            # Whatever the server answers (no answer, garbage, a refusal), the spool's is shown.
             try:
                 self._refresh(experiment, remotes[experiment.id], retries=1)
-            except OpikUnavailable as error:
+            except OpikError as error:
                 self._notices.append(
                     f"could not read from the Opik server the trials recorded elsewhere: {error}; "
                     f"what the spool {self.spool.location} holds is shown"
