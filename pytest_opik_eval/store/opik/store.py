@@ -103,6 +103,7 @@ class _Trial:
 class _Attempt:
     trial_id: str
     started: str
+    link_id: str  # the id of the experiment item that ties its trace to the experiment
     output: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     passed: bool | None = None
@@ -431,9 +432,9 @@ class OpikStore:
 
     def start_attempt(self, trial_id: str, session_id: str) -> str:
         attempt_id = uuid7()
-        attempt = self._attempts[attempt_id] = _Attempt(trial_id=trial_id, started=_now())
+        attempt = self._attempts[attempt_id] = _Attempt(trial_id=trial_id, started=_now(), link_id=uuid7())
         trial = self._trials[trial_id]
-        link = {"id": uuid7(), **self._link(attempt_id, trial)}
+        link = {"id": attempt.link_id, **self._link(attempt_id, trial)}
         outbox = [self._trace(attempt_id, attempt, completed=False), ("experiment_item", json.dumps(link))]
         self.spool.start_attempt(trial_id, session_id, attempt_id=attempt_id, outbox=outbox)
         self.sender.wake()
@@ -466,12 +467,14 @@ class OpikStore:
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
         outbox = [self._trace(attempt_id, self._attempts[attempt_id], completed=True)]
         if replaces is not None and replaces in self._attempts:
-            # A rerun in this session replaces the trial's earlier attempt: that trace is sent
-            # again as pending and without its output, so that this plugin and the Opik SDK,
-            # reading the experiment from the server, count the trial's completion once.
-            outbox.append(
-                self._trace(replaces, self._attempts[replaces], completed=False, replaced_by=attempt_id)
-            )
+            # A rerun in this session replaces the trial's earlier attempt. Its experiment item
+            # is deleted, so the experiment holds the trial once: its averages in the Opik UI, its
+            # trace count, and what the Opik SDK and this plugin read back leave the replaced
+            # attempt out (its feedback scores stay on its trace, which stays in the project). The
+            # trace is sent again as pending, without its output and naming its replacement.
+            replaced = self._attempts[replaces]
+            outbox.append(self._trace(replaces, replaced, completed=False, replaced_by=attempt_id))
+            outbox.append(("experiment_item_delete", json.dumps({"ids": [replaced.link_id]})))
         self.spool.complete_attempt(attempt_id, replaces=replaces, outbox=outbox)
         self.sender.wake()
 
