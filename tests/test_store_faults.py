@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import Project, items
 
+from pytest_opik_eval.store import local
+
 PAD = "x" * 20_000  # a task output big enough that appending it to the journal needs disk space
 
 # Fills the small tmpfs the store is on, once. Never more than 2 MB: run anywhere else by
@@ -317,3 +319,53 @@ def test_under_xdist_a_store_that_turns_read_only_fails_each_workers_first_trial
     result.stdout.fnmatch_lines(["*= 2 failed in *"])
     assert project.calls() == []  # no task ran
     assert project.completed() == {(i, 0) for i in "abcd"}  # the first run is intact
+
+
+# Another process's write transaction on the store, held until the test closes its stdin.
+HOLD_THE_STORE = """
+import sqlite3
+import sys
+
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_store_another_process_holds_is_one_line_that_says_so(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    assert project.run("--eval").ret == 0
+    project.calls()
+    store = project.store_path
+    # The inner run is in this process: it waits half a second for the store, not a minute.
+    monkeypatch.setattr(local, "_BUSY_TIMEOUT", 0.5)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_STORE, str(store)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    with holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            result = project.run("--eval")
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.close()  # the holder ends, and lets the store go
+            holder.wait()
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, output
+    assert (
+        f"cannot write to the eval store {store}: another process held it for more than 0.5 s (database "
+        "is locked); let that process finish (or close it) and run again, or point --eval-store at "
+        "another file (what was recorded before is kept)"
+    ) in output
+    assert "check the disk" not in output and "Traceback" not in output
+    assert project.calls() == []
+    # Once it is let go, the store works as before.
+    assert project.run("--eval").ret == 0
+    assert project.calls() == ["a#0", "b#0"]
