@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -574,6 +575,7 @@ def test_the_sync_command_left_names_a_spool_given_on_the_command_line(
 AFTER_THE_HANG = """
 import os
 import time
+from collections.abc import Iterator
 
 def after_the_hang():
     (HERE / f"started-{os.environ['PYTEST_XDIST_WORKER']}").write_text("")
@@ -816,3 +818,87 @@ def test_a_key_echoed_in_a_refused_write_is_masked_in_the_spool_and_the_terminal
     assert errors and all("failed with HTTP 400" in error and "***" in error for error in errors)
     assert all(len(error) < 1000 for error in errors)  # a shortened message, not the whole body
     assert_no_part_of_the_key("".join(errors))
+
+
+# -- a spool that cannot be written while what it holds is sent ---------------------------------
+
+
+FLUSH_ONCE = """
+import sys
+from pathlib import Path
+
+from pytest_opik_eval.store.opik.config import read_settings
+from pytest_opik_eval.store.opik.store import OpikStore
+
+store = OpikStore(read_settings(), Path(sys.argv[1]), create=False, sync_timeout=30)
+try:
+    print(store.flush())
+    for notice in store.notices():
+        print(notice)
+finally:
+    store.close()
+"""
+
+
+@pytest.fixture
+def read_only_spool_with_writes_to_send(project: Project, opik: OpikTestServer) -> Iterator[Path]:
+    """The default spool, holding writes the server did not take, made read-only (the tests run
+    what reads it as a user that file modes apply to)."""
+    from test_store_faults import _unprivileged_prefix
+
+    if _unprivileged_prefix() is None:
+        pytest.skip("no way to run a command as a user that file modes apply to (unshare --user)")
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    hang_on_trial_writes(opik)
+    result = project.run("--eval", "--eval-sync-timeout=0.5")
+    result.assert_outcomes(passed=2)
+    sync_command(result)  # writes wait to be sent
+    opik.clear_faults()
+    spool = project.store_path
+    spool.chmod(0o444)
+    try:
+        yield spool
+    finally:
+        spool.chmod(0o644)
+
+
+def _run_unprivileged(project: Project, *command: str) -> subprocess.CompletedProcess[str]:
+    from test_store_faults import _unprivileged_prefix
+
+    prefix = _unprivileged_prefix()
+    assert prefix is not None
+    return subprocess.run([*prefix, *command], capture_output=True, text=True, cwd=project.path, timeout=120)
+
+
+def test_sync_that_cannot_mark_what_it_sent_is_one_line(
+    project: Project, opik: OpikTestServer, read_only_spool_with_writes_to_send: Path
+) -> None:
+    spool = read_only_spool_with_writes_to_send
+    cli = "import sys; from pytest_opik_eval.cli import main; sys.exit(main())"
+    synced = _run_unprivileged(project, sys.executable, "-c", cli, "--store", str(spool), "sync")
+    assert synced.returncode == 2, synced.stderr
+    assert synced.stderr == (
+        f"opik-eval: cannot write to the eval store {spool}: the file is read-only (permission denied); "
+        "make it writable, or point --store at a writable place (what was recorded before is kept)\n"
+    )
+    spool.chmod(0o644)
+    # What was sent but not marked so is sent again: harmless, every write carries its id.
+    assert opik_eval(["--store", str(spool), "sync"]) == 0
+    attempts = server_trials(opik, project.last_experiment_id())
+    assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
+
+
+def test_the_end_of_a_session_that_cannot_mark_what_it_sent_keeps_the_whole_message(
+    project: Project, opik: OpikTestServer, read_only_spool_with_writes_to_send: Path
+) -> None:
+    spool = read_only_spool_with_writes_to_send
+    flushed = _run_unprivileged(project, sys.executable, "-c", FLUSH_ONCE, str(spool))
+    assert flushed.returncode == 0, flushed.stderr
+    # Not "stopped on an unexpected error (StoreUnwritable: ...", cut at 300 characters: the
+    # whole line, with its advice.
+    assert (
+        f"sending to the Opik server stopped: cannot write to the eval store {spool}: the file is "
+        "read-only (permission denied); make it writable, or point --eval-store at a writable place "
+        "(what was recorded before is kept)"
+    ) in flushed.stdout.splitlines()

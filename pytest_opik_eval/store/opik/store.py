@@ -509,6 +509,10 @@ class OpikStore:
         if self.sender.stop(deadline) and self.drain_at_end:
             try:
                 drain(self.spool, self.client, until=deadline, on_down=self._down, on_refused=self._refused)
+            except StoreError as error:
+                # The spool cannot be written (a full disk): its message names the spool, the
+                # cause and the fix, whole. What was sent but not marked so is sent again later.
+                self._notices.append(f"sending to the Opik server stopped: {error}")
             except Exception as error:  # never an INTERNALERROR at the end: the writes stay spooled
                 self._notices.append(
                     f"sending to the Opik server stopped on an unexpected error ({type(error).__name__}: "
