@@ -149,7 +149,7 @@ def _sync(store_path: Path, timeout: float) -> int:
     try:
         spool = LocalStore(store_path, create=False, option="--store")
     except StoreError as error:
-        print(f"opik-eval: {error}", file=sys.stderr)
+        print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2
     client = OpikClient(read_settings())
     failures: list[OpikUnavailable] = []
@@ -158,6 +158,11 @@ def _sync(store_path: Path, timeout: float) -> int:
     try:
         drain(spool, client, until=deadline, on_down=failures.append)
         left = unsent_line(spool, shlex.join(["opik-eval", f"--store={store_path}", "sync"]))
+    except StoreError as error:
+        # The spool cannot be written (marking a batch sent): what was sent but not marked is
+        # sent again by the next sync, which is harmless (every write carries its id).
+        print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
+        return 2
     finally:
         client.close()
         spool.close()

@@ -400,3 +400,18 @@ def test_show_piped_into_head_stops_quietly(project: Project) -> None:
     done = subprocess.run(command, shell=True, cwd=project.path, capture_output=True, text=True, check=False)
     assert len(done.stdout.splitlines()) == 2
     assert "Traceback" not in done.stderr
+
+
+def test_sync_escapes_control_characters_in_a_store_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A path is data too: one that holds an escape sequence must not repaint the terminal.
+    bad = tmp_path / "spool\x1b[2J\x07.db"
+    bad.mkdir()
+    code, out, err = cli(capsys, "--store", str(bad), "sync")
+    assert code == 2
+    assert "\x1b" not in err and "\x07" not in err
+    assert (
+        f"opik-eval: the eval store {tmp_path}/spool\\x1b[2J\\x07.db is a directory; give --store a file path"
+        in err
+    )

@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from conftest import Project, items
+from conftest import OPIK_KEY, Project, items
 from opik_server import OpikTestServer
 
 from pytest_opik_eval.ids import uuid7
@@ -132,8 +133,20 @@ def test_the_opik_server_counts_the_rerun_and_not_the_attempt_it_replaced(
     assert len(replaced) == 1 and replaced[0].get("output") is None
     assert replaced[0]["metadata"]["replaced_by"] == completed[0]["id"]
 
-    # Another machine (an empty spool) reads the same verdict from the server.
+    # The experiment holds the trial once: the replaced attempt's experiment item is deleted, so
+    # the averages the Opik UI shows (and the trace count) leave its failed score out.
     experiment_id = project.last_experiment_id()
+    linked = [i["trace_id"] for i in opik.experiment_items if i["experiment_id"] == experiment_id]
+    assert sorted(linked) == sorted(t["id"] for t in opik.traces.values() if t["id"] != replaced[0]["id"])
+    assert replaced[0]["id"] not in linked
+    shown = httpx.get(
+        f"{opik.api_url}v1/private/experiments/{experiment_id}",
+        headers={"Authorization": OPIK_KEY, "Comet-Workspace": "evals"},
+    ).json()
+    assert shown["trace_count"] == 3
+    assert shown["feedback_scores"] == [{"name": "equals_metric", "value": 1.0}]
+
+    # Another machine (an empty spool) reads the same verdict from the server.
     other = project.path / "elsewhere.db"
     result = project.run(f"--eval-resume={experiment_id}", f"--eval-store={other}")
     assert result.ret == 0, result.stdout.str()
