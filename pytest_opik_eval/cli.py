@@ -6,7 +6,6 @@ import argparse
 import functools
 import json
 import os
-import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -142,7 +141,7 @@ def _open(store_path: Path, backend: str, *, create: bool) -> Store:
 
 def _sync(store_path: Path, timeout: float) -> int:
     from pytest_opik_eval.store.opik.client import OpikClient, OpikUnavailable
-    from pytest_opik_eval.store.opik.config import read_settings
+    from pytest_opik_eval.store.opik.config import read_settings, sync_command
     from pytest_opik_eval.store.opik.sender import drain
     from pytest_opik_eval.store.opik.store import unsent_line
 
@@ -157,7 +156,7 @@ def _sync(store_path: Path, timeout: float) -> int:
     client.finish_by(deadline)  # no request outlives the timeout
     try:
         drain(spool, client, until=deadline, on_down=failures.append)
-        left = unsent_line(spool, shlex.join(["opik-eval", f"--store={store_path}", "sync"]))
+        left = unsent_line(spool, sync_command(store_path))
     except StoreError as error:
         # The spool cannot be written (marking a batch sent): what was sent but not marked is
         # sent again by the next sync, which is harmless (every write carries its id).
