@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,6 +21,7 @@ from pytest_opik_eval.options import (
     STORE_FOLDER,
     metric_bound,
     rate,
+    resume_command,
     seconds,
 )
 from pytest_opik_eval.reports.files import write_atomically
@@ -44,16 +45,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreError as error:
         print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2
-    # The resume hint must find the same store when the user named one.
-    resume_hint = f" --eval-store={store_path.resolve()}" if args.store else ""
+    # The resume command must find the same store when the user named one.
+    resume = functools.partial(resume_command, store=store_path.resolve() if args.store else None)
     commands: dict[str, Callable[[], int]] = {
         "runs": lambda: _runs(store),
-        "show": lambda: _show(store, args, resume_hint),
-        "diff": lambda: _diff(store, args),
-        "report": lambda: _html(store, args),
+        "show": lambda: _show(store, args, resume),
+        "diff": lambda: _diff(store, args, resume),
+        "report": lambda: _html(store, args, resume),
         "merge": lambda: _merge(store, args),
-        "gate": lambda: _gate(store, args),
-        "export": lambda: _export(store, args),
+        "gate": lambda: _gate(store, args, resume),
+        "export": lambda: _export(store, args, resume),
     }
     try:
         return commands[args.command]()
@@ -137,14 +138,14 @@ def _open(store_path: Path, backend: str, *, create: bool) -> Store:
 
 def _sync(store_path: Path, timeout: float) -> int:
     from pytest_opik_eval.store.opik.client import OpikClient, OpikUnavailable
-    from pytest_opik_eval.store.opik.config import read_settings
+    from pytest_opik_eval.store.opik.config import read_settings, sync_command
     from pytest_opik_eval.store.opik.sender import drain
     from pytest_opik_eval.store.opik.store import unsent_line
 
     try:
         spool = LocalStore(store_path, create=False, option="--store")
     except StoreError as error:
-        print(f"opik-eval: {error}", file=sys.stderr)
+        print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2
     client = OpikClient(read_settings())
     failures: list[OpikUnavailable] = []
@@ -152,7 +153,12 @@ def _sync(store_path: Path, timeout: float) -> int:
     client.finish_by(deadline)  # no request outlives the timeout
     try:
         drain(spool, client, until=deadline, on_down=failures.append)
-        left = unsent_line(spool, shlex.join(["opik-eval", f"--store={store_path}", "sync"]))
+        left = unsent_line(spool, sync_command(store_path))
+    except StoreError as error:
+        # The spool cannot be written (marking a batch sent): what was sent but not marked is
+        # sent again by the next sync, which is harmless (every write carries its id).
+        print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
+        return 2
     finally:
         client.close()
         spool.close()
@@ -176,7 +182,7 @@ def _store_path(given: str | None) -> Path:
 
 
 def _results(
-    store: Store, target: str, baseline: str | None = None, resume_hint: str = ""
+    store: Store, target: str, resume: Callable[[str], str], baseline: str | None = None
 ) -> tuple[str, list[ExperimentRecord], list[ExperimentResult]]:
     """The experiments of ``target``, and their results judged as at the end of their latest
     session (one read of the store: with the Opik backend, the server's items are paged)."""
@@ -188,7 +194,7 @@ def _results(
         None,
         lambda e: e.gates,
         baselines,
-        lambda t: f"pytest --eval-resume={t}{resume_hint}",
+        resume,
     )
     return run.id, experiments, results
 
@@ -218,13 +224,13 @@ def _runs(store: Store) -> int:
     return 0
 
 
-def _show(store: Store, args: argparse.Namespace, resume_hint: str) -> int:
-    _, _, results = _results(store, args.id, resume_hint=resume_hint)
+def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
+    _, _, results = _results(store, args.id, resume)
     if args.json:
         print(json.dumps([r.report().model_dump(mode="json") for r in results], indent=2))
         return 0
     for result in results:
-        for line in summary_lines([result], lambda t: f"pytest --eval-resume={t}{resume_hint}", False):
+        for line in summary_lines([result], resume, False):
             print(line)
         for line in gate_lines([result]):
             print(f"  {line}")
@@ -240,9 +246,9 @@ def _show(store: Store, args: argparse.Namespace, resume_hint: str) -> int:
     return 0
 
 
-def _diff(store: Store, args: argparse.Namespace) -> int:
+def _diff(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
     baseline_id = store.find(args.baseline)[0].id if args.baseline == "last" else args.baseline
-    _, _, results = _results(store, args.current, baseline=baseline_id)
+    _, _, results = _results(store, args.current, resume, baseline=baseline_id)
     for result in results:
         print(escape_control(f"{result.name} ({result.test}) experiment {result.id}"))
         for line in baseline_lines(result):
@@ -250,13 +256,13 @@ def _diff(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
-def _html(store: Store, args: argparse.Namespace) -> int:
+def _html(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
     from pytest_opik_eval.reports.html import write_html
 
-    run_id, experiments, results = _results(store, args.id)
+    run_id, experiments, results = _results(store, args.id, resume)
     items = {e.id: e.items for e in experiments}
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
-    write_html(report, items, Path(args.html))
+    write_html(report, items, Path(args.html), resume)
     print(f"wrote {args.html}")
     return 0
 
@@ -271,7 +277,7 @@ def _merge(store: Store, args: argparse.Namespace) -> int:
     return 0
 
 
-def _gate(store: Store, args: argparse.Namespace) -> int:
+def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
     """The combined verdict of a run's shards: the summary, one line per gate, the exit code."""
     given = GateOptions(
         fail_under=dict(args.eval_fail_under),
@@ -286,17 +292,17 @@ def _gate(store: Store, args: argparse.Namespace) -> int:
         None,
         lambda e: settings_for_resume(e.gates, given),
         Baselines(store, args.eval_baseline),
-        lambda t: f"pytest --eval-resume={t}",
+        resume,
     )
-    for line in summary_lines(results, lambda t: f"pytest --eval-resume={t}", False) + gate_lines(results):
+    for line in summary_lines(results, resume, False) + gate_lines(results):
         print(line)
     failed = [r.name for r in results if not passed(r) or r.summary.pending]
     print(escape_control(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}"))
     return 1 if failed else 0
 
 
-def _export(store: Store, args: argparse.Namespace) -> int:
-    run_id, _, results = _results(store, args.id)
+def _export(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
+    run_id, _, results = _results(store, args.id, resume)
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
     text = report.model_dump_json(indent=2) + "\n"
     if args.output:

@@ -32,6 +32,11 @@ def pytest_opik_eval_trial_finished(item: pytest.Item, result: TrialResult) -> N
     ``result`` holds the dataset item, the trial index, the task output, the scores and the
     verdict. Not called for a trial whose task or scoring raised: that trial stays pending.
     Called in the test's teardown, before its fixtures are torn down.
+
+    A rerun in the same session (pytest-rerunfailures, pytest-retry) that completes calls it
+    again for the same trial (the same ``result.node_id`` and ``result.trial``): that result
+    replaces the earlier one, as the rerun's outcome replaces the earlier one for pytest and
+    in the store. Keep the last result per ``(node_id, trial)``.
     """
 
 

@@ -10,6 +10,8 @@ collect) hand theirs to the controller, which prints them.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from pytest_opik_eval.escaping import escape_control
@@ -19,16 +21,25 @@ NOTICES = pytest.StashKey[list[str]]()
 # The key in a pytest-xdist worker's workeroutput that carries its notices to the controller.
 WORKER_NOTICES = "opik_eval_notices"
 
+# Trials notice from pool threads (--eval-threads): the list's creation on the first notice, and
+# each check-then-append, must not interleave, or a notice is lost (two lists made at once) or
+# shown twice. One lock for the process: it guards no state of its own, and is held for a moment.
+_LOCK = threading.Lock()
+
 
 def notice(config: pytest.Config, message: str) -> None:
-    """Show ``message`` in the terminal summary (once, however often it is given)."""
-    notices = config.stash.setdefault(NOTICES, [])
-    if message not in notices:
-        notices.append(message)
+    """Show ``message`` in the terminal summary (once, however often it is given, from any thread)."""
+    with _LOCK:
+        notices = config.stash.setdefault(NOTICES, [])
+        if message not in notices:
+            notices.append(message)
 
 
 def notices_of(config: pytest.Config) -> list[str]:
-    return config.stash.get(NOTICES, [])
+    """The notices given so far, in order (a copy: threads may still add to the list)."""
+    with _LOCK:
+        notices: list[str] = config.stash.get(NOTICES, [])
+        return list(notices)
 
 
 def print_notices(config: pytest.Config, terminalreporter: pytest.TerminalReporter) -> None:

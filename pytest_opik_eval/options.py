@@ -4,6 +4,9 @@ in every run; reading them into settings happens in ``settings``, only when eval
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -141,6 +144,14 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_max_regression", "METRIC=DELTA regression gates, one per line", type="linelist")
 
 
+def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
+    """The pytest command that runs the pending trials of ``target`` (an experiment or run id):
+    with ``--eval-store`` when the store is not the one pytest finds by itself, and with the test
+    paths given."""
+    store_option = [] if store is None else [f"--eval-store={store}"]
+    return shlex.join(["pytest", f"--eval-resume={target}", *store_option, *paths])
+
+
 def seconds(value: str) -> float:
     try:
         number = float(value)
@@ -162,13 +173,22 @@ def metric_bound(value: str) -> tuple[str, float]:
     if not sep or not metric.strip() or bound != bound:
         raise argparse.ArgumentTypeError(f"expected METRIC=NUMBER, such as equals_metric=0.9; got {value!r}")
     metric = metric.strip()
-    if not 0.0 <= bound <= 1.0:
-        # Scores run from 0 to 1: a bound of 80 can never be met (or, as a drop, never exceeded).
-        hint = f" (for {bound:g}% write {metric}={bound / 100:g})" if 1 < bound <= 100 else ""
-        raise argparse.ArgumentTypeError(
-            f"scores run from 0 to 1, so the bound must be a number from 0 to 1{hint}; got {value!r}"
-        )
+    problem = score_bound_problem(bound, written=f"{metric}=")
+    if problem:
+        raise argparse.ArgumentTypeError(f"the bound {problem}; got {value!r}")
     return metric, bound
+
+
+def score_bound_problem(bound: float, *, written: str = "") -> str | None:
+    """Why ``bound`` cannot bound a score (a gate's minimum, a regression's drop), or None.
+
+    Scores run from 0 to 1: a bound of 80 can never be met (or, as a drop, never exceeded). One
+    from 1 to 100 is most likely a percentage, and the hint shows the share, after ``written``
+    (how the option or argument is written up to the number, such as ``equals_metric=``)."""
+    if 0.0 <= bound <= 1.0:
+        return None
+    hint = f" (for {bound:g}% write {written}{bound / 100:g})" if 1 < bound <= 100 else ""
+    return f"must be a score from 0 to 1{hint}"
 
 
 def _shard(value: str) -> tuple[int, int]:

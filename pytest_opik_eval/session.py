@@ -90,6 +90,7 @@ class EvalSession:
         self.baselines: Baselines | None = None
         self.unsent: str | None = None  # what the store could not send, for the summary
         self.store_failure: str | None = None  # why trials stopped: the store cannot be written
+        self.unusable: StoreError | None = None  # a worker could not create the run
         self.pool = Pool()
         self._items: list[pytest.Item] = []
         self._position: dict[str, int] = {}
@@ -173,6 +174,20 @@ class EvalSession:
                 self.baselines = Baselines(self._store, self.options.baseline)
             except (ExperimentNotFound, StoreError) as error:
                 raise pytest.UsageError(f"--eval-baseline={self.options.baseline}: {error}") from None
+        if is_controller(self.config):
+            # The controller writes nothing itself, and its workers would each find a store that
+            # cannot be written only when they create the run: say so once, before they start, as
+            # a single process does when it creates the run.
+            try:
+                self._check_writable()
+            except StoreError as error:
+                raise pytest.UsageError(str(error)) from None
+
+    def _check_writable(self) -> None:
+        store = self._store = self._store or self._open_store(create=True)
+        check: Callable[[], None] | None = getattr(store, "check_writable", None)
+        if check is not None:  # a store a plugin supplies may not know how to tell
+            check()
 
     # -- collection: marker -> selected items -> trials ------------------------------------
 
@@ -279,7 +294,7 @@ class EvalSession:
             plan.threads = 1
             notice(
                 self.config,
-                f"{plan.test} uses the async fixture {fixture!r}, whose objects belong to the event "
+                f"{plan.where} uses the async fixture {fixture!r}, whose objects belong to the event "
                 "loop it was set up on, so its trials run one at a time, on that loop; to run them "
                 "concurrently (each on an event loop of its own), make the fixture a plain function "
                 "or create its objects in the test",
@@ -317,7 +332,13 @@ class EvalSession:
         try:
             self.store.create_run(plan.run, plan.experiments, plan.trials)
         except StoreError as error:
-            raise pytest.UsageError(f"{error}") from None
+            if not self.worker:
+                raise pytest.UsageError(f"{error}") from None
+            # The controller found the store writable before this worker started: it stopped
+            # being so since (a full disk). An error here would be an INTERNALERROR; the
+            # worker's first trial fails with the one line instead, as when a write fails mid-run.
+            self.unusable = error
+            return
         self.run_id = plan.run.id
         self.experiments = plan.experiments
 
@@ -336,6 +357,8 @@ class EvalSession:
         trial = pyfuncitem.stash.get(TRIAL_KEY, None)
         if trial is None:
             return None
+        if self.unusable is not None:
+            self._stop(pyfuncitem, self.unusable)
         threads = trial.case.plan.threads
         try:
             if threads <= 1:
@@ -443,11 +466,11 @@ class EvalSession:
                 self._take_store_notices()
             self.config.workeroutput[WORKER_NOTICES] = notices_of(self.config)  # type: ignore[attr-defined]
             return
-        if not self.experiments and is_controller(self.config):
-            self.experiments = self._run_experiments()
-        if not self.experiments:
-            return
         try:
+            if not self.experiments and is_controller(self.config):
+                self.experiments = self._run_experiments()
+            if not self.experiments:
+                return
             self._finish(session)
         except StoreError as error:
             # The store cannot be read or written any more: say so in one line; what it held
@@ -503,7 +526,9 @@ class EvalSession:
         self.unsent = self.store.flush()
 
     def _take_store_notices(self) -> None:
-        for message in self.store.notices():
+        if self._store is None:
+            return  # never opened, or it could not be: nothing to say beyond that
+        for message in self._store.notices():
             notice(self.config, message)
 
     def _write_reports(self, report: Report, step_summary: str | None) -> None:
@@ -540,6 +565,13 @@ class EvalSession:
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
+        if self.options.backend == "opik":
+            from pytest_opik_eval.store.opik.store import OpikStore
+
+            if isinstance(self.store, OpikStore):
+                # Reading back from the server spends the end's budget (--eval-sync-timeout),
+                # which the drain in flush() then shares.
+                self.store.end_begins()
         try:
             return self.store.find(self.run_id)[1]
         except ExperimentNotFound:

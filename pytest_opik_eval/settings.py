@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +17,11 @@ from pytest_opik_eval.options import (
     STORE_FOLDER,
     metric_bound,
     rate,
+    resume_command,
     seconds,
     threads_count,
 )
+from pytest_opik_eval.store.opik.config import SYNC_TIMEOUT, sync_command
 
 
 @dataclass(frozen=True)
@@ -86,10 +87,8 @@ class EvalOptions:
     def resume_command(self, target: str) -> str:
         """The command that resumes ``target`` from the same folder: with the store and the test
         paths when they were given on the command line."""
-        words = ["pytest", f"--eval-resume={target}"]
-        if self.store_source == "--eval-store":
-            words.append(f"--eval-store={self.store_path}")
-        return shlex.join([*words, *self.paths])
+        store = self.store_path if self.store_source == "--eval-store" else None
+        return resume_command(target, store=store, paths=self.paths)
 
 
 def _threads_option(config: pytest.Config) -> int:
@@ -109,7 +108,7 @@ def _sync_timeout(config: pytest.Config) -> float:
         return given
     ini = str(config.getini("eval_sync_timeout") or "").strip()
     try:
-        return seconds(ini) if ini else 30.0
+        return seconds(ini) if ini else SYNC_TIMEOUT
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_sync_timeout: {error}") from None
 
@@ -119,8 +118,8 @@ def _sync_command(config: pytest.Config, store_path: Path, store_source: str) ->
     itself: the default spool (the CLI looks in this folder and its parents)."""
     here = config.invocation_params.dir
     if store_source == "default" and (here == config.rootpath or config.rootpath in here.parents):
-        return "opik-eval sync"
-    return shlex.join(["opik-eval", f"--store={store_path}", "sync"])
+        return sync_command()
+    return sync_command(store_path)
 
 
 def _ini_gates(config: pytest.Config) -> GateOptions:

@@ -176,6 +176,7 @@ _REQUEST_MODELS: dict[tuple[str, str], tuple[str, str]] = {
     ("POST", "experiments.stream"): ("experiments", "stream_experiments"),
     ("POST", "experiments.items.create"): ("experiments", "create_experiment_items"),
     ("POST", "experiments.items.stream"): ("experiments", "stream_experiment_items"),
+    ("POST", "experiments.items.delete"): ("experiments", "delete_experiment_items"),
     ("POST", "experiments.finish"): ("experiments", "finish_experiments"),
     ("PATCH", "experiments.update"): ("experiments", "update_experiment"),
     ("POST", "traces.create"): ("traces", "create_trace"),
@@ -1252,6 +1253,12 @@ class OpikTestServer:
                 "experiments.items.stream",
                 self._stream_experiment_items,
             ),
+            (
+                "POST",
+                "v1/private/experiments/items/delete",
+                "experiments.items.delete",
+                self._delete_experiment_items,
+            ),
             ("POST", "v1/private/experiments/finish", "experiments.finish", self._finish_experiments),
             (
                 "GET",
@@ -1781,6 +1788,15 @@ class OpikTestServer:
                 "last_updated_at": moment,
                 "last_updated_by": "admin",
             }
+        return _Response(204)
+
+    def _delete_experiment_items(self, body: Any, query: dict[str, str]) -> _Response:
+        # As Opik's ExperimentItemsDelete: 1 to 1000 ids; an id that is not there is no error.
+        ids = body.get("ids") or []
+        if not 1 <= len(ids) <= 1000:
+            raise _HttpError(422, "ids size must be between 1 and 1000")
+        for item_id in [_canonical_uuid(i, "Experiment Item") for i in ids]:
+            self._experiment_items.pop(item_id, None)
         return _Response(204)
 
     def _finish_experiments(self, body: Any, query: dict[str, str]) -> _Response:

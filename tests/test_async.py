@@ -147,8 +147,8 @@ def test_a_shared_async_fixture_runs_the_trials_one_at_a_time_on_its_loop(
     result.stdout.fnmatch_lines(
         [
             "*eval notices*",
-            "test_coro.py::test_async uses the async fixture 'fixture_loop', whose objects belong to "
-            "the event loop it was set up on, so its trials run one at a time, on that loop;*",
+            "test_coro.py::test_async (test_coro.py:*) uses the async fixture 'fixture_loop', whose objects "
+            "belong to the event loop it was set up on, so its trials run one at a time, on that loop;*",
         ]
     )
     assert outputs(report) == {label: {"output": label} for label in LABELS}

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -325,6 +327,34 @@ def test_show_resume_hint_names_the_store_it_was_read_from(
     project.run(*command.split()[1:]).assert_outcomes(passed=1)
 
 
+@pytest.mark.parametrize("command", ["gate", "report"])
+def test_gate_and_report_give_a_resume_command_that_finds_the_store_they_read(
+    project: Project, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    project.fail("a")
+    project.run("--eval", "--eval-store=elsewhere/other.db").assert_outcomes(failed=1)
+    store = ["--store", "elsewhere/other.db"]  # relative to this folder, as a user types it
+
+    if command == "gate":
+        code, out, _ = cli(capsys, *store, "gate", "last")
+        assert code == 1
+        [hint] = [line for line in out.splitlines() if "resume the 1 pending" in line]
+        resume = hint.split(": ", 1)[1]
+    else:
+        code, _, _ = cli(capsys, *store, "report", "last", "--html", "report.html")
+        assert code == 0
+        page = (project.path / "report.html").read_text()
+        resume = html.unescape(page.split('<code class="resume-command">', 1)[1].split("</code>", 1)[0])
+    assert f"--eval-store={project.path / 'elsewhere' / 'other.db'}" in shlex.split(resume)
+
+    project.repair()
+    project.run(*shlex.split(resume)[1:]).assert_outcomes(passed=1)
+    code, out, _ = cli(capsys, *store, "gate", "last")
+    assert (code, out.splitlines()[-1]) == (0, "eval gate: passed")
+
+
 # -- the installed command -----------------------------------------------------------------------
 
 
@@ -370,3 +400,18 @@ def test_show_piped_into_head_stops_quietly(project: Project) -> None:
     done = subprocess.run(command, shell=True, cwd=project.path, capture_output=True, text=True, check=False)
     assert len(done.stdout.splitlines()) == 2
     assert "Traceback" not in done.stderr
+
+
+def test_sync_escapes_control_characters_in_a_store_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A path is data too: one that holds an escape sequence must not repaint the terminal.
+    bad = tmp_path / "spool\x1b[2J\x07.db"
+    bad.mkdir()
+    code, out, err = cli(capsys, "--store", str(bad), "sync")
+    assert code == 2
+    assert "\x1b" not in err and "\x07" not in err
+    assert (
+        f"opik-eval: the eval store {tmp_path}/spool\\x1b[2J\\x07.db is a directory; give --store a file path"
+        in err
+    )

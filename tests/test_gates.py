@@ -112,7 +112,7 @@ def test_a_bound_outside_the_range_of_scores_is_a_usage_error(project: Project, 
     project.eval_test()
     result = project.run("--eval", option)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*scores run from 0 to 1, so the bound must be a number from 0 to 1*"])
+    result.stderr.fnmatch_lines(["*the bound must be a score from 0 to 1*; got *"])
     assert project.calls() == []
 
 

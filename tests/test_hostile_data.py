@@ -123,6 +123,25 @@ def test_escape_control_keeps_text_and_shows_controls(text: str, shown: str) -> 
     assert escape_control("a\nb\x1b", newlines=True) == "a\nb\\x1b"
 
 
+@pytest.mark.parametrize(
+    ("text", "limit", "shown"),
+    [
+        ("abc", 3, "abc"),
+        ("abcd", 3, "abc... (1 more character)"),
+        ("x" * 10, 4, "xxxx... (6 more characters)"),
+        # Text escaped already (json.dumps, repr): a cut inside an escape moves to its start.
+        ("ab\\x1bcd", 4, "ab... (6 more characters)"),
+        ("ab\\u202ecd", 5, "ab... (8 more characters)"),
+        ("ab\\ncd", 3, "ab... (4 more characters)"),
+        ("ab\\x1bcd", 6, "ab\\x1b... (2 more characters)"),
+    ],
+)
+def test_shorten_keeps_the_start_and_never_halves_an_escape(text: str, limit: int, shown: str) -> None:
+    from pytest_opik_eval.escaping import shorten
+
+    assert shorten(text, limit) == shown
+
+
 # --- nesting too deep to process -------------------------------------------------------------
 
 DEEP = "[" * 5000 + "]" * 5000  # past Python's recursion limit, for the JSON reader too

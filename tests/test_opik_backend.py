@@ -9,7 +9,9 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -568,18 +570,52 @@ def test_the_sync_command_left_names_a_spool_given_on_the_command_line(
     assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
 
 
+# Each worker's first task waits until the test has made the server stop answering, which the
+# test does once every worker has started a trial, so has created the run: from then on every
+# request hangs, the workers' writes and the controller's read-back alike.
+AFTER_THE_HANG = """
+import os
+import time
+from collections.abc import Iterator
+
+def after_the_hang():
+    (HERE / f"started-{os.environ['PYTEST_XDIST_WORKER']}").write_text("")
+    for _ in range(600):  # at most a minute, should the test fail to answer
+        if (HERE / "hanging").exists():
+            return
+        time.sleep(0.1)
+"""
+
+
 def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
     project: Project, opik: OpikTestServer
 ) -> None:
     project.dataset(items("a", "b", "c", "d"))
-    project.eval_test()
-    hang_on_trial_writes(opik)
+    project.eval_test(imports=AFTER_THE_HANG, behaviour="after_the_hang()")
+    hung_at: list[float] = []
+
+    def hang_once_the_run_is_created() -> None:
+        for _ in range(600):
+            if len(list(project.path.glob("started-gw*"))) == 2:
+                break
+            time.sleep(0.1)
+        opik.hang()  # every endpoint, from now on
+        hung_at.append(time.monotonic())
+        (project.path / "hanging").write_text("")
+
+    hanger = threading.Thread(target=hang_once_the_run_is_created, daemon=True)
+    hanger.start()
     # A first run: the spool is created by the workers, after the controller opened it.
     result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error", "--eval-sync-timeout=0.5")
+    ended = time.monotonic()
+    hanger.join()
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(
         [
             "*= eval notices =*",
+            "could not read from the Opik server the trials recorded elsewhere: GET v1/private/datasets/*"
+            f"/items/experiments/items at {opik.api_url} failed after 1 attempt(s): *; what the spool "
+            f"{project.store_path} holds is shown",
             "the Opik server did not take every write at the end of the session (--eval-sync-timeout=0.5): "
             f"*{opik.api_url}*",
             "*= eval summary =*",
@@ -587,35 +623,61 @@ def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
             "* write(s) wait to be sent to the Opik server: run opik-eval sync",
         ]
     )
+    # The controller's read-back and its drain share the budget: the end is not held up for each
+    # request's own timeout (10 s, retried). A generous bound: workers and pytest must also stop.
+    assert ended - hung_at[0] < 0.5 + 15
     opik.clear_faults()
     assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
     attempts = server_trials(opik, project.last_experiment_id())
     assert [a["pending"] for a in attempts] == [False] * 4
+    # The workers start together and both create the run's dataset and experiment (same names
+    # and ids): the server tells the second 409, which the plugin expects. Nothing else may be
+    # refused.
+    refused = {(r["method"], r["path"], r["status"]) for r in opik.invalid_requests}
+    assert refused <= {("POST", "v1/private/datasets", 409), ("POST", "v1/private/experiments", 409)}, (
+        opik.invalid_requests
+    )
+    opik.clear_requests()
 
 
+READ_BACK_FAULTS = {
+    "garbled": "failed after 2 attempt(s): HTTP 200, text/html, not JSON: *",
+    "refused": "failed with HTTP 403: *",
+}
+
+
+@pytest.mark.parametrize("fault", READ_BACK_FAULTS, ids=list(READ_BACK_FAULTS))
 def test_under_xdist_a_server_failing_the_controllers_read_leaves_the_spools_summary(
-    project: Project, opik: OpikTestServer
+    project: Project, opik: OpikTestServer, fault: str
 ) -> None:
     project.dataset(items("a", "b"))
     project.eval_test()
-    # The controller reads back from the server what other machines recorded: garbled answers.
-    opik.answer_next(
-        2, 200, HTML_PAGE, {"Content-Type": "text/html"}, path_contains="items/experiments/items"
-    )
-    result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error")
+    report = project.path / "report.json"
+    # The controller reads back from the server what other machines recorded.
+    path = "items/experiments/items"
+    if fault == "garbled":
+        opik.answer_next(2, 200, HTML_PAGE, {"Content-Type": "text/html"}, path_contains=path)
+    else:
+        opik.fail_next(1, 403, path_contains=path)
+    result = project.run("--eval", "-p", "xdist", "-n", "2", "-W", "error", f"--eval-report={report}")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
             "*= eval notices =*",
             "could not read from the Opik server the trials recorded elsewhere: GET v1/private/datasets/*"
-            "/items/experiments/items at * failed after 2 attempt(s): HTTP 200, text/html, not JSON: *; what "
-            f"the spool {project.store_path} holds is shown",
+            f"/items/experiments/items at * {READ_BACK_FAULTS[fault]}; what the spool {project.store_path} "
+            "holds is shown",
             "*= eval summary =*",
             "  trials: 2 planned, 2 completed (2 passed, 0 failed), 0 pending",
         ]
     )
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert [t["status"] for t in json.loads(report.read_text())["experiments"][0]["trials"]] == [
+        "completed",
+        "completed",
+    ]
 
 
 def test_a_bad_sync_timeout_is_a_usage_error(project: Project, opik: OpikTestServer) -> None:
@@ -688,8 +750,10 @@ def test_garbled_answers_mid_run_keep_the_writes_spooled(
     result.stdout.fnmatch_lines(
         [
             "*= eval notices =*",
+            # What the last attempt saw depends on timing: the garbled answer, or, on a loaded
+            # machine, a budget spent on retrying it before the end of the session.
             "the Opik server did not take every write at the end of the session (--eval-sync-timeout=3): "
-            f"POST v1/private/traces/batch at {opik.api_url} failed after * attempt(s): HTTP 200, *",
+            f"POST v1/private/traces/batch at {opik.api_url} failed after * attempt(s): *",
             "* write(s) wait to be sent to the Opik server: run opik-eval sync",
         ]
     )
@@ -701,6 +765,30 @@ def test_garbled_answers_mid_run_keep_the_writes_spooled(
     assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
     attempts = server_trials(opik, project.last_experiment_id())
     assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
+
+
+def test_a_servers_text_is_escaped_with_its_bidirectional_overrides(
+    project: Project, opik: OpikTestServer
+) -> None:
+    # U+202E reverses what follows it on screen: a refusal could make a log line read otherwise.
+    refusal = json.dumps({"message": "bad \u202etrace\u2066 \x1b\x07" + "z" * 400})
+    opik.answer_next(1, 400, refusal, path_contains="traces/batch")
+    project.dataset(items("a"))
+    project.eval_test()
+    result = project.run("--eval", "-W", "error")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*= eval notices =*",
+            "the Opik server refused writes of this session: POST v1/private/traces/batch at * failed with "
+            "HTTP 400: bad \\u202etrace\\u2066 \\x1b\\x07zzz*... (* more characters)",
+        ]
+    )
+    with sqlite3.connect(project.store_path) as db:
+        errors = [row[0] for row in db.execute("SELECT error FROM outbox WHERE error IS NOT NULL")]
+    for text in [result.stdout.str(), *errors]:
+        assert "\u202e" not in text and "\u2066" not in text and "\x1b" not in text and "\x07" not in text
+    assert errors and all("bad \\u202etrace\\u2066" in error for error in errors)
 
 
 def echo_of_the_key(at: int) -> str:
@@ -757,3 +845,87 @@ def test_a_key_echoed_in_a_refused_write_is_masked_in_the_spool_and_the_terminal
     assert errors and all("failed with HTTP 400" in error and "***" in error for error in errors)
     assert all(len(error) < 1000 for error in errors)  # a shortened message, not the whole body
     assert_no_part_of_the_key("".join(errors))
+
+
+# -- a spool that cannot be written while what it holds is sent ---------------------------------
+
+
+FLUSH_ONCE = """
+import sys
+from pathlib import Path
+
+from pytest_opik_eval.store.opik.config import read_settings
+from pytest_opik_eval.store.opik.store import OpikStore
+
+store = OpikStore(read_settings(), Path(sys.argv[1]), create=False, sync_timeout=30)
+try:
+    print(store.flush())
+    for notice in store.notices():
+        print(notice)
+finally:
+    store.close()
+"""
+
+
+@pytest.fixture
+def read_only_spool_with_writes_to_send(project: Project, opik: OpikTestServer) -> Iterator[Path]:
+    """The default spool, holding writes the server did not take, made read-only (the tests run
+    what reads it as a user that file modes apply to)."""
+    from test_store_faults import _unprivileged_prefix
+
+    if _unprivileged_prefix() is None:
+        pytest.skip("no way to run a command as a user that file modes apply to (unshare --user)")
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    hang_on_trial_writes(opik)
+    result = project.run("--eval", "--eval-sync-timeout=0.5")
+    result.assert_outcomes(passed=2)
+    sync_command(result)  # writes wait to be sent
+    opik.clear_faults()
+    spool = project.store_path
+    spool.chmod(0o444)
+    try:
+        yield spool
+    finally:
+        spool.chmod(0o644)
+
+
+def _run_unprivileged(project: Project, *command: str) -> subprocess.CompletedProcess[str]:
+    from test_store_faults import _unprivileged_prefix
+
+    prefix = _unprivileged_prefix()
+    assert prefix is not None
+    return subprocess.run([*prefix, *command], capture_output=True, text=True, cwd=project.path, timeout=120)
+
+
+def test_sync_that_cannot_mark_what_it_sent_is_one_line(
+    project: Project, opik: OpikTestServer, read_only_spool_with_writes_to_send: Path
+) -> None:
+    spool = read_only_spool_with_writes_to_send
+    cli = "import sys; from pytest_opik_eval.cli import main; sys.exit(main())"
+    synced = _run_unprivileged(project, sys.executable, "-c", cli, "--store", str(spool), "sync")
+    assert synced.returncode == 2, synced.stderr
+    assert synced.stderr == (
+        f"opik-eval: cannot write to the eval store {spool}: the file is read-only (permission denied); "
+        "make it writable, or point --store at a writable place (what was recorded before is kept)\n"
+    )
+    spool.chmod(0o644)
+    # What was sent but not marked so is sent again: harmless, every write carries its id.
+    assert opik_eval(["--store", str(spool), "sync"]) == 0
+    attempts = server_trials(opik, project.last_experiment_id())
+    assert [(a["item"], a["pending"]) for a in attempts] == [("a", False), ("b", False)]
+
+
+def test_the_end_of_a_session_that_cannot_mark_what_it_sent_keeps_the_whole_message(
+    project: Project, opik: OpikTestServer, read_only_spool_with_writes_to_send: Path
+) -> None:
+    spool = read_only_spool_with_writes_to_send
+    flushed = _run_unprivileged(project, sys.executable, "-c", FLUSH_ONCE, str(spool))
+    assert flushed.returncode == 0, flushed.stderr
+    # Not "stopped on an unexpected error (StoreUnwritable: ...", cut at 300 characters: the
+    # whole line, with its advice.
+    assert (
+        f"sending to the Opik server stopped: cannot write to the eval store {spool}: the file is "
+        "read-only (permission denied); make it writable, or point --eval-store at a writable place "
+        "(what was recorded before is kept)"
+    ) in flushed.stdout.splitlines()

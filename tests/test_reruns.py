@@ -7,8 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
-from conftest import Project, items
+from conftest import OPIK_KEY, Project, items
 from opik_server import OpikTestServer
 
 from pytest_opik_eval.ids import uuid7
@@ -79,6 +80,42 @@ def test_a_rerun_that_passes_replaces_the_failed_attempt(any_backend: Project, h
     assert project.calls() == []
 
 
+# Trials run ahead in a thread pool, or on pytest-xdist workers that take tests in batches (load)
+# or steal them from each other (worksteal): a rerun there still replaces the attempt it reruns.
+CONCURRENT = {
+    "eval-threads": ["--eval-threads=4"],
+    "xdist-load": ["-p", "xdist", "-n", "2", "--dist", "load"],
+    "xdist-worksteal": ["-p", "xdist", "-n", "2", "--dist", "worksteal"],
+}
+
+
+@pytest.mark.parametrize("how", list(CONCURRENT))
+def test_a_rerun_that_passes_under_threads_or_xdist_replaces_the_failed_attempt(
+    project: Project, how: str
+) -> None:
+    _eval_test(project, "rerunfailures")
+    # xdist first: pytest-rerunfailures imports xdist's hooks, and pytest (warnings as errors)
+    # refuses a plugin module imported before it was loaded as one.
+    concurrent = CONCURRENT[how]
+
+    result, report = project.run_report(*concurrent, *RERUNNERS["rerunfailures"], "--eval")
+
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*3 completed (3 passed, 0 failed), 0 pending*"])
+    assert sorted(project.calls()) == ["a#0", "b#0", "b#0", "c#0"]  # b twice, the others once
+    trials = {t["dataset_item_id"]: t for t in report["experiments"][0]["trials"]}
+    assert {k: (t["passed"], t["attempts"]) for k, t in trials.items()} == {
+        "a": (True, 1),
+        "b": (True, 2),
+        "c": (True, 1),
+    }
+
+    resumed, _ = project.run_report(*concurrent, *RERUNNERS["rerunfailures"], "--eval-resume=last")
+    assert resumed.ret == 0, resumed.stdout.str()
+    resumed.stdout.fnmatch_lines(["*nothing pending*"])
+    assert project.calls() == []
+
+
 def test_the_opik_server_counts_the_rerun_and_not_the_attempt_it_replaced(
     opik: OpikTestServer, project: Project
 ) -> None:
@@ -96,8 +133,20 @@ def test_the_opik_server_counts_the_rerun_and_not_the_attempt_it_replaced(
     assert len(replaced) == 1 and replaced[0].get("output") is None
     assert replaced[0]["metadata"]["replaced_by"] == completed[0]["id"]
 
-    # Another machine (an empty spool) reads the same verdict from the server.
+    # The experiment holds the trial once: the replaced attempt's experiment item is deleted, so
+    # the averages the Opik UI shows (and the trace count) leave its failed score out.
     experiment_id = project.last_experiment_id()
+    linked = [i["trace_id"] for i in opik.experiment_items if i["experiment_id"] == experiment_id]
+    assert sorted(linked) == sorted(t["id"] for t in opik.traces.values() if t["id"] != replaced[0]["id"])
+    assert replaced[0]["id"] not in linked
+    shown = httpx.get(
+        f"{opik.api_url}v1/private/experiments/{experiment_id}",
+        headers={"Authorization": OPIK_KEY, "Comet-Workspace": "evals"},
+    ).json()
+    assert shown["trace_count"] == 3
+    assert shown["feedback_scores"] == [{"name": "equals_metric", "value": 1.0}]
+
+    # Another machine (an empty spool) reads the same verdict from the server.
     other = project.path / "elsewhere.db"
     result = project.run(f"--eval-resume={experiment_id}", f"--eval-store={other}")
     assert result.ret == 0, result.stdout.str()

@@ -384,3 +384,19 @@ def test_a_damaged_journal_line_is_left_out_and_the_file_kept(project: Project) 
     # Kept aside for a look, under a name no reader folds again: the next read is quiet.
     assert left.with_name(left.name + ".damaged").read_text().count("not an event") == 1
     assert project.completed() == {("item-0", 0), ("item-1", 0)}
+
+
+def test_an_sql_error_that_is_not_the_disks_is_not_reported_as_a_store_fault(tmp_path: Path) -> None:
+    # "no such table" is a bug (or a damaged schema), not a full disk: it must not be dressed up
+    # as "cannot write to the eval store ...; check the disk", which would send a user looking
+    # at the wrong thing. (A unit test: the plugin's own SQL has no such bug to trigger.)
+    path = tmp_path / "store.db"
+    store = LocalStore(path)
+    try:
+        store.flush()
+        with sqlite3.connect(path) as other:
+            other.execute("DROP TABLE outbox")
+        with pytest.raises(sqlite3.OperationalError, match="no such table: outbox"):
+            store.enqueue([("trace", "{}")])
+    finally:
+        store.close()

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from conftest import Project, items
 
+from pytest_opik_eval.store import local
+
 PAD = "x" * 20_000  # a task output big enough that appending it to the journal needs disk space
 
 # Fills the small tmpfs the store is on, once. Never more than 2 MB: run anywhere else by
@@ -186,6 +188,9 @@ def test_a_file_size_limit_is_one_line_and_the_reports_that_fit_are_written(proj
     assert project.completed() == {("a", 0), ("b", 0), ("c", 0), ("d", 0)}
 
 
+XDIST = ("-p", "xdist", "-n", "2")
+
+
 @pytest.mark.parametrize("read_only", ["file", "folder"])
 def test_a_read_only_store_is_one_line_and_stays_readable(project: Project, read_only: str) -> None:
     prefix = _unprivileged_prefix()
@@ -226,9 +231,143 @@ def test_a_read_only_store_is_one_line_and_stays_readable(project: Project, read
         shown = project.pytester.run(*prefix, sys.executable, "-c", cli, "show", "last")
         assert shown.ret == 0, shown.stderr.str()
         shown.stdout.fnmatch_lines(["*a * 0  completed yes*", "*b * 0  pending*"])
+        # Under pytest-xdist the controller, which runs no trial itself, checks the store before
+        # its workers start: one line, for a new run and for a resume alike.
+        for args in (["--eval", *XDIST], ["--eval-resume=last", *XDIST]):
+            distributed = project.pytester.run(*prefix, "sh", "-c", _pytest(*args))
+            output = distributed.stdout.str() + distributed.stderr.str()
+            assert distributed.ret == pytest.ExitCode.USAGE_ERROR, output
+            assert f"the eval store {store}: {where} is read-only (permission denied); make it" in output
+            assert "Traceback" not in output and "INTERNALERROR" not in output, output
+            assert project.calls() == []
     finally:
         made_read_only.chmod(0o644 if read_only == "file" else 0o755)
 
     finished = project.run("--eval-resume=last")
     assert finished.ret == 0, finished.stdout.str()
     assert project.completed() == {("a", 0), ("b", 0)}
+
+
+def test_under_xdist_a_full_disk_fails_the_trials_with_one_line(project: Project, tmp_path: Path) -> None:
+    if not _can_mount_tmpfs(str(tmp_path)):
+        pytest.skip("a tmpfs cannot be mounted in a user namespace here (unshare --user --mount)")
+    project.dataset(items("a", "b", "c", "d", "e", "f"))
+    project.eval_test(
+        imports=FILL_DISK,
+        behaviour=f"if item['id'] == 'c': fill(HERE / '.opik-eval')\n    return item['input']['text'] + '{PAD}'",
+        metrics="[]",
+    )
+    (project.path / ".opik-eval").mkdir()
+    script = (
+        "mount -t tmpfs -o size=1m tmpfs .opik-eval && "
+        f"{_pytest('--eval', '-p', 'xdist', '-n', '2')}; status=$?; "
+        "rm .opik-eval/filler; cp -a .opik-eval saved; exit $status"
+    )
+    result = project.pytester.run("unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script)
+
+    output = result.stdout.str() + result.stderr.str()
+    store = project.path / ".opik-eval" / "store.db"
+    assert f"cannot write to the eval store {store}: the disk is full; free some space" in output
+    assert "Traceback" not in output and "INTERNALERROR" not in output and "sqlite3" not in output
+    # A worker stops at its first failed trial, as with -x, and pytest-xdist then interrupts the
+    # session (exit status 2, as its own -x does), saying why in the same line.
+    assert result.ret == pytest.ExitCode.INTERRUPTED, output
+    result.stdout.fnmatch_lines(
+        ["FAILED test_eval.py::test_qa[[]c-t0] - Failed: cannot write to the eval st*"]
+    )
+    # Nothing recorded was lost: with space again, a resume finishes the rest.
+    saved = project.path / "saved" / "store.db"
+    completed = {t.dataset_item_id for t in project.trials(store_path=saved) if t.status == "completed"}
+    assert "c" not in completed
+    project.calls()
+    resumed = project.run("--eval-resume=last", f"--eval-store={saved}")
+    assert resumed.ret == 0, resumed.stdout.str()
+    assert sorted(project.calls()) == sorted(f"{i}#0" for i in "abcdef" if i not in completed)
+
+
+# Run on each pytest-xdist worker once it has collected: after the controller found the store
+# writable, before the worker records the run.
+READ_ONLY_ON_WORKERS = """
+import pathlib
+
+def pytest_collection_finish(session):
+    if hasattr(session.config, "workerinput"):
+        (pathlib.Path(str(session.config.rootpath)) / ".opik-eval" / "store.db").chmod(0o444)
+"""
+
+
+def test_under_xdist_a_store_that_turns_read_only_fails_each_workers_first_trial(project: Project) -> None:
+    prefix = _unprivileged_prefix()
+    if prefix is None:
+        pytest.skip("no way to run pytest as a user that file modes apply to (unshare --user)")
+    project.dataset(items("a", "b", "c", "d"))
+    project.eval_test()
+    assert project.run("--eval").ret == 0  # the store exists, writable
+    project.calls()
+    project.write("conftest.py", READ_ONLY_ON_WORKERS)
+    store = project.store_path
+    try:
+        result = project.pytester.run(*prefix, "sh", "-c", _pytest("--eval", *XDIST))
+    finally:
+        store.chmod(0o644)
+    output = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in output and "INTERNALERROR" not in output, output
+    assert result.ret == pytest.ExitCode.INTERRUPTED, output  # a worker stopped, as with -x
+    line = (
+        f"cannot write to the eval store {store}: the file is read-only (permission denied); make it "
+        "writable, or point --eval-store at a writable place (what was recorded before is kept)"
+    )
+    assert result.stdout.lines.count(line) == 2, output  # each worker's first trial failed with it
+    result.stdout.fnmatch_lines(["*= 2 failed in *"])
+    assert project.calls() == []  # no task ran
+    assert project.completed() == {(i, 0) for i in "abcd"}  # the first run is intact
+
+
+# Another process's write transaction on the store, held until the test closes its stdin.
+HOLD_THE_STORE = """
+import sqlite3
+import sys
+
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("BEGIN IMMEDIATE")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_store_another_process_holds_is_one_line_that_says_so(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test()
+    assert project.run("--eval").ret == 0
+    project.calls()
+    store = project.store_path
+    # The inner run is in this process: it waits half a second for the store, not a minute.
+    monkeypatch.setattr(local, "_BUSY_TIMEOUT", 0.5)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_THE_STORE, str(store)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    with holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            result = project.run("--eval")
+        finally:
+            assert holder.stdin is not None
+            holder.stdin.close()  # the holder ends, and lets the store go
+            holder.wait()
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, output
+    assert (
+        f"cannot write to the eval store {store}: another process held it for more than 0.5 s (database "
+        "is locked); let that process finish (or close it) and run again, or point --eval-store at "
+        "another file (what was recorded before is kept)"
+    ) in output
+    assert "check the disk" not in output and "Traceback" not in output
+    assert project.calls() == []
+    # Once it is let go, the store works as before.
+    assert project.run("--eval").ret == 0
+    assert project.calls() == ["a#0", "b#0"]

@@ -201,7 +201,24 @@ def test_long_values_are_shortened_in_the_failure_message(project: Project) -> N
     project.eval_test()
     result = project.run("--eval")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*expected: yyyy*... (1000 chars)", "*output:   xxxx*... (1000 chars)"])
+    result.stdout.fnmatch_lines(
+        [
+            f"*expected: {'y' * 200}... (800 more characters)",
+            f"*output:   {'x' * 200}... (800 more characters)",
+        ]
+    )
+
+
+def test_a_value_is_shortened_before_its_control_characters_are_escaped(project: Project) -> None:
+    # 193 characters: shown whole, each ESC as a whole escape (cutting the escaped text at its
+    # limit would have left a broken "\\x" at the end).
+    project.dataset([{"id": "esc", "input": {"text": "x" * 183 + "\x1b" * 10}, "expected_output": "y"}])
+    project.eval_test()
+    result = project.run("--eval")
+    result.assert_outcomes(failed=1)
+    escaped = "\\x1b" * 10
+    assert f"output:   {'x' * 183}{escaped}\n" in result.stdout.str()
+    assert "\x1b" not in result.stdout.str()
 
 
 def test_any_object_with_name_and_score_is_a_metric(project: Project) -> None:

@@ -4,6 +4,11 @@ abort the session; under pytest-xdist the workers' notices are printed once, by 
 
 from __future__ import annotations
 
+import sys
+import threading
+from types import SimpleNamespace
+from typing import cast
+
 import pytest
 from conftest import Project, items
 
@@ -106,6 +111,37 @@ def test_a_test_returning_none(project: Project, strict: tuple[str, ...], proces
     assert result.ret == pytest.ExitCode.OK  # no metric, nothing to fail: only the hint
     result.assert_outcomes(passed=3)
     assert_one_notice(result, "test_none.py::test_none (test_none.py:*): the test function returned None*")
+
+
+def test_notices_given_by_many_threads_at_once_are_each_kept_once() -> None:
+    # Trials in pool threads (--eval-threads) give notices at the same moment, the first of them
+    # while the list is created. Thread switches as often as the interpreter allows, over rounds
+    # that each start with a fresh session's stash, make an unguarded list lose some.
+    from pytest_opik_eval.notices import notice, notices_of
+
+    threads, rounds = 8, 300
+    expected = sorted({f"shared {n}" for n in range(5)} | {f"thread {t}" for t in range(threads)})
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(rounds):
+            config = cast(pytest.Config, SimpleNamespace(stash=pytest.Stash()))
+            start = threading.Barrier(threads)
+
+            def give(t: int, config: pytest.Config = config, start: threading.Barrier = start) -> None:
+                start.wait()
+                for n in range(5):
+                    notice(config, f"shared {n}")
+                    notice(config, f"thread {t}")
+
+            pool = [threading.Thread(target=give, args=(t,)) for t in range(threads)]
+            for thread in pool:
+                thread.start()
+            for thread in pool:
+                thread.join()
+            assert sorted(notices_of(config)) == expected
+    finally:
+        sys.setswitchinterval(switch)
 
 
 def test_a_filter_rule_naming_eval_warning_still_loads(project: Project) -> None:

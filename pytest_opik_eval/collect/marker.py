@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
+from pytest_opik_eval.options import score_bound_problem
+
 if TYPE_CHECKING:
     from pytest_opik_eval.collect.filtering import Filter
 
@@ -228,9 +230,9 @@ def _numbers(value: object, argument: str, where: str) -> Mapping[str, float]:
 
 def _scores(bounds: Mapping[str, float], argument: str, where: str) -> Mapping[str, float]:
     for name, bound in bounds.items():
-        if not 0 <= bound <= 1:
-            hint = f" (for {bound:g}% write {bound / 100:g})" if 1 < bound <= 100 else ""
-            _fail(where, f"{argument}[{name!r}] must be a score from 0 to 1{hint}, got {bound:g}")
+        problem = score_bound_problem(bound)
+        if problem:
+            _fail(where, f"{argument}[{name!r}] {problem}, got {bound:g}")
     return bounds
 
 

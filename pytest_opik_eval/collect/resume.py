@@ -12,6 +12,7 @@ import pytest
 from pytest_opik_eval.collect.marker import EvalSpec
 from pytest_opik_eval.collect.planning import TRIAL_KEY, file_hash
 from pytest_opik_eval.collect.selection import describe_selection
+from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialState
 
 
@@ -70,7 +71,7 @@ class ResumeTarget:
                 raise pytest.UsageError(
                     f"--eval-resume={self.requested}: experiment {experiment.id} on dataset "
                     f"{experiment.dataset.source} matches several eval tests: {', '.join(tests)}; name the "
-                    f"one to run on the command line: pytest --eval-resume={self.requested} {tests[0]}"
+                    f"one to run on the command line: {resume_command(self.requested, paths=tests[:1])}"
                 )
             self.experiments[position] = experiment.model_copy(update={"test": tests[0]})
 

@@ -15,6 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.model import ExperimentReport, Report
 
@@ -24,13 +25,7 @@ Items = Mapping[str, Sequence[Mapping[str, Any]]]
 _BINS = 10  # histogram bars per metric
 
 
-def plain_resume_command(target: str) -> str:
-    return f"pytest --eval-resume={target}"
-
-
-def render_html(
-    report: Report, items: Items, resume_command: Callable[[str], str] = plain_resume_command
-) -> str:
+def render_html(report: Report, items: Items, resume_command: Callable[[str], str] = resume_command) -> str:
     """The whole report as one HTML page; ``items`` gives the dataset items shown in the details,
     ``resume_command(experiment_id)`` the command that runs an experiment's pending trials."""
     data = {"experiments": [_experiment_data(e, items.get(e.id, ())) for e in report.experiments]}
@@ -66,7 +61,7 @@ def render_html(
 
 
 def write_html(
-    report: Report, items: Items, path: Path, resume_command: Callable[[str], str] = plain_resume_command
+    report: Report, items: Items, path: Path, resume_command: Callable[[str], str] = resume_command
 ) -> None:
     write_atomically(path, render_html(report, items, resume_command))
 

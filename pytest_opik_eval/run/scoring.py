@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
-from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
 from pytest_opik_eval.store.records import ScoreRecord
 
@@ -206,9 +206,7 @@ def _finite(value: Any) -> float | None:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
-    text = text if len(text) <= 80 else f"{text[:65]}... ({len(text)} chars)"
-    return f"{text} (a {type(value).__name__})"
+    return f"{shorten(repr(value), 80)} (a {type(value).__name__})"
 
 
 def describe_failure(item: Mapping[str, Any], trial: int, output: Mapping[str, Any], verdict: Verdict) -> str:
@@ -234,5 +232,4 @@ def _one_line(text: str) -> str:
 
 def _short(value: Any, limit: int = 200) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
-    text = _one_line(text)
-    return text if len(text) <= limit else f"{text[: limit - 15]}... ({len(text)} chars)"
+    return _one_line(shorten(text, limit))

@@ -28,6 +28,7 @@ from urllib.parse import quote
 from filelock import FileLock
 from pydantic import TypeAdapter
 
+from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError, StoreUnwritable
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.store import journal
@@ -105,6 +106,7 @@ Message = tuple[str, str]
 
 _BUSY_TIMEOUT = 60.0  # seconds to wait for another process's hold on the file
 
+_SHOWN = 120  # characters of an unreadable stored value quoted in a message
 _FOREIGN = -1  # the application id we give a non-empty SQLite file that has none of ours
 
 _scores_json = TypeAdapter(list[ScoreRecord])
@@ -136,14 +138,46 @@ def _writing(method: _Method) -> _Method:
         with self._lock:
             try:
                 return method(self, *args, **kwargs)
-            except _WRITE_ERRORS as error:
+            except _CAUGHT as error:
+                if not _is_fault(error):
+                    raise
                 raise self.unwritable(error) from error
 
     return cast(_Method, writing)
 
 
-# What the file system or SQLite raise when a write cannot be made. Any other error is a bug.
-_WRITE_ERRORS = (OSError, sqlite3.OperationalError)
+# What the file system or SQLite raise when a write cannot be made; of SQLite's errors only those
+# whose code says so (see _is_fault). Any other error is a bug, and propagates as one.
+_CAUGHT = (OSError, sqlite3.OperationalError)
+# SQLite's (primary) result codes of a write that the disk, the file or its folder refused, and
+# of another process's hold on the file outlasting the busy timeout.
+_UNWRITABLE_CODES = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")
+_BUSY_CODES = ("SQLITE_BUSY", "SQLITE_LOCKED")
+# The messages of those codes (sqlite3_errstr), for Python 3.10, whose errors carry no code name.
+_CODE_OF_MESSAGE = {
+    "database or disk is full": "SQLITE_FULL",
+    "disk I/O error": "SQLITE_IOERR",
+    "attempt to write a readonly database": "SQLITE_READONLY",
+    "unable to open database file": "SQLITE_CANTOPEN",
+    "access permission denied": "SQLITE_PERM",
+    "database is locked": "SQLITE_BUSY",
+    "database table is locked": "SQLITE_LOCKED",
+}
+
+
+def _code_name(error: BaseException) -> str:
+    """SQLite's name of the error's result code (``SQLITE_IOERR_WRITE``), or ""."""
+    name = getattr(error, "sqlite_errorname", None)
+    if isinstance(name, str):
+        return name
+    return _CODE_OF_MESSAGE.get(str(error), "")
+
+
+def _is_fault(error: BaseException) -> bool:
+    """Whether the store could not be written (the disk, the file, its folder, another process
+    holding it), rather than a bug such as "no such column"."""
+    return isinstance(error, OSError) or _code_name(error).startswith(_UNWRITABLE_CODES + _BUSY_CODES)
+
 
 # errno -> (what is wrong, how to fix it)
 _FULL = "free some space on its disk, or point {option} at another disk"
@@ -282,25 +316,21 @@ def _salvage_row(
         output = json.loads(row[7]) if row[7] is not None else None
     except ValueError:
         output = {"output": _unreadable(str(row[7]), "the output")}
-        unread.append(f"output {_short(str(row[7]))}")
+        unread.append(f"output {shorten(str(row[7]), _SHOWN)}")
     if not isinstance(output, dict | None):
         output = {"output": output}
     try:
         scores = _read_scores(row[8])
     except ValueError:
         scores = _salvage_scores(row[8])
-        unread.append(f"scores {_short(str(row[8]))}")
+        unread.append(f"scores {shorten(str(row[8]), _SHOWN)}")
     failed = any(s.scoring_failed for s in scores)
     passed = False if failed else (bool(row[9]) if row[9] is not None else None)
     return output, scores, passed, "; ".join(unread)
 
 
 def _unreadable(stored: str, what: str = "this score") -> str:
-    return f"the store holds {_short(stored)} for {what}, which cannot be read"
-
-
-def _short(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text)} chars)"
+    return f"the store holds {shorten(stored, _SHOWN)} for {what}, which cannot be read"
 
 
 def _use_wal(db: sqlite3.Connection) -> None:
@@ -390,7 +420,9 @@ class LocalStore:
             raise StoreError(f"the eval store {self.path} is a directory; give {self._option} a file path")
         try:
             return self._connect(create)
-        except _WRITE_ERRORS as error:
+        except _CAUGHT as error:
+            if not _is_fault(error):
+                raise
             if create or os.access(self.path.parent, os.W_OK):
                 raise self.unwritable(error, opening=True) from error
         # Only reading, in a read-only folder (a store kept as a CI artifact): SQLite cannot make
@@ -462,9 +494,16 @@ class LocalStore:
 
     def _cause(self, error: BaseException) -> tuple[str, str]:
         code = error.errno if isinstance(error, OSError) else None
+        name = "" if isinstance(error, OSError) else _code_name(error)
+        if name.startswith(_BUSY_CODES):
+            # Not the disk's fault: another process (a long transaction, an open DB browser)
+            # held the file for longer than this one waits.
+            return (
+                f"another process held it for more than {_BUSY_TIMEOUT:g} s ({error})",
+                "let that process finish (or close it) and run again, or point {option} at another file",
+            )
         if code is None:
             # SQLite does not say which system call failed, nor why: find out.
-            name = str(getattr(error, "sqlite_errorname", ""))
             if name == "SQLITE_FULL":
                 code = errno.ENOSPC
             else:
@@ -479,6 +518,13 @@ class LocalStore:
                 cause = f"{cause}: {_file_size_limit()} bytes"
             return cause, fix
         return f"{error}", "check the disk, or point {option} at another file"
+
+    def check_writable(self) -> None:
+        """Raise ``StoreUnwritable`` now if the store's file or folder cannot be written: the
+        pytest-xdist controller, which writes nothing itself, checks before its workers start."""
+        code = _unwritable_errno(self.path)
+        if code is not None:
+            raise self.unwritable(OSError(code, os.strerror(code), str(self.path)))
 
     def _check(self, version: int, app_id: int) -> None:
         if version == 0 and app_id != _FOREIGN:
@@ -610,7 +656,9 @@ class LocalStore:
         disk), keep its events in the journal, where they are durable, for a later fold."""
         try:
             self._fold(everyone=False)
-        except _WRITE_ERRORS as error:
+        except _CAUGHT as error:
+            if not _is_fault(error):
+                raise
             self._kept_in_journal(error)
             return False
         return True
@@ -678,15 +726,17 @@ class LocalStore:
             with _transaction(db):
                 _apply(db, events)
             return True, False
-        except _WRITE_ERRORS as error:
-            if not overlay:
+        except _CAUGHT as error:
+            if not overlay or not _is_fault(error):
                 raise
             self._kept_in_journal(error)
             try:
                 # Uncommitted changes stay in SQLite's page cache: no disk space needed.
                 db.execute("BEGIN")
                 _apply(db, events)
-            except _WRITE_ERRORS:
+            except _CAUGHT as again:
+                if not _is_fault(again):
+                    raise
                 if db.in_transaction:
                     db.execute("ROLLBACK")
                 return False, False

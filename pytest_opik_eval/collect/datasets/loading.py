@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.exceptions import EvalError
 
 _ACCEPTED = (
@@ -508,6 +509,5 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__} {_short_repr(value)}"
 
 
-def _short_repr(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short_repr(value: object) -> str:
+    return shorten(repr(value), 60)  # escaped with the whole message, where it is shown

@@ -8,20 +8,19 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import httpx
 
+from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
 from pytest_opik_eval.store.opik.config import OpikSettings
 
 API = "v1/private/"
 _RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 EXCERPT = 300  # characters of a server's answer shown in an error
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _MIN_ATTEMPT = 0.05  # seconds: less than this left before the deadline is not worth an attempt
 
 
@@ -232,22 +231,13 @@ class OpikClient:
 
     def quote(self, text: str) -> str:
         """Text from the server, fit for a terminal and a log: the key masked first (so that a cut
-        cannot leave part of it), whitespace runs made one space, control characters escaped,
-        then shortened."""
-        return excerpt(self._redact(text))
+        cannot leave part of it), whitespace runs made one space, shortened, then control
+        characters escaped (so that a cut cannot halve an escape)."""
+        return escape_control(shorten(" ".join(self._redact(text).split()), EXCERPT))
 
     def _redact(self, text: str) -> str:
         # The server may echo request headers in an error page: never pass the key on.
         return text.replace(self._secret, "***") if self._secret else text
-
-
-def excerpt(text: str, limit: int = EXCERPT) -> str:
-    """``text`` on one line, control characters escaped, at most ``limit`` characters (and a
-    count of what was left out). Mask secrets before calling this."""
-    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(text.split()))
-    if len(shown) <= limit:
-        return shown
-    return f"{shown[:limit]}... ({len(shown) - limit} more characters)"
 
 
 def _read_json(response: httpx.Response) -> Any:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import configparser
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_URL = "https://www.comet.com/opik/api/"
 DEFAULT_WORKSPACE = "default"
 DEFAULT_PROJECT = "Default Project"
+SYNC_TIMEOUT = 30.0  # seconds to send what is left at the end of a session (--eval-sync-timeout)
+SYNC_COMMAND = "opik-eval sync"  # sends what a session left in the default spool
 
 # setting -> (environment variable, key in the [opik] section of the config file)
 _SOURCES = {
@@ -44,6 +47,15 @@ class OpikSettings:
             f"opik server: {self.url} (from {self.sources['url']}), workspace {self.workspace} "
             f"(from {self.sources['workspace']}), project {self.project!r}, {key}"
         )
+
+
+def sync_command(spool: Path | None = None) -> str:
+    """The command that sends what a session left in ``spool``: :data:`SYNC_COMMAND` when the
+    spool is the default one, which that command finds by itself."""
+    if spool is None:
+        return SYNC_COMMAND
+    program, command = SYNC_COMMAND.split()
+    return shlex.join([program, f"--store={spool}", command])
 
 
 def config_path() -> Path:

@@ -35,6 +35,10 @@ def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: 
         client.request("POST", "traces/batch", body={"traces": list(latest.values())})
     if "experiment_item" in by_kind:
         client.request("POST", "experiments/items", body={"experiment_items": by_kind["experiment_item"]})
+    # After the items they delete (a rerun's replaced attempt): the outbox keeps the order.
+    deleted = [item_id for batch in by_kind.get("experiment_item_delete", []) for item_id in batch["ids"]]
+    if deleted:
+        client.request("POST", "experiments/items/delete", body={"ids": deleted})
     scores = [score for batch in by_kind.get("feedback_scores", []) for score in batch["scores"]]
     if scores:
         client.request("PUT", "traces/feedback-scores", body={"scores": scores})

@@ -39,7 +39,7 @@ from pytest_opik_eval.store.opik.client import (
     OpikHTTPError,
     OpikUnavailable,
 )
-from pytest_opik_eval.store.opik.config import OpikSettings
+from pytest_opik_eval.store.opik.config import SYNC_COMMAND, SYNC_TIMEOUT, OpikSettings
 from pytest_opik_eval.store.opik.sender import Sender, drain
 from pytest_opik_eval.store.records import (
     DatasetRecord,
@@ -58,8 +58,6 @@ RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_res
 OURS_KEY = "_pytest_opik_eval"  # what this plugin needs beyond it: the plan, the item id mapping
 DATASET_PREFIX = "opik:"
 _PAGE = 1000
-SYNC_TIMEOUT = 30.0  # seconds to send what is left at the end of a session (--eval-sync-timeout)
-SYNC_COMMAND = "opik-eval sync"
 
 
 class RemoteExperiment(BaseModel):
@@ -102,6 +100,7 @@ class _Trial:
 class _Attempt:
     trial_id: str
     started: str
+    link_id: str  # the id of the experiment item that ties its trace to the experiment
     output: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     passed: bool | None = None
@@ -150,6 +149,7 @@ class OpikStore:
         self._notices: list[str] = []
         self._last_failure: OpikUnavailable | None = None
         self._last_refusal: OpikHTTPError | None = None
+        self._end_deadline: float | None = None  # see end_begins
         self._trials: dict[str, _Trial] = {}
         self._attempts: dict[str, _Attempt] = {}
         try:
@@ -186,6 +186,10 @@ class OpikStore:
                 f"cannot reach the Opik server: {error}; check OPIK_URL_OVERRIDE (here from "
                 f"{self.settings.sources['url']}), or use --eval-backend=local"
             ) from None
+
+    def check_writable(self) -> None:
+        """Raise ``StoreUnwritable`` now if the spool cannot be written (see ``LocalStore``)."""
+        self.spool.check_writable()
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -324,7 +328,11 @@ class OpikStore:
                     f"the Opik server {self.settings.url} (workspace {self.settings.workspace}) has no "
                     f"dataset named {name!r}; create it in the Opik UI or with the Opik SDK"
                 ) from None
-        self.client.request("POST", "datasets", body={"name": name})
+        try:
+            self.client.request("POST", "datasets", body={"name": name})
+        except OpikHTTPError as error:
+            if error.status != 409:  # 409: another worker or shard created it first
+                raise
         return str(self.client.json("POST", "datasets/retrieve", body={"dataset_name": name})["id"])
 
     def _latest_version(self, dataset_id: str) -> dict[str, Any] | None:
@@ -421,9 +429,9 @@ class OpikStore:
 
     def start_attempt(self, trial_id: str, session_id: str) -> str:
         attempt_id = uuid7()
-        attempt = self._attempts[attempt_id] = _Attempt(trial_id=trial_id, started=_now())
+        attempt = self._attempts[attempt_id] = _Attempt(trial_id=trial_id, started=_now(), link_id=uuid7())
         trial = self._trials[trial_id]
-        link = {"id": uuid7(), **self._link(attempt_id, trial)}
+        link = {"id": attempt.link_id, **self._link(attempt_id, trial)}
         outbox = [self._trace(attempt_id, attempt, completed=False), ("experiment_item", json.dumps(link))]
         self.spool.start_attempt(trial_id, session_id, attempt_id=attempt_id, outbox=outbox)
         self.sender.wake()
@@ -456,12 +464,14 @@ class OpikStore:
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
         outbox = [self._trace(attempt_id, self._attempts[attempt_id], completed=True)]
         if replaces is not None and replaces in self._attempts:
-            # A rerun in this session replaces the trial's earlier attempt: that trace is sent
-            # again as pending and without its output, so that this plugin and the Opik SDK,
-            # reading the experiment from the server, count the trial's completion once.
-            outbox.append(
-                self._trace(replaces, self._attempts[replaces], completed=False, replaced_by=attempt_id)
-            )
+            # A rerun in this session replaces the trial's earlier attempt. Its experiment item
+            # is deleted, so the experiment holds the trial once: its averages in the Opik UI, its
+            # trace count, and what the Opik SDK and this plugin read back leave the replaced
+            # attempt out (its feedback scores stay on its trace, which stays in the project). The
+            # trace is sent again as pending, without its output and naming its replacement.
+            replaced = self._attempts[replaces]
+            outbox.append(self._trace(replaces, replaced, completed=False, replaced_by=attempt_id))
+            outbox.append(("experiment_item_delete", json.dumps({"ids": [replaced.link_id]})))
         self.spool.complete_attempt(attempt_id, replaces=replaces, outbox=outbox)
         self.sender.wake()
 
@@ -471,18 +481,35 @@ class OpikStore:
         if scores:
             self.spool.enqueue([("experiment_scores", json.dumps({"id": experiment_id, "scores": scores}))])
 
+    def end_begins(self) -> None:
+        """The end of the session starts now: its budget (``sync_timeout``) runs from here, for
+        every request that follows, the drain in :meth:`flush` included. The pytest-xdist
+        controller calls this before it reads its workers' run back (:meth:`find`), so a server
+        that does not answer holds up that read and the drain together for the budget, not more."""
+        if self._end_deadline is None:
+            self._end_deadline = time.monotonic() + self.sync_timeout
+            self.client.finish_by(self._end_deadline)
+
     def flush(self) -> str | None:
         """Send what is left within the budget (``sync_timeout``), then say what still waits."""
-        now = time.monotonic()
         # No request of either thread may outlive the budget: each attempt's timeout is capped
         # by what remains, and none starts after it. A worker sends nothing more, nor waits for
         # a batch in flight: the controller sends it again (harmless: every write carries its id),
         # so its drain alone takes the budget.
-        deadline = now + self.sync_timeout if self.drain_at_end else now
+        if self.drain_at_end:
+            self.end_begins()
+            assert self._end_deadline is not None
+            deadline = self._end_deadline
+        else:
+            deadline = time.monotonic()
         self.client.finish_by(deadline)
         if self.sender.stop(deadline) and self.drain_at_end:
             try:
                 drain(self.spool, self.client, until=deadline, on_down=self._down, on_refused=self._refused)
+            except StoreError as error:
+                # The spool cannot be written (a full disk): its message names the spool, the
+                # cause and the fix, whole. What was sent but not marked so is sent again later.
+                self._notices.append(f"sending to the Opik server stopped: {error}")
             except Exception as error:  # never an INTERNALERROR at the end: the writes stay spooled
                 self._notices.append(
                     f"sending to the Opik server stopped on an unexpected error ({type(error).__name__}: "
@@ -538,9 +565,10 @@ class OpikStore:
                 continue
             # Known here (the pytest-xdist controller reads its workers' run at the end): what
             # other machines recorded is worth a short try, not a stalled or crashed session.
+            # Whatever the server answers (no answer, garbage, a refusal), the spool's is shown.
             try:
                 self._refresh(experiment, remotes[experiment.id], retries=1)
-            except OpikUnavailable as error:
+            except OpikError as error:
                 self._notices.append(
                     f"could not read from the Opik server the trials recorded elsewhere: {error}; "
                     f"what the spool {self.spool.location} holds is shown"
