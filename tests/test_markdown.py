@@ -38,7 +38,7 @@ def test_sections() -> None:
         "\n"
         "**Failed items (1):** `capital`\n"
         "\n"
-        "**Baseline** qa baseline (`exp-0`): 1 regression(s), 1 fix(es)\n"
+        "**Baseline** qa baseline (`exp-0`): 1 regression(s), 1 fix(es), over the 4 item(s) both planned\n"
         "- Regressions: `capital`\n"
         "- Fixes: `sum`\n"
         "\n"
