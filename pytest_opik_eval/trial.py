@@ -108,8 +108,16 @@ def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
         # replaced; one completed by another process first still wins.
         store.complete_attempt(trial.attempt_id, replaces=trial.completed_attempt)
     trial.completed_attempt = trial.attempt_id
-    if not item.config.hook.pytest_opik_eval_trial_finished.get_hookimpls():
-        return  # nobody listens: spare every trial the result and the hook call
+    # Nobody listens (the usual case): spare every trial the result and the hook call.
+    if item.config.hook.pytest_opik_eval_trial_finished.get_hookimpls():
+        _announce(item, trial)
+    # Recorded and announced, the output and scores are not read again (a rerun starts afresh);
+    # kept on every trial until the session ends, they would lengthen each full pass of the
+    # garbage collector, which the session's growing heap triggers again and again.
+    trial.output, trial.scores = None, []
+
+
+def _announce(item: pytest.Item, trial: Trial) -> None:
     assert trial.experiment_id is not None and trial.output is not None and trial.passed is not None
     item.ihook.pytest_opik_eval_trial_finished(
         item=item,
