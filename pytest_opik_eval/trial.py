@@ -201,14 +201,20 @@ class _Capture:
         self.capture = capture
 
 
-@contextlib.contextmanager
-def capturing(item: pytest.Function) -> Iterator[None]:
+_NOTHING = contextlib.nullcontext()
+
+
+def capturing(item: pytest.Function) -> contextlib.AbstractContextManager[None]:
     """Around the test case's call phase (``item.runtest()``, where such plugins step in): an
     ``async def`` test is seen by them as a coroutine function that keeps its return value."""
+    if not inspect.iscoroutinefunction(item.obj):
+        return _NOTHING  # a sync test, as nearly all are: no generator made for every trial
+    return _capturing(item)
+
+
+@contextlib.contextmanager
+def _capturing(item: pytest.Function) -> Iterator[None]:
     function = item.obj
-    if not inspect.iscoroutinefunction(function):
-        yield
-        return
     captured = item.stash[CAPTURE_KEY] = _Capture(function)
     item.obj = captured.capture
     try:
