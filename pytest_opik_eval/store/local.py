@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
-from filelock import FileLock
 from pydantic import TypeAdapter
 
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError, StoreUnwritable
@@ -412,6 +411,8 @@ class LocalStore:
         try:
             version, app_id = self._read_header(db)
             if version == 0 and app_id != _FOREIGN and create:
+                from filelock import FileLock  # only to create a store: its import costs ~40 ms
+
                 with FileLock(f"{self.path}.lock", timeout=_BUSY_TIMEOUT):
                     version, app_id = self._read_header(db)
                     if version == 0 and app_id != _FOREIGN:
