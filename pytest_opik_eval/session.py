@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
@@ -328,17 +329,18 @@ class EvalSession:
             self._create_run(trials)
 
     def _create_run(self, trials: list[tuple[pytest.Item, Trial]]) -> None:
-        plan = plan_run(self.config, self.run_id, trials, self.options.run_name)
-        try:
-            self.store.create_run(plan.run, plan.experiments, plan.trials)
-        except StoreError as error:
-            if not self.worker:
-                raise pytest.UsageError(f"{error}") from None
-            # The controller found the store writable before this worker started: it stopped
-            # being so since (a full disk). An error here would be an INTERNALERROR; the
-            # worker's first trial fails with the one line instead, as when a write fails mid-run.
-            self.unusable = error
-            return
+        with _no_gc_pass():
+            plan = plan_run(self.config, self.run_id, trials, self.options.run_name)
+            try:
+                self.store.create_run(plan.run, plan.experiments, plan.trials)
+            except StoreError as error:
+                if not self.worker:
+                    raise pytest.UsageError(f"{error}") from None
+                # The controller found the store writable before this worker started: it stopped
+                # being so since (a full disk). An error here would be an INTERNALERROR; the
+                # worker's first trial fails with the one line instead, as when a write fails mid-run.
+                self.unusable = error
+                return
         self.run_id = plan.run.id
         self.experiments = plan.experiments
 
@@ -481,15 +483,16 @@ class EvalSession:
         self._take_store_notices()
 
     def _finish(self, session: pytest.Session) -> None:
-        self.results = judge_experiments(
-            self.store,
-            self.experiments,
-            self.session_id,
-            self._settings_of,
-            self.baselines or Baselines(self.store, None),
-            self.options.resume_command,
-            self._in_my_shard if self.options.shard else None,
-        )
+        with _no_gc_pass():
+            self.results = judge_experiments(
+                self.store,
+                self.experiments,
+                self.session_id,
+                self._settings_of,
+                self.baselines or Baselines(self.store, None),
+                self.options.resume_command,
+                self._in_my_shard if self.options.shard else None,
+            )
         finished = self.config.hook.pytest_opik_eval_experiment_finished
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         report = None
@@ -638,6 +641,21 @@ class _VerdictPart:
 
     def __init__(self, *, counted: bool = True) -> None:
         self.count_towards_summary = counted
+
+
+@contextlib.contextmanager
+def _no_gc_pass() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the run's plan or the session's results
+    are built, one record per trial and no cycles among them: the allocations would otherwise
+    trigger full passes over the whole session's heap (every test item), each costing as much
+    as hundreds of trials."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _prune_own_args(metafunc: pytest.Metafunc) -> None:

@@ -72,6 +72,9 @@ class Verdict:
     lines: tuple[str, ...]  # one per score: value, threshold, reason
 
 
+_PASSED = Verdict(True, ())
+
+
 class Scorer:
     """Scores the trials of one experiment; built once, so signatures are inspected once."""
 
@@ -144,13 +147,14 @@ class Scorer:
         """A trial passes when no score failed and every score meets its threshold; the lines
         that explain a verdict are written only for one that failed."""
         thresholds = [self.threshold(s.name, self._by_name.get(s.name)) for s in scores]
-        names = {s.name for s in scores}
+        names = {s.name for s in scores} if self.thresholds else set()
         unscored = [name for name in self.thresholds if name not in names]
-        if not unscored and all(
-            not s.scoring_failed and (t is None or s.value >= t)
-            for s, t in zip(scores, thresholds, strict=True)
-        ):
-            return Verdict(True, ())
+        for score, threshold in zip(scores, thresholds, strict=True):
+            if score.scoring_failed or (threshold is not None and score.value < threshold):
+                break
+        else:  # a loop, not all() over a generator: this runs for every trial
+            if not unscored:
+                return _PASSED
         width = max((len(s.name) for s in scores), default=0)
         lines: list[str] = []
         for score, threshold in zip(scores, thresholds, strict=True):
@@ -199,7 +203,8 @@ def _records(metric: Any, result: Any) -> list[ScoreRecord]:
 
 def _finite(value: Any) -> float | None:
     """The score as a float, if it is a real finite number (bools count as 1 and 0)."""
-    if not isinstance(value, numbers.Real):
+    # A float first: what nearly every metric returns, and the ABC check costs more than the rest.
+    if type(value) is not float and not isinstance(value, numbers.Real):
         return None
     number = float(value)
     return number if math.isfinite(number) else None

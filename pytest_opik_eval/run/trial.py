@@ -108,8 +108,16 @@ def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
         # replaced; one completed by another process first still wins.
         store.complete_attempt(trial.attempt_id, replaces=trial.completed_attempt)
     trial.completed_attempt = trial.attempt_id
-    if not item.config.hook.pytest_opik_eval_trial_finished.get_hookimpls():
-        return  # nobody listens: spare every trial the result and the hook call
+    # Nobody listens (the usual case): spare every trial the result and the hook call.
+    if item.config.hook.pytest_opik_eval_trial_finished.get_hookimpls():
+        _announce(item, trial)
+    # Recorded and announced, the output and scores are not read again (a rerun starts afresh);
+    # kept on every trial until the session ends, they would lengthen each full pass of the
+    # garbage collector, which the session's growing heap triggers again and again.
+    trial.output, trial.scores = None, []
+
+
+def _announce(item: pytest.Item, trial: Trial) -> None:
     assert trial.experiment_id is not None and trial.output is not None and trial.passed is not None
     item.ihook.pytest_opik_eval_trial_finished(
         item=item,
@@ -193,14 +201,20 @@ class _Capture:
         self.capture = capture
 
 
-@contextlib.contextmanager
-def capturing(item: pytest.Function) -> Iterator[None]:
+_NOTHING = contextlib.nullcontext()
+
+
+def capturing(item: pytest.Function) -> contextlib.AbstractContextManager[None]:
     """Around the test case's call phase (``item.runtest()``, where such plugins step in): an
     ``async def`` test is seen by them as a coroutine function that keeps its return value."""
+    if not inspect.iscoroutinefunction(item.obj):
+        return _NOTHING  # a sync test, as nearly all are: no generator made for every trial
+    return _capturing(item)
+
+
+@contextlib.contextmanager
+def _capturing(item: pytest.Function) -> Iterator[None]:
     function = item.obj
-    if not inspect.iscoroutinefunction(function):
-        yield
-        return
     captured = item.stash[CAPTURE_KEY] = _Capture(function)
     item.obj = captured.capture
     try:

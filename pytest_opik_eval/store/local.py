@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import quote
 
-from filelock import FileLock
 from pydantic import TypeAdapter
 
 from pytest_opik_eval.escaping import shorten
@@ -444,6 +443,8 @@ class LocalStore:
         try:
             version, app_id = self._read_header(db)
             if version == 0 and app_id != _FOREIGN and create:
+                from filelock import FileLock  # only to create a store: its import costs ~40 ms
+
                 with FileLock(f"{self.path}.lock", timeout=_BUSY_TIMEOUT):
                     version, app_id = self._read_header(db)
                     if version == 0 and app_id != _FOREIGN:
@@ -604,25 +605,25 @@ class LocalStore:
         self, trial_id: str, session_id: str, *, attempt_id: str | None = None, outbox: Sequence[Message] = ()
     ) -> str:
         attempt_id = attempt_id or uuid7()
-        self._record(["start", attempt_id, trial_id, session_id, _now()], outbox)
+        self._record(("start", attempt_id, trial_id, session_id, _now()), outbox)
         return attempt_id
 
     @_writing
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
-        self._record(["output", _output_json(output), attempt_id], ())
+        self._record(("output", _output_json(output), attempt_id), ())
 
     @_writing
     def record_scores(
         self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool, *, outbox: Sequence[Message] = ()
     ) -> None:
         text = _scores_json.dump_json(list(scores)).decode()
-        self._record(["scores", text, int(passed), attempt_id], outbox)
+        self._record(("scores", text, int(passed), attempt_id), outbox)
 
     @_writing
     def complete_attempt(
         self, attempt_id: str, *, replaces: str | None = None, outbox: Sequence[Message] = ()
     ) -> None:
-        self._record(["complete", attempt_id, attempt_id, replaces], outbox)
+        self._record(("complete", attempt_id, attempt_id, replaces), outbox)
 
     @_writing
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
