@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal, NoReturn
 
 import pytest
 
+from pytest_opik_eval._compat import fixture_definition
 from pytest_opik_eval.collect.datasets import Dataset, DatasetError, content_hash, load_dataset
 from pytest_opik_eval.collect.marker import MARKER, EvalSpec, read_spec
 from pytest_opik_eval.collect.planning import (
@@ -97,8 +98,10 @@ class EvalSession:
         self._position: dict[str, int] = {}
         self._queue: WorkerQueue | Literal[False] | None = None  # False: not found
 
-    @property
     def store(self) -> Store:
+        """The store, opened (and created) on first use. A method, not a property: pytest before
+        8.3.3 reads every attribute of a plugin object when it looks for fixtures, and so would
+        create the store even under ``--co``."""
         if self._store is None:
             self._store = self._open_store(create=True)
         return self._store
@@ -234,7 +237,7 @@ class EvalSession:
         from pytest_opik_eval.store.opik.client import OpikError
         from pytest_opik_eval.store.opik.store import OpikStore
 
-        store = self.store
+        store = self.store()
         assert isinstance(store, OpikStore)
         filters = spec.filter.to_opik() if spec.filter is not None else None
         try:
@@ -332,7 +335,7 @@ class EvalSession:
         with _no_gc_pass():
             plan = plan_run(self.config, self.run_id, trials, self.options.run_name)
             try:
-                self.store.create_run(plan.run, plan.experiments, plan.trials)
+                self.store().create_run(plan.run, plan.experiments, plan.trials)
             except StoreError as error:
                 if not self.worker:
                     raise pytest.UsageError(f"{error}") from None
@@ -364,7 +367,7 @@ class EvalSession:
         threads = trial.case.plan.threads
         try:
             if threads <= 1:
-                trial_life.run(pyfuncitem, trial, self.store, self.session_id)
+                trial_life.run(pyfuncitem, trial, self.store(), self.session_id)
             else:
                 self.pool.run(pyfuncitem, self._window(pyfuncitem, trial, threads), self._job, threads)
         except StoreError as error:
@@ -412,7 +415,7 @@ class EvalSession:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
         task = trial_life.threaded_task(ahead, trial, shared)
-        return functools.partial(trial_life.run, ahead, trial, self.store, self.session_id, task)
+        return functools.partial(trial_life.run, ahead, trial, self.store(), self.session_id, task)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside any plugin that replaces item.obj
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
@@ -447,7 +450,7 @@ class EvalSession:
         trial = item.stash.get(TRIAL_KEY, None)
         if trial is not None:
             try:
-                trial_life.clear_marker(item, trial, self.store)
+                trial_life.clear_marker(item, trial, self.store())
             except StoreError as error:
                 failure = error
             else:
@@ -485,11 +488,11 @@ class EvalSession:
     def _finish(self, session: pytest.Session) -> None:
         with _no_gc_pass():
             self.results = judge_experiments(
-                self.store,
+                self.store(),
                 self.experiments,
                 self.session_id,
                 self._settings_of,
-                self.baselines or Baselines(self.store, None),
+                self.baselines or Baselines(self.store(), None),
                 self.options.resume_command,
                 self._in_my_shard if self.options.shard else None,
             )
@@ -508,7 +511,7 @@ class EvalSession:
         unrecorded: StoreError | None = None
         for position, result in enumerate(self.results):
             try:
-                self.store.record_verdict(
+                self.store().record_verdict(
                     result.id, passed(result) and not result.summary.pending, aggregates(result)
                 )
             except StoreError as error:
@@ -526,7 +529,7 @@ class EvalSession:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             elif self.resume is not None:
                 session.exitstatus = pytest.ExitCode.OK
-        self.unsent = self.store.flush()
+        self.unsent = self.store().flush()
 
     def _take_store_notices(self) -> None:
         if self._store is None:
@@ -571,12 +574,13 @@ class EvalSession:
         if self.options.backend == "opik":
             from pytest_opik_eval.store.opik.store import OpikStore
 
-            if isinstance(self.store, OpikStore):
+            store = self.store()
+            if isinstance(store, OpikStore):
                 # Reading back from the server spends the end's budget (--eval-sync-timeout),
                 # which the drain in flush() then shares.
-                self.store.end_begins()
+                store.end_begins()
         try:
-            return self.store.find(self.run_id)[1]
+            return self.store().find(self.run_id)[1]
         except ExperimentNotFound:
             return []  # no eval test ran
 
@@ -663,10 +667,8 @@ def _prune_own_args(metafunc: pytest.Metafunc) -> None:
     pytest need not set them up as fixtures, unless another fixture of the test needs them
     (and then shares them with the task, as pytest does). Pruning the closure is what pytest
     itself does for the arguments that direct parametrization shadows."""
-    definitions = metafunc.definition._fixtureinfo.name2fixturedefs
-    needed = {
-        arg for name in metafunc.fixturenames for d in definitions.get(name, ())[-1:] for arg in d.argnames
-    }
+    definitions = (fixture_definition(metafunc.definition, name) for name in metafunc.fixturenames)
+    needed = {arg for definition in definitions if definition is not None for arg in definition.argnames}
     metafunc.fixturenames[:] = [n for n in metafunc.fixturenames if n not in OWN_ARGS or n in needed]
 
 

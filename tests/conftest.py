@@ -152,12 +152,18 @@ class Project:
 
 
 @pytest.fixture(autouse=True)
-def hermetic(monkeypatch: pytest.MonkeyPatch) -> None:
+def hermetic(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner pytest runs load this plugin and only the others a test names with ``-p`` (such as
     ``-p xdist``), so the suite passes the same whatever else is installed: the Opik SDK's own
     pytest plugin, pytest-asyncio, anyio, pytest-rerunfailures."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.setenv("PYTEST_PLUGINS", "opik_eval")
+    # ``-p opik_eval`` loads it by its entry point's name, as a user would, so ``-p no:opik_eval``
+    # still blocks it. Not PYTEST_PLUGINS: before pytest 9.2 it takes module names only, and the
+    # plugin loaded as ``pytest_opik_eval.plugin`` would escape ``-p no:opik_eval``. Pytester
+    # clears PYTEST_ADDOPTS when it starts, so it starts first.
+    if "pytester" in request.fixturenames:
+        request.getfixturevalue("pytester")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p opik_eval")
 
 
 @pytest.fixture

@@ -7,12 +7,39 @@ fixtures; with threads, each trial runs on an event loop of its own.
 
 from __future__ import annotations
 
+import asyncio
+import importlib.metadata
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from conftest import Project, items
+from packaging.version import Version
 
 LABELS = [f"item-{i}" for i in range(4)]
+
+# pytest-asyncio 0.24 set an event loop's scope apart from a fixture's, as loop_scope; before,
+# the marker named it scope, and an async fixture ran on the loop of its own scope. 0.23 is the
+# newest release for pytest before 8.2 (CI also runs the suite at the lowest pytest supported).
+LOOP_SCOPE_APART = Version(importlib.metadata.version("pytest-asyncio")) >= Version("0.24")
+
+
+@pytest.fixture(autouse=True)
+def no_event_loop_left() -> Iterator[None]:
+    """pytest-asyncio before 0.24 ends a session with a fresh event loop set as the thread's
+    current one, for the process's exit to collect. Inner runs share this process: it is closed
+    here, as the next run that sets a loop would drop it unclosed (a ResourceWarning, an error)."""
+    yield
+    if LOOP_SCOPE_APART:
+        return
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:  # none is set
+        return
+    loop.close()
+    asyncio.set_event_loop(None)
+
 
 ASYNCIO_INI = """
 [pytest]
@@ -136,8 +163,11 @@ def test_a_shared_async_fixture_runs_the_trials_one_at_a_time_on_its_loop(
     project.dataset(items(*LABELS))
     if plugin == "asyncio":
         project.pytester.makeini(ASYNCIO_INI.format(mode="strict"))
-        fixture = 'pytest_asyncio.fixture(scope="module", loop_scope="module")'
-        marker = '@pytest.mark.asyncio(loop_scope="module")'
+        if LOOP_SCOPE_APART:
+            fixture = 'pytest_asyncio.fixture(scope="module", loop_scope="module")'
+            marker = '@pytest.mark.asyncio(loop_scope="module")'
+        else:
+            fixture, marker = 'pytest_asyncio.fixture(scope="module")', '@pytest.mark.asyncio(scope="module")'
         imports = "import pytest_asyncio"
     else:
         fixture, marker, imports = 'pytest.fixture(scope="module")', "@pytest.mark.anyio", ""
@@ -170,3 +200,31 @@ def test_resume_with_pytest_asyncio(project: Project) -> None:
     result.assert_outcomes(passed=1, deselected=3)
     assert project.calls() == ["item-2#0"]
     assert outputs(report)["item-2"] == {"output": "item-2"}
+
+
+# Set as the thread's current event loop by someone else (pytest-asyncio before 0.24 leaves a
+# fresh one after each of its tests): running the eval test's coroutine must leave it there, as
+# a loop dropped unclosed is a ResourceWarning, an error under -W error.
+ANOTHER_PLUGINS_LOOP = """
+import asyncio
+import pytest
+
+LOOP = asyncio.new_event_loop()
+asyncio.set_event_loop(LOOP)
+
+@pytest.mark.eval(dataset="data.jsonl")
+async def test_async(eval_item):
+    await asyncio.sleep(0)
+    return eval_item["id"]
+
+def test_the_loop_is_still_current():
+    assert asyncio.get_event_loop_policy().get_event_loop() is LOOP
+    LOOP.close()
+"""
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="no asyncio.Runner: the plugin uses asyncio.run")
+def test_a_coroutine_the_plugin_runs_leaves_the_current_event_loop_alone(project: Project) -> None:
+    project.dataset(items(*LABELS))
+    project.write("test_coro.py", ANOTHER_PLUGINS_LOOP)
+    project.run("--eval").assert_outcomes(passed=5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,7 +50,8 @@ def run_ci(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
 @pytest.mark.parametrize(
     ("failing", "steps_run"),
     [
-        ("", ["python3", "pip", "pytest", "mypy", "ruff", "ruff"]),
+        # The suite, the checks, then the suite again at the lowest pytest supported.
+        ("", ["python3", "pip", "pytest", "mypy", "ruff", "ruff", "python3", "pip", "pytest"]),
         ("python3", ["python3"]),
         ("pip", ["python3", "pip"]),
         ("pytest", ["python3", "pip", "pytest"]),
@@ -62,3 +64,8 @@ def test_ci_script_stops_at_the_first_failing_step(
     code, calls = run_ci(tmp_path, failing)
     assert calls == steps_run
     assert code == (3 if failing else 0)
+
+
+def test_ci_runs_the_suite_at_the_lowest_pytest_pyproject_allows() -> None:
+    [floor] = re.findall(r'"pytest>=([\d.]+)"', (CI_SCRIPT.parent.parent / "pyproject.toml").read_text())
+    assert re.findall(r"'pytest==([\d.]+)\.\*'", CI_SCRIPT.read_text()) == [floor]

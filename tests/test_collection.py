@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 from conftest import Project, items
 
@@ -167,12 +169,24 @@ def test_marker_and_options_are_documented(project: Project) -> None:
     )
 
 
-def test_p_no_opik_eval_disables_the_plugin(project: Project) -> None:
+def test_p_no_opik_eval_disables_the_plugin(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Loaded as pytest loads it for a user, from its entry point, after the -p no: options (the
+    # suite's own ``-p opik_eval`` would load it again once ``-p no:opik_eval`` had blocked it);
+    # every other installed plugin is blocked, so the run stays hermetic.
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    monkeypatch.delenv("PYTEST_ADDOPTS")
+    others = [
+        arg
+        for entry_point in importlib.metadata.entry_points(group="pytest11")
+        if entry_point.name != "opik_eval"
+        for arg in ("-p", f"no:{entry_point.name}")
+    ]
     project.write("test_plain.py", "def test_plain():\n    pass\n")
-    result = project.run("-p", "no:opik_eval", "--eval")
+    project.run(*others, "--eval").assert_outcomes(passed=1)  # it is loaded
+    result = project.run(*others, "-p", "no:opik_eval", "--eval")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unrecognized arguments: --eval*"])
-    project.run("-p", "no:opik_eval").assert_outcomes(passed=1)
+    project.run(*others, "-p", "no:opik_eval").assert_outcomes(passed=1)
 
 
 def test_eval_fixtures_outside_an_eval_test_say_why(project: Project) -> None:
@@ -186,7 +200,7 @@ def test_eval_fixtures_outside_an_eval_test_say_why(project: Project) -> None:
 
 def test_works_with_plugin_autoload_disabled(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    monkeypatch.delenv("PYTEST_PLUGINS")  # the suite's own way of loading it
+    monkeypatch.delenv("PYTEST_ADDOPTS")  # the suite's own way of loading it
     project.dataset(items("a"))
     project.eval_test()
     result = project.pytester.runpytest_subprocess("-p", "opik_eval", "--eval")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.verdict.results import ExperimentResult
 
@@ -43,14 +44,10 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
 
 def add_suite_properties(config: pytest.Config, properties: Sequence[tuple[str, str]]) -> None:
     """Add them to the JUnit XML being written, if any; call before junitxml's sessionfinish."""
-    # The LogXML object is what the public record_testsuite_property fixture uses; a session-end
-    # hook has no fixture, so it is reached the same way that fixture does.
-    from _pytest.junitxml import xml_key
-
-    xml = config.stash.get(xml_key, None)
-    if xml is not None:
+    record = junit_suite_property_recorder(config)
+    if record is not None:
         for name, value in properties:
-            xml.add_global_property(name, value)
+            record(name, value)
 
 
 def _num(value: float | None) -> str:

@@ -29,6 +29,7 @@ from concurrent.futures import Future
 
 import pytest
 
+from pytest_opik_eval._compat import fixture_definition
 from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS
 
 # How many test cases per thread are queued ahead of the one being reported.
@@ -41,14 +42,13 @@ def function_scoped_fixture(item: pytest.Function) -> str | None:
     """The first function-scoped fixture the test uses (other than its own), if any."""
     params = getattr(item, "callspec", None)
     direct = set(params.params) if params is not None else set()
-    definitions = item._fixtureinfo.name2fixturedefs
     for name in item.fixturenames:
         # anyio_backend names the backend anyio runs the test with (anyio's documentation shows
         # it as a function-scoped fixture): a trial run ahead reads it, and never shares objects.
         if name in OWN_ARGS or name in ("request", ANYIO_BACKEND) or name in direct:
             continue
-        defs = definitions.get(name)
-        if defs and defs[-1].scope == "function":
+        definition = fixture_definition(item, name)
+        if definition is not None and definition.scope == "function":
             return name
     return None
 
@@ -56,10 +56,14 @@ def function_scoped_fixture(item: pytest.Function) -> str | None:
 def async_fixture(item: pytest.Function) -> str | None:
     """The first fixture the test uses that is a coroutine or an async generator function (set
     up on the event loop of pytest-asyncio or anyio), if any."""
-    definitions = item._fixtureinfo.name2fixturedefs
     for name in item.fixturenames:
-        defs = definitions.get(name)
-        if defs and (inspect.iscoroutinefunction(defs[-1].func) or inspect.isasyncgenfunction(defs[-1].func)):
+        definition = fixture_definition(item, name)
+        if definition is None:
+            continue
+        # pytest-asyncio before 0.24 replaces the function of an async fixture by a sync one that
+        # runs it on the loop, made with functools.wraps: the fixture's own function is below.
+        function = inspect.unwrap(definition.func)
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
             return name
     return None
 

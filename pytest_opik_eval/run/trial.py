@@ -13,11 +13,13 @@ import contextlib
 import copy
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+import sys
+from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import pytest
 
+from pytest_opik_eval._compat import argument_names
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
 
 _Value = TypeVar("_Value")
+_Result = TypeVar("_Result")
 
 
 def run(
@@ -148,7 +151,7 @@ def task_args(item: pytest.Function, trial: Trial, shared: pytest.Function) -> d
     of its own setup, the test case being run)."""
     callspec = getattr(item, "callspec", None)
     args: dict[str, Any] = {}
-    for name in item._fixtureinfo.argnames:
+    for name in argument_names(item):
         if name in OWN_ARGS and name in item.funcargs:
             args[name] = item.funcargs[name]  # set up by pytest: a fixture of the test needs it too
         elif name == "eval_item":
@@ -255,7 +258,7 @@ def _call_task(item: pytest.Function, args: dict[str, Any]) -> Any:
         with get_runner(*backend) as runner:
             # The runner returns what a fixture's coroutine returned; a test's, it drops.
             return runner.run_fixture(captured.function, args)
-    return asyncio.run(captured.function(**args))
+    return run_coroutine(captured.function(**args))
 
 
 def threaded_task(item: pytest.Function, trial: Trial, shared: pytest.Function) -> Callable[[], Any]:
@@ -268,7 +271,7 @@ def threaded_task(item: pytest.Function, trial: Trial, shared: pytest.Function) 
         return functools.partial(_call_sync, function, args)
     backend = _anyio_backend(item, shared)
     if backend is None:
-        return lambda: asyncio.run(function(**args))
+        return lambda: run_coroutine(function(**args))
     import anyio
 
     name, options = backend
@@ -279,8 +282,20 @@ def _call_sync(function: Callable[..., Any], args: dict[str, Any]) -> Any:
     # As pytest's own pytest_pyfunc_call, but keeping the return value: it is the task output.
     result = function(**args)
     if inspect.iscoroutine(result):  # from a sync function that returns a coroutine
-        result = asyncio.run(result)
+        result = run_coroutine(result)
     return result
+
+
+def run_coroutine(coroutine: Coroutine[Any, Any, _Result]) -> _Result:
+    """``asyncio.run``, on an event loop that never becomes the thread's current one: the current
+    one is another plugin's (pytest-asyncio before 0.24 leaves a fresh one after each of its
+    tests), and ``asyncio.run`` would drop it unclosed, a ResourceWarning (an error under
+    ``-W error``) whenever it is collected."""
+    if sys.version_info < (3, 11):  # no asyncio.Runner: the loop is set as current, then unset
+        return asyncio.run(coroutine)
+    # Given a loop factory, the runner does not set its loop as the current one.
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        return runner.run(coroutine)
 
 
 def _anyio_backend(item: pytest.Function, shared: pytest.Function) -> tuple[str, dict[str, Any]] | None:
