@@ -71,7 +71,13 @@ def test_a_score_that_is_not_a_finite_number_fails_its_trial_naming_the_metric_a
     )
     report = _strict_json((project.path / "report.json").read_text())
     scores = {t["dataset_item_id"]: t["scores"][0] for t in report["experiments"][0]["trials"]}
-    assert scores["ok"] == {"name": "odd_metric", "value": 1.0, "reason": None, "scoring_failed": False}
+    assert scores["ok"] == {
+        "name": "odd_metric",
+        "value": 1.0,
+        "reason": None,
+        "scoring_failed": False,
+        "metadata": None,
+    }
     assert all(scores[k]["scoring_failed"] for k in ("nan", "inf", "none", "text", "raise"))
 
     # The store stays readable by every later command.

@@ -51,7 +51,9 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         "attempts": 1,
         "output": {"output": "a"},
         "passed": True,
-        "scores": [{"name": "equals_metric", "value": 1.0, "reason": None, "scoring_failed": False}],
+        "scores": [
+            {"name": "equals_metric", "value": 1.0, "reason": None, "scoring_failed": False, "metadata": None}
+        ],
     }
     assert experiment["summary"] == {
         "trials": 4,

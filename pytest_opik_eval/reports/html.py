@@ -68,7 +68,8 @@ def write_html(
 
 def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """What the script needs for the item rows. Scores are ``[name, value, reason, failed]``
-    lists rather than objects: with two metrics per trial that saves a quarter of the file."""
+    lists rather than objects (with two metrics per trial that saves a quarter of the file), and
+    the score's metadata fifth when it has any."""
     fields = {str(item["id"]): {k: v for k, v in item.items() if k != "id"} for item in items}
     trials: dict[str, list[dict[str, Any]]] = {}
     for t in experiment.trials:
@@ -78,7 +79,10 @@ def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, 
                 "status": t.status,
                 "passed": t.passed,
                 "output": t.output,
-                "scores": [[s.name, s.value, s.reason, s.scoring_failed] for s in t.scores],
+                "scores": [
+                    [s.name, s.value, s.reason, s.scoring_failed, *([s.metadata] if s.metadata else [])]
+                    for s in t.scores
+                ],
             }
         )
     return {
@@ -472,6 +476,11 @@ _JS = """
           line.appendChild(el("td", "", s[0]));
           line.appendChild(el("td", "", s[3] ? "scoring failed" : num(s[1])));
           line.appendChild(el("td", "reason", s[2] == null ? "" : s[2]));
+          if (s.length > 4) {
+            var details = el("td", "metadata");
+            details.appendChild(el("pre", "", shown(s[4])));
+            line.appendChild(details);
+          }
           table.appendChild(line);
         });
         box.appendChild(table);

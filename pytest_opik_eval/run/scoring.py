@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
@@ -190,15 +191,43 @@ def _records(metric: Any, result: Any) -> list[ScoreRecord]:
                 "a score must be a finite number"
             )
             failed = True
+        metadata = getattr(r, "metadata", None)
+        if metadata is not None:
+            metadata, problem = _json_safe(metadata)
+            if problem and not failed:
+                # The value may be sound, but the trial is not judged on a score whose details
+                # were lost: the metric's author is told what to fix.
+                reason = (
+                    f"{type(metric).__name__}.score() returned metadata for {str(r.name)!r} that {problem}"
+                )
+                failed = True
         records.append(
             ScoreRecord(
                 name=str(r.name),
                 value=0.0 if value is None else value,
                 reason=None if reason is None else str(reason),
                 scoring_failed=failed,
+                metadata=metadata,
             )
         )
     return records
+
+
+# As a task output is stored: a value JSON cannot hold is kept as its repr.
+_metadata_json = json.JSONEncoder(ensure_ascii=False, default=repr).encode
+
+
+def _json_safe(metadata: Any) -> tuple[dict[str, Any] | None, str]:
+    """A score's metadata as the store, the reports and the Opik server can hold it (a copy: the
+    metric may reuse its dict), or None and what is wrong with it."""
+    if not isinstance(metadata, Mapping):
+        return None, f"is {_shown(metadata)}; metadata must be a dict (or None)"
+    if nested_too_deep(metadata):  # or refers to itself: json would recurse or raise
+        return None, f"is nested more than {MAX_DEPTH} levels deep (or contains itself); flatten it"
+    try:
+        return json.loads(_metadata_json(dict(metadata))), ""
+    except (TypeError, ValueError) as error:  # a key that is not a string, number, bool or None
+        return None, f"JSON cannot hold ({error}); use string keys"
 
 
 def _finite(value: Any) -> float | None:

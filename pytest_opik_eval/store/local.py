@@ -616,7 +616,9 @@ class LocalStore:
     def record_scores(
         self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool, *, outbox: Sequence[Message] = ()
     ) -> None:
-        text = _scores_json.dump_json(list(scores)).decode()
+        # Without the fields that are None (metadata, a reason): an earlier version, which knows
+        # no metadata, still reads every score that has none.
+        text = _scores_json.dump_json(list(scores), exclude_none=True).decode()
         self._record(("scores", text, int(passed), attempt_id), outbox)
 
     @_writing
@@ -885,7 +887,7 @@ class LocalStore:
                     row[0],
                     _now(),
                     None if output is None else _output_json(output),
-                    _scores_json.dump_json(list(scores)).decode(),
+                    _scores_json.dump_json(list(scores), exclude_none=True).decode(),
                     None if passed is None else int(passed),
                 ),
             )

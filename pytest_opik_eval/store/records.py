@@ -19,6 +19,9 @@ class ScoreRecord(_Written):
     value: float = Field(allow_inf_nan=False)  # JSON has no NaN: it would be written as null
     reason: str | None = None
     scoring_failed: bool = False
+    # The metric's ScoreResult.metadata, made JSON-safe by the scorer. Last, and left out of the
+    # store when None (see LocalStore.record_scores), so a score without it is stored as before.
+    metadata: dict[str, Any] | None = None
 
 
 class DatasetRecord(_Written):

@@ -103,6 +103,7 @@ class _Attempt:
     link_id: str  # the id of the experiment item that ties its trace to the experiment
     output: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
+    score_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # score name -> metadata
     passed: bool | None = None
 
 
@@ -407,6 +408,8 @@ class OpikStore:
             metadata["replaced_by"] = replaced_by  # a rerun in the same session completed instead
         if attempt.errors:
             metadata["scoring_errors"] = attempt.errors
+        if attempt.score_metadata:
+            metadata["score_metadata"] = attempt.score_metadata
         if completed:
             metadata["passed"] = attempt.passed  # the verdict, which Opik does not otherwise keep
         trace = {
@@ -446,6 +449,9 @@ class OpikStore:
         attempt.passed = passed
         # Failed scores are not sent as scores (as with the SDK); their errors go to the trace.
         attempt.errors = [{"name": s.name, "error": s.reason} for s in scores if s.scoring_failed]
+        # The Opik SDK sends a ScoreResult's metadata in the output of the metric's span, never
+        # with the feedback score (which has no such field); with no spans here, the trace keeps it.
+        attempt.score_metadata = {s.name: s.metadata for s in scores if s.metadata is not None}
         feedback = [
             {
                 "id": attempt_id,
@@ -768,6 +774,12 @@ class OpikStore:
             for e in metadata.get("scoring_errors") or []
             if isinstance(e, dict)
         ]
+        kept = metadata.get("score_metadata")
+        if isinstance(kept, dict):
+            scores = [
+                s.model_copy(update={"metadata": kept[s.name]}) if isinstance(kept.get(s.name), dict) else s
+                for s in scores
+            ]
         passed = metadata.get("passed")
         self.spool.import_attempt(
             experiment.id,
