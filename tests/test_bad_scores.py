@@ -87,6 +87,58 @@ def test_a_score_that_is_not_a_finite_number_fails_its_trial_naming_the_metric_a
     assert project.run("--eval-resume=last").ret == 1  # completed trials that failed still fail
 
 
+# Metadata JSON cannot hold, chosen by the item's id; "ok" holds values JSON has no type for.
+ODD_METADATA = """
+import datetime
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+loop = {}
+loop["self"] = loop
+METADATA = {"list": [1, 2], "loop": loop, "keys": {(1, 2): "pair"}, "ok": {"when": {datetime.date(2026, 1, 2)}}}
+
+
+class Detailed(BaseMetric):
+    def __init__(self):
+        super().__init__(name="detailed")
+
+    def score(self, output, **ignored):
+        return ScoreResult(name=self.name, value=1.0, metadata=METADATA[output])
+"""
+
+
+def test_metadata_json_cannot_hold_fails_its_score_naming_the_metric_and_keeps_the_rest(
+    project: Project,
+) -> None:
+    project.dataset(items("list", "loop", "keys", "ok"))
+    project.eval_test(imports=ODD_METADATA, metrics="[Detailed(), Equals()]")
+
+    result, report = project.run_report("--eval")
+
+    assert "INTERNALERROR" not in result.stdout.str()
+    result.assert_outcomes(passed=1, failed=3)
+    result.stdout.fnmatch_lines_random(
+        [
+            "*detailed       scoring failed: Detailed.score() returned metadata for 'detailed' that is "
+            "[[]1, 2[]] (a list); metadata must be a dict (or None)",
+            "*detailed       scoring failed: Detailed.score() returned metadata for 'detailed' that is "
+            "nested more than 200 levels deep (or contains itself); flatten it",
+            "*detailed       scoring failed: Detailed.score() returned metadata for 'detailed' that JSON "
+            "cannot hold (keys must be str, int, float, bool or None, not tuple); use string keys",
+            "FAILED test_eval.py::test_qa[[]list-t0[]] - Failed: item list (trial 0)*",
+            "FAILED test_eval.py::test_qa[[]loop-t0[]] - Failed: item loop (trial 0)*",
+        ]
+    )
+    # Each trial keeps its output and its other score; the value JSON has no type for is its repr.
+    trials = {t["dataset_item_id"]: t for t in report["experiments"][0]["trials"]}
+    for item in ("list", "loop", "keys"):
+        assert trials[item]["output"] == {"output": item}
+        detailed, equals = trials[item]["scores"]
+        assert (detailed["scoring_failed"], detailed["metadata"]) == (True, None)
+        assert (equals["name"], equals["value"]) == ("equals_metric", 1.0)
+    assert trials["ok"]["scores"][0]["metadata"] == {"when": "{datetime.date(2026, 1, 2)}"}
+    assert trials["ok"]["passed"] is True
+
+
 def _plant_null_score(project: Project, item_id: str) -> None:
     """What an earlier version wrote for a metric that returned NaN: the score's value as null."""
     db = sqlite3.connect(project.store_path)

@@ -386,6 +386,25 @@ def test_page_in_chromium(page: Any, tmp_path: Path) -> None:
     assert page.problems == []
 
 
+def test_a_scores_metadata_is_shown_as_text_in_its_trial(page: Any, tmp_path: Path) -> None:
+    judged = trial("a", 0, 1.0)
+    accuracy, relevance = judged.scores
+    metadata = {"judge": INJECTION, "tokens": 12}
+    judged = judged.model_copy(
+        update={"scores": [accuracy.model_copy(update={"metadata": metadata}), relevance]}
+    )
+    path = tmp_path / "eval.html"
+    write_html(Report(run_id=None, resumed=None, experiments=[experiment([judged])]), {}, path)
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    page.click("tr.item-row[data-item-id=a]")
+    rows = page.locator(".item-details tr.score")
+    assert rows.nth(0).locator("td.metadata pre").inner_text() == json.dumps(metadata, indent=2)
+    assert rows.nth(1).locator("td.metadata").count() == 0  # a score without metadata: no cell
+    assert page.locator("script").count() == 2
+    assert page.problems == []
+
+
 def test_ten_thousand_trials_load_without_freezing(page: Any, tmp_path: Path) -> None:
     report, items = large_report()
     path = tmp_path / "large.html"

@@ -84,6 +84,47 @@ def test_a_run_is_recorded_in_opiks_format(project: Project, opik: OpikTestServe
     assert experiment_scores == {"equals_metric.mean": 1.0, "pass_rate": 1.0}
 
 
+def test_a_scores_metadata_goes_to_the_trace_as_no_feedback_score_carries_it(
+    project: Project, opik: OpikTestServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test(
+        metrics="[Judge()]",
+        imports="""
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+class Judge(BaseMetric):
+    def score(self, output, **ignored):
+        return ScoreResult(name="judge", value=1.0, reason="fine", metadata={"item": output, "tokens": [3, 4]})
+""",
+    )
+    project.run("--eval").assert_outcomes(passed=2)
+    experiment_id = project.last_experiment_id()
+    by_item = {
+        trace["metadata"]["dataset_item_id"]: trace["metadata"].get("score_metadata")
+        for trace in opik.traces.values()
+    }
+    assert by_item == {
+        "a": {"judge": {"item": "a", "tokens": [3, 4]}},
+        "b": {"judge": {"item": "b", "tokens": [3, 4]}},
+    }
+    # As the Opik SDK sends them: name, value and reason (its feedback scores have no metadata).
+    assert {(s["name"], s["value"], s["reason"], "metadata" in s) for s in opik.feedback_scores} == {
+        ("judge", 1.0, "fine", False)
+    }
+
+    # Read back from the server, by a machine without the spool.
+    project.store_path.unlink()
+    assert opik_eval(["--backend", "opik", "--store", str(project.store_path), "show", experiment_id]) == 0
+    stored = {
+        t.dataset_item_id: [(s.name, s.metadata) for s in t.scores] for t in project.trials(experiment_id)
+    }
+    assert stored == {
+        "a": [("judge", {"item": "a", "tokens": [3, 4]})],
+        "b": [("judge", {"item": "b", "tokens": [3, 4]})],
+    }
+
+
 def test_a_second_run_reuses_the_uploaded_dataset(project: Project, opik: OpikTestServer) -> None:
     project.dataset(items("a", "b"), name="qa.jsonl")
     project.eval_test(dataset='"qa.jsonl"')

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+import sqlite3
+
 from conftest import Project, items
 
 
@@ -250,6 +254,54 @@ class FirstLetter:  # not a BaseMetric: duck-typed like the Opik SDK's metrics
         "threshold": None,
         "pass_rate": None,
     }
+
+
+# A metric that explains its score in ScoreResult.metadata, as an LLM judge would; a date is a
+# value JSON cannot hold, and item "b" gets none.
+JUDGE_METRIC = """
+import datetime
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+class Judge(BaseMetric):
+    def __init__(self):
+        super().__init__(name="judge", threshold=1.0)
+
+    def score(self, output, reference, **ignored):
+        if output == "b":
+            return ScoreResult(name=self.name, value=1.0)
+        metadata = {"verdict": "same", "tokens": {"in": 12, "out": None}, "on": datetime.date(2026, 1, 2)}
+        return ScoreResult(name=self.name, value=float(output == reference), metadata=metadata)
+"""
+
+
+def test_a_scores_metadata_is_kept_in_the_store_and_the_reports(project: Project) -> None:
+    project.dataset(items("a", "b"))
+    project.eval_test(imports=JUDGE_METRIC, metrics="[Judge()]")
+    result, report = project.run_report("--eval", "--eval-html=report.html")
+    result.assert_outcomes(passed=2)
+    metadata = {"verdict": "same", "tokens": {"in": 12, "out": None}, "on": "datetime.date(2026, 1, 2)"}
+
+    stored = {t.dataset_item_id: t.scores for t in project.trials()}
+    assert [(s.name, s.value, s.metadata) for s in stored["a"]] == [("judge", 1.0, metadata)]
+    assert [(s.name, s.metadata) for s in stored["b"]] == [("judge", None)]
+    # A score without metadata is stored as before, so that an earlier version still reads it.
+    db = sqlite3.connect(project.store_path)
+    [[text]] = db.execute("SELECT scores FROM attempts WHERE scores NOT LIKE '%metadata%'").fetchall()
+    db.close()
+    assert json.loads(text) == [{"name": "judge", "value": 1.0, "scoring_failed": False}]
+
+    trials = {t["dataset_item_id"]: t for t in report["experiments"][0]["trials"]}
+    assert trials["a"]["scores"] == [
+        {"name": "judge", "value": 1.0, "reason": None, "scoring_failed": False, "metadata": metadata}
+    ]
+    assert trials["b"]["scores"][0]["metadata"] is None
+
+    html = (project.path / "report.html").read_text()
+    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html, re.S)
+    assert match is not None
+    [experiment] = json.loads(match.group(1))["experiments"]
+    shown = {item["id"]: item["trials"][0]["scores"] for item in experiment["items"]}
+    assert shown == {"a": [["judge", 1.0, None, False, metadata]], "b": [["judge", 1.0, None, False]]}
 
 
 def test_scoring_key_mapping_callable(project: Project) -> None:
