@@ -140,10 +140,10 @@ def _sync(store_path: Path, timeout: float) -> int:
     from pytest_opik_eval.store.opik.client import OpikClient, OpikUnavailable
     from pytest_opik_eval.store.opik.config import read_settings, sync_command
     from pytest_opik_eval.store.opik.sender import drain
-    from pytest_opik_eval.store.opik.store import unsent_line
+    from pytest_opik_eval.store.opik.spool import Spool, unsent_line
 
     try:
-        spool = LocalStore(store_path, create=False, option="--store")
+        spool = Spool(store_path, create=False, option="--store")
     except StoreError as error:
         print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2

@@ -55,14 +55,14 @@ from pytest_opik_eval.run.distributed import (
     is_controller,
 )
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
+from pytest_opik_eval.store.backends import backend, held_dataset
+from pytest_opik_eval.store.base import end_begins
 from pytest_opik_eval.verdict.gates import settings_for_resume
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions
-
-OPIK_DATASET = "opik:"  # dataset="opik:NAME" evaluates a dataset stored on the Opik server
 
 
 class EvalSession:
@@ -110,35 +110,19 @@ class EvalSession:
         supplied: Store | None = self.config.hook.pytest_opik_eval_store(config=self.config)
         if supplied is not None:
             return supplied
-        if self.options.backend == "opik":
-            from pytest_opik_eval.store.opik.config import read_settings
-            from pytest_opik_eval.store.opik.store import OpikStore
-
-            return OpikStore(
-                read_settings(),
-                self.options.store_path,
-                create=create,
-                sync_timeout=self.options.sync_timeout,
-                sync_command=self.options.sync_command,
-                # A worker leaves what is left to the controller, so the budget bounds the whole end.
-                drain_at_end=not self.worker,
-            )
-        from pytest_opik_eval.store.local import LocalStore
-
-        return LocalStore(self.options.store_path, create=create)
+        return backend(self.options.backend).open(
+            self.options.store_path,
+            create=create,
+            sync_timeout=self.options.sync_timeout,
+            sync_command=self.options.sync_command,
+            # A worker leaves what is left to the controller, so the budget bounds the whole end.
+            drain_at_end=not self.worker,
+        )
 
     # -- start ---------------------------------------------------------------------------
 
     def pytest_report_header(self) -> list[str]:
-        if self.options.backend == "opik":
-            from pytest_opik_eval.store.opik.config import read_settings
-
-            line = f"eval backend: {read_settings().describe()}; spool {self.options.store_path}"
-        else:
-            source = self.options.store_source
-            # The default follows pytest's rootdir (like .pytest_cache), not the working directory.
-            where = "default: under the rootdir" if source == "default" else f"from {source}"
-            line = f"eval store: {self.options.store_path} ({where})"
+        line = backend(self.options.backend).describe(self.options.store_path, self.options.store_source)
         if self.resume is not None:
             line += f"; resuming {self.resume.requested} (run {self.resume.run.id})"
         return [line]
@@ -156,11 +140,11 @@ class EvalSession:
             self.config.pluginmanager.register(Controller(self.config, handoff), "opik_eval_controller")
 
     def _start(self) -> None:
-        if self.options.backend == "opik" and self.options.resume is None:
+        if backend(self.options.backend).checked_at_start and self.options.resume is None:
             try:  # credentials and the server are checked before anything runs
                 self._store = self._open_store(create=False)
             except StoreError as error:
-                raise pytest.UsageError(f"--eval-backend=opik: {error}") from None
+                raise pytest.UsageError(f"--eval-backend={self.options.backend}: {error}") from None
         # Ids given on the command line are checked before anything runs (exit code 4).
         if self.options.resume is not None:
             try:
@@ -227,24 +211,15 @@ class EvalSession:
 
     def _load_dataset(self, spec: EvalSpec, base_dir: Path) -> Dataset:
         source = spec.dataset
-        if not (isinstance(source, str) and source.startswith(OPIK_DATASET)):
+        name = held_dataset(source)
+        if name is None:
             return load_dataset(source, base_dir)
-        if self.options.backend != "opik":
-            raise DatasetError(
-                f"dataset {source!r} lives on an Opik server: run with --eval-backend=opik "
-                "(or PYTEST_OPIK_EVAL_BACKEND=opik) and the OPIK_* settings"
-            )
-        from pytest_opik_eval.store.opik.client import OpikError
-        from pytest_opik_eval.store.opik.store import OpikStore
-
-        store = self.store()
-        assert isinstance(store, OpikStore)
         filters = spec.filter.to_opik() if spec.filter is not None else None
         try:
-            items = store.load_dataset(source[len(OPIK_DATASET) :], filters)
-        except (StoreError, OpikError) as error:
+            items = backend(self.options.backend).dataset(self.store, name, filters)
+        except StoreError as error:
             raise DatasetError(str(error)) from None
-        return Dataset(source=source, path=None, items=items, version=content_hash(items))
+        return Dataset(source=str(source), path=None, items=items, version=content_hash(items))
 
     def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord) -> None:
         changes = changes_since(stored, plan.spec)
@@ -571,14 +546,9 @@ class EvalSession:
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
-        if self.options.backend == "opik":
-            from pytest_opik_eval.store.opik.store import OpikStore
-
-            store = self.store()
-            if isinstance(store, OpikStore):
-                # Reading back from the server spends the end's budget (--eval-sync-timeout),
-                # which the drain in flush() then shares.
-                store.end_begins()
+        # Reading back from the server spends the end's budget (--eval-sync-timeout), which the
+        # drain in flush() then shares.
+        end_begins(self.store())
         try:
             return self.store().find(self.run_id)[1]
         except ExperimentNotFound:

@@ -17,6 +17,7 @@ from conftest import Project, items
 from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.options import STORE_ENV
 from pytest_opik_eval.store.local import APPLICATION_ID, LocalStore
+from pytest_opik_eval.store.opik.spool import Spool
 
 LABELS = [f"item-{i}" for i in range(5)]
 
@@ -391,7 +392,7 @@ def test_an_sql_error_that_is_not_the_disks_is_not_reported_as_a_store_fault(tmp
     # as "cannot write to the eval store ...; check the disk", which would send a user looking
     # at the wrong thing. (A unit test: the plugin's own SQL has no such bug to trigger.)
     path = tmp_path / "store.db"
-    store = LocalStore(path)
+    store = Spool(path)
     try:
         store.flush()
         with sqlite3.connect(path) as other:

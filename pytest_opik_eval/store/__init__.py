@@ -1,14 +1,13 @@
 """Where runs, experiments and trials are recorded: one small interface, several backends.
 
 The local SQLite store is the default; a plugin can supply another through the
-``pytest_opik_eval_store`` hook by implementing :class:`Store`.
+``pytest_opik_eval_store`` hook by implementing :class:`Store` (``base``). ``backends`` opens
+the stores this plugin ships.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
-
+from pytest_opik_eval.store.base import Store, StoreExtras
 from pytest_opik_eval.store.records import (
     DatasetRecord,
     ExperimentRecord,
@@ -32,79 +31,7 @@ __all__ = [
     "ScoreRecord",
     "Selection",
     "Store",
+    "StoreExtras",
     "TrialRecord",
     "TrialState",
 ]
-
-
-class Store(Protocol):
-    """The storage interface. Every write is durable when the call returns."""
-
-    @property
-    def location(self) -> str:
-        """Where the store is, for messages (a file path, a URL)."""
-        ...
-
-    def create_run(
-        self,
-        run: RunRecord,
-        experiments: Sequence[ExperimentRecord],
-        trials: Sequence[PlannedTrial],
-    ) -> None:
-        """Record a run, its experiments and their planned trials, all or nothing."""
-        ...
-
-    def start_attempt(self, trial_id: str, session_id: str) -> str:
-        """Record that a trial starts (pending) and return the new attempt's id."""
-        ...
-
-    def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None: ...
-
-    def record_scores(self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool) -> None: ...
-
-    def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
-        """Clear the pending marker: the attempt reached its happy-path line. The first attempt
-        of a trial to complete stands, except that ``replaces`` names an attempt of the same
-        trial completed earlier in this process, which this one replaces: a rerun in the same
-        session (pytest-rerunfailures, pytest-retry). The keyword is passed only for a rerun."""
-        ...
-
-    def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
-        """At the end of a session: whether the experiment's gates were all met with nothing
-        pending (so that ``--eval-baseline=last-passing`` can find it), and its aggregate scores."""
-        ...
-
-    def flush(self) -> str | None:
-        """Make sure every write has reached the store; return one line for the summary when
-        some could not be (e.g. ``3 writes wait to be sent: run opik-eval sync``)."""
-        ...
-
-    def notices(self) -> list[str]:
-        """Advice for the user gathered since the last call (a damaged journal line, a server
-        problem), for the terminal summary; a store never emits Python warnings, which a
-        project's ``-W error`` would turn into errors."""
-        ...
-
-    def last_passing(self, test: str, params: str, before: str) -> ExperimentRecord | None:
-        """The newest experiment of this test (and parametrize id) older than experiment
-        ``before`` whose recorded verdict is passing, if any."""
-        ...
-
-    def runs(self) -> list[RunSummary]:
-        """Every run, newest first."""
-        ...
-
-    def find(self, target: str) -> tuple[RunRecord, list[ExperimentRecord]]:
-        """The run with id ``target`` and its experiments, or the run of experiment ``target``
-        with only that experiment; ``last`` is the newest run. Raises ``ExperimentNotFound``."""
-        ...
-
-    def trials(self, experiment_id: str) -> list[TrialRecord]:
-        """The experiment's planned trials in plan order, read fresh."""
-        ...
-
-    def trial_states(self, experiment_id: str) -> list[TrialState]:
-        """The same trials, with only whether each is completed: quick for 100,000 of them."""
-        ...
-
-    def close(self) -> None: ...

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 from urllib.parse import quote
 
 from pydantic import TypeAdapter
@@ -83,25 +83,7 @@ CREATE TABLE attempts (
     passed INTEGER
 );
 CREATE INDEX attempts_trial ON attempts(trial_id, id);
-CREATE TABLE outbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- send order
-    kind TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    error TEXT  -- set when the server refused it: kept, not retried
-);
-CREATE TABLE renewed_ids (
-    old TEXT PRIMARY KEY,
-    new TEXT NOT NULL
-);
-CREATE TABLE remote_experiments (
-    experiment_id TEXT PRIMARY KEY,
-    info TEXT NOT NULL
-);
 """
-
-# A write for a remote store, kept in the same transaction as the local change it mirrors, so a
-# crash can never record one without the other: (kind, JSON payload).
-Message = tuple[str, str]
 
 _BUSY_TIMEOUT = 60.0  # seconds to wait for another process's hold on the file
 
@@ -273,6 +255,12 @@ def _file_size_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
+def scores_text(scores: Sequence[ScoreRecord]) -> str:
+    """A trial's scores as stored, without the fields that are None (metadata, a reason): an
+    earlier version, which knows no metadata, still reads every score that has none."""
+    return _scores_json.dump_json(list(scores), exclude_none=True).decode()
+
+
 def _read_scores(text: str | None) -> list[ScoreRecord]:
     # Parsed and validated by pydantic-core in one step: 4x quicker than model_construct on
     # json.loads, which counts when the end of a session reads 100,000 trials.
@@ -390,8 +378,8 @@ class LocalStore:
     ) -> None:
         """``create=False`` only reads: a missing or empty file is a store with no runs.
         ``option`` is the option that names the store, for error messages. ``journaled=False``
-        commits each trial write to the file at once (a spool, whose outbox rows must be
-        committed with the write they mirror)."""
+        commits each trial write to the file at once (a subclass's rows, see ``_write_along``,
+        commit with the write they go with)."""
         self.path = path
         self._option = option
         self._lock = threading.RLock()
@@ -456,6 +444,7 @@ class LocalStore:
                 return None
             if uri is None:
                 _use_wal(db)
+                self._create_extra_tables(db)
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
@@ -550,6 +539,12 @@ class LocalStore:
             db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
+    def _create_extra_tables(self, db: sqlite3.Connection) -> None:
+        # A statement whose table exists writes nothing, and needs no write access.
+        for statement in self.EXTRA_SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+
     def _ignore_folder(self) -> None:
         # Like .pytest_cache: the default folder holds only our files, so keep it out of git.
         folder = self.path.parent
@@ -601,31 +596,22 @@ class LocalStore:
             )
 
     @_writing
-    def start_attempt(
-        self, trial_id: str, session_id: str, *, attempt_id: str | None = None, outbox: Sequence[Message] = ()
-    ) -> str:
+    def start_attempt(self, trial_id: str, session_id: str, *, attempt_id: str | None = None) -> str:
         attempt_id = attempt_id or uuid7()
-        self._record(("start", attempt_id, trial_id, session_id, _now()), outbox)
+        self._record(("start", attempt_id, trial_id, session_id, _now()))
         return attempt_id
 
     @_writing
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
-        self._record(("output", _output_json(output), attempt_id), ())
+        self._record(("output", _output_json(output), attempt_id))
 
     @_writing
-    def record_scores(
-        self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool, *, outbox: Sequence[Message] = ()
-    ) -> None:
-        # Without the fields that are None (metadata, a reason): an earlier version, which knows
-        # no metadata, still reads every score that has none.
-        text = _scores_json.dump_json(list(scores), exclude_none=True).decode()
-        self._record(("scores", text, int(passed), attempt_id), outbox)
+    def record_scores(self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool) -> None:
+        self._record(("scores", scores_text(scores), int(passed), attempt_id))
 
     @_writing
-    def complete_attempt(
-        self, attempt_id: str, *, replaces: str | None = None, outbox: Sequence[Message] = ()
-    ) -> None:
-        self._record(("complete", attempt_id, attempt_id, replaces), outbox)
+    def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
+        self._record(("complete", attempt_id, attempt_id, replaces))
 
     @_writing
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
@@ -635,9 +621,8 @@ class LocalStore:
     def flush(self) -> None:
         self._fold_or_keep()  # so that other processes (an xdist controller) read it all
 
-    def _record(self, event: journal.Event, outbox: Sequence[Message]) -> None:
+    def _record(self, event: journal.Event) -> None:
         if self._journaled:
-            assert not outbox, "a store with an outbox is not journaled"
             if self._journal is None:
                 self._conn()  # the file first: a journal is folded into it
                 # Say now, before the first trial runs, that its writes could never be folded.
@@ -652,7 +637,18 @@ class LocalStore:
         db = self._conn()
         with _transaction(db):
             _apply(db, [event])
-            db.executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox)
+            self._write_along(db)
+
+    # -- what a subclass adds (store/opik/spool.py) --------------------------------------
+
+    # A subclass's own tables, as CREATE TABLE IF NOT EXISTS (or INDEX) statements: they are
+    # made whenever the file is opened to be written, so a store made without them gains them.
+    EXTRA_SCHEMA: ClassVar[str] = ""
+
+    def _write_along(self, db: sqlite3.Connection) -> None:
+        """Rows a subclass writes in the same transaction as a trial write, which then commit
+        together or not at all: called only in a store that is not journaled (``journaled=False``),
+        under the store's lock."""
 
     def _fold_or_keep(self) -> bool:
         """Fold this process's journal into the file, or, when the file cannot be written (a full
@@ -748,51 +744,7 @@ class LocalStore:
             if not db.in_transaction:
                 db.execute("PRAGMA foreign_keys=ON")
 
-    # -- the outbox of a remote store, and what it knows of remote experiments ----------------
-
-    @_writing
-    def enqueue(self, outbox: Sequence[Message]) -> None:
-        self._conn().executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox)
-
-    @_locked
-    def outbox_batch(self, limit: int) -> list[tuple[int, str, str]]:
-        """The oldest messages still to send, in order."""
-        if self._db is None:
-            return []
-        rows = self._db.execute(
-            "SELECT id, kind, payload FROM outbox WHERE error IS NULL ORDER BY id LIMIT ?", (limit,)
-        ).fetchall()
-        return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
-
-    @_writing
-    def outbox_sent(self, ids: Sequence[int]) -> None:
-        self._conn().executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
-
-    @_writing
-    def outbox_refused(self, ids: Sequence[int], error: str) -> None:
-        self._conn().executemany("UPDATE outbox SET error = ? WHERE id = ?", [(error, i) for i in ids])
-
-    @_locked
-    def outbox_counts(self) -> tuple[int, int]:
-        """(waiting to be sent, refused by the server)."""
-        if self._db is None:
-            return 0, 0
-        row = self._db.execute("SELECT count(*) - count(error), count(error) FROM outbox").fetchone()
-        return int(row[0]), int(row[1])
-
-    @_locked
-    def outbox_links(self, trace_id: str) -> bool:
-        """Whether an experiment item for this trace is still waiting in the outbox."""
-        row = (
-            self._conn()
-            .execute(
-                "SELECT 1 FROM outbox WHERE kind = 'experiment_item' AND error IS NULL"
-                " AND payload LIKE ? LIMIT 1",
-                (f'%"trace_id": "{trace_id}"%',),
-            )
-            .fetchone()
-        )
-        return row is not None
+    # -- merging ------------------------------------------------------------------------
 
     @_writing
     def merge_from(self, source: Path) -> int:
@@ -817,85 +769,6 @@ class LocalStore:
         finally:
             db.execute("DETACH DATABASE source")
         return int(runs)
-
-    @_locked
-    def renewed_id(self, old: str) -> str | None:
-        row = self._conn().execute("SELECT new FROM renewed_ids WHERE old = ?", (old,)).fetchone()
-        return None if row is None else str(row[0])
-
-    @_writing
-    def renew_id(self, old: str, new: str) -> str:
-        """Record that the remote object ``old`` is sent as ``new`` from now on."""
-        self._conn().execute("INSERT OR REPLACE INTO renewed_ids (old, new) VALUES (?, ?)", (old, new))
-        return new
-
-    @_writing
-    def save_remote(self, experiment_id: str, info: str) -> None:
-        self._conn().execute(
-            "INSERT OR REPLACE INTO remote_experiments (experiment_id, info) VALUES (?, ?)",
-            (experiment_id, info),
-        )
-
-    @_locked
-    def remote(self, experiment_id: str) -> str | None:
-        if self._db is None:
-            return None
-        row = self._db.execute(
-            "SELECT info FROM remote_experiments WHERE experiment_id = ?", (experiment_id,)
-        ).fetchone()
-        return None if row is None else str(row[0])
-
-    @_locked
-    def attempt_ids(self, experiment_id: str) -> set[str]:
-        """The ids of every attempt recorded here for the experiment."""
-        with self._reading():
-            if self._db is None:
-                return set()
-            rows = self._db.execute(
-                "SELECT a.id FROM attempts a JOIN trials t ON t.id = a.trial_id WHERE t.experiment_id = ?",
-                (experiment_id,),
-            ).fetchall()
-        return {str(row[0]) for row in rows}
-
-    @_writing
-    def import_attempt(
-        self,
-        experiment_id: str,
-        item_id: str,
-        trial: int,
-        attempt_id: str,
-        output: Mapping[str, Any] | None,
-        scores: Sequence[ScoreRecord],
-        passed: bool | None,
-        completed: bool,
-    ) -> None:
-        """Record an attempt another machine or tool made, unless it is already here."""
-        db = self._conn()
-        row = db.execute(
-            "SELECT id FROM trials WHERE experiment_id = ? AND dataset_item_id = ? AND trial = ?",
-            (experiment_id, item_id, trial),
-        ).fetchone()
-        if row is None:
-            return
-        with _transaction(db):
-            db.execute(
-                "INSERT OR IGNORE INTO attempts"
-                " (id, trial_id, session_id, started_at, output, scores, passed)"
-                " VALUES (?, ?, 'remote', ?, ?, ?, ?)",
-                (
-                    attempt_id,
-                    row[0],
-                    _now(),
-                    None if output is None else _output_json(output),
-                    _scores_json.dump_json(list(scores), exclude_none=True).decode(),
-                    None if passed is None else int(passed),
-                ),
-            )
-            if completed:
-                db.execute(
-                    "UPDATE trials SET completed_attempt = ? WHERE id = ? AND completed_attempt IS NULL",
-                    (attempt_id, row[0]),
-                )
 
     # -- reads ---------------------------------------------------------------------------
 

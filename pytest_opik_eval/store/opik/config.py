@@ -14,6 +14,7 @@ DEFAULT_WORKSPACE = "default"
 DEFAULT_PROJECT = "Default Project"
 SYNC_TIMEOUT = 30.0  # seconds to send what is left at the end of a session (--eval-sync-timeout)
 SYNC_COMMAND = "opik-eval sync"  # sends what a session left in the default spool
+DATASET_PREFIX = "opik:"  # dataset="opik:NAME": a dataset that lives on the Opik server
 
 # setting -> (environment variable, key in the [opik] section of the config file)
 _SOURCES = {

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_opik_eval.ids import uuid7
-from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.opik.client import OpikClient, OpikHTTPError, OpikUnavailable
+from pytest_opik_eval.store.opik.spool import Spool
 
 BATCH = 500  # messages read from the outbox at a time
 # Opik Cloud refuses a new trace whose UUID v7 time is more than its window (24 hours by
@@ -21,7 +21,7 @@ BATCH = 500  # messages read from the outbox at a time
 REKEY_AFTER_MS = 11 * 3600 * 1000
 
 
-def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: LocalStore) -> None:
+def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: Spool) -> None:
     """Send one batch, grouped by kind, in the order that keeps references valid: traces before
     the experiment items and scores that point at them. Raises what the client raises."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -46,7 +46,7 @@ def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: 
         client.request("PATCH", f"experiments/{update['id']}", body={"experiment_scores": update["scores"]})
 
 
-def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: LocalStore) -> None:
+def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool) -> None:
     renewed: dict[str, str] = {}
     now_ms = time.time_ns() // 1_000_000
     for trace in by_kind.get("trace", []):
@@ -77,7 +77,7 @@ def _ignore(error: OpikHTTPError) -> None:
 
 
 def drain(
-    spool: LocalStore,
+    spool: Spool,
     client: OpikClient,
     *,
     until: float,
@@ -152,7 +152,7 @@ class Sender:
 
     def _run(self) -> None:
         try:
-            spool = LocalStore(self._spool_path)  # its own connection: SQLite connections stay in one thread
+            spool = Spool(self._spool_path)  # its own connection: SQLite connections stay in one thread
         except Exception as error:
             self._trouble("could not open the spool", error)
             return

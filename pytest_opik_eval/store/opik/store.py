@@ -11,27 +11,27 @@ The local SQLite store at the spool path keeps everything this machine records, 
 of the writes for the server, committed with the local change they mirror; a background thread
 sends them in batches. So trials never wait on the network, and a server that goes away loses
 nothing: what could not be sent is sent later, at session end, or by ``opik-eval sync``.
+
+Its parts: ``spool`` (the local store and its outbox), ``payloads`` (what is sent, in the Opik
+SDK's formats), ``datasets`` (the server's datasets), ``sender`` (the background sender) and
+``client`` (HTTP).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from pytest_opik_eval.collect.datasets import canonical_json, content_hash
+from pytest_opik_eval.collect.datasets import content_hash
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
-from pytest_opik_eval.ids import node_id, uuid7, uuid7_for, uuid7_from_name
-from pytest_opik_eval.store.local import LocalStore, Message
+from pytest_opik_eval.ids import node_id, uuid7
+from pytest_opik_eval.store.opik import payloads
 from pytest_opik_eval.store.opik.client import (
     OpikBadAnswer,
     OpikClient,
@@ -39,8 +39,11 @@ from pytest_opik_eval.store.opik.client import (
     OpikHTTPError,
     OpikUnavailable,
 )
-from pytest_opik_eval.store.opik.config import SYNC_COMMAND, SYNC_TIMEOUT, OpikSettings
+from pytest_opik_eval.store.opik.config import DATASET_PREFIX, SYNC_COMMAND, SYNC_TIMEOUT, OpikSettings
+from pytest_opik_eval.store.opik.datasets import PAGE, RemoteExperiment, ServerDatasets
+from pytest_opik_eval.store.opik.payloads import OURS_KEY, PENDING_KEY, RESUME_KEY, AttemptInfo, TrialInfo
 from pytest_opik_eval.store.opik.sender import Sender, drain
+from pytest_opik_eval.store.opik.spool import Message, Spool, unsent_line
 from pytest_opik_eval.store.records import (
     DatasetRecord,
     ExperimentRecord,
@@ -52,74 +55,6 @@ from pytest_opik_eval.store.records import (
     TrialRecord,
     TrialState,
 )
-
-PENDING_KEY = "_opik_evaluation_pending"
-RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_resume() works too
-OURS_KEY = "_pytest_opik_eval"  # what this plugin needs beyond it: the plan, the item id mapping
-DATASET_PREFIX = "opik:"
-_PAGE = 1000
-
-
-class RemoteExperiment(BaseModel):
-    """The server side of an experiment, kept in its metadata and in the spool."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    dataset_name: str
-    dataset_id: str
-    version_id: str | None = None
-    version_name: str | None = None
-    version_hash: str | None = None
-    item_ids: dict[str, str]  # this plugin's item id -> the server's dataset item id
-
-    @classmethod
-    def at(
-        cls, name: str, dataset_id: str, version: Mapping[str, Any], item_ids: dict[str, str]
-    ) -> RemoteExperiment:
-        """The dataset ``name`` at ``version`` (a version as the server describes it, or {})."""
-        return cls(
-            dataset_name=name,
-            dataset_id=dataset_id,
-            version_id=version.get("id"),
-            version_name=version.get("version_name"),
-            version_hash=version.get("version_hash"),
-            item_ids=item_ids,
-        )
-
-
-@dataclass
-class _Trial:
-    experiment_id: str
-    item: dict[str, Any]
-    trial: int
-    node_id: str
-    server_item_id: str
-
-
-@dataclass
-class _Attempt:
-    trial_id: str
-    started: str
-    link_id: str  # the id of the experiment item that ties its trace to the experiment
-    output: dict[str, Any] | None = None
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    score_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # score name -> metadata
-    passed: bool | None = None
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def dataset_name(experiment: ExperimentRecord) -> str:
-    """The server dataset of an experiment: ``opik:NAME``'s name, the marker's ``dataset_name``,
-    a file's stem, or the test's name."""
-    source = experiment.dataset.source
-    if experiment.dataset.name:
-        return experiment.dataset.name
-    if source.startswith(DATASET_PREFIX):
-        return source[len(DATASET_PREFIX) :]
-    return Path(source).stem if experiment.dataset.path else experiment.name
 
 
 class OpikStore:
@@ -142,7 +77,7 @@ class OpikStore:
         rest to the controller, whose drain alone takes the budget."""
         self.settings = settings
         self.client = client or OpikClient(settings)
-        self.spool = LocalStore(spool_path, create=create, journaled=False)
+        self.spool = Spool(spool_path, create=create)
         self.sender = Sender(spool_path, self.client)
         self.sync_timeout = sync_timeout
         self.sync_command = sync_command
@@ -151,8 +86,9 @@ class OpikStore:
         self._last_failure: OpikUnavailable | None = None
         self._last_refusal: OpikHTTPError | None = None
         self._end_deadline: float | None = None  # see end_begins
-        self._trials: dict[str, _Trial] = {}
-        self._attempts: dict[str, _Attempt] = {}
+        self.datasets = ServerDatasets(self.client, settings)
+        self._trials: dict[str, TrialInfo] = {}
+        self._attempts: dict[str, AttemptInfo] = {}
         try:
             self._check_access()
         except BaseException:
@@ -192,6 +128,14 @@ class OpikStore:
         """Raise ``StoreUnwritable`` now if the spool cannot be written (see ``LocalStore``)."""
         self.spool.check_writable()
 
+    def load_dataset(self, name: str, filters: list[dict[str, str]] | None) -> list[dict[str, Any]]:
+        """The items of server dataset ``name`` (the filter applied by the server), each as the
+        Opik SDK hands it to a task: its data with the server's ``id``."""
+        try:
+            return self.datasets.load(name, filters)
+        except OpikError as error:
+            raise StoreError(str(error)) from None
+
     # -- the run ----------------------------------------------------------------------------
 
     def create_run(
@@ -212,59 +156,21 @@ class OpikStore:
     def _create_experiment(
         self, run: RunRecord, experiment: ExperimentRecord, planned: Sequence[PlannedTrial]
     ) -> RemoteExperiment:
-        if experiment.dataset.source.startswith(DATASET_PREFIX):
-            remote, dataset_size = self._server_dataset(dataset_name(experiment), experiment.items)
-        else:
-            remote, dataset_size = self._sync_dataset(dataset_name(experiment), experiment.items)
-        trial_count = experiment.selection.trial_count
-        whole_plan = len(planned) == len(experiment.items) * trial_count
-        selection = experiment.selection
-        exact = selection.item_ids is None and selection.sampler is None
-        resume_state = {
-            "schema_version": 1,
-            "resumable": remote.version_name is not None,
-            "default_runs_per_item": trial_count,
-            "dataset_filter_string": selection.filter,
-            "dataset_version_name": remote.version_name,
-            "nb_samples": selection.nb_samples,
-            # The SDK re-selects items from the pinned version with the filter and nb_samples;
-            # anything else (ids, a sampler, a dataset that holds more items) needs the ids.
-            "requires_local_checkpoint": not exact or len(set(remote.item_ids.values())) != dataset_size,
-        }
-        if not resume_state["resumable"]:
-            resume_state = {
-                "schema_version": 1,
-                "resumable": False,
-                "non_resumable_reason": "the server's dataset has no versions",
-            }
-        ours = {
-            "run": run.model_dump(),
-            "record": experiment.model_dump(exclude={"items"}),
-            "remote": remote.model_dump(),
-            "planned": None if whole_plan else [[t.dataset_item_id, t.trial] for t in planned],
-        }
+        remote, dataset_size = self.datasets.for_experiment(experiment)
+        state = payloads.resume_state(experiment, remote, dataset_size)
         if self._experiment_exists(experiment.id):
             return remote  # another shard or worker of the same run created it (same id)
         try:
             self.client.request(
                 "POST",
                 "experiments",
-                body={
-                    "id": experiment.id,
-                    "name": experiment.name,
-                    "dataset_name": remote.dataset_name,
-                    "project_name": self.settings.project,
-                    "metadata": {RESUME_KEY: json.dumps(resume_state), OURS_KEY: ours},
-                    "type": "regular",
-                    "evaluation_method": "dataset",
-                    **({"dataset_version_id": remote.version_id} if remote.version_id else {}),
-                },
+                body=payloads.experiment(run, experiment, remote, planned, state, self.settings.project),
             )
         except OpikHTTPError as error:
             # 409: another shard or worker of the same run created it first (same id).
             if error.status != 409:
                 raise
-        if resume_state.get("requires_local_checkpoint"):
+        if state.get("requires_local_checkpoint"):
             write_checkpoint(experiment.id, [remote.item_ids[item["id"]] for item in experiment.items])
         return remote
 
@@ -277,94 +183,6 @@ class OpikStore:
             raise
         return True
 
-    def _sync_dataset(self, name: str, items: Sequence[Mapping[str, Any]]) -> tuple[RemoteExperiment, int]:
-        """Make the server dataset hold these items (uploading only those it lacks, matched by
-        content); return the mapping from this plugin's item ids to the server's, and how many
-        items the dataset holds now."""
-        dataset_id = self._dataset_id(name)
-        existing = {canonical_json(data): item_id for item_id, data in self.stream_items(name)}
-        missing = []
-        item_ids = {}
-        for item in items:
-            key = canonical_json(item)
-            server_id = existing.get(key)
-            if server_id is None:
-                # Derived from the content: machines uploading the same item agree on its id, so a
-                # race between CI shards upserts one item instead of adding two.
-                server_id = existing[key] = uuid7_for(uuid7_from_name(f"dataset:{name}"), key)
-                missing.append({"id": server_id, "data": dict(item), "source": "sdk"})
-            item_ids[str(item["id"])] = server_id
-        for start in range(0, len(missing), _PAGE):
-            self.client.request(
-                "PUT", "datasets/items", body={"dataset_name": name, "items": missing[start : start + _PAGE]}
-            )
-        version = self._latest_version(dataset_id) or {}
-        remote = RemoteExperiment.at(name, dataset_id, version, item_ids)
-        return remote, len(existing)
-
-    def _server_dataset(self, name: str, items: Sequence[Mapping[str, Any]]) -> tuple[RemoteExperiment, int]:
-        """A dataset that lives on the server: its items keep their server ids."""
-        dataset_id = self._dataset_id(name, create=False)
-        version = self._latest_version(dataset_id) or {}
-        size = sum(1 for _ in self.stream_items(name))
-        remote = RemoteExperiment.at(
-            name, dataset_id, version, {str(item["id"]): str(item["id"]) for item in items}
-        )
-        return remote, size
-
-    def load_dataset(self, name: str, filters: list[dict[str, str]] | None) -> list[dict[str, Any]]:
-        """The items of server dataset ``name`` (the filter applied by the server), each as the
-        Opik SDK hands it to a task: its data with the server's ``id``."""
-        self._dataset_id(name, create=False)
-        return [{**data, "id": item_id} for item_id, data in self.stream_items(name, filters=filters)]
-
-    def _dataset_id(self, name: str, *, create: bool = True) -> str:
-        try:
-            return str(self.client.json("POST", "datasets/retrieve", body={"dataset_name": name})["id"])
-        except OpikHTTPError as error:
-            if error.status != 404:
-                raise
-            if not create:
-                raise StoreError(
-                    f"the Opik server {self.settings.url} (workspace {self.settings.workspace}) has no "
-                    f"dataset named {name!r}; create it in the Opik UI or with the Opik SDK"
-                ) from None
-        try:
-            self.client.request("POST", "datasets", body={"name": name})
-        except OpikHTTPError as error:
-            if error.status != 409:  # 409: another worker or shard created it first
-                raise
-        return str(self.client.json("POST", "datasets/retrieve", body={"dataset_name": name})["id"])
-
-    def _latest_version(self, dataset_id: str) -> dict[str, Any] | None:
-        try:
-            page = self.client.json("GET", f"datasets/{dataset_id}/versions", params={"page": 1, "size": 1})
-        except OpikHTTPError:
-            return None  # versioning is off on this server: the experiment cannot pin a version
-        content = (page or {}).get("content") or []
-        return dict(content[0]) if content else None
-
-    def stream_items(
-        self, name: str, version_hash: str | None = None, filters: list[dict[str, str]] | None = None
-    ) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Every item of the dataset (at a version, matching the filters), as (server id, data),
-        paging by cursor."""
-        last: str | None = None
-        while True:
-            body: dict[str, Any] = {"dataset_name": name, "steam_limit": _PAGE}
-            if filters:
-                body["filters"] = json.dumps(filters)
-            if last is not None:
-                body["last_retrieved_id"] = last
-            if version_hash is not None:
-                body["dataset_version"] = version_hash
-            rows = list(self.client.ndjson("datasets/items/stream", body))
-            for row in rows:
-                yield str(row["id"]), dict(row.get("data") or {})
-            if len(rows) < _PAGE:
-                return
-            last = str(rows[-1]["id"])
-
     def _remember(
         self,
         experiments: Sequence[ExperimentRecord],
@@ -375,7 +193,7 @@ class OpikStore:
         tests = {e.id: (e.test, e.params) for e in experiments}
         for t in trials:
             remote = remotes[t.experiment_id]
-            self._trials[t.id] = _Trial(
+            self._trials[t.id] = TrialInfo(
                 experiment_id=t.experiment_id,
                 item=items[t.experiment_id, t.dataset_item_id],
                 trial=t.trial,
@@ -385,60 +203,28 @@ class OpikStore:
 
     # -- each trial ---------------------------------------------------------------------------
 
-    def _link(self, attempt_id: str, trial: _Trial) -> dict[str, Any]:
-        """The experiment item that ties an attempt's trace to the experiment."""
-        return {
-            "experiment_id": trial.experiment_id,
-            "dataset_item_id": trial.server_item_id,
-            "trace_id": attempt_id,
-            "project_name": self.settings.project,
-        }
-
-    def _trace(
-        self, attempt_id: str, attempt: _Attempt, *, completed: bool, replaced_by: str | None = None
-    ) -> Message:
-        trial = self._trials[attempt.trial_id]
-        metadata: dict[str, Any] = {
-            PENDING_KEY: not completed,
-            "pytest_node_id": trial.node_id,
-            "trial": trial.trial,
-            "dataset_item_id": trial.item["id"],
-        }
-        if replaced_by is not None:
-            metadata["replaced_by"] = replaced_by  # a rerun in the same session completed instead
-        if attempt.errors:
-            metadata["scoring_errors"] = attempt.errors
-        if attempt.score_metadata:
-            metadata["score_metadata"] = attempt.score_metadata
-        if completed:
-            metadata["passed"] = attempt.passed  # the verdict, which Opik does not otherwise keep
-        trace = {
-            "id": attempt_id,
-            "project_name": self.settings.project,
-            "name": "evaluation_task",
-            "start_time": attempt.started,
-            "input": trial.item,
-            # Empty until the attempt completes: the released Opik SDK counts a trace with an
-            # output as a completed trial.
-            "output": attempt.output if completed else None,
-            "metadata": metadata,
-            "last_updated_at": _now(),
-        }
-        if completed:
-            trace["end_time"] = _now()
-        # For the sender only (never sent): to link the trace again if it must get a new id.
-        trace["_link"] = self._link(attempt_id, trial)
-        return "trace", json.dumps(trace, default=repr)
-
     def start_attempt(self, trial_id: str, session_id: str) -> str:
         attempt_id = uuid7()
-        attempt = self._attempts[attempt_id] = _Attempt(trial_id=trial_id, started=_now(), link_id=uuid7())
+        attempt = self._attempts[attempt_id] = AttemptInfo(
+            trial_id=trial_id, started=payloads.now(), link_id=uuid7()
+        )
         trial = self._trials[trial_id]
-        link = {"id": attempt.link_id, **self._link(attempt_id, trial)}
-        outbox = [self._trace(attempt_id, attempt, completed=False), ("experiment_item", json.dumps(link))]
+        outbox = [
+            self._trace(attempt_id, attempt, completed=False),
+            payloads.experiment_item(attempt_id, attempt, trial, self.settings.project),
+        ]
         self.spool.start_attempt(trial_id, session_id, attempt_id=attempt_id, outbox=outbox)
         self.sender.wake()
         return attempt_id
+
+    def _trace(
+        self, attempt_id: str, attempt: AttemptInfo, *, completed: bool, replaced_by: str | None = None
+    ) -> Message:
+        trial = self._trials[attempt.trial_id]
+        project = self.settings.project
+        return payloads.trace(
+            attempt_id, attempt, trial, project, completed=completed, replaced_by=replaced_by
+        )
 
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
         self.spool.record_output(attempt_id, output)
@@ -447,24 +233,11 @@ class OpikStore:
     def record_scores(self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool) -> None:
         attempt = self._attempts[attempt_id]
         attempt.passed = passed
-        # Failed scores are not sent as scores (as with the SDK); their errors go to the trace.
-        attempt.errors = [{"name": s.name, "error": s.reason} for s in scores if s.scoring_failed]
+        attempt.errors = payloads.scoring_errors(scores)
         # The Opik SDK sends a ScoreResult's metadata in the output of the metric's span, never
         # with the feedback score (which has no such field); with no spans here, the trace keeps it.
         attempt.score_metadata = {s.name: s.metadata for s in scores if s.metadata is not None}
-        feedback = [
-            {
-                "id": attempt_id,
-                "project_name": self.settings.project,
-                "name": s.name,
-                "value": s.value,
-                "source": "sdk",
-                **({"reason": s.reason} if s.reason else {}),
-            }
-            for s in scores
-            if not s.scoring_failed
-        ]
-        outbox = [("feedback_scores", json.dumps({"scores": feedback}))] if feedback else []
+        outbox = payloads.feedback_scores(attempt_id, scores, self.settings.project)
         self.spool.record_scores(attempt_id, scores, passed, outbox=outbox)
 
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
@@ -477,15 +250,15 @@ class OpikStore:
             # trace is sent again as pending, without its output and naming its replacement.
             replaced = self._attempts[replaces]
             outbox.append(self._trace(replaces, replaced, completed=False, replaced_by=attempt_id))
-            outbox.append(("experiment_item_delete", json.dumps({"ids": [replaced.link_id]})))
+            outbox.append(payloads.experiment_item_delete(replaced))
         self.spool.complete_attempt(attempt_id, replaces=replaces, outbox=outbox)
         self.sender.wake()
 
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
         self.spool.record_verdict(experiment_id, passed, aggregates)
-        scores = [{"name": name, "value": value} for name, value in aggregates.items()]
-        if scores:
-            self.spool.enqueue([("experiment_scores", json.dumps({"id": experiment_id, "scores": scores}))])
+        outbox = payloads.experiment_scores(experiment_id, aggregates)
+        if outbox:
+            self.spool.enqueue(outbox)
 
     def end_begins(self) -> None:
         """The end of the session starts now: its budget (``sync_timeout``) runs from here, for
@@ -616,7 +389,10 @@ class OpikStore:
         if not isinstance(ours, dict):
             return self._import_sdk_experiment(found, metadata)
         remote = RemoteExperiment.model_validate(ours["remote"])
-        data = {str(d.get("id")): d for _, d in self.stream_items(remote.dataset_name, remote.version_hash)}
+        data = {
+            str(d.get("id")): d
+            for _, d in self.datasets.stream_items(remote.dataset_name, remote.version_hash)
+        }
         record = ExperimentRecord.model_validate(
             {**ours["record"], "items": [data[i] for i in remote.item_ids]}
         )
@@ -647,14 +423,11 @@ class OpikStore:
                 f"state ({state.get('non_resumable_reason') or 'not started by a resumable evaluation'})"
             )
         name = str(found["dataset_name"])
-        dataset_id = self._dataset_id(name, create=False)
-        version = self.client.json(
-            "POST",
-            f"datasets/{dataset_id}/versions/retrieve",
-            body={"version_name": state["dataset_version_name"]},
-        )
+        dataset_id = self.datasets.dataset_id(name, create=False)
+        version = self.datasets.version(dataset_id, state["dataset_version_name"])
         items = [
-            {**data, "id": item_id} for item_id, data in self.stream_items(name, version["version_hash"])
+            {**data, "id": item_id}
+            for item_id, data in self.datasets.stream_items(name, version["version_hash"])
         ]
         if state.get("requires_local_checkpoint"):
             checkpoint = Path.home() / ".opik" / "resume" / f"{experiment_id}.json"
@@ -719,7 +492,7 @@ class OpikStore:
                 params={
                     "experiment_ids": json.dumps([experiment.id]),
                     "page": page,
-                    "size": _PAGE,
+                    "size": PAGE,
                     "truncate": "false",
                 },
                 retries=retries,
@@ -728,7 +501,7 @@ class OpikStore:
             for row in rows:
                 new = [a for a in row.get("experiment_items") or [] if str(a.get("trace_id")) not in known]
                 self._import_item_attempts(experiment, new, ours_by_server)
-            if len(rows) < _PAGE:
+            if len(rows) < PAGE:
                 return
             page += 1
 
@@ -769,7 +542,7 @@ class OpikStore:
         marker = metadata.get(PENDING_KEY)
         output = attempt.get("output")
         completed = marker is False or (marker is None and output is not None)
-        scores = [_feedback_score(s) for s in attempt.get("feedback_scores") or []] + [
+        scores = [payloads.score_record(s) for s in attempt.get("feedback_scores") or []] + [
             ScoreRecord(name=str(e.get("name")), value=0.0, reason=e.get("error"), scoring_failed=True)
             for e in metadata.get("scoring_errors") or []
             if isinstance(e, dict)
@@ -799,31 +572,6 @@ class OpikStore:
         self.sender.stop(time.monotonic() + self.sync_timeout)
         self.client.close()
         self.spool.close()
-
-
-def _feedback_score(score: Mapping[str, Any]) -> ScoreRecord:
-    """A trace's feedback score as a score record; a value that is not a finite number (another
-    tool wrote it) is a failed score that says what the server holds."""
-    value = score.get("value")
-    name = str(score.get("name"))
-    if isinstance(value, int | float) and math.isfinite(value):
-        return ScoreRecord(name=name, value=float(value), reason=score.get("reason"))
-    return ScoreRecord(
-        name=name,
-        value=0.0,
-        reason=f"the Opik server holds {value!r} for this score, which is not a finite number",
-        scoring_failed=True,
-    )
-
-
-def unsent_line(spool: LocalStore, sync_command: str = SYNC_COMMAND) -> str | None:
-    waiting, refused = spool.outbox_counts()
-    parts = []
-    if waiting:
-        parts.append(f"{waiting} write(s) wait to be sent to the Opik server: run {sync_command}")
-    if refused:
-        parts.append(f"{refused} write(s) were refused by the Opik server (kept in {spool.location})")
-    return "; ".join(parts) or None
 
 
 def write_checkpoint(experiment_id: str, item_ids: Sequence[str]) -> None:

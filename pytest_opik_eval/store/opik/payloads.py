@@ -1,0 +1,220 @@
+"""What is sent to the Opik server, in the formats the Opik SDK writes, so that the Opik UI and
+SDK read it as their own: an experiment and its metadata (the SDK's resume state, and this
+plugin's plan), one trace per trial attempt, the experiment item that links it, its feedback
+scores, and the experiment's aggregate scores; and a feedback score read back as a score.
+
+Each write for the server is a :data:`Message` of the spool's outbox.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from pytest_opik_eval.store.opik.datasets import RemoteExperiment
+from pytest_opik_eval.store.opik.spool import Message
+from pytest_opik_eval.store.records import ExperimentRecord, PlannedTrial, RunRecord, ScoreRecord
+
+PENDING_KEY = "_opik_evaluation_pending"
+RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_resume() works too
+OURS_KEY = "_pytest_opik_eval"  # what this plugin needs beyond it: the plan, the item id mapping
+
+
+@dataclass
+class TrialInfo:
+    """What a trace says of its trial."""
+
+    experiment_id: str
+    item: dict[str, Any]
+    trial: int
+    node_id: str
+    server_item_id: str
+
+
+@dataclass
+class AttemptInfo:
+    """What a trace says of its attempt, as far as it got."""
+
+    trial_id: str
+    started: str
+    link_id: str  # the id of the experiment item that ties its trace to the experiment
+    output: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    score_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # score name -> metadata
+    passed: bool | None = None
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+# -- the experiment ---------------------------------------------------------------------------
+
+
+def resume_state(experiment: ExperimentRecord, remote: RemoteExperiment, dataset_size: int) -> dict[str, Any]:
+    """The Opik SDK's resume state of an experiment on a dataset that holds ``dataset_size`` items."""
+    if remote.version_name is None:
+        return {
+            "schema_version": 1,
+            "resumable": False,
+            "non_resumable_reason": "the server's dataset has no versions",
+        }
+    selection = experiment.selection
+    exact = selection.item_ids is None and selection.sampler is None
+    return {
+        "schema_version": 1,
+        "resumable": True,
+        "default_runs_per_item": selection.trial_count,
+        "dataset_filter_string": selection.filter,
+        "dataset_version_name": remote.version_name,
+        "nb_samples": selection.nb_samples,
+        # The SDK re-selects items from the pinned version with the filter and nb_samples;
+        # anything else (ids, a sampler, a dataset that holds more items) needs the ids.
+        "requires_local_checkpoint": not exact or len(set(remote.item_ids.values())) != dataset_size,
+    }
+
+
+def experiment(
+    run: RunRecord,
+    record: ExperimentRecord,
+    remote: RemoteExperiment,
+    planned: Sequence[PlannedTrial],
+    state: Mapping[str, Any],
+    project: str,
+) -> dict[str, Any]:
+    """The experiment as the SDK creates it; its metadata holds the resume ``state`` and what
+    this plugin needs to resume it on another machine (its run, record and plan)."""
+    whole_plan = len(planned) == len(record.items) * record.selection.trial_count
+    ours = {
+        "run": run.model_dump(),
+        "record": record.model_dump(exclude={"items"}),
+        "remote": remote.model_dump(),
+        "planned": None if whole_plan else [[t.dataset_item_id, t.trial] for t in planned],
+    }
+    return {
+        "id": record.id,
+        "name": record.name,
+        "dataset_name": remote.dataset_name,
+        "project_name": project,
+        "metadata": {RESUME_KEY: json.dumps(state), OURS_KEY: ours},
+        "type": "regular",
+        "evaluation_method": "dataset",
+        **({"dataset_version_id": remote.version_id} if remote.version_id else {}),
+    }
+
+
+def experiment_scores(experiment_id: str, aggregates: Mapping[str, float]) -> list[Message]:
+    """The experiment's aggregate scores, if it has any."""
+    scores = [{"name": name, "value": value} for name, value in aggregates.items()]
+    if not scores:
+        return []
+    return [("experiment_scores", json.dumps({"id": experiment_id, "scores": scores}))]
+
+
+# -- each trial attempt -----------------------------------------------------------------------
+
+
+def link(attempt_id: str, trial: TrialInfo, project: str) -> dict[str, Any]:
+    """The experiment item that ties an attempt's trace to the experiment."""
+    return {
+        "experiment_id": trial.experiment_id,
+        "dataset_item_id": trial.server_item_id,
+        "trace_id": attempt_id,
+        "project_name": project,
+    }
+
+
+def experiment_item(attempt_id: str, attempt: AttemptInfo, trial: TrialInfo, project: str) -> Message:
+    return "experiment_item", json.dumps({"id": attempt.link_id, **link(attempt_id, trial, project)})
+
+
+def experiment_item_delete(attempt: AttemptInfo) -> Message:
+    """Unlinks the attempt's trace from the experiment (the trace stays in the project)."""
+    return "experiment_item_delete", json.dumps({"ids": [attempt.link_id]})
+
+
+def trace(
+    attempt_id: str,
+    attempt: AttemptInfo,
+    trial: TrialInfo,
+    project: str,
+    *,
+    completed: bool,
+    replaced_by: str | None = None,
+) -> Message:
+    """The attempt's trace: pending (no output) until it completes."""
+    metadata: dict[str, Any] = {
+        PENDING_KEY: not completed,
+        "pytest_node_id": trial.node_id,
+        "trial": trial.trial,
+        "dataset_item_id": trial.item["id"],
+    }
+    if replaced_by is not None:
+        metadata["replaced_by"] = replaced_by  # a rerun in the same session completed instead
+    if attempt.errors:
+        metadata["scoring_errors"] = attempt.errors
+    if attempt.score_metadata:
+        metadata["score_metadata"] = attempt.score_metadata
+    if completed:
+        metadata["passed"] = attempt.passed  # the verdict, which Opik does not otherwise keep
+    payload = {
+        "id": attempt_id,
+        "project_name": project,
+        "name": "evaluation_task",
+        "start_time": attempt.started,
+        "input": trial.item,
+        # Empty until the attempt completes: the released Opik SDK counts a trace with an
+        # output as a completed trial.
+        "output": attempt.output if completed else None,
+        "metadata": metadata,
+        "last_updated_at": now(),
+    }
+    if completed:
+        payload["end_time"] = now()
+    # For the sender only (never sent): to link the trace again if it must get a new id.
+    payload["_link"] = link(attempt_id, trial, project)
+    return "trace", json.dumps(payload, default=repr)
+
+
+def scoring_errors(scores: Sequence[ScoreRecord]) -> list[dict[str, Any]]:
+    """Failed scores are not sent as scores (as with the SDK): their errors go to the trace."""
+    return [{"name": s.name, "error": s.reason} for s in scores if s.scoring_failed]
+
+
+def feedback_scores(attempt_id: str, scores: Sequence[ScoreRecord], project: str) -> list[Message]:
+    """The scores that did not fail, as feedback scores on the attempt's trace, if any."""
+    feedback = [
+        {
+            "id": attempt_id,
+            "project_name": project,
+            "name": s.name,
+            "value": s.value,
+            "source": "sdk",
+            **({"reason": s.reason} if s.reason else {}),
+        }
+        for s in scores
+        if not s.scoring_failed
+    ]
+    return [("feedback_scores", json.dumps({"scores": feedback}))] if feedback else []
+
+
+# -- read back --------------------------------------------------------------------------------
+
+
+def score_record(score: Mapping[str, Any]) -> ScoreRecord:
+    """A trace's feedback score as a score record; a value that is not a finite number (another
+    tool wrote it) is a failed score that says what the server holds."""
+    value = score.get("value")
+    name = str(score.get("name"))
+    if isinstance(value, int | float) and math.isfinite(value):
+        return ScoreRecord(name=name, value=float(value), reason=score.get("reason"))
+    return ScoreRecord(
+        name=name,
+        value=0.0,
+        reason=f"the Opik server holds {value!r} for this score, which is not a finite number",
+        scoring_failed=True,
+    )
