@@ -12,9 +12,11 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from pytest_opik_eval.formatting import percent, score, signed
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.model import ExperimentReport, Report
@@ -39,7 +41,7 @@ def render_html(report: Report, items: Items, resume_command: Callable[[str], st
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>pytest-opik-eval report</title>
-<style>{_CSS}</style>
+<style>{_asset("report.css")}</style>
 </head>
 <body>
 <header class="page">
@@ -54,7 +56,7 @@ def render_html(report: Report, items: Items, resume_command: Callable[[str], st
 {sections or '<p class="empty">No experiment was evaluated.</p>'}
 </main>
 <script type="application/json" id="report-data">{_script_json(data)}</script>
-<script>{_JS}</script>
+<script>{_asset("report.js")}</script>
 </body>
 </html>
 """
@@ -144,7 +146,7 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
 <p class="counts">{s.trials:,} trials: <b>{s.completed:,}</b> completed
  (<span class="ok">{s.passed:,} passed</span>, <span class="bad">{s.failed:,} failed</span>),
  <b class="trials-pending">{s.pending:,}</b> pending
- &middot; pass rate {_pct(s.pass_rate)}{of_completed}{soft}{k_of_n}</p>
+ &middot; pass rate {percent(s.pass_rate)}{of_completed}{soft}{k_of_n}</p>
 {_resumed_html(e) if resumed else ""}
 <div class="panels">
 {_pending_html(e, resume_command)}
@@ -204,9 +206,9 @@ def _aggregates_html(e: ExperimentReport) -> str:
     if not e.summary.metrics:
         return '<div class="panel"><h3>Aggregates</h3><p class="empty">No scores yet.</p></div>'
     rows = "".join(
-        f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{_num(m.mean)}</td>'
-        f"<td>{_num(m.min)}</td><td>{_num(m.max)}</td><td>{m.failed}</td>"
-        f"<td>{_num(m.threshold)}</td><td>{_pct(m.pass_rate)}</td></tr>"
+        f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{score(m.mean)}</td>'
+        f"<td>{score(m.min)}</td><td>{score(m.max)}</td><td>{m.failed}</td>"
+        f"<td>{score(m.threshold)}</td><td>{percent(m.pass_rate)}</td></tr>"
         for name, m in e.summary.metrics.items()
     )
     return (
@@ -234,8 +236,8 @@ def _baseline_html(e: ExperimentReport) -> str:
         note = f'<p class="empty">{escape(e.baseline_note)}</p>' if e.baseline_note else ""
         return f'<div class="panel baseline"><h3>Baseline</h3>{note}</div>' if note else ""
     rows = "".join(
-        f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{_num(d.baseline_mean)}</td>'
-        f'<td>{_num(d.current_mean)}</td><td class="{_sign_class(d.delta)}">{_signed(d.delta)}</td></tr>'
+        f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{score(d.baseline_mean)}</td>'
+        f'<td>{score(d.current_mean)}</td><td class="{_sign_class(d.delta)}">{signed(d.delta)}</td></tr>'
         for name, d in b.metrics.items()
     )
     return f"""<div class="panel baseline"><h3>Baseline</h3>
@@ -310,231 +312,11 @@ def _code(text: str) -> str:
     return f"<code>{escape(text)}</code>"
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.3f}"
+def _asset(name: str) -> str:
+    """The page's stylesheet or script, kept as files of their own (``reports/assets``) so that
+    they read, lint and diff as CSS and JavaScript; inlined, the report stays one file."""
+    return (files("pytest_opik_eval.reports") / "assets" / name).read_text(encoding="utf-8")
 
 
 def _sign_class(value: float | None) -> str:
     return "bad" if value is not None and value < 0 else "ok" if value else ""
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
-
-
-_CSS = """
-:root { color-scheme: light; --ok: #1a7f37; --bad: #cf222e; --wait: #9a6700; --line: #d0d7de;
-  --muted: #57606a; --soft: #f6f8fa; --accent: #0969da; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
-  color: #1f2328; background: #fff; }
-header.page { border-bottom: 1px solid var(--line); padding: 8px 24px; }
-h1 { font-size: 20px; margin: 0; } h2 { font-size: 18px; margin: 0 0 4px; }
-h3 { font-size: 15px; margin: 12px 0 6px; }
-main { padding: 0 24px 48px; }
-.meta { color: var(--muted); margin: 2px 0; }
-.toolbar { display: flex; gap: 16px; align-items: center; margin-top: 6px; flex-wrap: wrap; }
-.toolbar input[type=search] { padding: 4px 8px; border: 1px solid var(--line); border-radius: 6px;
-  min-width: 260px; }
-section.experiment { border-bottom: 2px solid var(--line); padding: 16px 0; }
-code { font: 12px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: var(--soft);
-  padding: 1px 4px; border-radius: 4px; }
-.ok { color: var(--ok); } .bad { color: var(--bad); } .pending { color: var(--wait); }
-.badge { display: inline-block; font-size: 12px; font-weight: 600; padding: 1px 8px; border-radius: 10px;
-  border: 1px solid currentColor; vertical-align: middle; }
-.badge.neutral { color: var(--muted); } .badge.wait { color: var(--wait); }
-.panels { display: flex; flex-wrap: wrap; gap: 12px 32px; }
-.panel { min-width: 280px; max-width: 100%; }
-table { border-collapse: collapse; }
-th, td { text-align: left; padding: 3px 10px 3px 0; border-bottom: 1px solid var(--line);
-  vertical-align: top; }
-th { color: var(--muted); font-weight: 600; }
-.aggregates td:not(:first-child), .baseline td:not(:first-child) { font-variant-numeric: tabular-nums; }
-ul.gates { list-style: none; padding: 0; margin: 0; } ul.gates li { margin: 3px 0; }
-li.gate.met .badge { color: var(--ok); } li.gate.unmet .badge { color: var(--bad); }
-details summary { cursor: pointer; margin-top: 6px; }
-.histograms { display: flex; flex-wrap: wrap; gap: 8px 24px; }
-figure.histogram { margin: 8px 0; } figcaption { color: var(--muted); font-size: 12px; }
-svg rect { fill: var(--accent); opacity: .8; } svg line.axis { stroke: var(--line); }
-svg text { font-size: 11px; fill: var(--muted); }
-svg line.threshold { stroke: var(--bad); stroke-dasharray: 4 3; stroke-width: 1.5; }
-table.items { width: 100%; table-layout: fixed; }
-table.items th:first-child { width: 22%; }
-table.items th:nth-child(2), table.items th:nth-child(3) { width: 8%; }
-tr.item-row { cursor: pointer; }
-tr.item-row:hover, tr.item-row[aria-expanded=true] { background: var(--soft); }
-tr.item-row td { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-tr.item-row[data-verdict=failed] td:nth-child(2) { color: var(--bad); font-weight: 600; }
-tr.item-row[data-verdict=passed] td:nth-child(2) { color: var(--ok); }
-tr.item-row[data-verdict=pending] td:nth-child(2) { color: var(--wait); font-weight: 600; }
-tr.item-details > td { background: var(--soft); padding: 8px 12px 12px; }
-.field h4, .trial h4 { margin: 8px 0 2px; font-size: 13px; }
-pre { margin: 0; white-space: pre-wrap; word-break: break-word; background: #fff;
-  border: 1px solid var(--line); border-radius: 6px; padding: 6px 8px; max-height: 320px; overflow: auto;
-  font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.trial { border-left: 3px solid var(--line); padding-left: 10px; margin-top: 10px; }
-.trial[data-passed=true] { border-color: var(--ok); } .trial[data-passed=false] { border-color: var(--bad); }
-.trial[data-status=pending] { border-color: var(--wait); }
-table.scores td { white-space: normal; } tr.score.failed td { color: var(--bad); }
-.empty { color: var(--muted); font-style: italic; }
-"""
-
-# Rows are built from the embedded JSON with textContent only (never innerHTML), so item text is
-# shown as text, whatever it contains.
-_JS = """
-(function () {
-  "use strict";
-  var data = JSON.parse(document.getElementById("report-data").textContent);
-  var failuresOnly = document.getElementById("failures-only");
-  var search = document.getElementById("item-search");
-  var sections = document.querySelectorAll("section.experiment");
-
-  function el(tag, className, text) {
-    var node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
-  function num(value) {
-    return typeof value === "number" ? value.toFixed(3) : value == null ? "-" : String(value);
-  }
-  function shown(value) {
-    if (value === undefined) return "(not given)";
-    return typeof value === "string" ? value : JSON.stringify(value, null, 2);
-  }
-  function field(title, value) {
-    var box = el("div", "field");
-    box.appendChild(el("h4", "", title));
-    box.appendChild(el("pre", "", shown(value)));
-    return box;
-  }
-
-  function means(item, metrics) {
-    return metrics.map(function (metric) {
-      var sum = 0, n = 0;
-      item.trials.forEach(function (t) {
-        t.scores.forEach(function (s) {
-          // s is [name, value, reason, scoring failed]; NaN and Infinity arrive as strings.
-          if (s[0] === metric && !s[3] && typeof s[1] === "number") { sum += s[1]; n++; }
-        });
-      });
-      return n ? num(sum / n) : "-";
-    });
-  }
-
-  function renderRows(experiment, tbody) {
-    var rows = document.createDocumentFragment();
-    experiment.items.forEach(function (item, index) {
-      var row = el("tr", "item-row");
-      row.dataset.verdict = item.verdict;
-      row.dataset.itemId = item.id;
-      row.dataset.index = index;
-      row.tabIndex = 0;
-      row.setAttribute("aria-expanded", "false");
-      var raw = item.data ? item.data.input : undefined;
-      var input = raw === undefined ? "" : typeof raw === "string" ? raw : JSON.stringify(raw);
-      // Lower-cased once here, so that filtering 10,000 rows per keystroke only compares strings.
-      row.searchText = (item.id + "\\n" + input).toLowerCase();
-      var cells = [item.id, item.verdict, item.passed + " / " + item.trials.length]
-        .concat(means(item, experiment.metrics), [input.slice(0, 200)]);
-      cells.forEach(function (text) { row.appendChild(el("td", "", text)); });
-      rows.appendChild(row);
-    });
-    tbody.appendChild(rows);
-  }
-
-  function details(item, columns) {
-    var row = el("tr", "item-details");
-    var cell = el("td");
-    cell.colSpan = columns;
-    var data = item.data || {};
-    if (!item.data) cell.appendChild(el("p", "empty", "The dataset item was not given to the report."));
-    cell.appendChild(field("Input", data.input));
-    cell.appendChild(field("Expected output", data.expected_output));
-    var rest = {};
-    Object.keys(data).forEach(function (k) {
-      if (k !== "input" && k !== "expected_output") rest[k] = data[k];
-    });
-    if (Object.keys(rest).length) cell.appendChild(field("Other fields", rest));
-    item.trials.forEach(function (t) {
-      var box = el("div", "trial");
-      box.dataset.trial = t.trial;
-      box.dataset.status = t.status;
-      box.dataset.passed = String(t.passed);
-      var state = t.status === "pending" ? "pending" : "completed, " + (t.passed ? "passed" : "failed");
-      box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state));
-      if (t.status === "completed") box.appendChild(el("pre", "output", shown(t.output)));
-      if (t.scores.length) {
-        var table = el("table", "scores");
-        t.scores.forEach(function (s) {
-          var line = el("tr", s[3] ? "score failed" : "score");
-          line.dataset.metric = s[0];
-          line.appendChild(el("td", "", s[0]));
-          line.appendChild(el("td", "", s[3] ? "scoring failed" : num(s[1])));
-          line.appendChild(el("td", "reason", s[2] == null ? "" : s[2]));
-          if (s.length > 4) {
-            var details = el("td", "metadata");
-            details.appendChild(el("pre", "", shown(s[4])));
-            line.appendChild(details);
-          }
-          table.appendChild(line);
-        });
-        box.appendChild(table);
-      }
-      cell.appendChild(box);
-    });
-    row.appendChild(cell);
-    return row;
-  }
-
-  function toggle(row, experiment) {
-    var open = row.getAttribute("aria-expanded") === "true";
-    if (open) {
-      row.parentNode.removeChild(row.nextElementSibling);
-    } else {
-      row.after(details(experiment.items[row.dataset.index], row.cells.length));
-    }
-    row.setAttribute("aria-expanded", String(!open));
-  }
-
-  function applyFilter() {
-    var query = search.value.trim().toLowerCase();
-    sections.forEach(function (section) {
-      var rows = section.querySelectorAll("tr.item-row"), visible = 0;
-      rows.forEach(function (row) {
-        var hide = (failuresOnly.checked && row.dataset.verdict === "passed") ||
-          (query !== "" && row.searchText.indexOf(query) < 0);
-        row.hidden = hide;
-        if (row.getAttribute("aria-expanded") === "true") row.nextElementSibling.hidden = hide;
-        if (!hide) visible++;
-      });
-      section.querySelector(".item-count").textContent = "(" + visible + " of " + rows.length + " shown)";
-    });
-  }
-
-  sections.forEach(function (section, index) {
-    var experiment = data.experiments[index];
-    var tbody = section.querySelector("table.items tbody");
-    renderRows(experiment, tbody);
-    tbody.addEventListener("click", function (event) {
-      var row = event.target.closest("tr.item-row");
-      if (row) toggle(row, experiment);
-    });
-    tbody.addEventListener("keydown", function (event) {
-      var row = event.target.closest("tr.item-row");
-      if (row && (event.key === "Enter" || event.key === " ")) {
-        event.preventDefault();
-        toggle(row, experiment);
-      }
-    });
-  });
-  failuresOnly.addEventListener("change", applyFilter);
-  search.addEventListener("input", applyFilter);
-  applyFilter();
-  document.body.dataset.rendered = "true";
-})();
-"""

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.formatting import percent, score, signed
 from pytest_opik_eval.reports.model import ExperimentReport, Report
 
 # How many item ids or trials to name before saying "... and N more": a summary that lists a
@@ -30,7 +31,7 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         f"{_code(e.test)} · experiment {_code(e.id)} · run {_code(e.run_id)}",
         "",
         f"{s.trials} trials: {s.completed} completed ({s.passed} passed, {s.failed} failed), "
-        f"{s.pending} pending · pass rate {_pct(s.pass_rate)} · items: "
+        f"{s.pending} pending · pass rate {percent(s.pass_rate)} · items: "
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
     lines += _metric_table(e) + _gate_lines(e)
@@ -48,11 +49,11 @@ def _metric_table(e: ExperimentReport) -> list[str]:
         head.append("Δ baseline")
     lines = ["", _row(head), _row(["---"] + ["---:"] * (len(head) - 1))]
     for name, m in e.summary.metrics.items():
-        cells = [name, _num(m.mean), _num(m.min), _num(m.max), str(m.failed), _num(m.threshold)]
-        cells.append(_pct(m.pass_rate))
+        cells = [name, score(m.mean), score(m.min), score(m.max), str(m.failed), score(m.threshold)]
+        cells.append(percent(m.pass_rate))
         if deltas is not None:
             delta = deltas.get(name)
-            cells.append(_signed(delta.delta if delta is not None else None))
+            cells.append(signed(delta.delta if delta is not None else None))
         lines.append(_row(cells))
     return lines
 
@@ -132,15 +133,3 @@ def _inline(text: str) -> str:
     # A line break would end a table row or a list item early; other control characters are
     # escaped, as everywhere data is shown.
     return escape_control(" ".join(text.split()))
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.3f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.formatting import score, signed
 from pytest_opik_eval.reports.model import GateVerdict
 from pytest_opik_eval.verdict.results import ExperimentResult
 
@@ -104,8 +105,8 @@ def _metric_table(experiment: ExperimentResult) -> list[str]:
     for name, m in metrics.items():
         gate = "" if name not in gated else ("ok" if gated[name] else "FAIL")
         lines.append(
-            f"  {_cut(name):<{_NAME}} {_num(m.mean)} {_num(m.min)} {_num(m.max)} {m.failed:>6} "
-            f"{_num(m.pass_rate)}  {gate}".rstrip()
+            f"  {_cut(name):<{_NAME}} {score(m.mean, 6)} {score(m.min, 6)} {score(m.max, 6)} {m.failed:>6} "
+            f"{score(m.pass_rate, 6)}  {gate}".rstrip()
         )
     return lines
 
@@ -142,10 +143,9 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
     if only_there:
         lines.append(f"    only in the baseline ({len(only_there)}): {_ids(only_there)}")
     for name, change in baseline.metrics.items():
-        delta = "" if change.delta is None else f" ({change.delta:+.3f})"
-        lines.append(
-            f"    {_cut(name):<{_NAME}} {_num(change.baseline_mean)} -> {_num(change.current_mean)}{delta}"
-        )
+        delta = "" if change.delta is None else f" ({signed(change.delta)})"
+        before, after = score(change.baseline_mean, 6), score(change.current_mean, 6)
+        lines.append(f"    {_cut(name):<{_NAME}} {before} -> {after}{delta}")
     lines.append(f"    regressions ({len(baseline.regressions)}): {_ids(baseline.regressions)}")
     lines.append(f"    fixes ({len(baseline.fixes)}): {_ids(baseline.fixes)}")
     return lines
@@ -165,7 +165,3 @@ def _ids(ids: Sequence[str]) -> str:
 def _cut(name: str) -> str:
     name = escape_control(name)  # escaped before it is padded, so the columns stay aligned
     return name if len(name) <= _NAME else name[: _NAME - 1] + "~"
-
-
-def _num(value: float | None) -> str:
-    return f"{value:6.3f}" if value is not None else "     -"

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from pytest_opik_eval.collect.marker import EvalSpec
+from pytest_opik_eval.formatting import score, signed
 from pytest_opik_eval.reports.model import (
     BaselineComparison,
     ExperimentSummary,
@@ -96,7 +97,7 @@ def _fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVe
         elif value is None:
             detail = f"every {metric} score failed to compute (bound {bound:g})"
         else:
-            detail = f"mean {_num(value)} {'>=' if value >= bound else 'is below'} {bound:g}"
+            detail = f"mean {score(value)} {'>=' if value >= bound else 'is below'} {bound:g}"
         if failed:
             detail += f"; {failed} score(s) failed to compute, which fails the gate"
         verdicts.append(_verdict("fail_under", metric, value, bound, met, detail))
@@ -114,7 +115,7 @@ def _min_pass_rate(result: ExperimentResult, settings: GateSettings) -> list[Gat
     else:
         value, counted = result.summary.pass_rate, "trials"
     met = value is not None and value >= bound and not result.summary.pending
-    detail = f"{counted} pass rate {_num(value)} {'>=' if met else 'is below'} {bound:g}"
+    detail = f"{counted} pass rate {score(value)} {'>=' if met else 'is below'} {bound:g}"
     return [_verdict("min_pass_rate", None, value, bound, met, detail)]
 
 
@@ -146,7 +147,7 @@ def _max_regression(result: ExperimentResult, settings: GateSettings) -> list[Ga
                 metric, result, settings
             )
         else:
-            detail = f"mean changed by {_signed(value)} from the baseline (at most -{delta:g} allowed)"
+            detail = f"mean changed by {signed(value)} from the baseline (at most -{delta:g} allowed)"
             if baseline.only_in_current or baseline.only_in_baseline:
                 detail += f", over the {baseline.shared_items} item(s) both planned"
         verdicts.append(_verdict("max_regression", metric, value, -delta, met, detail))
@@ -205,11 +206,3 @@ def _verdict(
     kind: GateKind, metric: str | None, value: float | None, bound: float | None, met: bool, detail: str
 ) -> GateVerdict:
     return GateVerdict(kind=kind, metric=metric, value=value, bound=bound, met=met, detail=detail)
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _signed(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.3f}"

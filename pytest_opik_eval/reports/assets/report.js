@@ -1,0 +1,153 @@
+// The HTML report's script (reports/html.py inlines it). Rows are built from the embedded JSON
+// with textContent only (never innerHTML), so item text is shown as text, whatever it contains.
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("report-data").textContent);
+  var failuresOnly = document.getElementById("failures-only");
+  var search = document.getElementById("item-search");
+  var sections = document.querySelectorAll("section.experiment");
+
+  function el(tag, className, text) {
+    var node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+  function num(value) {
+    return typeof value === "number" ? value.toFixed(3) : value == null ? "-" : String(value);
+  }
+  function shown(value) {
+    if (value === undefined) return "(not given)";
+    return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+  }
+  function field(title, value) {
+    var box = el("div", "field");
+    box.appendChild(el("h4", "", title));
+    box.appendChild(el("pre", "", shown(value)));
+    return box;
+  }
+
+  function means(item, metrics) {
+    return metrics.map(function (metric) {
+      var sum = 0, n = 0;
+      item.trials.forEach(function (t) {
+        t.scores.forEach(function (s) {
+          // s is [name, value, reason, scoring failed]; NaN and Infinity arrive as strings.
+          if (s[0] === metric && !s[3] && typeof s[1] === "number") { sum += s[1]; n++; }
+        });
+      });
+      return n ? num(sum / n) : "-";
+    });
+  }
+
+  function renderRows(experiment, tbody) {
+    var rows = document.createDocumentFragment();
+    experiment.items.forEach(function (item, index) {
+      var row = el("tr", "item-row");
+      row.dataset.verdict = item.verdict;
+      row.dataset.itemId = item.id;
+      row.dataset.index = index;
+      row.tabIndex = 0;
+      row.setAttribute("aria-expanded", "false");
+      var raw = item.data ? item.data.input : undefined;
+      var input = raw === undefined ? "" : typeof raw === "string" ? raw : JSON.stringify(raw);
+      // Lower-cased once here, so that filtering 10,000 rows per keystroke only compares strings.
+      row.searchText = (item.id + "\n" + input).toLowerCase();
+      var cells = [item.id, item.verdict, item.passed + " / " + item.trials.length]
+        .concat(means(item, experiment.metrics), [input.slice(0, 200)]);
+      cells.forEach(function (text) { row.appendChild(el("td", "", text)); });
+      rows.appendChild(row);
+    });
+    tbody.appendChild(rows);
+  }
+
+  function details(item, columns) {
+    var row = el("tr", "item-details");
+    var cell = el("td");
+    cell.colSpan = columns;
+    var data = item.data || {};
+    if (!item.data) cell.appendChild(el("p", "empty", "The dataset item was not given to the report."));
+    cell.appendChild(field("Input", data.input));
+    cell.appendChild(field("Expected output", data.expected_output));
+    var rest = {};
+    Object.keys(data).forEach(function (k) {
+      if (k !== "input" && k !== "expected_output") rest[k] = data[k];
+    });
+    if (Object.keys(rest).length) cell.appendChild(field("Other fields", rest));
+    item.trials.forEach(function (t) {
+      var box = el("div", "trial");
+      box.dataset.trial = t.trial;
+      box.dataset.status = t.status;
+      box.dataset.passed = String(t.passed);
+      var state = t.status === "pending" ? "pending" : "completed, " + (t.passed ? "passed" : "failed");
+      box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state));
+      if (t.status === "completed") box.appendChild(el("pre", "output", shown(t.output)));
+      if (t.scores.length) {
+        var table = el("table", "scores");
+        t.scores.forEach(function (s) {
+          var line = el("tr", s[3] ? "score failed" : "score");
+          line.dataset.metric = s[0];
+          line.appendChild(el("td", "", s[0]));
+          line.appendChild(el("td", "", s[3] ? "scoring failed" : num(s[1])));
+          line.appendChild(el("td", "reason", s[2] == null ? "" : s[2]));
+          if (s.length > 4) {
+            var details = el("td", "metadata");
+            details.appendChild(el("pre", "", shown(s[4])));
+            line.appendChild(details);
+          }
+          table.appendChild(line);
+        });
+        box.appendChild(table);
+      }
+      cell.appendChild(box);
+    });
+    row.appendChild(cell);
+    return row;
+  }
+
+  function toggle(row, experiment) {
+    var open = row.getAttribute("aria-expanded") === "true";
+    if (open) {
+      row.parentNode.removeChild(row.nextElementSibling);
+    } else {
+      row.after(details(experiment.items[row.dataset.index], row.cells.length));
+    }
+    row.setAttribute("aria-expanded", String(!open));
+  }
+
+  function applyFilter() {
+    var query = search.value.trim().toLowerCase();
+    sections.forEach(function (section) {
+      var rows = section.querySelectorAll("tr.item-row"), visible = 0;
+      rows.forEach(function (row) {
+        var hide = (failuresOnly.checked && row.dataset.verdict === "passed") ||
+          (query !== "" && row.searchText.indexOf(query) < 0);
+        row.hidden = hide;
+        if (row.getAttribute("aria-expanded") === "true") row.nextElementSibling.hidden = hide;
+        if (!hide) visible++;
+      });
+      section.querySelector(".item-count").textContent = "(" + visible + " of " + rows.length + " shown)";
+    });
+  }
+
+  sections.forEach(function (section, index) {
+    var experiment = data.experiments[index];
+    var tbody = section.querySelector("table.items tbody");
+    renderRows(experiment, tbody);
+    tbody.addEventListener("click", function (event) {
+      var row = event.target.closest("tr.item-row");
+      if (row) toggle(row, experiment);
+    });
+    tbody.addEventListener("keydown", function (event) {
+      var row = event.target.closest("tr.item-row");
+      if (row && (event.key === "Enter" || event.key === " ")) {
+        event.preventDefault();
+        toggle(row, experiment);
+      }
+    });
+  });
+  failuresOnly.addEventListener("change", applyFilter);
+  search.addEventListener("input", applyFilter);
+  applyFilter();
+  document.body.dataset.rendered = "true";
+})();
