@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from pytest_opik_eval.collect.planning import Trial
 
 
-SESSION_PLUGIN = "opik_eval_session"
 LEFT_OUT_PLUGIN = "opik_eval_left_out"
 
 
@@ -31,11 +30,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
-    if config.getoption("eval") or config.getoption("eval_resume") is not None:
-        from pytest_opik_eval.session import EvalSession
+    if _evaluates(config):
+        from pytest_opik_eval.session import register
         from pytest_opik_eval.settings import EvalOptions
 
-        config.pluginmanager.register(EvalSession(config, EvalOptions.read(config)), SESSION_PLUGIN)
+        register(config, EvalOptions.read(config))
     else:
         from pytest_opik_eval.disabled import EvalLeftOut
 
@@ -43,10 +42,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for name in (SESSION_PLUGIN, LEFT_OUT_PLUGIN, "opik_eval_controller", "opik_eval_shard"):
-        plugin = config.pluginmanager.get_plugin(name)
-        if plugin is not None:
-            config.pluginmanager.unregister(plugin, name)
+    if _evaluates(config):
+        from pytest_opik_eval.session import unregister
+
+        unregister(config)
+    else:
+        left_out = config.pluginmanager.get_plugin(LEFT_OUT_PLUGIN)
+        if left_out is not None:
+            config.pluginmanager.unregister(left_out, LEFT_OUT_PLUGIN)
+
+
+def _evaluates(config: pytest.Config) -> bool:
+    """Whether this session runs evaluations (--eval or --eval-resume)."""
+    return bool(config.getoption("eval")) or config.getoption("eval_resume") is not None
 
 
 @pytest.fixture

@@ -16,8 +16,8 @@ import httpcore  # noqa: F401
 import pytest
 from opik_server import OpikTestServer
 
-# The same hazard inside this package: session.py reads ``from pytest_opik_eval.run import trial``,
-# which takes the package's attribute, left pointing at the first run's module, while other
+# The same hazard inside this package: session/running.py reads ``from pytest_opik_eval.run import
+# trial``, which takes the package's attribute, left pointing at the first run's module, while other
 # modules import the next run's fresh copy (so trial.py's notices went to a stash key the session
 # never read). Imported here once, each module is one object in every run.
 import pytest_opik_eval.run.trial  # noqa: F401

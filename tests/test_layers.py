@@ -14,6 +14,11 @@ PACKAGE = Path(__file__).parent.parent / "pytest_opik_eval"
 # The entry module wires; the command line is an entry of its own. Nothing imports either.
 ENTRIES = {"pytest_opik_eval.plugin", "pytest_opik_eval.cli"}
 
+# The session's phase plugins: only the entry module registers them (through the package's
+# register()), and no phase reaches into another: what they share is in the session's state.
+SESSION = "pytest_opik_eval.session"
+SHARED = f"{SESSION}.state"
+
 # What runs without pytest: the store (opik-eval reads it), the metrics (usable on their own),
 # and the verdict (pure functions over records).
 NO_PYTEST = ("pytest_opik_eval.store", "pytest_opik_eval.metrics", "pytest_opik_eval.verdict")
@@ -75,6 +80,25 @@ def test_no_import_cycle() -> None:
 def test_the_entry_modules_are_imported_by_no_module() -> None:
     importers = {name: sorted(ENTRIES & imported) for name, imported in graph().items() if ENTRIES & imported}
     assert importers == {}
+
+
+def test_the_session_phases_are_imported_by_the_entry_module_only() -> None:
+    edges = graph()
+    importers = {
+        name: sorted(i for i in imported if i == SESSION or i.startswith(f"{SESSION}."))
+        for name, imported in edges.items()
+        if name != "pytest_opik_eval.plugin" and not name.startswith(f"{SESSION}.") and name != SESSION
+    }
+    assert {name: found for name, found in importers.items() if found} == {}
+    assert SESSION in edges["pytest_opik_eval.plugin"]
+
+
+def test_no_phase_imports_another() -> None:
+    edges = graph()
+    phases = {name for name in edges if name.startswith(f"{SESSION}.") and name != SHARED}
+    reaching = {name: sorted(edges[name] & (phases | {SESSION})) for name in phases | {SHARED}}
+    assert {name: found for name, found in reaching.items() if found} == {}
+    assert len(phases) >= 4  # the contract sees the phases
 
 
 def test_the_store_metrics_and_verdict_import_no_pytest() -> None:

@@ -1,0 +1,251 @@
+"""The end of an eval session. ``Ending``, on the process that reports (a single process, or the
+pytest-xdist controller, which reads back what its workers recorded): the experiments judged, the
+reports written, the verdicts recorded, the exit status set, the summary printed.
+``WorkerEnding``, on each pytest-xdist worker: what the store holds made durable, and the worker's
+notices handed to the controller, which decides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
+from pytest_opik_eval.reports.json_report import write_report
+from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
+from pytest_opik_eval.reports.model import Report
+from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
+from pytest_opik_eval.run.distributed import in_shard, is_controller
+from pytest_opik_eval.session.state import SessionState, no_gc_pass
+from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
+from pytest_opik_eval.store.base import end_begins
+from pytest_opik_eval.verdict.gates import settings_for_resume
+from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
+
+
+class Ending:
+    """Judges the session's experiments, writes the reports, and sets the exit status."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self.config = state.config
+        self.options = state.options
+
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        state = self.state
+        state.pool.stop()
+        try:
+            if not state.experiments and is_controller(self.config):
+                state.experiments = self._run_experiments()
+            if not state.experiments:
+                return
+            self._finish(session)
+        except StoreError as error:
+            # The store cannot be read or written any more: say so in one line; what it held
+            # before is intact, and the reports that could be written were.
+            notice(self.config, str(error))
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        state.take_store_notices()
+
+    def _run_experiments(self) -> list[ExperimentRecord]:
+        """On the controller, which does not collect: the experiments its workers recorded."""
+        self._end_begins()
+        try:
+            return self.state.store().find(self.state.run_id)[1]
+        except ExperimentNotFound:
+            return []  # no eval test ran
+
+    def _end_begins(self) -> None:
+        # Reading back from the server spends the end's budget (--eval-sync-timeout), which the
+        # drain in flush() then shares.
+        end_begins(self.state.store())
+
+    def _finish(self, session: pytest.Session) -> None:
+        state = self.state
+        with no_gc_pass():
+            state.results = judge_experiments(
+                state.store(),
+                state.experiments,
+                state.session_id,
+                self._settings_of,
+                state.baselines or Baselines(state.store(), None),
+                self.options.resume_command,
+                self._in_my_shard if self.options.shard else None,
+            )
+        report = self._reports()
+        add_suite_properties(self.config, suite_properties(state.results))
+        self._record_verdicts(report)
+        self._set_exit_status(session)
+        state.unsent = state.store().flush()
+
+    def _reports(self) -> Report | None:
+        """The report, written where asked; None when nothing reads it."""
+        finished = self.config.hook.pytest_opik_eval_experiment_finished
+        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+        # The report models (one per trial) are built only when something reads them.
+        if not (
+            self.options.report_path or self.options.html_path or step_summary or finished.get_hookimpls()
+        ):
+            return None
+        resume = self.state.resume
+        report = Report(
+            run_id=self.state.run_id,
+            resumed=None if resume is None else resume.resolved,
+            experiments=[r.report() for r in self.state.results],
+        )
+        self._write_reports(report, step_summary)
+        return report
+
+    def _record_verdicts(self, report: Report | None) -> None:
+        finished = self.config.hook.pytest_opik_eval_experiment_finished
+        unrecorded: StoreError | None = None
+        for position, result in enumerate(self.state.results):
+            try:
+                self.state.store().record_verdict(
+                    result.id, passed(result) and not result.summary.pending, aggregates(result)
+                )
+            except StoreError as error:
+                unrecorded = error  # only last-passing baselines miss it: the rest goes on
+            if report is not None:
+                finished(config=self.config, experiment=report.experiments[position])
+        if unrecorded is not None and str(unrecorded) != self.state.store_failure:
+            notice(
+                self.config, f"the verdicts for --eval-baseline=last-passing were not recorded: {unrecorded}"
+            )
+
+    def _set_exit_status(self, session: pytest.Session) -> None:
+        failed = not all(passed(r) for r in self.state.results)
+        # The exit status an uninterrupted run of the whole experiments would have had.
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            if failed:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            elif self.state.resume is not None:
+                session.exitstatus = pytest.ExitCode.OK
+
+    def _write_reports(self, report: Report, step_summary: str | None) -> None:
+        # Each report on its own: one that cannot be written (a full disk) does not keep the
+        # others from being written.
+        if self.options.report_path is not None:
+            with self._writing("JSON report", self.options.report_path):
+                write_report(report, self.options.report_path)
+        if self.options.html_path is not None:
+            from pytest_opik_eval.reports.html import write_html
+
+            with self._writing("HTML report", self.options.html_path):
+                items = {e.id: e.items for e in self.state.experiments}
+                write_html(report, items, self.options.html_path, self.options.resume_command)
+        if step_summary:
+            from pytest_opik_eval.reports.markdown import step_summary as markdown
+
+            with self._writing("GitHub step summary", Path(step_summary)):
+                with open(step_summary, "a", encoding="utf-8") as file:
+                    file.write(markdown(report, self.options.resume_command) + "\n")
+
+    @contextlib.contextmanager
+    def _writing(self, what: str, path: Path) -> Iterator[None]:
+        try:
+            yield
+        except OSError as error:
+            notice(self.config, f"could not write the {what} {path}: {error.strerror or error}")
+
+    def _in_my_shard(self, experiment: ExperimentRecord, trial: TrialRecord) -> bool:
+        assert self.options.shard is not None
+        return in_shard(
+            self.options.shard, experiment.test, experiment.params, trial.dataset_item_id, trial.trial
+        )
+
+    def _settings_of(self, experiment: ExperimentRecord) -> GateSettings:
+        if self.state.resume is None:
+            return experiment.gates
+        return settings_for_resume(experiment.gates, self.options.cli_gates)
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        print_notices(self.config, terminalreporter)
+        results = self.state.results
+        if not results:
+            return
+        terminalreporter.section("eval summary")
+        resume = self.state.resume
+        if resume is not None and not any(r.ran_this_session(t) for r in results for t in r.trials):
+            pending = sum(r.summary.pending for r in results)
+            if not pending:
+                terminalreporter.line(
+                    f"nothing pending: every planned trial of {resume.requested} is completed"
+                )
+        for line in summary_lines(results, self.options.resume_command, resume is not None):
+            terminalreporter.line(line)
+        pending_total = sum(r.summary.pending for r in results)
+        run_id = self.state.run_id
+        if pending_total and len(results) > 1 and run_id:
+            terminalreporter.line(
+                f"resume all {pending_total} pending trials: {self.options.resume_command(run_id)}"
+            )
+        if self.state.unsent:
+            terminalreporter.line(escape_control(self.state.unsent), yellow=True)
+        gates = gate_lines(results)
+        if gates:
+            terminalreporter.section("eval gates")
+            for line in gates:
+                terminalreporter.line(line, red=line.startswith("NOT MET"), green=line.startswith("met"))
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
+    def pytest_terminal_summary_verdict(self, terminalreporter: pytest.TerminalReporter) -> Generator[None]:
+        # pytest's last line ("1 passed in 0.2s") counts test outcomes; when the eval verdict fails
+        # the session (a gate, a trial that failed in an earlier session), that line must say so,
+        # in red, rather than "1 passed" in green with the reason far above. Its parts are the
+        # reporter's stats, so the verdict goes there: in the outermost wrapper (tryfirst), after
+        # pytest's short test summary, which lists every entry of "failed". (pytest reads only
+        # methods named pytest_*: hence this name, and specname.)
+        try:
+            return (yield)
+        finally:
+            results = self.state.results
+            if results and not all(passed(r) for r in results):
+                stats = terminalreporter.stats
+                for key, count in verdict_counts(results).items():
+                    stats.setdefault(key, []).extend(_VerdictPart() for _ in range(count))
+                # pytest colours the line red when "failed" is among the stats; this entry is not
+                # counted as a failed test (the protocol pytest's own reports follow).
+                stats.setdefault("failed", []).append(_VerdictPart(counted=False))
+
+    def pytest_unconfigure(self) -> None:
+        self.state.close_store()
+
+
+class WorkerEnding:
+    """The end of a pytest-xdist worker: the controller reports, from what the store holds."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        state = self.state
+        state.pool.stop()
+        store = state.opened_store()
+        if store is not None:
+            try:
+                store.flush()  # the controller reports what the store holds
+            except StoreError as error:
+                notice(state.config, str(error))
+            state.take_store_notices()
+        state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
+
+    def pytest_unconfigure(self) -> None:
+        self.state.close_store()
+
+
+class _VerdictPart:
+    """An entry of the terminal reporter's stats for the eval verdict: pytest's last line shows
+    how many there are under their key."""
+
+    def __init__(self, *, counted: bool = True) -> None:
+        self.count_towards_summary = counted

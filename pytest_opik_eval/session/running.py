@@ -1,0 +1,193 @@
+"""Running the trials: the run and its experiments written before the first trial starts, then
+each trial's test case, whose life (pending -> task -> scores -> cleared) is ``run.trial``'s;
+this phase only calls it, runs trials ahead on threads, and stops the session when the store
+cannot be written.
+
+``Running`` is registered where trials run: a single process, or each pytest-xdist worker (the
+controller runs none). ``TrialStatus`` is registered where reports are shown: a single process,
+or the controller, which shows its workers'.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Generator, Iterator
+from typing import Literal, NoReturn
+
+import pytest
+
+from pytest_opik_eval.collect.planning import CASE_ARG, TRIAL_KEY, RejectedItem, Trial, plan_run
+from pytest_opik_eval.exceptions import StoreError
+from pytest_opik_eval.run import trial as trial_life
+from pytest_opik_eval.run.concurrency import LOOKAHEAD
+from pytest_opik_eval.run.distributed import WorkerQueue
+from pytest_opik_eval.session.state import SessionState, no_gc_pass
+
+
+class Running:
+    """Writes the run before the first trial, and runs each trial in its test case."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self.config = state.config
+        self._items: list[pytest.Item] = []
+        self._position: dict[str, int] = {}
+        self._queue: WorkerQueue | Literal[False] | None = None  # False: not found
+
+    # -- the run is written before any trial starts ---------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        collection_failed = session.testsfailed and not self.config.option.continue_on_collection_errors
+        if collection_failed or self.config.option.collectonly:
+            return
+        self._items = session.items
+        self._position = {item.nodeid: index for index, item in enumerate(session.items)}
+        if self.state.resume is not None:
+            return  # the run and its experiments are in the store already
+        shards = self.state.shards
+        planned = session.items if shards is None else shards.planned
+        trials = [t for t in _trials(planned)]
+        if trials:
+            self._create_run(trials)
+
+    def _create_run(self, trials: list[tuple[pytest.Item, Trial]]) -> None:
+        state = self.state
+        with no_gc_pass():
+            plan = plan_run(self.config, state.run_id, trials, state.options.run_name)
+            try:
+                state.store().create_run(plan.run, plan.experiments, plan.trials)
+            except StoreError as error:
+                if not state.worker:
+                    raise pytest.UsageError(f"{error}") from None
+                # The controller found the store writable before this worker started: it stopped
+                # being so since (a full disk). An error here would be an INTERNALERROR; the
+                # worker's first trial fails with the one line instead, as when a write fails mid-run.
+                state.unusable = error
+                return
+        state.run_id = plan.run.id
+        state.experiments = plan.experiments
+
+    # -- each trial ----------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        # A dataset item that could not be processed: its message, before any fixture is set up.
+        callspec = getattr(item, "callspec", None)
+        rejected = callspec.params.get(CASE_ARG) if callspec is not None else None
+        if isinstance(rejected, RejectedItem):
+            pytest.fail(rejected.message, pytrace=False)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
+        trial = pyfuncitem.stash.get(TRIAL_KEY, None)
+        if trial is None:
+            return None
+        state = self.state
+        if state.unusable is not None:
+            self._stop(pyfuncitem, state.unusable)
+        threads = trial.case.plan.threads
+        try:
+            if threads <= 1:
+                trial_life.run(pyfuncitem, trial, state.store(), state.session_id)
+            else:
+                state.pool.run(pyfuncitem, self._window(pyfuncitem, trial, threads), self._job, threads)
+        except StoreError as error:
+            failure = error
+        else:
+            return True
+        self._stop(pyfuncitem, failure)  # outside the except block: one line, not a chain
+
+    def _stop(self, item: pytest.Item, error: StoreError) -> NoReturn:
+        """The store cannot record trials (a full disk, a read-only file): this trial fails with
+        the one line that says why, and no further trial starts, as with -x."""
+        self.state.store_failure = item.session.shouldfail = str(error)
+        pytest.fail(str(error), pytrace=False)
+
+    def _window(self, item: pytest.Function, trial: Trial, threads: int) -> list[pytest.Function]:
+        """This trial and the next ones of the same test that this process runs, to run ahead."""
+
+        def same_test(following: Iterator[pytest.Item]) -> list[pytest.Function]:
+            window = [item]
+            for ahead in following:
+                ahead_trial = ahead.stash.get(TRIAL_KEY, None)
+                if len(window) == threads * LOOKAHEAD or ahead_trial is None:
+                    break
+                if ahead_trial.case.plan is not trial.case.plan:
+                    break
+                assert isinstance(ahead, pytest.Function)
+                window.append(ahead)
+            return window
+
+        if not self.state.worker:
+            start = self._position[item.nodeid] + 1
+            return same_test(iter(self._items[start : start + threads * LOOKAHEAD]))
+        # A pytest-xdist worker runs the test cases the controller sends it, not session.items.
+        if self._queue is None:
+            self._queue = WorkerQueue.find(self.config, self._items) or False
+        if self._queue is False:
+            return [item]  # pytest-xdist's queue is not where it was: nothing runs ahead
+        return self._queue.ahead(same_test)
+
+    def pytest_runtest_logfinish(self) -> None:
+        if self._queue:
+            self._queue.finished()
+
+    def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
+        """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
+        trial = ahead.stash[TRIAL_KEY]
+        task = trial_life.threaded_task(ahead, trial, shared)
+        return functools.partial(
+            trial_life.run, ahead, trial, self.state.store(), self.state.session_id, task
+        )
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside any plugin that replaces item.obj
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
+        if not isinstance(item, pytest.Function) or TRIAL_KEY not in item.stash:
+            return (yield)
+        with trial_life.capturing(item):
+            return (yield)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
+        trial = item.stash.get(TRIAL_KEY, None)
+        if trial is not None and call.when == "call" and report.passed and trial.soft_failure:
+            # A plain str, so the report stays JSON-safe for pytest-xdist.
+            report.eval_soft_failure = trial.soft_failure  # type: ignore[attr-defined]
+        return report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        # tryfirst: before pytest tears down the fixtures, so a failing fixture teardown
+        # cannot leave a scored trial pending.
+        trial = item.stash.get(TRIAL_KEY, None)
+        if trial is not None:
+            try:
+                trial_life.clear_marker(item, trial, self.state.store())
+            except StoreError as error:
+                failure = error
+            else:
+                return
+            self._stop(item, failure)
+
+
+class TrialStatus:
+    """Shows a trial that passed but missed its thresholds in soft mode as SOFT-FAILED."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(
+        self, report: pytest.TestReport
+    ) -> tuple[str, str, tuple[str, dict[str, bool]]] | None:
+        if report.when == "call" and getattr(report, "eval_soft_failure", None):
+            return "soft-failed", "f", ("SOFT-FAILED", {"yellow": True})
+        return None
+
+
+def _trials(items: list[pytest.Item]) -> Iterator[tuple[pytest.Item, Trial]]:
+    for item in items:
+        trial = item.stash.get(TRIAL_KEY, None)
+        if trial is not None:
+            yield item, trial

@@ -1,0 +1,93 @@
+"""The start of an eval session: the header line, and the checks made before anything runs (the
+resume target, the baseline, the backend, a store that can be written), on this process or on the
+pytest-xdist controller, which then hands its workers what they need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pytest_opik_eval.collect.resume import load_target
+from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.run.distributed import Controller, is_controller
+from pytest_opik_eval.session.state import COLLECTION_PLUGIN, CONTROLLER_PLUGIN, RUNNING_PLUGIN, SessionState
+from pytest_opik_eval.store.backends import backend
+from pytest_opik_eval.verdict.summary import Baselines
+
+
+class Start:
+    """Registered on the process that reports: a single process, or the pytest-xdist controller."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
+        self.config = state.config
+        self.options = state.options
+
+    def pytest_report_header(self) -> list[str]:
+        line = backend(self.options.backend).describe(self.options.store_path, self.options.store_source)
+        resume = self.state.resume
+        if resume is not None:
+            line += f"; resuming {resume.requested} (run {resume.run.id})"
+        return [line]
+
+    def pytest_sessionstart(self) -> None:
+        self._check_backend_access()
+        # Ids given on the command line are checked before anything runs (exit code 4).
+        self._load_resume_target()
+        self._load_baseline()
+        if is_controller(self.config):
+            self._start_controller()
+
+    def _check_backend_access(self) -> None:
+        if backend(self.options.backend).checked_at_start and self.options.resume is None:
+            try:  # credentials and the server are checked before anything runs
+                self.state.existing_store()
+            except StoreError as error:
+                raise pytest.UsageError(f"--eval-backend={self.options.backend}: {error}") from None
+
+    def _load_resume_target(self) -> None:
+        if self.options.resume is None:
+            return
+        try:
+            # Resuming never creates a store: an empty one could not hold the experiment.
+            self.state.resume = load_target(self.state.existing_store(), self.options.resume)
+        except (ExperimentNotFound, StoreError) as error:
+            raise pytest.UsageError(f"--eval-resume={self.options.resume}: {error}") from None
+        self.state.run_id = self.state.resume.run.id
+        self.state.experiments = self.state.resume.experiments  # the same list: tests get bound to it
+
+    def _load_baseline(self) -> None:
+        if self.options.baseline is None:
+            return
+        try:
+            self.state.baselines = Baselines(self.state.existing_store(), self.options.baseline)
+        except (ExperimentNotFound, StoreError) as error:
+            raise pytest.UsageError(f"--eval-baseline={self.options.baseline}: {error}") from None
+
+    def _start_controller(self) -> None:
+        # The controller writes nothing itself, and its workers would each find a store that
+        # cannot be written only when they create the run: say so once, before they start, as
+        # a single process does when it creates the run.
+        try:
+            self._check_writable()
+        except StoreError as error:
+            raise pytest.UsageError(str(error)) from None
+        # The controller does not collect and runs no trial: its workers do.
+        for name in (COLLECTION_PLUGIN, RUNNING_PLUGIN):
+            plugin = self.config.pluginmanager.get_plugin(name)
+            if plugin is not None:
+                self.config.pluginmanager.unregister(plugin, name)
+        handoff = {
+            "run_id": self.state.run_id,
+            "session_id": self.state.session_id,
+            "resume": None if self.state.resume is None else self.state.resume.to_json(),
+        }
+        self.config.pluginmanager.register(Controller(self.config, handoff), CONTROLLER_PLUGIN)
+
+    def _check_writable(self) -> None:
+        store = self.state.store()
+        check: Callable[[], None] | None = getattr(store, "check_writable", None)
+        if check is not None:  # a store a plugin supplies may not know how to tell
+            check()

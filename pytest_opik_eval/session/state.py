@@ -1,0 +1,127 @@
+"""What the phases of one eval session share, on ``config.stash``: one object, made when the
+session's plugins are registered, read by each phase; no phase holds another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_opik_eval.collect.planning import TestPlan
+from pytest_opik_eval.collect.resume import ResumeTarget
+from pytest_opik_eval.exceptions import StoreError
+from pytest_opik_eval.ids import uuid7, uuid7_from_name
+from pytest_opik_eval.notices import notice
+from pytest_opik_eval.run.concurrency import Pool
+from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker
+from pytest_opik_eval.store import ExperimentRecord, Store
+from pytest_opik_eval.store.backends import backend
+from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.summary import Baselines
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.settings import EvalOptions
+
+# The names the session's plugins are registered under, in one place: ``register`` and
+# ``unregister`` use them, and the pytest-xdist controller drops the phases it does not run.
+START_PLUGIN = "opik_eval_start"
+COLLECTION_PLUGIN = "opik_eval_collection"
+RUNNING_PLUGIN = "opik_eval_running"
+STATUS_PLUGIN = "opik_eval_status"
+ENDING_PLUGIN = "opik_eval_ending"
+WORKER_ENDING_PLUGIN = "opik_eval_worker_ending"
+CONTROLLER_PLUGIN = "opik_eval_controller"
+
+
+class SessionState:
+    """The state of one eval session that its phases share: the ids, the resume target, the
+    experiments and their results, and the store."""
+
+    def __init__(self, config: pytest.Config, options: EvalOptions) -> None:
+        self.config = config
+        self.options = options
+        handed = handed_to_worker(config)
+        self.worker = handed is not None  # a pytest-xdist worker: it runs trials, never reports
+        self.session_id: str = handed["session_id"] if handed else uuid7()
+        self._store: Store | None = None
+        self.resume: ResumeTarget | None = None
+        if handed and handed["resume"] is not None:
+            self.resume = ResumeTarget.from_json(handed["resume"])
+        if handed:
+            self.run_id: str = handed["run_id"]
+        else:
+            self.run_id = uuid7_from_name(options.run_name) if options.run_name else uuid7()
+        self.shards: ShardSelector | None = None
+        if options.shard is not None:
+            self.shards = ShardSelector(options.shard)
+        self.experiments: list[ExperimentRecord] = []
+        self.results: list[ExperimentResult] = []
+        self.plans_seen: list[TestPlan] = []
+        self.baselines: Baselines | None = None
+        self.unsent: str | None = None  # what the store could not send, for the summary
+        self.store_failure: str | None = None  # why trials stopped: the store cannot be written
+        self.unusable: StoreError | None = None  # a worker could not create the run
+        self.pool = Pool()
+
+    def store(self) -> Store:
+        """The store, opened (and created) on first use. A method, not a property: pytest before
+        8.3.3 reads every attribute of a plugin object when it looks for fixtures, and so would
+        create the store even under ``--co``."""
+        if self._store is None:
+            self._store = self._open_store(create=True)
+        return self._store
+
+    def existing_store(self) -> Store:
+        """The store, opened on first use without creating it (for the checks at the start)."""
+        if self._store is None:
+            self._store = self._open_store(create=False)
+        return self._store
+
+    def opened_store(self) -> Store | None:
+        """The store if it was opened, without opening it."""
+        return self._store
+
+    def _open_store(self, *, create: bool) -> Store:
+        supplied: Store | None = self.config.hook.pytest_opik_eval_store(config=self.config)
+        if supplied is not None:
+            return supplied
+        return backend(self.options.backend).open(
+            self.options.store_path,
+            create=create,
+            sync_timeout=self.options.sync_timeout,
+            sync_command=self.options.sync_command,
+            # A worker leaves what is left to the controller, so the budget bounds the whole end.
+            drain_at_end=not self.worker,
+        )
+
+    def take_store_notices(self) -> None:
+        if self._store is None:
+            return  # never opened, or it could not be: nothing to say beyond that
+        for message in self._store.notices():
+            notice(self.config, message)
+
+    def close_store(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+STATE = pytest.StashKey[SessionState]()
+
+
+@contextlib.contextmanager
+def no_gc_pass() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the run's plan or the session's results
+    are built, one record per trial and no cycles among them: the allocations would otherwise
+    trigger full passes over the whole session's heap (every test item), each costing as much
+    as hundreds of trials."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
