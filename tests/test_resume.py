@@ -290,6 +290,7 @@ def test_exception_in_a_metric_completes_the_trial_and_is_not_replayed(project: 
             "value": 0.0,
             "reason": "RuntimeError: scoring crash on item-1",
             "scoring_failed": True,
+            "metadata": None,
         }
     ]
     assert report["experiments"][0]["summary"]["metrics"]["raising"]["failed"] == 1
