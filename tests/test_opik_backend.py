@@ -671,14 +671,9 @@ def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
     assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
     attempts = server_trials(opik, project.last_experiment_id())
     assert [a["pending"] for a in attempts] == [False] * 4
-    # The workers start together and both create the run's dataset and experiment (same names
-    # and ids): the server tells the second 409, which the plugin expects. Nothing else may be
-    # refused.
-    refused = {(r["method"], r["path"], r["status"]) for r in opik.invalid_requests}
-    assert refused <= {("POST", "v1/private/datasets", 409), ("POST", "v1/private/experiments", 409)}, (
-        opik.invalid_requests
-    )
-    opik.clear_requests()
+    # The workers start together and may both create the run's dataset and experiment (same names
+    # and ids): the server tells the one that lost the race 409, which the plugin expects, and
+    # which the opik fixture does not count as invalid. Nothing else may be refused.
 
 
 READ_BACK_FAULTS = {
