@@ -266,11 +266,17 @@ def test_the_server_down_in_the_middle_loses_nothing_and_sends_nothing_twice(
 def test_a_429_storm_is_ridden_out(project: Project, opik: OpikTestServer) -> None:
     project.dataset(items("a", "b", "c"))
     project.eval_test()
-    opik.rate_limit_next(6, retry_after=0.05, path_contains="traces")
-    project.run("--eval").assert_outcomes(passed=3)
+    # As many 429s in a row as the client retries a request (4, then a 5th attempt): whichever
+    # request meets them rides them out, the background sender's during the run, or the end of
+    # the session's when a busy machine gave the sender no turn before it. (A longer storm met by
+    # one request leaves the writes in the spool for opik-eval sync, as documented.)
+    opik.rate_limit_next(4, retry_after=0.05, path_contains="traces")
+    result = project.run("--eval")
+    result.assert_outcomes(passed=3)
+    assert "wait to be sent to the Opik server" not in result.stdout.str()
     attempts = server_trials(opik, project.last_experiment_id())
     assert [a["pending"] for a in attempts] == [False, False, False]
-    assert any(r.fault == "rate_limit" for r in opik.requests)
+    assert [r.status for r in opik.requests if r.fault == "rate_limit"] == [429] * 4
 
 
 def test_the_key_is_never_shown(project: Project, opik: OpikTestServer) -> None:
