@@ -18,6 +18,9 @@ It behaves like the backend where that matters to a client:
   (the backend's ``traces`` table is a ``ReplacingMergeTree(last_updated_at)``, and a batch is first
   de-duplicated by id keeping the newest ``last_updated_at``).
 * Each insert into a dataset (a new ``batch_group_id``) makes a new dataset version, named v1, v2, ...
+* Creating an experiment whose id exists succeeds and changes nothing; creating a dataset whose name exists
+  gets 409. That 409 counts as invalid unless the client lost a race: it was told the dataset did not exist
+  (a 404 looking it up by name) before another client created it, as pytest-xdist workers and CI shards do.
 
 Faults can be injected from the test thread at any time: ``fail_next``, ``rate_limit_next``, ``delay``,
 ``drop_next``, ``hang`` (read requests, never answer), ``answer_next`` (any status, body and headers: a
@@ -147,10 +150,13 @@ def _json_bytes(value: Any) -> bytes:
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    """An error answer. ``invalid`` as in ``OpikTestServer._error``: None counts a 400/409/422 as invalid."""
+
+    def __init__(self, status: int, message: str, *, invalid: bool | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.invalid = invalid
 
 
 def _canonical_uuid(value: Any, resource: str) -> str:
@@ -1019,6 +1025,10 @@ class OpikTestServer:
         self._spans: dict[str, dict[str, Any]] = {}
         self._feedback_scores: dict[str, dict[str, dict[str, Any]]] = {}  # trace id -> name -> score
         self._score_writes = 0
+        # Clients that raced to create a dataset: a lookup by name answered 404 before it existed, so a
+        # create that then gets 409 lost the race (see _create_dataset_record).
+        self._dataset_misses: dict[str, int] = {}  # name -> lookups answered 404 while it did not exist
+        self._dataset_races: dict[str, int] = {}  # name -> creates that may still lose the race
 
     # -- seeding helpers (for tests that need data the SDK did not write) ---------------------------------------
 
@@ -1159,7 +1169,7 @@ class OpikTestServer:
                     response: _Response = route.handler(record.body, query, **match.groupdict())
                     return response
             except _HttpError as error:
-                return self._error(record, error.status, error.message)
+                return self._error(record, error.status, error.message, invalid=error.invalid)
             except Exception as error:  # a bug here, or a body shape nobody expected: say so, don't hang up
                 return self._error(record, 500, f"{type(error).__name__}: {error}", invalid=True)
         with self._lock:
@@ -1413,13 +1423,21 @@ class OpikTestServer:
         if not name or not str(name).strip():
             raise _HttpError(422, "name must not be blank")
         if self._find_dataset(name=name) is not None:
-            raise _HttpError(409, "Dataset already exists")
+            # The backend's answer either way. Only a client that was told the dataset did not exist,
+            # and lost the race to create it to another (pytest-xdist workers, CI shards), has a reason
+            # to create it: such a 409 is expected; any other is an invalid request.
+            lost_race = self._dataset_races.get(name, 0) > 0
+            if lost_race:
+                self._dataset_races[name] -= 1
+            raise _HttpError(409, "Dataset already exists", invalid=not lost_race)
         if dataset_id is not None:
             dataset_id = self._check_v7(dataset_id, "dataset")
             if dataset_id in self._datasets:
                 raise _HttpError(409, "Dataset already exists")
         else:
             dataset_id = uuid7()
+        # Every client told it did not exist may try to create it; one (this one) wins.
+        self._dataset_races[name] = max(0, self._dataset_misses.pop(name, 0) - 1)
         project = self._project(project_name) if project_name else None
         moment = _iso(_now())
         body = body or {}
@@ -1479,8 +1497,11 @@ class OpikTestServer:
         return _Response(200, {"page": page, "size": size, "total": len(found), "content": content})
 
     def _retrieve_dataset(self, body: Any, query: dict[str, str]) -> _Response:
-        dataset = self._find_dataset(name=body.get("dataset_name"))
+        name = body.get("dataset_name")
+        dataset = self._find_dataset(name=name)
         if dataset is None:
+            if isinstance(name, str):
+                self._dataset_misses[name] = self._dataset_misses.get(name, 0) + 1
             raise _HttpError(404, "Dataset not found")
         return _Response(200, self._dataset_public(dataset))
 
@@ -1662,7 +1683,12 @@ class OpikTestServer:
             raise _HttpError(422, "dataset_name must not be blank")
         experiment_id = self._check_v7(body["id"], "Experiment") if body.get("id") else uuid7()
         if experiment_id in self._experiments:
-            raise _HttpError(409, "Experiment already exists")
+            # The backend's ExperimentService.create answers a create with the id of an existing experiment
+            # as a success ("If a conflict occurs, we just return the id of the existing experiment") and
+            # leaves that experiment as it was; older backends answered 409, which the plugin takes too.
+            return _Response(
+                201, None, headers={"Location": f"{self.url}v1/private/experiments/{experiment_id}"}
+            )
         dataset = self._find_dataset(name=dataset_name)
         if dataset is None:  # the backend gets-or-creates the dataset by name
             dataset = self._create_dataset_record(dataset_name, None, body.get("project_name"), None, None)

@@ -266,11 +266,17 @@ def test_the_server_down_in_the_middle_loses_nothing_and_sends_nothing_twice(
 def test_a_429_storm_is_ridden_out(project: Project, opik: OpikTestServer) -> None:
     project.dataset(items("a", "b", "c"))
     project.eval_test()
-    opik.rate_limit_next(6, retry_after=0.05, path_contains="traces")
-    project.run("--eval").assert_outcomes(passed=3)
+    # As many 429s in a row as the client retries a request (4, then a 5th attempt): whichever
+    # request meets them rides them out, the background sender's during the run, or the end of
+    # the session's when a busy machine gave the sender no turn before it. (A longer storm met by
+    # one request leaves the writes in the spool for opik-eval sync, as documented.)
+    opik.rate_limit_next(4, retry_after=0.05, path_contains="traces")
+    result = project.run("--eval")
+    result.assert_outcomes(passed=3)
+    assert "wait to be sent to the Opik server" not in result.stdout.str()
     attempts = server_trials(opik, project.last_experiment_id())
     assert [a["pending"] for a in attempts] == [False, False, False]
-    assert any(r.fault == "rate_limit" for r in opik.requests)
+    assert [r.status for r in opik.requests if r.fault == "rate_limit"] == [429] * 4
 
 
 def test_the_key_is_never_shown(project: Project, opik: OpikTestServer) -> None:
@@ -671,14 +677,9 @@ def test_under_xdist_the_controller_alone_spends_the_sync_timeout(
     assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
     attempts = server_trials(opik, project.last_experiment_id())
     assert [a["pending"] for a in attempts] == [False] * 4
-    # The workers start together and both create the run's dataset and experiment (same names
-    # and ids): the server tells the second 409, which the plugin expects. Nothing else may be
-    # refused.
-    refused = {(r["method"], r["path"], r["status"]) for r in opik.invalid_requests}
-    assert refused <= {("POST", "v1/private/datasets", 409), ("POST", "v1/private/experiments", 409)}, (
-        opik.invalid_requests
-    )
-    opik.clear_requests()
+    # The workers start together and may both create the run's dataset and experiment (same names
+    # and ids): the server tells the one that lost the race 409, which the plugin expects, and
+    # which the opik fixture does not count as invalid. Nothing else may be refused.
 
 
 READ_BACK_FAULTS = {

@@ -592,6 +592,26 @@ def test_dataset_versions(server: OpikTestServer, api: httpx.Client) -> None:
     assert server.invalid_requests == []
 
 
+def test_a_dataset_create_that_lost_a_race_is_not_an_invalid_request(
+    server: OpikTestServer, api: httpx.Client
+) -> None:
+    def retrieve() -> int:
+        return api.post("v1/private/datasets/retrieve", json={"dataset_name": "ds"}).status_code
+
+    def create() -> int:
+        return api.post("v1/private/datasets", json={"name": "ds"}).status_code
+
+    # Two pytest-xdist workers look the dataset up, both are told it does not exist, both create it.
+    assert [retrieve(), retrieve()] == [404, 404]
+    assert [create(), create()] == [201, 409]
+    assert server.invalid_requests == []
+    # A client told it exists, or that never asked, has no reason to create it: that 409 is invalid.
+    assert [retrieve(), create()] == [200, 409]
+    assert [(entry["path"], entry["status"]) for entry in server.invalid_requests] == [
+        ("v1/private/datasets", 409)
+    ]
+
+
 @pytest.fixture
 def filter_items(server: OpikTestServer) -> dict[str, str]:
     ids = {name: uuid7() for name in ("A", "B", "C")}  # created in this order: the stream gives C, B, A
@@ -682,7 +702,9 @@ def test_experiments_lifecycle(server: OpikTestServer, api: httpx.Client) -> Non
     for experiment_id, name in zip(ids, ["Run-Alpha", "run-beta"], strict=True):
         body = {"id": experiment_id, "name": name, "dataset_name": "d", "metadata": {"k": name}}
         assert api.post("v1/private/experiments", json=body).status_code == 201
-    assert api.post("v1/private/experiments", json={"id": ids[0], "dataset_name": "d"}).status_code == 409
+    # As the backend: creating an existing experiment again succeeds and changes nothing.
+    assert api.post("v1/private/experiments", json={"id": ids[0], "dataset_name": "d"}).status_code == 201
+    assert server.experiments[ids[0]]["name"] == "Run-Alpha"
     assert api.get(f"v1/private/experiments/{uuid7()}").status_code == 404
 
     streamed = api.post("v1/private/experiments/stream", json={"name": "RUN", "limit": 10}).text.splitlines()
@@ -723,7 +745,9 @@ def test_experiments_lifecycle(server: OpikTestServer, api: httpx.Client) -> Non
     assert row["id"] == item_id and row["data"] == {"x": 1}
     (view,) = row["experiment_items"]
     assert view["output"] == {"o": 1} and view["feedback_scores"][0]["value"] == 0.5
-    assert [entry["status"] for entry in server.invalid_requests] == [409, 409]
+    assert [(entry["path"], entry["status"]) for entry in server.invalid_requests] == [
+        ("v1/private/experiments/items", 409)
+    ]
 
 
 def test_responses_parse_as_the_sdk_public_models(server: OpikTestServer, api: httpx.Client) -> None:
