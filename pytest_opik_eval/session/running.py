@@ -32,6 +32,7 @@ class Running:
         self.config = state.config
         self._items: list[pytest.Item] = []
         self._position: dict[str, int] = {}
+        self._scanned = 0  # the position in self._items up to which windows have looked
         self._queue: WorkerQueue | Literal[False] | None = None  # False: not found
 
     # -- the run is written before any trial starts ---------------------------------------
@@ -120,8 +121,14 @@ class Running:
             return window
 
         if not self.state.worker:
-            start = self._position[item.nodeid] + 1
-            return same_test(iter(self._items[start : start + threads * LOOKAHEAD]))
+            position = self._position[item.nodeid]
+            # The test cases before self._scanned are in an earlier window, handed to the pool
+            # already: each window looks only beyond them, so a session examines each test case
+            # once rather than a whole window of them for every trial.
+            start = max(position + 1, self._scanned)
+            window = same_test(iter(self._items[start : position + threads * LOOKAHEAD]))
+            self._scanned = start + len(window) - 1
+            return window
         # A pytest-xdist worker runs the test cases the controller sends it, not session.items.
         if self._queue is None:
             self._queue = WorkerQueue.find(self.config, self._items) or False
