@@ -304,6 +304,32 @@ def test_a_scores_metadata_is_kept_in_the_store_and_the_reports(project: Project
     assert shown == {"a": [["judge", 1.0, None, False, metadata]], "b": [["judge", 1.0, None, False]]}
 
 
+def test_a_metadata_number_json_cannot_hold_is_kept_as_its_repr(project: Project) -> None:
+    # NaN and the infinities are no JSON: written as bare tokens, they would read back as null in
+    # the report and make the Opik server's batch invalid JSON.
+    project.dataset(items("a"))
+    project.eval_test(
+        imports="""
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+class Judge(BaseMetric):
+    def __init__(self):
+        super().__init__(name="judge")
+
+    def score(self, output, **ignored):
+        spread = {"nan": float("nan"), "up": float("inf"), "down": [float("-inf")]}
+        return ScoreResult(name=self.name, value=1.0, metadata=spread)
+""",
+        metrics="[Judge()]",
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    expected = {"nan": "nan", "up": "inf", "down": ["-inf"]}
+    assert report["experiments"][0]["trials"][0]["scores"][0]["metadata"] == expected
+    [trial] = project.trials()
+    assert trial.scores[0].metadata == expected
+
+
 def test_scoring_key_mapping_callable(project: Project) -> None:
     project.dataset([{"id": "a", "input": {"text": "a"}, "expected": {"answer": "a"}}])
     project.write(

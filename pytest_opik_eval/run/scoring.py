@@ -225,9 +225,15 @@ def _json_safe(metadata: Any) -> tuple[dict[str, Any] | None, str]:
     if nested_too_deep(metadata):  # or refers to itself: json would recurse or raise
         return None, f"is nested more than {MAX_DEPTH} levels deep (or contains itself); flatten it"
     try:
-        return json.loads(_metadata_json(dict(metadata))), ""
+        return json.loads(_metadata_json(dict(metadata)), parse_constant=_number_repr), ""
     except (TypeError, ValueError) as error:  # a key that is not a string, number, bool or None
         return None, f"JSON cannot hold ({error}); use string keys"
+
+
+def _number_repr(constant: str) -> str:
+    # NaN and the infinities, which json writes as bare tokens that are no JSON: kept as their
+    # repr ("nan", "inf", "-inf"), as every other value JSON cannot hold is.
+    return repr(float(constant))
 
 
 def _finite(value: Any) -> float | None:

@@ -1,9 +1,10 @@
 """The storage interface: what the session asks of a store, whichever backend it is.
 
 :class:`Store` is what every store implements. A store may also have the methods of
-:class:`StoreExtras`; the session calls each through the function of the same name here, which
-does what is right for a store without it: a store that a plugin supplies through the
-``pytest_opik_eval_store`` hook may have been written before they existed.
+:class:`StoreExtras`, which the session reaches without assuming them (``end_begins`` and
+``stored_dataset`` here, a ``getattr`` for ``check_writable``), doing what is right for a store
+without them: a store that a plugin supplies through the ``pytest_opik_eval_store`` hook may have
+been written before they existed.
 """
 
 from __future__ import annotations
