@@ -1,13 +1,17 @@
 """Ids: UUID version 7 ids (RFC 9562), time-ordered as the Opik server expects for its
-entities, and the node ids of trial test cases, which are the resume key."""
+entities; the node ids of trial test cases, which are the resume key; and the ids and versions
+derived from content (a dataset item without an id, a dataset's version)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import time
 import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 _lock = threading.Lock()
 _last = 0
@@ -74,3 +78,37 @@ def _ascii_id(item_id: str) -> str:
         c if c.isascii() and c.isprintable() and c not in "\\%" else "".join(f"%{b:02X}" for b in c.encode())
         for c in item_id
     )
+
+
+def content_id(item: Mapping[str, Any]) -> str:
+    """Return the id derived from an item's content.
+
+    The first 16 hex digits of the SHA-256 of the item's canonical JSON, so an
+    item keeps its id across runs and wherever it sits in the file.
+    """
+    return _digest(canonical_json(item))
+
+
+def content_hash(items: Sequence[Mapping[str, Any]]) -> str:
+    """Return the version of a list of items (ids included).
+
+    The first 16 hex digits of the SHA-256 of the list's canonical JSON.
+    """
+    return _digest(canonical_json(list(items)))
+
+
+# Same output as json.dumps(value, sort_keys=True, separators=(",", ":"),
+# ensure_ascii=False); one shared encoder skips json.dumps's per-call setup,
+# which is a large share of the time for many small items.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_json(value: object) -> str:
+    """The canonical JSON text of a value: sorted keys, no spaces; what content ids hash."""
+    return _ENCODER.encode(value)
+
+
+def _digest(text: str) -> str:
+    # surrogatepass: JSON may contain lone surrogates ("\ud800"), which
+    # strict UTF-8 cannot encode; they must still hash, and deterministically.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pytest_opik_eval.collect.filtering import Condition, Filter, FilterError, parse_filter
 from pytest_opik_eval.exceptions import EvalError
+from pytest_opik_eval.filtering import Condition, Filter, FilterError, parse_filter
 
 ITEM: dict[str, Any] = {
     "id": "Q1-abc",

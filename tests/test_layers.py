@@ -110,6 +110,23 @@ def test_the_store_metrics_and_verdict_import_no_pytest() -> None:
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
+# The layers the store and the metrics sit below: they import none of them (the pytest-free
+# bottom of the package reads records, never plans or sessions).
+ABOVE_THE_STORE = tuple(
+    f"pytest_opik_eval.{name}" for name in ("session", "collect", "run", "reports", "verdict", "plugin", "cli")
+)
+
+
+def test_the_store_and_the_metrics_import_nothing_above_them() -> None:
+    edges = graph()
+    upward = {
+        name: sorted(i for i in imported if i.startswith(ABOVE_THE_STORE))
+        for name, imported in edges.items()
+        if name.startswith(("pytest_opik_eval.store", "pytest_opik_eval.metrics"))
+    }
+    assert {name: found for name, found in upward.items() if found} == {}
+
+
 def test_the_contract_sees_a_cycle() -> None:
     # The checker itself: a cycle planted in a small graph is found.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -12,7 +12,7 @@ import pytest
 from pytest_opik_eval.options import score_bound_problem
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.collect.filtering import Filter
+    from pytest_opik_eval.filtering import Filter
 
 MARKER = "eval"  # @pytest.mark.eval
 MARKER_HELP = (
@@ -171,7 +171,7 @@ def _filter(value: object, where: str) -> Filter | None:
     if not isinstance(value, str):
         _fail(where, f"filter must be a string such as 'data.category = \"geo\"', got {value!r}")
     # Imported here: the entry module imports this one, and pytest loads it in every run.
-    from pytest_opik_eval.collect.filtering import FilterError, parse_filter
+    from pytest_opik_eval.filtering import FilterError, parse_filter
 
     try:
         return parse_filter(value)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_opik_eval.collect.filtering import FilterError
 from pytest_opik_eval.collect.marker import EvalSpec
+from pytest_opik_eval.filtering import FilterError
 from pytest_opik_eval.store.records import Selection
 
 # A dataset on the Opik server ("opik:NAME") arrives filtered by the server, so its items cannot

@@ -9,18 +9,18 @@ content hash so that stored results can tell when the data has changed.
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.exceptions import EvalError
+from pytest_opik_eval.ids import canonical_json, content_hash, content_id
 
 _ACCEPTED = (
     "pass a path to a .jsonl, .json or .csv file (str or pathlib.Path), "
@@ -67,23 +67,6 @@ class Dataset:
     # Items set aside because they could not be processed (nested too deep), as (place, message):
     # each becomes a failing test case of its own, so the other items still run.
     rejected: list[tuple[str, str]] = field(default_factory=list)
-
-
-def content_id(item: Mapping[str, Any]) -> str:
-    """Return the id derived from an item's content.
-
-    The first 16 hex digits of the SHA-256 of the item's canonical JSON, so an
-    item keeps its id across runs and wherever it sits in the file.
-    """
-    return _digest(canonical_json(item))
-
-
-def content_hash(items: Sequence[Mapping[str, Any]]) -> str:
-    """Return the version of a list of items (ids included).
-
-    The first 16 hex digits of the SHA-256 of the list's canonical JSON.
-    """
-    return _digest(canonical_json(list(items)))
 
 
 def load_dataset(source: object, base_dir: Path) -> Dataset:
@@ -486,23 +469,6 @@ def _raised(name: str, exc: Exception) -> DatasetError:
         f"dataset function {name} raised {type(exc).__name__}: {exc}; it is called with "
         "no arguments and must return a list of dicts"
     )
-
-
-# Same output as json.dumps(value, sort_keys=True, separators=(",", ":"),
-# ensure_ascii=False); one shared encoder skips json.dumps's per-call setup,
-# which is a large share of the time for many small items.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def canonical_json(value: object) -> str:
-    """The canonical JSON text of a value: sorted keys, no spaces; what content ids hash."""
-    return _ENCODER.encode(value)
-
-
-def _digest(text: str) -> str:
-    # surrogatepass: JSON may contain lone surrogates ("\ud800"), which
-    # strict UTF-8 cannot encode; they must still hash, and deterministically.
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def _describe(value: object) -> str:

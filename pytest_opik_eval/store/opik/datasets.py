@@ -14,9 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from pytest_opik_eval.collect.datasets import canonical_json
 from pytest_opik_eval.exceptions import StoreError
-from pytest_opik_eval.ids import uuid7_for, uuid7_from_name
+from pytest_opik_eval.ids import canonical_json, uuid7_for, uuid7_from_name
 from pytest_opik_eval.store.opik.client import OpikClient, OpikHTTPError
 from pytest_opik_eval.store.opik.config import DATASET_PREFIX, OpikSettings
 from pytest_opik_eval.store.records import ExperimentRecord

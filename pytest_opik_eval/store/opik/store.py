@@ -28,9 +28,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pytest_opik_eval.collect.datasets import content_hash
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
-from pytest_opik_eval.ids import node_id, uuid7
+from pytest_opik_eval.ids import content_hash, node_id, uuid7
 from pytest_opik_eval.store.opik import payloads
 from pytest_opik_eval.store.opik.client import (
     OpikBadAnswer,
@@ -442,7 +441,7 @@ class OpikStore:
             items = [by_id[i] for i in wanted if i in by_id]
         else:
             if state.get("dataset_filter_string"):
-                from pytest_opik_eval.collect.filtering import parse_filter
+                from pytest_opik_eval.filtering import parse_filter
 
                 matcher = parse_filter(state["dataset_filter_string"])
                 items = [item for item in items if matcher.matches(item)]
