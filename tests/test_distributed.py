@@ -168,7 +168,10 @@ def test_a_killed_worker_with_threads_leaves_only_its_trials_in_flight_pending(p
     result = project.run("--eval", *args)
     result.stdout.fnmatch_lines(["*worker*crashed while running*"])
     outcomes = result.parseoutcomes()
-    assert outcomes["failed"] == 1 and outcomes["passed"] == 29  # only the crashed test case fails
+    # Only the crashed test case fails. The worker may die (another thread's os._exit) after that
+    # test case's call phase was reported passed, in its teardown: pytest-xdist then reports it
+    # failed as well, so it is counted once in each.
+    assert outcomes["failed"] == 1 and outcomes["passed"] in (29, 30)
     first = project.calls()
     pending = sorted(f"{t.dataset_item_id}#{t.trial}" for t in project.trials() if t.status == "pending")
     # Only the test case the worker was running when it died can be left pending (its trial may
