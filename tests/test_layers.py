@@ -113,7 +113,8 @@ def test_the_store_metrics_and_verdict_import_no_pytest() -> None:
 # The layers the store and the metrics sit below: they import none of them (the pytest-free
 # bottom of the package reads records, never plans or sessions).
 ABOVE_THE_STORE = tuple(
-    f"pytest_opik_eval.{name}" for name in ("session", "collect", "run", "reports", "verdict", "plugin", "cli")
+    f"pytest_opik_eval.{name}"
+    for name in ("session", "collect", "run", "reports", "verdict", "plugin", "cli")
 )
 
 
