@@ -18,10 +18,11 @@ import pytest
 
 from pytest_opik_eval.collect.planning import CASE_ARG, TRIAL_KEY, RejectedItem, Trial, plan_run
 from pytest_opik_eval.exceptions import StoreError
+from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.run import trial as trial_life
 from pytest_opik_eval.run.concurrency import LOOKAHEAD
 from pytest_opik_eval.run.distributed import WorkerQueue
-from pytest_opik_eval.session.state import SessionState, no_gc_pass
+from pytest_opik_eval.session.state import SessionState
 
 
 class Running:

@@ -4,9 +4,6 @@ session's plugins are registered, read by each phase; no phase holds another.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
@@ -110,18 +107,3 @@ class SessionState:
 
 
 STATE = pytest.StashKey[SessionState]()
-
-
-@contextlib.contextmanager
-def no_gc_pass() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while the run's plan or the session's results
-    are built, one record per trial and no cycles among them: the allocations would otherwise
-    trigger full passes over the whole session's heap (every test item), each costing as much
-    as hundreds of trials."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import gc
 import json
 import os
 import sqlite3
@@ -29,6 +28,7 @@ from pydantic import TypeAdapter
 
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError, StoreUnwritable
+from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.store import journal
 from pytest_opik_eval.store.records import (
@@ -350,20 +350,6 @@ def _transaction(db: sqlite3.Connection) -> Iterator[None]:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
         raise
-
-
-@contextlib.contextmanager
-def _bulk() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while 100,000 records are built: it would
-    otherwise run over the growing heap again and again, a third of the time of the read. What
-    is built holds no cycles."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _now() -> str:
@@ -867,7 +853,7 @@ class LocalStore:
                 (experiment_id,),
             ).fetchall()
         unreadable: list[tuple[str, str]] = []
-        with _bulk():
+        with no_gc_pass():
             records = [self._trial_record(experiment_id, row, unreadable) for row in rows]
         if unreadable:
             self._report_unreadable(experiment_id, unreadable)
@@ -922,7 +908,7 @@ class LocalStore:
                 " WHERE experiment_id = ? ORDER BY position",
                 (experiment_id,),
             ).fetchall()
-        with _bulk():
+        with no_gc_pass():
             return [TrialState(row[0], experiment_id, row[1], row[2], bool(row[3])) for row in rows]
 
     @_locked
