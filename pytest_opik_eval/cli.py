@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pytest_opik_eval.collect.planning import settings_for_resume
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.options import (
@@ -25,12 +26,11 @@ from pytest_opik_eval.options import (
     seconds,
 )
 from pytest_opik_eval.reports.files import write_atomically
-from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.local import LocalStore
-from pytest_opik_eval.verdict.gates import settings_for_resume
+from pytest_opik_eval.verdict.model import Report
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed
 

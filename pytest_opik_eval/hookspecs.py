@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.reports.model import ExperimentReport
     from pytest_opik_eval.store import Store
+    from pytest_opik_eval.verdict.model import ExperimentReport
     from pytest_opik_eval.verdict.results import TrialResult
 
 

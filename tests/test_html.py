@@ -16,7 +16,8 @@ import pytest
 from conftest import Project, items
 
 from pytest_opik_eval.reports.html import render_html, write_html
-from pytest_opik_eval.reports.model import (
+from pytest_opik_eval.store.records import GateSettings, ScoreRecord
+from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     DatasetReport,
     ExperimentReport,
@@ -25,7 +26,6 @@ from pytest_opik_eval.reports.model import (
     Report,
     TrialReport,
 )
-from pytest_opik_eval.store.records import GateSettings, ScoreRecord
 from pytest_opik_eval.verdict.results import item_results, item_verdict, summarize
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"

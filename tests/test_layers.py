@@ -110,22 +110,45 @@ def test_the_store_metrics_and_verdict_import_no_pytest() -> None:
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
-# The layers the store and the metrics sit below: they import none of them (the pytest-free
-# bottom of the package reads records, never plans or sessions).
-ABOVE_THE_STORE = tuple(
-    f"pytest_opik_eval.{name}"
-    for name in ("session", "collect", "run", "reports", "verdict", "plugin", "cli")
+# The layers, top down: a module imports from its own layer or a lower one, never a higher one.
+# Within a layer, modules may import each other (planning builds a scorer, a trial reads its
+# plan) as long as no cycle forms. A module not listed is a leaf and imports no listed layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("plugin", "cli"),  # the entries
+    ("session", "hookspecs", "disabled"),  # the wiring of a pytest session
+    ("collect", "run", "reports", "settings"),  # a trial planned, run, reported
+    ("verdict",),  # pure functions over records
+    ("store", "metrics"),  # the pytest-free bottom: records, never plans or sessions
 )
 
 
-def test_the_store_and_the_metrics_import_nothing_above_them() -> None:
-    edges = graph()
+def layer_of(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    return next((rank for rank, names in enumerate(LAYERS) if top in names), len(LAYERS))
+
+
+def upward_imports(edges: dict[str, set[str]]) -> dict[str, list[str]]:
     upward = {
-        name: sorted(i for i in imported if i.startswith(ABOVE_THE_STORE))
-        for name, imported in edges.items()
-        if name.startswith(("pytest_opik_eval.store", "pytest_opik_eval.metrics"))
+        name: sorted(i for i in imported if layer_of(i) < layer_of(name)) for name, imported in edges.items()
     }
-    assert {name: found for name, found in upward.items() if found} == {}
+    return {name: found for name, found in upward.items() if found}
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert upward_imports(graph()) == {}
+
+
+def test_every_layer_names_a_part_of_the_package() -> None:
+    tops = {name.split(".")[1] for name in graph() if "." in name}
+    assert {name for layer in LAYERS for name in layer} - tops == set()
+
+
+def test_the_contract_sees_an_upward_import() -> None:
+    planted = {
+        "pytest_opik_eval.store.local": {"pytest_opik_eval.verdict.gates"},
+        "pytest_opik_eval.ids": set(),
+    }
+    assert upward_imports(planted) == {"pytest_opik_eval.store.local": ["pytest_opik_eval.verdict.gates"]}
 
 
 def test_the_contract_sees_a_cycle() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from test_html import experiment, sample_report, trial
 
 from pytest_opik_eval.reports.markdown import step_summary
-from pytest_opik_eval.reports.model import ExperimentReport, Report
 from pytest_opik_eval.store.records import GateSettings, ScoreRecord
+from pytest_opik_eval.verdict.model import ExperimentReport, Report
 
 
 def resume(experiment_id: str) -> str:

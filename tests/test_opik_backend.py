@@ -792,10 +792,11 @@ def test_garbled_answers_mid_run_keep_the_writes_spooled(
     result.stdout.fnmatch_lines(
         [
             "*= eval notices =*",
-            # What the last attempt saw depends on timing: the garbled answer, or, on a loaded
-            # machine, a budget spent on retrying it before the end of the session.
+            # What the last attempt saw depends on timing: the garbled answer ("POST
+            # v1/private/traces/batch at ... failed after N attempt(s): ..."), or, on a loaded
+            # machine, a budget spent on retrying it ("... did not answer in time").
             "the Opik server did not take every write at the end of the session (--eval-sync-timeout=3): "
-            f"POST v1/private/traces/batch at {opik.api_url} failed after * attempt(s): *",
+            f"*{opik.api_url}*",
             "* write(s) wait to be sent to the Opik server: run opik-eval sync",
         ]
     )

@@ -12,7 +12,7 @@ import pytest
 from conftest import Project, items
 
 from pytest_opik_eval.cli import main as opik_eval
-from pytest_opik_eval.reports.model import SCHEMA_VERSION, Report, json_schema
+from pytest_opik_eval.verdict.model import SCHEMA_VERSION, Report, json_schema
 
 SCHEMA = Path(__file__).parent.parent / "schema" / "eval-report.schema.json"
 
@@ -144,7 +144,7 @@ def test_resume_command_names_a_store_given_on_the_command_line(project: Project
 
 def test_published_schema_is_in_step_with_the_models() -> None:
     assert json.loads(SCHEMA.read_text()) == json_schema(), (
-        "regenerate it: python -m pytest_opik_eval.reports.model > schema/eval-report.schema.json"
+        "regenerate it: python -m pytest_opik_eval.verdict.model > schema/eval-report.schema.json"
     )
 
 

@@ -29,10 +29,9 @@ from pytest_opik_eval.store.records import (
     ScoreRecord,
     Selection,
 )
-from pytest_opik_eval.verdict.gates import settings_for_new, settings_for_resume
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.settings import EvalOptions
+    from pytest_opik_eval.settings import EvalOptions, GateOptions
 
 # The hidden parameter that carries each test case's trial; it is not a fixture.
 CASE_ARG = "_opik_eval_trial"
@@ -268,3 +267,32 @@ def plan_run(
             PlannedTrial(trial.trial_id, experiment.id, trial.case.item_id, trial.case.trial, item.nodeid)
         )
     return RunPlan(run, list(experiments.values()), planned)
+
+
+def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: GateOptions) -> GateSettings:
+    """The settings a new experiment is created with: the marker's, then the command line's,
+    then the ini file's, per metric (the most specific wins)."""
+    return GateSettings(
+        fail_under={**ini.fail_under, **cli.fail_under, **spec.fail_under},
+        min_pass_rate=_first(spec.min_pass_rate, cli.min_pass_rate, ini.min_pass_rate),
+        pass_threshold=spec.pass_threshold,
+        max_regression={**ini.max_regression, **cli.max_regression},
+        soft=bool(_first(cli.soft, ini.soft)),
+        thresholds=scorer.thresholds_in_force(),
+    )
+
+
+def settings_for_resume(stored: GateSettings, cli: GateOptions) -> GateSettings:
+    """A resume gates as the original run did, unless its command line says otherwise."""
+    return stored.model_copy(
+        update={
+            "fail_under": {**stored.fail_under, **cli.fail_under},
+            "min_pass_rate": _first(cli.min_pass_rate, stored.min_pass_rate),
+            "max_regression": {**stored.max_regression, **cli.max_regression},
+            "soft": stored.soft if cli.soft is None else cli.soft,
+        }
+    )
+
+
+def _first(*values: float | bool | None) -> float | bool | None:
+    return next((v for v in values if v is not None), None)

@@ -19,7 +19,7 @@ from typing import Any
 from pytest_opik_eval.formatting import percent, score, signed
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.files import write_atomically
-from pytest_opik_eval.reports.model import ExperimentReport, Report
+from pytest_opik_eval.verdict.model import ExperimentReport, Report
 
 # experiment id -> that experiment's dataset items (dicts with "id", "input", "expected_output", ...)
 Items = Mapping[str, Sequence[Mapping[str, Any]]]

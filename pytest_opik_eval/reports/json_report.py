@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pytest_opik_eval.reports.files import write_atomically
-from pytest_opik_eval.reports.model import Report
+from pytest_opik_eval.verdict.model import Report
 
 
 def write_report(report: Report, path: Path) -> None:

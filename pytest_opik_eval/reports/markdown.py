@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import percent, score, signed
-from pytest_opik_eval.reports.model import ExperimentReport, Report
+from pytest_opik_eval.verdict.model import ExperimentReport, Report
 
 # How many item ids or trials to name before saying "... and N more": a summary that lists a
 # thousand failures is no longer a summary.

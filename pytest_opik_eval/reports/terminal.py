@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import score, signed
-from pytest_opik_eval.reports.model import GateVerdict
+from pytest_opik_eval.verdict.model import GateVerdict
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 _NAME = 24  # width of the metric column

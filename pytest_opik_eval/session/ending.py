@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from pytest_opik_eval.collect.planning import settings_for_resume
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
-from pytest_opik_eval.reports.model import Report
 from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
 from pytest_opik_eval.run.distributed import in_shard, is_controller
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
-from pytest_opik_eval.verdict.gates import settings_for_resume
+from pytest_opik_eval.verdict.model import Report
 from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
 
 

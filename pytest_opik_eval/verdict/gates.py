@@ -6,48 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from pytest_opik_eval.collect.marker import EvalSpec
 from pytest_opik_eval.formatting import score, signed
-from pytest_opik_eval.reports.model import (
+from pytest_opik_eval.store.records import GateSettings
+from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     ExperimentSummary,
     GateKind,
     GateVerdict,
     MetricDelta,
 )
-from pytest_opik_eval.run.scoring import Scorer
-from pytest_opik_eval.settings import GateOptions
-from pytest_opik_eval.store.records import GateSettings
 from pytest_opik_eval.verdict.results import ExperimentResult, summarize
-
-
-def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: GateOptions) -> GateSettings:
-    """The settings a new experiment is created with: the marker's, then the command line's,
-    then the ini file's, per metric (the most specific wins)."""
-    return GateSettings(
-        fail_under={**ini.fail_under, **cli.fail_under, **spec.fail_under},
-        min_pass_rate=_first(spec.min_pass_rate, cli.min_pass_rate, ini.min_pass_rate),
-        pass_threshold=spec.pass_threshold,
-        max_regression={**ini.max_regression, **cli.max_regression},
-        soft=bool(_first(cli.soft, ini.soft)),
-        thresholds=scorer.thresholds_in_force(),
-    )
-
-
-def settings_for_resume(stored: GateSettings, cli: GateOptions) -> GateSettings:
-    """A resume gates as the original run did, unless its command line says otherwise."""
-    return stored.model_copy(
-        update={
-            "fail_under": {**stored.fail_under, **cli.fail_under},
-            "min_pass_rate": _first(cli.min_pass_rate, stored.min_pass_rate),
-            "max_regression": {**stored.max_regression, **cli.max_regression},
-            "soft": stored.soft if cli.soft is None else cli.soft,
-        }
-    )
-
-
-def _first(*values: float | bool | None) -> float | bool | None:
-    return next((v for v in values if v is not None), None)
 
 
 def judge(

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from pytest_opik_eval.reports.model import (
+from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
+from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     DatasetReport,
     ExperimentReport,
@@ -23,7 +24,6 @@ from pytest_opik_eval.reports.model import (
     MetricSummary,
     TrialReport,
 )
-from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 
 
 class ScoredTrial(Protocol):

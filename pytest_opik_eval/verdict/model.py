@@ -2,7 +2,7 @@
 from the store).
 
 The published JSON Schema (``schema/eval-report.schema.json``) is generated from these models
-by ``python -m pytest_opik_eval.reports.model``; a test keeps the two in step.
+by ``python -m pytest_opik_eval.verdict.model``; a test keeps the two in step.
 """
 
 from __future__ import annotations
