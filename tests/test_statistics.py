@@ -208,6 +208,16 @@ def test_the_paired_comparison_pairs_by_item_id() -> None:
     assert comparison.bootstrap is not None and comparison.bootstrap.n == 3
 
 
+def test_equal_differences_of_pass_fail_means_are_one_value() -> None:
+    # 0.6 - 0.4 != 0.8 - 0.6 in floats; the bootstrap groups items by value, so they must be equal.
+    assert 0.6 - 0.4 != 0.8 - 0.6
+    comparison = st.paired_comparison(
+        {"a": [1.0, 1.0, 1.0, 0.0, 0.0], "b": [1.0] * 4 + [0.0]},
+        {"a": [1.0, 1.0, 0.0, 0.0, 0.0], "b": [1.0] * 3 + [0.0] * 2},
+    )
+    assert len(set(comparison.differences.values())) == 1
+
+
 def test_a_comparison_without_shared_items_has_no_interval() -> None:
     comparison = st.paired_comparison({"a": [1.0]}, {"b": [1.0]})
     assert (comparison.shared, comparison.mean, comparison.bootstrap) == ((), None, None)

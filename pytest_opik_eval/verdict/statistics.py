@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -401,10 +401,7 @@ def paired_comparison(
     """Pair two runs by item id (each maps an item id to its trial values) and bootstrap the mean
     of the per-item differences: the paired bootstrap, items resampled with their difference."""
     shared = tuple(item for item in current if item in baseline)
-    differences = {
-        item: math.fsum(current[item]) / len(current[item]) - math.fsum(baseline[item]) / len(baseline[item])
-        for item in shared
-    }
+    differences = {item: _difference(current[item], baseline[item]) for item in shared}
     values = list(differences.values())
     mean = math.fsum(values) / len(values) if values else None
     sd = (
@@ -421,6 +418,15 @@ def paired_comparison(
         sd=sd,
         bootstrap=bootstrap(values, resamples=resamples, seed=seed) if values else None,
     )
+
+
+def _difference(current: Sequence[float], baseline: Sequence[float]) -> float:
+    """The difference of two means in one division: equal differences of pass/fail means (0.6 -
+    0.4 and 0.8 - 0.6) come out as one float, so the bootstrap can group them."""
+    if not current or not baseline:
+        raise ValueError("an item has no trial values: leave it out, or give it its values")
+    numerator = math.fsum(current) * len(baseline) - math.fsum(baseline) * len(current)
+    return numerator / (len(current) * len(baseline))
 
 
 @dataclass(frozen=True)
@@ -583,11 +589,20 @@ def _check_trials(n: int, c: int, k: int) -> None:
 
 def mean_pass_at_k(items: Iterable[tuple[int, int]], k: int) -> float:
     """pass@k averaged over items, each given as (trials, passed)."""
-    values = [pass_at_k(n, c, k) for n, c in items]
-    return math.fsum(values) / len(values)
+    return _mean_over_items(pass_at_k, items, k)
 
 
 def mean_pass_hat_k(items: Iterable[tuple[int, int]], k: int) -> float:
     """pass^k averaged over items, each given as (trials, passed)."""
-    values = [pass_hat_k(n, c, k) for n, c in items]
-    return math.fsum(values) / len(values)
+    return _mean_over_items(pass_hat_k, items, k)
+
+
+def _mean_over_items(
+    estimator: Callable[[int, int, int], float], items: Iterable[tuple[int, int]], k: int
+) -> float:
+    # Items share a few (trials, passed) pairs: each pair's estimate is computed once.
+    pairs = Counter(items)
+    if not pairs:
+        raise ValueError("pass@k and pass^k need at least one item")
+    total = math.fsum(estimator(n, c, k) * items for (n, c), items in pairs.items())
+    return total / sum(pairs.values())
