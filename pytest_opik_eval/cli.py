@@ -17,9 +17,11 @@ from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
+    GATE_MODES,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
+    confidence,
     metric_bound,
     rate,
     resume_command,
@@ -124,6 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument(
         "--eval-max-regression", metavar="METRIC=DELTA", action="append", type=metric_bound, default=[]
     )
+    gate.add_argument("--eval-gate-mode", choices=GATE_MODES)
+    gate.add_argument("--eval-confidence", metavar="LEVEL", type=confidence)
     return parser
 
 
@@ -284,6 +288,8 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         min_pass_rate=args.eval_min_pass_rate,
         max_regression=dict(args.eval_max_regression),
         soft=args.eval_soft,
+        mode=args.eval_gate_mode,
+        confidence=args.eval_confidence,
     )
     _, experiments = store.find(args.id)
     results = judge_experiments(

@@ -15,6 +15,7 @@ BACKEND_ENV = "PYTEST_OPIK_EVAL_BACKEND"
 BACKENDS = ("local", "opik")
 STORE_FOLDER = ".opik-eval"
 STORE_FILE = "store.db"
+GATE_MODES = ("normal", "strict")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -122,6 +123,22 @@ def add_options(parser: pytest.Parser) -> None:
         "ini eval_max_regression)",
     )
     group.addoption(
+        "--eval-gate-mode",
+        dest="eval_gate_mode",
+        choices=GATE_MODES,
+        help="normal: a regression gate fails on a significant drop beyond its DELTA, an absolute "
+        "gate on its estimate; strict: a gate passes only when its confidence interval clears the "
+        "bound (ini eval_gate_mode; default: normal)",
+    )
+    group.addoption(
+        "--eval-confidence",
+        metavar="LEVEL",
+        dest="eval_confidence",
+        type=confidence,
+        help="The confidence level of the gates' intervals and tests, such as 0.9 or 0.99 "
+        "(ini eval_confidence; default: 0.95)",
+    )
+    group.addoption(
         "--eval-sync-timeout",
         metavar="SECONDS",
         dest="eval_sync_timeout",
@@ -142,6 +159,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
     parser.addini("eval_baseline", "The baseline to compare with (an id, or last-passing)", type="string")
     parser.addini("eval_max_regression", "METRIC=DELTA regression gates, one per line", type="linelist")
+    parser.addini("eval_gate_mode", "How the gates decide: normal or strict", type="string")
+    parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
 
 
 def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
@@ -177,6 +196,19 @@ def metric_bound(value: str) -> tuple[str, float]:
     if problem:
         raise argparse.ArgumentTypeError(f"the bound {problem}; got {value!r}")
     return metric, bound
+
+
+def confidence(value: str) -> float:
+    try:
+        level = float(value)
+    except ValueError:
+        level = float("nan")
+    if not 0.5 <= level < 1.0:
+        hint = f" (for {level:g}% write {level / 100:g})" if 50 <= level < 100 else ""
+        raise argparse.ArgumentTypeError(
+            f"expected a confidence level from 0.5 to below 1, such as 0.95{hint}; got {value!r}"
+        )
+    return level
 
 
 def score_bound_problem(bound: float, *, written: str = "") -> str | None:

@@ -12,9 +12,11 @@ import pytest
 from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
+    GATE_MODES,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
+    confidence,
     metric_bound,
     rate,
     resume_command,
@@ -22,6 +24,7 @@ from pytest_opik_eval.options import (
     threads_count,
 )
 from pytest_opik_eval.store.opik.config import SYNC_TIMEOUT, sync_command
+from pytest_opik_eval.store.records import GateMode
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class GateOptions:
     min_pass_rate: float | None
     max_regression: dict[str, float]
     soft: bool | None
+    mode: GateMode | None
+    confidence: float | None
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,8 @@ class EvalOptions:
                 min_pass_rate=config.getoption("eval_min_pass_rate"),
                 max_regression=dict(config.getoption("eval_max_regression") or ()),
                 soft=config.getoption("eval_soft"),
+                mode=config.getoption("eval_gate_mode"),
+                confidence=config.getoption("eval_confidence"),
             ),
             ini_gates=_ini_gates(config),
             baseline=config.getoption("eval_baseline")
@@ -134,11 +141,24 @@ def _ini_gates(config: pytest.Config) -> GateOptions:
         min_pass_rate = rate(rate_text) if rate_text else None
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_min_pass_rate: {error}") from None
+    mode_text = str(config.getini("eval_gate_mode") or "").strip()
+    if mode_text and mode_text not in GATE_MODES:
+        raise pytest.UsageError(
+            f"ini eval_gate_mode: expected one of {', '.join(GATE_MODES)}; got {mode_text!r}"
+        )
+    mode: GateMode | None = "strict" if mode_text == "strict" else "normal" if mode_text else None
+    level_text = str(config.getini("eval_confidence") or "").strip()
+    try:
+        level = confidence(level_text) if level_text else None
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_confidence: {error}") from None
     return GateOptions(
         fail_under=bounds("eval_fail_under"),
         min_pass_rate=min_pass_rate,
         max_regression=bounds("eval_max_regression"),
         soft=bool(config.getini("eval_soft")),
+        mode=mode,
+        confidence=level,
     )
 
 

@@ -279,6 +279,8 @@ def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: Gate
         max_regression={**ini.max_regression, **cli.max_regression},
         soft=bool(_first(cli.soft, ini.soft)),
         thresholds=scorer.thresholds_in_force(),
+        mode=cli.mode or ini.mode or "normal",
+        confidence=_first(cli.confidence, ini.confidence) or 0.95,
     )
 
 
@@ -290,6 +292,8 @@ def settings_for_resume(stored: GateSettings, cli: GateOptions) -> GateSettings:
             "min_pass_rate": _first(cli.min_pass_rate, stored.min_pass_rate),
             "max_regression": {**stored.max_regression, **cli.max_regression},
             "soft": stored.soft if cli.soft is None else cli.soft,
+            "mode": cli.mode or stored.mode,
+            "confidence": stored.confidence if cli.confidence is None else cli.confidence,
         }
     )
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import score, signed
-from pytest_opik_eval.verdict.model import GateVerdict
+from pytest_opik_eval.verdict.model import ConfidenceInterval, GateVerdict
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 _NAME = 24  # width of the metric column
@@ -64,8 +64,14 @@ def experiment_lines(
 
 
 def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
-    """One line per gate, met or not: the experiment, the metric, the value, the bound."""
-    return [escape_control(_gate_line(e, gate)) for e in experiments for gate in e.gates]
+    """Per gate, met or not: a line with the experiment, the metric, the value, the bound; then,
+    indented, what the decision rests on (the interval, what the gate can detect)."""
+    lines = []
+    for experiment in experiments:
+        for gate in experiment.gates:
+            lines.append(_gate_line(experiment, gate))
+            lines += [f"  {note}" for note in gate.notes]
+    return [escape_control(line) for line in lines]
 
 
 def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
@@ -93,7 +99,8 @@ def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
 
 def _gate_line(experiment: ExperimentResult, gate: GateVerdict) -> str:
     what = gate.kind if gate.metric is None else f"{gate.kind} {gate.metric}"
-    return f"{'met' if gate.met else 'NOT MET'}: {experiment.name}: {what}: {gate.detail}"
+    mode = " (strict)" if gate.mode == "strict" else ""
+    return f"{'met' if gate.met else 'NOT MET'}: {experiment.name}: {what}{mode}: {gate.detail}"
 
 
 def _metric_table(experiment: ExperimentResult) -> list[str]:
@@ -120,6 +127,15 @@ def _item_lines(experiment: ExperimentResult) -> list[str]:
     required = experiment.settings.pass_threshold or experiment.trial_count
     line = f"  items: {passed} of {len(items)} passed ({required} of {experiment.trial_count} trials each)"
     lines = [line + (f", {pending} pending" if pending else "")]
+    summary = experiment.summary
+    if summary.item_pass_rate is not None:
+        lines.append(f"    item pass rate {_interval(summary.item_pass_rate)}")
+    if summary.pass_at_k:
+        k = max(summary.pass_at_k, key=int)
+        lines.append(
+            f"    pass@1 {score(summary.pass_at_k['1'])}  pass@{k} {score(summary.pass_at_k[k])}  "
+            f"pass^{k} {score(summary.pass_hat_k[k])}"
+        )
     for item in items:
         if item.verdict == "failed":
             lines.append(
@@ -146,9 +162,24 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
         delta = "" if change.delta is None else f" ({signed(change.delta)})"
         before, after = score(change.baseline_mean, 6), score(change.current_mean, 6)
         lines.append(f"    {_cut(name):<{_NAME}} {before} -> {after}{delta}")
+        if change.interval is not None:
+            interval = change.interval
+            lines.append(
+                f"      change [{signed(interval.low)}, {signed(interval.high)}] "
+                f"{interval.level * 100:g}% paired, {interval.items} item(s)"
+            )
     lines.append(f"    regressions ({len(baseline.regressions)}): {_ids(baseline.regressions)}")
     lines.append(f"    fixes ({len(baseline.fixes)}): {_ids(baseline.fixes)}")
+    if baseline.regressions or baseline.fixes:
+        lines.append(f"    flips either way as likely (McNemar exact test): p={baseline.flips_p_value:.3f}")
     return lines
+
+
+def _interval(interval: ConfidenceInterval) -> str:
+    return (
+        f"{score(interval.estimate)} [{score(interval.low)}, {score(interval.high)}] "
+        f"{interval.level * 100:g}%, {interval.items} item(s)"
+    )
 
 
 def _is_soft(experiment: ExperimentResult) -> bool:

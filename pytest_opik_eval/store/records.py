@@ -42,6 +42,9 @@ class Selection(_Written):
     trial_count: int = 1
 
 
+GateMode = Literal["normal", "strict"]
+
+
 class GateSettings(_Written):
     """The gates, thresholds and soft setting in force when the experiment was created; a
     resume gates with them unless its command line gives new ones."""
@@ -52,6 +55,10 @@ class GateSettings(_Written):
     max_regression: dict[str, float] = {}  # metric -> largest drop of the mean from the baseline
     soft: bool = False  # trials that miss thresholds do not fail the session; the gates decide
     thresholds: dict[str, float | None] = {}  # score name -> the per-trial threshold in force
+    # "normal": a regression gate fails on a significant drop beyond its delta, an absolute gate
+    # on its estimate; "strict": a gate passes only when its interval clears the bound.
+    mode: GateMode = "normal"
+    confidence: float = 0.95  # the level of every interval and test
 
     def has_gates(self) -> bool:
         return bool(self.fail_under or self.min_pass_rate is not None or self.max_regression)

@@ -1,21 +1,43 @@
 """Deciding on a whole experiment: item verdicts (k of n), aggregate gates, pending trials, and
-the comparison with a baseline. Pure functions over experiment results: no pytest, no store."""
+the comparison with a baseline. Pure functions over experiment results: no pytest, no store.
+
+How a gate decides, at the settings' confidence level (``GateSettings.mode``):
+- normal: an absolute gate (fail_under, min_pass_rate) compares its estimate with the bound, and
+  flags as borderline a result whose interval holds the bound. A regression gate fails when the
+  drop is significant (the one-sided paired bootstrap test, Holm-adjusted over the experiment's
+  regression gates: with several, one of them would otherwise fail by chance more often than
+  the level allows) and its estimate exceeds DELTA.
+- strict: a gate passes only on evidence: an absolute gate when its interval's lower end clears
+  the bound, a regression gate when the one-sided test shows the drop is below DELTA. Every gate
+  must pass on its own (an intersection-union test), which needs no multiplicity correction.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Literal
 
 from pytest_opik_eval.formatting import score, signed
 from pytest_opik_eval.store.records import GateSettings
+from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
+    ConfidenceInterval,
     ExperimentSummary,
     GateKind,
     GateVerdict,
+    ItemChange,
+    ItemStatus,
     MetricDelta,
 )
-from pytest_opik_eval.verdict.results import ExperimentResult, summarize
+from pytest_opik_eval.verdict.results import (
+    ExperimentResult,
+    confidence_interval,
+    summarize,
+    values_by_item,
+)
 
 
 def judge(
@@ -25,7 +47,10 @@ def judge(
     resume_command: Callable[[str], str],
 ) -> ExperimentResult:
     """The result with its baseline comparison and gate verdicts."""
-    with_baseline = replace(result, baseline=compare(result, baseline) if baseline is not None else None)
+    with_baseline = result
+    if baseline is not None:
+        comparison, paired = compare(result, baseline)
+        with_baseline = replace(result, baseline=comparison, paired=paired)
     gates = evaluate_gates(with_baseline, settings, resume_command)
     return replace(with_baseline, gates=gates, gates_met=all(g.met for g in gates))
 
@@ -54,21 +79,23 @@ def _fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVe
     summary = result.summary
     verdicts = []
     for metric, bound in settings.fail_under.items():
-        stats = summary.metrics.get(metric)
-        value = stats.mean if stats is not None else None
-        failed = stats.failed if stats is not None else 0
-        met = value is not None and value >= bound and not failed and not summary.pending
-        if stats is None:
+        stats_ = summary.metrics.get(metric)
+        value = stats_.mean if stats_ is not None else None
+        interval = stats_.interval if stats_ is not None else None
+        failed = stats_.failed if stats_ is not None else 0
+        cleared = _clears(value, interval, bound, settings)
+        met = cleared and not failed and not summary.pending
+        if stats_ is None:
             detail = f"no completed trial has a {metric} score (bound {bound:g})" + _unknown(
                 metric, result, settings
             )
         elif value is None:
             detail = f"every {metric} score failed to compute (bound {bound:g})"
         else:
-            detail = f"mean {score(value)} {'>=' if value >= bound else 'is below'} {bound:g}"
+            detail = _absolute_detail("mean", value, interval, bound, cleared, settings)
         if failed:
             detail += f"; {failed} score(s) failed to compute, which fails the gate"
-        verdicts.append(_verdict("fail_under", metric, value, bound, met, detail))
+        verdicts.append(_absolute("fail_under", metric, value, bound, met, detail, interval, settings))
     return verdicts
 
 
@@ -76,15 +103,62 @@ def _min_pass_rate(result: ExperimentResult, settings: GateSettings) -> list[Gat
     if settings.min_pass_rate is None:
         return []
     bound = settings.min_pass_rate
+    summary = result.summary
     if settings.pass_threshold is not None:
         done = [i for i in result.items if i.verdict != "pending"]
         value = sum(1 for i in done if i.verdict == "passed") / len(done) if done else None
-        counted = "items"
+        interval, counted = summary.item_pass_rate, "items"
     else:
-        value, counted = result.summary.pass_rate, "trials"
-    met = value is not None and value >= bound and not result.summary.pending
-    detail = f"{counted} pass rate {score(value)} {'>=' if met else 'is below'} {bound:g}"
-    return [_verdict("min_pass_rate", None, value, bound, met, detail)]
+        value, interval, counted = summary.pass_rate, summary.pass_rate_interval, "trials"
+    cleared = _clears(value, interval, bound, settings)
+    met = cleared and not summary.pending
+    if value is None:
+        detail = f"no completed {counted} (bound {bound:g})"
+    else:
+        detail = _absolute_detail(f"{counted} pass rate", value, interval, bound, cleared, settings)
+    return [_absolute("min_pass_rate", None, value, bound, met, detail, interval, settings)]
+
+
+def _clears(
+    value: float | None, interval: ConfidenceInterval | None, bound: float, settings: GateSettings
+) -> bool:
+    """Normal mode: the estimate reaches the bound; strict: the interval's lower end does."""
+    if value is None:
+        return False
+    if settings.mode == "strict":
+        return interval is not None and interval.low >= bound
+    return value >= bound
+
+
+def _absolute_detail(
+    what: str,
+    value: float,
+    interval: ConfidenceInterval | None,
+    bound: float,
+    cleared: bool,
+    settings: GateSettings,
+) -> str:
+    if settings.mode == "strict" and interval is not None:
+        low = score(interval.low)
+        return f"{what} {score(value)}, lower bound {low} {'>=' if cleared else 'is below'} {bound:g}"
+    return f"{what} {score(value)} {'>=' if cleared else 'is below'} {bound:g}"
+
+
+def _absolute(
+    kind: GateKind,
+    metric: str | None,
+    value: float | None,
+    bound: float,
+    met: bool,
+    detail: str,
+    interval: ConfidenceInterval | None,
+    settings: GateSettings,
+) -> GateVerdict:
+    borderline = interval is not None and interval.straddles(bound)
+    notes = [] if interval is None else [_interval_note(interval, bound=bound)]
+    return _verdict(kind, metric, value, bound, met, detail).model_copy(
+        update={"notes": notes, "mode": settings.mode, "interval": interval, "borderline": borderline}
+    )
 
 
 def _items(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
@@ -96,51 +170,175 @@ def _items(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict
         f"{len(result.items) - len(failed_items)} of {len(result.items)} items passed "
         f"at least {settings.pass_threshold} of their trials"
     )
-    return [_verdict("items", None, None, None, met, detail)]
+    summary = result.summary
+    notes = []
+    if summary.pass_at_k:
+        k = max(summary.pass_at_k, key=int)
+        notes.append(
+            f"pass@{k} {score(summary.pass_at_k[k])}, pass^{k} {score(summary.pass_hat_k[k])}, "
+            f"pass@1 {score(summary.pass_at_k['1'])} (over items with no trial pending)"
+        )
+    return [_verdict("items", None, None, None, met, detail).model_copy(update={"notes": notes})]
 
 
 def _max_regression(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
     baseline = result.baseline
     if baseline is None:
         return []
+    level = settings.confidence
+    evidence = {
+        metric: stats.regression_evidence(paired.bootstrap, delta, level)
+        for metric, delta in settings.max_regression.items()
+        if (paired := result.paired.get(metric)) is not None and paired.bootstrap is not None
+    }
+    # Holm over the regression gates that test for a drop (normal mode); with one, p unchanged.
+    adjusted = dict(zip(evidence, stats.holm([e.p_drop for e in evidence.values()]), strict=True))
     verdicts = []
     for metric, delta in settings.max_regression.items():
         change = baseline.metrics.get(metric)
         value = change.delta if change is not None else None
-        met = value is not None and value >= -delta and not result.summary.pending
+        found = evidence.get(metric)
         if not baseline.shared_items:
             detail = "the baseline has no item in common with this experiment"
-        elif value is None:
+        elif found is None or change is None:
             detail = f"{metric} has no mean in this experiment or its baseline" + _unknown(
                 metric, result, settings
             )
         else:
-            detail = f"mean changed by {signed(value)} from the baseline (at most -{delta:g} allowed)"
-            if baseline.only_in_current or baseline.only_in_baseline:
-                detail += f", over the {baseline.shared_items} item(s) both planned"
-        verdicts.append(_verdict("max_regression", metric, value, -delta, met, detail))
+            verdicts.append(
+                _regression(result, settings, metric, change, found, adjusted[metric], len(evidence))
+            )
+            continue
+        verdicts.append(_verdict("max_regression", metric, value, -delta, False, detail))
     return verdicts
 
 
-def compare(current: ExperimentResult, baseline: ExperimentResult) -> BaselineComparison:
+def _regression(
+    result: ExperimentResult,
+    settings: GateSettings,
+    metric: str,
+    change: MetricDelta,
+    evidence: stats.RegressionEvidence,
+    p_drop: float,
+    tested: int,
+) -> GateVerdict:
+    """One regression gate, decided on the paired comparison's evidence."""
+    delta, drop, level = evidence.delta, evidence.drop, evidence.level
+    sd = change.sd or 0.0
+    # What the gate can see: at the level each of ``tested`` Holm-adjusted tests may need.
+    worst_level = 1.0 - (1.0 - level) / tested
+    detectable = stats.minimum_detectable_drop(change.items, sd, worst_level, delta=delta)
+    changed = f"mean changed by {signed(-drop)} from the baseline"
+    needed: int | None = None
+    if settings.mode == "strict":
+        p_value = evidence.p_within_delta
+        cleared = stats.non_inferior(evidence)
+        upper = f"(upper bound {score(evidence.upper_drop)}, {_p(p_value)})"
+        detail = f"{changed}; the drop is {'' if cleared else 'not '}shown below {delta:g} {upper}"
+        if not cleared and drop < delta:
+            needed = _items_to_show_below(delta - drop, sd, level)
+    else:
+        p_value = p_drop
+        cleared = not stats.regressed(evidence, p_drop)
+        if not cleared:
+            detail = (
+                f"mean dropped by {score(drop)} from the baseline, beyond the {delta:g} allowed "
+                f"({_p(p_value)})"
+            )
+        elif drop > delta:
+            detail = f"{changed}, beyond -{delta:g} but not significantly ({_p(p_value)})"
+            needed = stats.items_needed(drop, sd, worst_level, delta=delta)
+        else:
+            detail = f"{changed} (at most -{delta:g} allowed)"
+    baseline = result.baseline
+    if baseline is not None and (baseline.only_in_current or baseline.only_in_baseline):
+        detail += f", over the {baseline.shared_items} item(s) both planned"
+    notes = []
+    if change.interval is not None:
+        notes.append(_interval_note(change.interval, "paired ", bound=-delta))
+    notes.append(f"detects a drop of {score(detectable)} or more with 80% power at this size and variance")
+    if needed is not None and needed > change.items:
+        notes.append(
+            f"{change.items} items cannot settle this; about {needed} would (or more trials per item)"
+        )
+    if tested > 1 and settings.mode == "normal":
+        notes.append(f"p-values Holm-adjusted over the {tested} regression gates")
+    return _verdict(
+        "max_regression", metric, change.delta, -delta, cleared and not result.summary.pending, detail
+    ).model_copy(
+        update={
+            "notes": notes,
+            "mode": settings.mode,
+            "interval": change.interval,
+            "borderline": change.interval is not None
+            and change.interval.low <= -delta <= change.interval.high,
+            "p_value": p_value,
+            "detectable_drop": detectable,
+            "items_needed": needed,
+        }
+    )
+
+
+def _items_to_show_below(margin: float, sd: float, level: float) -> int:
+    """Items for the one-sided test to show, with 80% power, a drop ``margin`` below delta."""
+    if sd == 0.0:
+        return 1
+    z = stats.normal_quantile(level) + stats.normal_quantile(stats.POWER)
+    return max(1, math.ceil((z * sd / margin) ** 2))
+
+
+def _interval_note(interval: ConfidenceInterval, kind: str = "", *, bound: float) -> str:
+    """The estimate, its interval and the sample size; "borderline" when the interval holds the
+    bound (the sample cannot tell on which side of it the truth is)."""
+    show = signed if kind else score  # a change carries its sign
+    borderline = f"; borderline: holds {bound:g}" if interval.straddles(bound) else ""
+    items = f"{interval.items} item{'s' if interval.items != 1 else ''}"
+    return (
+        f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}], "
+        f"{interval.level * 100:g}% {kind}interval, {items}{borderline}"
+    )
+
+
+def _p(p_value: float) -> str:
+    return "p<0.001" if p_value < 0.001 else f"p={p_value:.3f}"
+
+
+def compare(
+    current: ExperimentResult, baseline: ExperimentResult
+) -> tuple[BaselineComparison, dict[str, stats.PairedComparison]]:
     """The two experiments over the items both planned, paired by item id (a baseline made with
     ``-k``, or with a narrower selection, covers fewer): per metric the baseline mean, the current
-    mean and their difference, both over those items only; the items that passed in the baseline
-    and fail now (regressions) and the reverse (fixes); and the items only one of them planned."""
+    mean, both over those items only, and the paired comparison of the items both scored (the
+    mean per-item difference with its interval); the items that passed in the baseline and fail
+    now (regressions) and the reverse (fixes), with McNemar's test on them; and the items only
+    one of them planned."""
+    level = current.settings.confidence
     before_items = {i.dataset_item_id: i.verdict for i in baseline.items}
     now_items = {i.dataset_item_id: i.verdict for i in current.items}
     shared = [item for item in now_items if item in before_items]
     before_summary = _summary_over(baseline, shared, len(before_items))
     now_summary = _summary_over(current, shared, len(now_items))
-    metrics = {}
+    before_values = values_by_item([t for t in baseline.trials if t.status == "completed"])
+    now_values = values_by_item([t for t in current.trials if t.status == "completed"])
+    kept = set(shared)
+    metrics, paired = {}, {}
     for name in dict.fromkeys([*before_summary.metrics, *now_summary.metrics]):
         before = before_summary.metrics.get(name)
         now = now_summary.metrics.get(name)
-        before_mean = before.mean if before is not None else None
-        now_mean = now.mean if now is not None else None
-        delta = now_mean - before_mean if now_mean is not None and before_mean is not None else None
-        metrics[name] = MetricDelta(baseline_mean=before_mean, current_mean=now_mean, delta=delta)
-    return BaselineComparison(
+        now_by_item = {i: v for i, v in now_values.get(name, {}).items() if i in kept}
+        pairs = stats.paired_comparison(now_by_item, before_values.get(name, {}))
+        paired[name] = pairs
+        metrics[name] = MetricDelta(
+            baseline_mean=before.mean if before is not None else None,
+            current_mean=now.mean if now is not None else None,
+            delta=pairs.mean,
+            interval=confidence_interval(pairs.bootstrap.interval(level)) if pairs.bootstrap else None,
+            items=len(pairs.shared),
+            sd=pairs.sd if pairs.shared else None,
+        )
+    regressions = [i for i in shared if before_items[i] == "passed" and now_items[i] == "failed"]
+    fixes = [i for i in shared if before_items[i] == "failed" and now_items[i] == "passed"]
+    comparison = BaselineComparison(
         experiment_id=baseline.id,
         run_id=baseline.run_id,
         name=baseline.name,
@@ -148,9 +346,12 @@ def compare(current: ExperimentResult, baseline: ExperimentResult) -> BaselineCo
         shared_items=len(shared),
         only_in_current=[i for i in now_items if i not in before_items],
         only_in_baseline=[i for i in before_items if i not in now_items],
-        regressions=[i for i in shared if before_items[i] == "passed" and now_items[i] == "failed"],
-        fixes=[i for i in shared if before_items[i] == "failed" and now_items[i] == "passed"],
+        regressions=regressions,
+        fixes=fixes,
+        flips_p_value=stats.mcnemar_exact(len(regressions), len(fixes)),
+        items=_item_changes(shared, before_items, now_items, paired),
     )
+    return comparison, paired
 
 
 def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> ExperimentSummary:
@@ -159,6 +360,33 @@ def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> E
     kept = set(items)
     trials = [t for t in result.trials if t.dataset_item_id in kept]
     return summarize(trials, result.settings.thresholds)
+
+
+def _item_changes(
+    shared: list[str],
+    before: dict[str, ItemStatus],
+    now: dict[str, ItemStatus],
+    paired: dict[str, stats.PairedComparison],
+) -> list[ItemChange]:
+    """The A/B view's rows: each shared item with its change per metric, worst first by the
+    first metric (items it did not score last)."""
+    flips: dict[str, dict[str, Literal["regression", "fix"]]] = {
+        "passed": {"failed": "regression"},
+        "failed": {"passed": "fix"},
+    }
+    rows = [
+        ItemChange.model_construct(
+            dataset_item_id=item,
+            baseline=before[item],
+            current=now[item],
+            flip=flips.get(before[item], {}).get(now[item]),
+            changes={name: p.differences[item] for name, p in paired.items() if item in p.differences},
+        )
+        for item in shared
+    ]
+    first = next(iter(paired), None)
+    rows.sort(key=lambda row: (first not in row.changes, row.changes.get(first or "", 0.0)))
+    return rows
 
 
 def _unknown(metric: str, result: ExperimentResult, settings: GateSettings) -> str:

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from pytest_opik_eval.store.records import GateSettings, ScoreRecord
+from pytest_opik_eval.store.records import GateMode, GateSettings, ScoreRecord
 
-SCHEMA_VERSION: Literal[2] = 2
+SCHEMA_VERSION: Literal[3] = 3
 
 
 class _Report(BaseModel):
@@ -34,6 +34,24 @@ class TrialReport(_Report):
     scores: list[ScoreRecord]
 
 
+class ConfidenceInterval(_Report):
+    """An estimate with its two-sided confidence interval. The item is the unit: an item's trials
+    are one observation, so ``items`` is the sample size."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float  # 0.95 for a 95% interval
+    items: int
+    method: Literal["bootstrap", "wilson"]  # the cluster bootstrap, or Wilson's score interval
+
+    def straddles(self, bound: float) -> bool:
+        """Whether ``bound`` lies inside the interval: the data cannot tell on which side of it
+        the true value is (a "borderline" result). A bound at an end of the interval does not:
+        an estimate of 1.0 against a bound of 1 is as close as the data can come."""
+        return self.low < bound < self.high
+
+
 class MetricSummary(_Report):
     mean: float | None  # None when every score of the metric failed
     min: float | None
@@ -42,6 +60,7 @@ class MetricSummary(_Report):
     failed: int  # scores with scoring_failed
     threshold: float | None  # the per-trial threshold in force, if any
     pass_rate: float | None  # share of the scores that met the threshold (failed scores miss it)
+    interval: ConfidenceInterval | None = None  # of the mean, over the items with a score
 
 
 class ExperimentSummary(_Report):
@@ -52,6 +71,13 @@ class ExperimentSummary(_Report):
     failed: int
     pass_rate: float | None  # passed / completed
     metrics: dict[str, MetricSummary]
+    pass_rate_interval: ConfidenceInterval | None = None  # of pass_rate, the item as the unit
+    # With several trials per item: the share of items whose k-of-n verdict passed, and per k
+    # (from 1 to the trials per item) pass@k, the chance that at least one of k trials passes,
+    # and pass^k, the chance that all k pass, averaged over the items with no trial pending.
+    item_pass_rate: ConfidenceInterval | None = None
+    pass_at_k: dict[str, float] = {}
+    pass_hat_k: dict[str, float] = {}
 
 
 ItemStatus = Literal["passed", "failed", "pending"]
@@ -73,13 +99,38 @@ class GateVerdict(_Report):
     value: float | None
     bound: float | None
     met: bool
-    detail: str
+    detail: str  # the decision in a sentence
+    # What the decision rests on, one line each: the interval, what the gate can detect, how
+    # many items would settle a close call.
+    notes: list[str] = []
+    mode: GateMode = "normal"
+    interval: ConfidenceInterval | None = None
+    # The interval holds the bound: the data cannot tell on which side of it the truth lies.
+    borderline: bool = False
+    p_value: float | None = None  # regression gates: the one-sided p-value decided on (Holm-adjusted)
+    detectable_drop: float | None = None  # regression gates: the drop caught with 80% power
+    items_needed: int | None = None  # items that would settle a close call at this variance
 
 
 class MetricDelta(_Report):
     baseline_mean: float | None
     current_mean: float | None
+    # current - baseline: the mean of the per-item differences over the items both scored (each
+    # item weighs the same; with as many trials per item in both runs, the difference of means)
     delta: float | None
+    interval: ConfidenceInterval | None = None  # of delta: the paired bootstrap over those items
+    items: int = 0  # the items both runs scored, which the difference is over
+    sd: float | None = None  # the standard deviation of the per-item differences
+
+
+class ItemChange(_Report):
+    """One item in both runs, for the A/B view."""
+
+    dataset_item_id: str
+    baseline: ItemStatus
+    current: ItemStatus
+    flip: Literal["regression", "fix"] | None
+    changes: dict[str, float]  # metric -> the item's mean now minus its mean in the baseline
 
 
 class BaselineComparison(_Report):
@@ -94,6 +145,11 @@ class BaselineComparison(_Report):
     only_in_baseline: list[str]  # and the reverse
     regressions: list[str]  # item ids that passed in the baseline and fail now
     fixes: list[str]  # item ids that failed in the baseline and pass now
+    # McNemar's exact test on those flips: the two-sided p-value that flips one way are no more
+    # likely than the other (1.0 without flips).
+    flips_p_value: float = 1.0
+    # The items both planned, sorted by their change in the first metric (worst first).
+    items: list[ItemChange] = []
 
 
 class DatasetReport(_Report):
@@ -120,7 +176,7 @@ class ExperimentReport(_Report):
 
 
 class Report(_Report):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
+from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
+    ConfidenceInterval,
     DatasetReport,
     ExperimentReport,
     ExperimentSummary,
@@ -69,6 +71,8 @@ class ExperimentResult:
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
+    # The paired comparison with the baseline, per metric: what the regression gates test.
+    paired: dict[str, stats.PairedComparison] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -157,42 +161,46 @@ def experiment_result(
 ) -> ExperimentResult:
     """The experiment's summary and item verdicts (without its gates and baseline comparison:
     ``gates.judge`` adds them)."""
+    items = item_results(trials, settings.pass_threshold)
+    summary = summarize(trials, settings.thresholds, settings.confidence)
     return ExperimentResult(
         experiment=experiment,
         settings=settings,
         session_id=session_id,
         trials=trials,
-        summary=summarize(trials, settings.thresholds),
-        items=item_results(trials, settings.pass_threshold),
+        summary=item_statistics(summary, items, settings.confidence),
+        items=items,
     )
 
 
-def summarize(trials: Sequence[ScoredTrial], thresholds: dict[str, float | None]) -> ExperimentSummary:
-    """Counts, and per metric the statistics of the completed trials' scores."""
+def summarize(
+    trials: Sequence[ScoredTrial], thresholds: dict[str, float | None], level: float | None = None
+) -> ExperimentSummary:
+    """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
+    the intervals of the means and of the pass rate too (the item as the unit)."""
     completed = [t for t in trials if t.status == "completed"]
-    values: dict[str, list[float]] = {}
+    by_item = values_by_item(completed)
     failed: dict[str, int] = {}
     for trial in completed:
         for score in trial.scores:
-            values.setdefault(score.name, [])
-            failed.setdefault(score.name, 0)
             if score.scoring_failed:
-                failed[score.name] += 1
-            else:
-                values[score.name].append(score.value)
+                failed[score.name] = failed.get(score.name, 0) + 1
     metrics = {}
-    for name, v in values.items():
+    for name in dict.fromkeys([*by_item, *failed]):
+        items = by_item.get(name, {})
+        v = [value for values in items.values() for value in values]
         threshold = thresholds.get(name)
-        scored = len(v) + failed[name]
+        scored = len(v) + failed.get(name, 0)
         met = sum(1 for value in v if value >= threshold) if threshold is not None else 0
         metrics[name] = MetricSummary(
             mean=sum(v) / len(v) if v else None,
             min=min(v) if v else None,
             max=max(v) if v else None,
             count=len(v),
-            failed=failed[name],
+            failed=failed.get(name, 0),
             threshold=threshold,
             pass_rate=met / scored if threshold is not None and scored else None,
+            interval=_mean_interval(items, level) if v and level else None,
         )
     passed = sum(1 for t in completed if t.passed)
     return ExperimentSummary(
@@ -203,6 +211,68 @@ def summarize(trials: Sequence[ScoredTrial], thresholds: dict[str, float | None]
         failed=sum(1 for t in completed if t.passed is False),
         pass_rate=passed / len(completed) if completed else None,
         metrics=metrics,
+        pass_rate_interval=_pass_rate_interval(completed, level) if completed and level else None,
+    )
+
+
+def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list[float]]]:
+    """Each metric's computed scores, by item id: an item's trials are one cluster."""
+    by_item: dict[str, dict[str, list[float]]] = {}
+    for trial in completed:
+        for score in trial.scores:
+            if not score.scoring_failed:
+                by_item.setdefault(score.name, {}).setdefault(trial.dataset_item_id, []).append(score.value)
+    return by_item
+
+
+def _mean_interval(items: dict[str, list[float]], level: float) -> ConfidenceInterval:
+    """A pass/fail metric's mean (every score 0 or 1) is a pass rate: its interval is the pass
+    rate's, which stays honest when every score is 1 (a bootstrap would give [1, 1])."""
+    if all(value in (0.0, 1.0) for values in items.values() for value in values):
+        passed = ((int(sum(values)), len(values)) for values in items.values())
+        return confidence_interval(stats.pass_rate_interval(passed, level))
+    return confidence_interval(stats.mean_interval(items.values(), level))
+
+
+def _pass_rate_interval(completed: Sequence[ScoredTrial], level: float) -> ConfidenceInterval:
+    counts: dict[str, list[int]] = {}  # item id -> [passed, trials]
+    for trial in completed:
+        count = counts.setdefault(trial.dataset_item_id, [0, 0])
+        count[0] += trial.passed is True
+        count[1] += 1
+    return confidence_interval(stats.pass_rate_interval(((p, n) for p, n in counts.values()), level))
+
+
+def item_statistics(
+    summary: ExperimentSummary, items: Sequence[ItemResult], level: float
+) -> ExperimentSummary:
+    """With several trials per item: the k-of-n item pass rate with its Wilson interval, and
+    pass@k and pass^k for k up to the trials every item has, over the items with none pending."""
+    settled = [i for i in items if i.pending == 0]
+    decided = [i.verdict == "passed" for i in items if i.verdict != "pending"]
+    if not settled or max(i.trials for i in items) < 2:
+        return summary
+    pairs = [(i.trials, i.passed) for i in settled]
+    ks = range(1, min(i.trials for i in settled) + 1)
+    return summary.model_copy(
+        update={
+            "item_pass_rate": confidence_interval(stats.item_pass_rate_interval(decided, level))
+            if decided
+            else None,
+            "pass_at_k": {str(k): stats.mean_pass_at_k(pairs, k) for k in ks},
+            "pass_hat_k": {str(k): stats.mean_pass_hat_k(pairs, k) for k in ks},
+        }
+    )
+
+
+def confidence_interval(interval: stats.Interval) -> ConfidenceInterval:
+    return ConfidenceInterval.model_construct(
+        estimate=interval.estimate,
+        low=interval.low,
+        high=interval.high,
+        level=interval.level,
+        items=interval.n,
+        method=interval.method,
     )
 
 

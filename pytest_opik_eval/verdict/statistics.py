@@ -78,11 +78,6 @@ class Interval:
     n: int
     method: str  # "wilson" or "bootstrap"
 
-    def straddles(self, bound: float) -> bool:
-        """Whether ``bound`` lies inside the interval: the data cannot tell on which side of it
-        the true value is (a "borderline" result)."""
-        return self.low <= bound <= self.high
-
 
 # --- closed forms -------------------------------------------------------------------------
 
