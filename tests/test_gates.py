@@ -285,14 +285,20 @@ def test_baseline_regressions_and_fixes(project: Project) -> None:
         ["c"],
     )
 
+    # One more item fails: a drop of 0.333 beyond the 0.1 allowed, but three items cannot tell
+    # it from noise, and the gate says so rather than failing on it.
     test.write_text(test.read_text().replace("item['id'] == 'b'", "item['id'] in 'bc'"))
     result = project.run(
         "--eval", "--eval-soft", f"--eval-baseline={baseline_id}", "--eval-max-regression=equals_metric=0.1"
     )
-    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "NOT MET: test_qa: max_regression equals_metric: mean changed by -0.333 from the baseline (at most -0.1 allowed)"
+            "met: test_qa: max_regression equals_metric: mean changed by -0.333 from the baseline, beyond "
+            "-0.1 but not significantly (p=0.*)",
+            "  -0.333 [-1.000, +0.000] 95% paired interval, 3 items, borderline",
+            "  detects a drop of 0.829 or more with 80% power at this size and variance",
+            "  3 items cannot settle this; about * would (or more trials per item)",
         ]
     )
 

@@ -233,7 +233,7 @@ def _regression(
     if settings.mode == "strict":
         p_value = evidence.p_within_delta
         cleared = stats.non_inferior(evidence)
-        upper = f"(upper bound {score(evidence.upper_drop)}, {_p(p_value)})"
+        upper = f"(upper bound {score(evidence.upper_drop + 0.0)}, {_p(p_value)})"  # never -0.000
         detail = f"{changed}; the drop is {'' if cleared else 'not '}shown below {delta:g} {upper}"
         if not cleared and drop < delta:
             needed = _items_to_show_below(delta - drop, sd, level)
@@ -291,10 +291,10 @@ def _interval_note(interval: ConfidenceInterval, kind: str = "", *, bound: float
     """The estimate, its interval and the sample size; "borderline" when the interval holds the
     bound (the sample cannot tell on which side of it the truth is)."""
     show = signed if kind else score  # a change carries its sign
-    borderline = f"; borderline: holds {bound:g}" if interval.straddles(bound) else ""
+    borderline = ", borderline" if interval.straddles(bound) else ""
     items = f"{interval.items} item{'s' if interval.items != 1 else ''}"
     return (
-        f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}], "
+        f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}] "
         f"{interval.level * 100:g}% {kind}interval, {items}{borderline}"
     )
 
