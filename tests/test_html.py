@@ -19,14 +19,16 @@ from pytest_opik_eval.reports.html import render_html, write_html
 from pytest_opik_eval.store.records import GateSettings, ScoreRecord
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
+    ConfidenceInterval,
     DatasetReport,
     ExperimentReport,
     GateVerdict,
+    ItemChange,
     MetricDelta,
     Report,
     TrialReport,
 )
-from pytest_opik_eval.verdict.results import item_results, item_verdict, summarize
+from pytest_opik_eval.verdict.results import item_results, item_statistics, item_verdict, summarize
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"
 RESUME = "pytest --eval-resume=exp-1"
@@ -150,6 +152,109 @@ def sample_items() -> list[dict[str, Any]]:
 
 def sample_report() -> Report:
     return Report(run_id="run-1", resumed=None, experiments=[experiment(sample_trials())])
+
+
+def evidence_experiment() -> ExperimentReport:
+    """The sample as a run gated on its baseline sees it: intervals on the aggregates and, with two
+    trials per item, pass@k and pass^k; a borderline absolute gate and a strict regression gate
+    with their notes; the paired comparison, item by item, worst first."""
+    trials = sample_trials()
+    settings = GateSettings(
+        fail_under={"accuracy": 0.9},
+        max_regression={"accuracy": 0.05},
+        thresholds={"accuracy": 0.5, "relevance": None},
+        mode="strict",
+    )
+    summary = item_statistics(summarize(trials, settings.thresholds, 0.95), item_results(trials, None), 0.95)
+    mean = ConfidenceInterval(estimate=0.857, low=0.6, high=1.0, level=0.95, items=4, method="bootstrap")
+    change = ConfidenceInterval(
+        estimate=-0.125, low=-0.375, high=0.0, level=0.95, items=4, method="bootstrap"
+    )
+    gates = [
+        GateVerdict(
+            kind="fail_under",
+            metric="accuracy",
+            value=0.857,
+            bound=0.9,
+            met=False,
+            detail="mean 0.857, lower bound 0.600 is below 0.9",
+            notes=["0.857 [0.600, 1.000], 95% interval, 4 items; borderline: holds 0.9"],
+            mode="strict",
+            interval=mean,
+            borderline=True,
+        ),
+        GateVerdict(
+            kind="max_regression",
+            metric="accuracy",
+            value=-0.125,
+            bound=-0.05,
+            met=False,
+            detail="mean changed by -0.125 from the baseline; not shown to be above -0.05 (p=0.300)",
+            notes=[
+                "-0.125 [-0.375, +0.000], 95% paired interval, 4 items; borderline: holds -0.05",
+                "detects a drop of 0.400 or more with 80% power at this size and variance",
+            ],
+            mode="strict",
+            interval=change,
+            borderline=True,
+            p_value=0.3,
+            detectable_drop=0.4,
+            items_needed=120,
+        ),
+    ]
+    baseline = BaselineComparison(
+        experiment_id="exp-0",
+        run_id="run-0",
+        name="qa baseline",
+        metrics={
+            "accuracy": MetricDelta(
+                baseline_mean=0.96, current_mean=0.835, delta=-0.125, interval=change, items=4, sd=0.25
+            ),
+            "relevance": MetricDelta(baseline_mean=0.75, current_mean=0.75, delta=0.0, items=4, sd=0.0),
+        },
+        shared_items=4,
+        only_in_current=["new"],
+        only_in_baseline=[INJECTION],
+        regressions=["capital"],
+        fixes=["inject"],
+        flips_p_value=1.0,
+        # worst first by accuracy, not in the dataset's order
+        items=[
+            ItemChange(
+                dataset_item_id="capital",
+                baseline="passed",
+                current="failed",
+                flip="regression",
+                changes={"accuracy": -0.5, "relevance": 0.0},
+            ),
+            ItemChange(
+                dataset_item_id="sum",
+                baseline="passed",
+                current="pending",
+                flip=None,
+                changes={"accuracy": -0.25, "relevance": 0.0},
+            ),
+            ItemChange(
+                dataset_item_id="greeting",
+                baseline="passed",
+                current="passed",
+                flip=None,
+                changes={"accuracy": 0.0, "relevance": 0.0},
+            ),
+            ItemChange(
+                dataset_item_id="inject",
+                baseline="failed",
+                current="passed",
+                flip="fix",
+                changes={"accuracy": 0.25, "relevance": 0.0},
+            ),
+        ],
+    )
+    return experiment(trials, settings=settings, summary=summary, gates=gates, baseline=baseline)
+
+
+def evidence_report() -> Report:
+    return Report(run_id="run-1", resumed=None, experiments=[evidence_experiment()])
 
 
 def large_report() -> tuple[Report, dict[str, list[dict[str, Any]]]]:
