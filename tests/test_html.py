@@ -14,19 +14,22 @@ from typing import Any
 
 import pytest
 from conftest import Project, items
+from test_report import ab_runs
 
 from pytest_opik_eval.reports.html import render_html, write_html
 from pytest_opik_eval.store.records import GateSettings, ScoreRecord
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
+    ConfidenceInterval,
     DatasetReport,
     ExperimentReport,
     GateVerdict,
+    ItemChange,
     MetricDelta,
     Report,
     TrialReport,
 )
-from pytest_opik_eval.verdict.results import item_results, item_verdict, summarize
+from pytest_opik_eval.verdict.results import item_results, item_statistics, item_verdict, summarize
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"
 RESUME = "pytest --eval-resume=exp-1"
@@ -152,6 +155,116 @@ def sample_report() -> Report:
     return Report(run_id="run-1", resumed=None, experiments=[experiment(sample_trials())])
 
 
+def evidence_experiment() -> ExperimentReport:
+    """The sample as a run gated on its baseline sees it: intervals on the aggregates and, with two
+    trials per item, pass@k and pass^k; a borderline absolute gate and a strict regression gate
+    with their notes; the paired comparison, item by item, worst first."""
+    trials = sample_trials()
+    settings = GateSettings(
+        fail_under={"accuracy": 0.9},
+        max_regression={"accuracy": 0.05},
+        thresholds={"accuracy": 0.5, "relevance": None},
+        mode="strict",
+    )
+    summary = item_statistics(summarize(trials, settings.thresholds, 0.95), item_results(trials, None), 0.95)
+    mean = ConfidenceInterval(estimate=0.857, low=0.6, high=1.0, level=0.95, items=4, method="bootstrap")
+    change = ConfidenceInterval(
+        estimate=-0.125, low=-0.375, high=0.0, level=0.95, items=4, method="bootstrap"
+    )
+    gates = [
+        GateVerdict(
+            kind="fail_under",
+            metric="accuracy",
+            value=0.857,
+            bound=0.9,
+            met=False,
+            detail="mean 0.857, lower bound 0.600 is below 0.9",
+            notes=["0.857 [0.600, 1.000], 95% interval, 4 items; borderline: holds 0.9"],
+            mode="strict",
+            interval=mean,
+            borderline=True,
+        ),
+        GateVerdict(
+            kind="max_regression",
+            metric="accuracy",
+            value=-0.125,
+            bound=-0.05,
+            met=False,
+            detail="mean changed by -0.125 from the baseline; not shown to be above -0.05 (p=0.300)",
+            notes=[
+                "-0.125 [-0.375, +0.000], 95% paired interval, 4 items; borderline: holds -0.05",
+                "detects a drop of 0.400 or more with 80% power at this size and variance",
+            ],
+            mode="strict",
+            interval=change,
+            borderline=True,
+            p_value=0.3,
+            detectable_drop=0.4,
+            items_needed=120,
+        ),
+    ]
+    baseline = BaselineComparison(
+        experiment_id="exp-0",
+        run_id="run-0",
+        name="qa baseline",
+        metrics={
+            "accuracy": MetricDelta(
+                baseline_mean=0.96, current_mean=0.835, delta=-0.125, interval=change, items=4, sd=0.25
+            ),
+            "relevance": MetricDelta(baseline_mean=0.75, current_mean=0.75, delta=0.0, items=4, sd=0.0),
+        },
+        shared_items=5,
+        only_in_current=["new"],
+        only_in_baseline=["old"],
+        regressions=["capital"],
+        fixes=["inject"],
+        flips_p_value=1.0,
+        # worst first by accuracy, not in the dataset's order
+        items=[
+            ItemChange(
+                dataset_item_id="capital",
+                baseline="passed",
+                current="failed",
+                flip="regression",
+                changes={"accuracy": -0.5, "relevance": 0.0},
+            ),
+            ItemChange(
+                dataset_item_id="sum",
+                baseline="passed",
+                current="pending",
+                flip=None,
+                changes={"accuracy": -0.25, "relevance": 0.0},
+            ),
+            ItemChange(
+                dataset_item_id="greeting",
+                baseline="passed",
+                current="passed",
+                flip=None,
+                changes={"accuracy": 0.0, "relevance": 0.0},
+            ),
+            ItemChange(
+                dataset_item_id=INJECTION,
+                baseline="failed",
+                current="failed",
+                flip=None,
+                changes={"accuracy": 0.0},  # no relevance score in one of the runs
+            ),
+            ItemChange(
+                dataset_item_id="inject",
+                baseline="failed",
+                current="passed",
+                flip="fix",
+                changes={"accuracy": 0.25, "relevance": 0.0},
+            ),
+        ],
+    )
+    return experiment(trials, settings=settings, summary=summary, gates=gates, baseline=baseline)
+
+
+def evidence_report() -> Report:
+    return Report(run_id="run-1", resumed=None, experiments=[evidence_experiment()])
+
+
 def large_report() -> tuple[Report, dict[str, list[dict[str, Any]]]]:
     """10,000 trials: 2,000 items x 5 trials, outputs of about 40 characters, 2 metrics; one
     item in ten fails its first trial."""
@@ -201,7 +314,7 @@ def test_static_sections() -> None:
     assert (
         "<td>relevance</td><td>0.750</td><td>0.750</td><td>0.750</td><td>0</td><td>-</td><td>-</td>" in html
     )
-    assert re.findall(r'<li class="gate (\w+)" data-kind="(\w+)">', html) == [
+    assert re.findall(r'<li class="gate (\w+)" data-kind="(\w+)" data-borderline="false">', html) == [
         ("unmet", "fail_under"),
         ("met", "min_pass_rate"),
     ]
@@ -453,3 +566,144 @@ def test_pending_trials_show_their_count_missing_scores_and_the_resume_command(p
     assert "this session ran <b>1</b> trial(s); 2 completed in earlier sessions" in html
     assert "Trials run by this session (item#trial): 1</summary><p><code>c#0</code>" in html
     assert "pending</span>" not in html and "Pending:" not in html
+
+
+# -- the evidence behind the numbers, and the A/B view of the baseline comparison ------------------
+
+
+def test_evidence_sections() -> None:
+    html = render_html(evidence_report(), {"exp-1": sample_items()})
+    # the mean's interval beside it; the pass rates with theirs; pass@k and pass^k
+    assert "<th>mean</th><th>95% interval</th><th>min</th>" in html
+    assert '<td>accuracy</td><td>0.857</td><td class="interval">[0.625, 1.000]</td><td>0.000</td>' in html
+    assert '<p class="pass-rate">trial pass rate 0.857 [0.625, 1.000] 95%, 4 items</p>' in html
+    assert (
+        '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.208, 0.939] 95%, 3 items</p>' in html
+    )
+    assert re.findall(r'<tr data-k="(\d)"><td>\d</td><td>([\d.]+)</td><td>([\d.]+)</td></tr>', html) == [
+        ("1", "0.833", "0.833"),
+        ("2", "1.000", "0.667"),
+    ]
+    # gate cards: borderline and strict badges, the interval drawn against the bound, the notes
+    cards = re.findall(
+        r'<li class="gate (\w+)" data-kind="(\w+)" data-borderline="(\w+)">(.*?)</li></ul>', html
+    )
+    assert [card[:3] for card in cards] == [
+        ("unmet", "fail_under", "true"),
+        ("unmet", "max_regression", "true"),
+    ]
+    absolute, regression = (card[3] for card in cards)
+    assert '<span class="badge wait borderline"' in absolute and ">strict</span>" in absolute
+    assert 'aria-label="0.857 [0.600, 1.000] 95%, 4 items; bound 0.900"' in absolute
+    assert "<li>0.857 [0.600, 1.000], 95% interval, 4 items; borderline: holds 0.9" in absolute
+    assert 'aria-label="-0.125 [-0.375, +0.000] 95%, 4 items; bound -0.050"' in regression
+    assert "<li>detects a drop of 0.400 or more with 80% power at this size and variance" in regression
+    # the baseline: each metric's paired interval, McNemar's test on the flips
+    assert "<th>delta</th><th>95% paired interval</th><th>items</th>" in html
+    assert '<td class="bad">-0.125</td><td class="interval">[-0.375, +0.000]</td><td>4</td>' in html
+    assert "1 regression(s), 1 fix(es): McNemar's exact test p=1.000" in html
+    # the A/B view: its summary, and its rows as data for the script, in the report's order
+    assert (
+        '<p class="ab-summary">5 item(s) in both runs (1 only in this experiment, 1 only in the baseline)'
+        ' &middot; <span class="bad">1 regression(s)</span>, <span class="ok">1 fix(es)</span>'
+        " &middot; McNemar's exact test p=1.000</p>"
+    ) in html
+    assert re.findall(r'<th class="sortable" data-column="(\d)" data-metric="(\w+)"', html) == [
+        ("0", "accuracy"),
+        ("1", "relevance"),
+    ]
+    ab = embedded(html)["experiments"][0]["ab"]
+    assert ab == {
+        "metrics": ["accuracy", "relevance"],
+        "items": [
+            ["capital", "passed", "failed", "regression", [-0.5, 0.0]],
+            ["sum", "passed", "pending", None, [-0.25, 0.0]],
+            ["greeting", "passed", "passed", None, [0.0, 0.0]],
+            [INJECTION, "failed", "failed", None, [0.0, None]],
+            ["inject", "failed", "passed", "fix", [0.25, 0.0]],
+        ],
+    }
+    assert INJECTION not in html and html.count("</script>") == 2
+
+
+def test_no_ab_view_without_a_baseline() -> None:
+    html = render_html(Report(run_id=None, resumed=None, experiments=[experiment([], baseline=None)]), {})
+    assert 'class="ab-view"' not in html
+    assert embedded(html)["experiments"][0]["ab"] is None
+
+
+def ab_rows(page: Any) -> list[tuple[str, ...]]:
+    """The visible A/B rows as a person reads them: item, changes, verdicts, flip badge."""
+    return [
+        tuple(cell.inner_text() for cell in row.locator("td").all())
+        for row in page.locator("table.ab tr.ab-row:visible").all()
+    ]
+
+
+def test_ab_view_in_chromium(page: Any, tmp_path: Path) -> None:
+    path = tmp_path / "eval.html"
+    write_html(evidence_report(), {"exp-1": sample_items()}, path)
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    # worst change first, the flips marked with their badges
+    assert ab_rows(page) == [
+        ("capital", "-0.500", "+0.000", "passed", "failed", "regression"),
+        ("sum", "-0.250", "+0.000", "passed", "pending", ""),
+        ("greeting", "+0.000", "+0.000", "passed", "passed", ""),
+        (INJECTION, "+0.000", "-", "failed", "failed", ""),
+        ("inject", "+0.250", "+0.000", "failed", "passed", "fix"),
+    ]
+    assert page.locator("tr.ab-row[data-item-id=capital] .badge.bad").inner_text() == "regression"
+    assert page.locator("tr.ab-row[data-item-id=inject] .badge.ok").inner_text() == "fix"
+    assert page.locator(".ab-count").inner_text() == "(5 of 5 shown)"
+    # a second click on the change's heading: best first
+    heading = page.locator("table.ab th.sortable[data-metric=accuracy]")
+    assert heading.get_attribute("aria-sort") == "ascending"
+    heading.click()
+    assert heading.get_attribute("aria-sort") == "descending"
+    assert [row[0] for row in ab_rows(page)] == ["inject", "greeting", INJECTION, "sum", "capital"]
+    # sorted by another metric, the missing change last, ties in the report's order
+    page.click("table.ab th.sortable[data-metric=relevance]")
+    assert [row[0] for row in ab_rows(page)] == ["capital", "sum", "greeting", "inject", INJECTION]
+    page.click("input.flips-only")
+    assert [row[0] for row in ab_rows(page)] == ["capital", "inject"]
+    assert page.locator(".ab-count").inner_text() == "(2 of 5 shown)"
+    page.fill("#item-search", "cap")  # the search box filters these rows too
+    assert [row[0] for row in ab_rows(page)] == ["capital"]
+    # the gate cards: the interval against the bound, and the notes
+    card = page.locator("li.gate[data-kind=max_regression]")
+    assert "borderline" in card.inner_text() and "detects a drop of 0.400" in card.inner_text()
+    assert card.locator("svg.gate-interval").is_visible()
+    assert page.locator("script").count() == 2
+    assert page.problems == []
+
+
+def test_a_gated_run_shows_its_evidence_and_the_ab_view(project: Project, page: Any) -> None:
+    result, _ = ab_runs(project, "--eval-html=report.html", "--eval-fail-under=equals_metric=0.9")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    page.goto((project.path / "report.html").as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    aggregates = page.locator("table.aggregates tr[data-metric=equals_metric] td").all_inner_texts()
+    assert aggregates[:2] == ["equals_metric", "0.812"] and aggregates[2].startswith("[")
+    assert "items passing 2 of 2 trials 0.750 [" in page.locator(".item-pass-rate").inner_text()
+    absolute = page.locator("li.gate[data-kind=fail_under]")
+    assert absolute.get_attribute("data-borderline") == "true"
+    assert "95% interval, 8 items; borderline: holds 0.9" in absolute.inner_text()
+    regression = page.locator("li.gate[data-kind=max_regression]")
+    assert "95% paired interval, 7 items" in regression.inner_text()
+    assert "with 80% power" in regression.inner_text()
+    summary = page.locator(".ab-summary").inner_text()
+    assert summary == (
+        "7 item(s) in both runs (1 only in this experiment, 1 only in the baseline) · 2 regression(s), "
+        "1 fix(es) · McNemar's exact test p=1.000"
+    )
+    assert ab_rows(page) == [
+        ("f", "-1.000", "passed", "failed", "regression"),
+        ("e", "-0.500", "passed", "failed", "regression"),
+        ("b", "+0.000", "passed", "passed", ""),
+        ("c", "+0.000", "passed", "passed", ""),
+        ("d", "+0.000", "passed", "passed", ""),
+        ("g", "+0.000", "passed", "passed", ""),
+        ("a", "+1.000", "failed", "passed", "fix"),
+    ]
+    assert page.problems == []

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from test_html import experiment, sample_report, trial
+import pytest
+from conftest import Project
+from test_html import evidence_report, experiment, sample_report, trial
+from test_report import ab_runs
 
 from pytest_opik_eval.reports.markdown import step_summary
 from pytest_opik_eval.store.records import GateSettings, ScoreRecord
@@ -33,12 +36,18 @@ def test_sections() -> None:
         "\n"
         "**Gates not met**\n"
         "\n"
+        "| verdict | gate | estimate | 95% interval | items | bound |\n"
+        "| --- | --- | ---: | ---: | ---: | ---: |\n"
+        "| ❌ not met | `fail_under` accuracy | 0.833 | - | - | 0.900 |\n"
+        "| ✅ met | `min_pass_rate` | 0.800 | - | - | 0.500 |\n"
+        "\n"
         "- ❌ `fail_under` accuracy: mean 0.833 is below 0.9; 1 trial(s) pending: pytest --eval-resume=exp-1\n"
         "- ✅ `min_pass_rate`: trials pass rate 0.800 >= 0.5\n"
         "\n"
         "**Failed items (1):** `capital`\n"
         "\n"
         "**Baseline** qa baseline (`exp-0`): 1 regression(s), 1 fix(es), over the 4 item(s) both planned\n"
+        "- Flips: McNemar's exact test p=1.000 (a small p: more flips one way than chance explains)\n"
         "- Regressions: `capital`\n"
         "- Fixes: `sum`\n"
         "\n"
@@ -109,3 +118,66 @@ def test_no_experiments() -> None:
         step_summary(Report(run_id=None, resumed=None, experiments=[]), resume)
         == "No experiment was evaluated.\n"
     )
+
+
+def test_the_evidence_behind_each_number() -> None:
+    text = step_summary(evidence_report(), resume)
+    # the mean's interval beside it
+    assert "| metric | mean | 95% interval | min | max |" in text
+    assert "| accuracy | 0.857 | [0.625, 1.000] | 0.000 | 1.000 | 0 | 0.500 | 85.7% | -0.125 |\n" in text
+    # two trials per item: k of n with its interval, pass@k and pass^k
+    assert "Items passing 2 of 2 trials: 0.667 [0.208, 0.939] 95%, 3 item(s)\n" in text
+    assert (
+        "| k | pass@k | pass^k |\n| ---: | ---: | ---: |\n| 1 | 0.833 | 0.833 |\n| 2 | 1.000 | 0.667 |\n"
+    ) in text
+    # each gate: verdict, borderline, estimate, interval, items, bound; then its notes
+    assert (
+        "| ❌ not met · ⚠️ borderline | `fail_under` accuracy (strict) | 0.857 | [0.600, 1.000] | 4 | 0.900 |\n"
+        "| ❌ not met · ⚠️ borderline | `max_regression` accuracy (strict) | -0.125 | [-0.375, +0.000] | 4 "
+        "| -0.050 |\n"
+    ) in text
+    assert (
+        "- ❌ `max_regression` accuracy (strict): mean changed by -0.125 from the baseline; not shown to be "
+        "above -0.05 (p=0.300)\n"
+        "  - -0.125 [-0.375, +0.000], 95% paired interval, 4 items; borderline: holds -0.05\n"
+        "  - detects a drop of 0.400 or more with 80% power at this size and variance\n"
+    ) in text
+    # the baseline: each metric's paired change, then McNemar's test on the flips
+    assert (
+        "| metric | baseline | current | change | 95% paired interval | items |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+        "| accuracy | 0.960 | 0.835 | -0.125 | [-0.375, +0.000] | 4 |\n"
+        "| relevance | 0.750 | 0.750 | +0.000 | - | 4 |\n"
+        "\n"
+        "- Flips: McNemar's exact test p=1.000"
+    ) in text
+    assert "- Only in this experiment: `new`\n- Only in the baseline: `old`\n" in text
+
+
+def test_one_trial_per_item_has_no_pass_at_k() -> None:
+    assert "pass@k" not in summary(experiment([trial("a", 0, 1.0), trial("b", 0, 0.0)], baseline=None))
+
+
+def test_step_summary_of_a_gated_run(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = project.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
+    result, _ = ab_runs(project, "--eval-fail-under=equals_metric=0.9")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = path.read_text()
+    second = text[text.rindex("## ") :]  # each run appends its summary
+    assert "| equals_metric | 0.812 | [" in second
+    assert "Items passing 2 of 2 trials: 0.750 [" in second and "95%, 8 item(s)\n" in second
+    assert "| 2 | 0.875 | 0.750 |\n" in second
+    lines = second.splitlines()
+    absolute = next(line for line in lines if "`fail_under` equals_metric |" in line)
+    assert absolute.startswith("| ❌ not met · ⚠️ borderline | `fail_under` equals_metric | 0.812 | [")
+    assert absolute.endswith("| 8 | 0.900 |")
+    regression = next(line for line in lines if "`max_regression` equals_metric |" in line)
+    assert regression.startswith("| ✅ met") and "| -0.071 | [" in regression
+    assert regression.endswith("| 7 | -0.050 |")
+    assert any(line.startswith("  - detects a drop of ") for line in lines)
+    change = next(line for line in lines if line.startswith("| equals_metric | 0.857 | 0.786 |"))
+    assert change.endswith(" | 7 |") and "| -0.071 | [" in change
+    assert "- Flips: McNemar's exact test p=1.000" in second
+    assert "- Regressions: `e`, `f`\n- Fixes: `a`\n" in second
+    assert "- Only in this experiment: `new`\n- Only in the baseline: `old`" in second

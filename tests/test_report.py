@@ -7,6 +7,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Project, items
@@ -25,7 +26,7 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
     project.fail("a#1")
     result, report = project.run_report("--eval")
     result.assert_outcomes(passed=1, failed=3)
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3
     assert report["resumed"] is None
     [experiment] = report["experiments"]
     assert report["run_id"] == experiment["run_id"]
@@ -55,7 +56,21 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
             {"name": "equals_metric", "value": 1.0, "reason": None, "scoring_failed": False, "metadata": None}
         ],
     }
-    assert experiment["summary"] == {
+    summary = experiment["summary"]
+    # The item is the unit of every interval: a's completed trial and b's two are 2 observations.
+    mean_interval = summary["metrics"]["equals_metric"].pop("interval")
+    assert mean_interval["estimate"] == 1 / 3
+    assert (mean_interval["level"], mean_interval["items"], mean_interval["method"]) == (0.95, 2, "bootstrap")
+    assert mean_interval["low"] <= 1 / 3 <= mean_interval["high"]
+    assert summary.pop("pass_rate_interval")["items"] == 2
+    # k of n and pass@k are over the items with no trial pending: b alone, which failed both.
+    item_rate = summary.pop("item_pass_rate")
+    assert (item_rate["estimate"], item_rate["items"], item_rate["method"]) == (0.0, 1, "wilson")
+    assert (summary.pop("pass_at_k"), summary.pop("pass_hat_k")) == (
+        {"1": 0.0, "2": 0.0},
+        {"1": 0.0, "2": 0.0},
+    )
+    assert summary == {
         "trials": 4,
         "completed": 3,
         "pending": 1,
@@ -200,3 +215,87 @@ def test_the_readmes_json_example_has_the_current_schema_version() -> None:
     )
     assert example["schema_version"] == SCHEMA_VERSION
     Report.model_validate(example, strict=False)  # every field it shows is the report's
+
+
+# -- the evidence behind the gates ----------------------------------------------------------------
+
+# Returns a wrong output for the item ids ("b") or trials ("b#0") listed in wrong.txt.
+WRONG = (
+    "if item['id'] in (HERE / 'wrong.txt').read_text().split() "
+    "or f\"{item['id']}#{trial}\" in (HERE / 'wrong.txt').read_text().split(): return {'output': 'wrong'}"
+)
+
+
+def ab_runs(project: Project, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    """A baseline and a run gated on it, two trials per item. The baseline gets item a wrong; the
+    second run gets a right and f (both trials) and e (one trial) wrong, and its dataset swaps
+    item "old" for "new". Seven items are in both: sorted by their change they are f (-1),
+    e (-0.5), b, c, d, g (0) and a (+1), which is not the dataset's order."""
+    project.dataset(items("a", "b", "c", "d", "e", "f", "g", "old"))
+    project.eval_test("trial_count=2,", behaviour=WRONG)
+    project.write("wrong.txt", "a")
+    project.run("--eval", "--eval-soft").assert_outcomes(passed=14, failed=0)
+    project.dataset(items("a", "b", "c", "d", "e", "f", "g", "new"))
+    project.write("wrong.txt", "f e#0")
+    return project.run_report(
+        "--eval",
+        "--eval-soft",
+        "--eval-baseline=last",
+        "--eval-max-regression=equals_metric=0.05",
+        *args,
+    )
+
+
+def test_report_carries_the_intervals_the_gates_and_the_paired_comparison(project: Project) -> None:
+    result, report = ab_runs(project)
+    assert result.ret == pytest.ExitCode.OK
+    Report.model_validate(report)
+    [experiment] = report["experiments"]
+    summary = experiment["summary"]
+    # Every interval is over the 8 items (16 trials, 3 wrong): the item is the unit.
+    mean = summary["metrics"]["equals_metric"]["interval"]
+    assert (mean["estimate"], mean["level"], mean["items"]) == (13 / 16, 0.95, 8)
+    assert mean["low"] < 13 / 16 < mean["high"]
+    rate = summary["pass_rate_interval"]
+    assert (rate["estimate"], rate["level"], rate["items"]) == (13 / 16, 0.95, 8)
+    items_rate = summary["item_pass_rate"]
+    assert (items_rate["estimate"], items_rate["items"], items_rate["method"]) == (6 / 8, 8, "wilson")
+    # f fails both trials, e one: 7 of 8 items pass at least once in 2, 6 of 8 pass both.
+    assert summary["pass_at_k"] == {"1": 13 / 16, "2": 7 / 8}
+    assert summary["pass_hat_k"] == {"1": 13 / 16, "2": 6 / 8}
+
+    [gate] = experiment["gates"]
+    assert (gate["kind"], gate["metric"], gate["mode"]) == ("max_regression", "equals_metric", "normal")
+    assert gate["interval"]["items"] == 7 and gate["interval"]["level"] == 0.95
+    assert 0 < gate["p_value"] < 1 and gate["detectable_drop"] > 0
+    assert gate["notes"] and any("80% power" in note for note in gate["notes"])
+
+    baseline = experiment["baseline"]
+    assert (baseline["shared_items"], baseline["only_in_current"], baseline["only_in_baseline"]) == (
+        7,
+        ["new"],
+        ["old"],
+    )
+    change = baseline["metrics"]["equals_metric"]
+    # a +1, e -0.5, f -1 over 7 items
+    assert change["delta"] == pytest.approx(-0.5 / 7)
+    assert change["items"] == 7 and change["interval"]["items"] == 7
+    assert change["interval"]["low"] < change["delta"] < change["interval"]["high"]
+    assert (baseline["regressions"], baseline["fixes"]) == (["e", "f"], ["a"])
+    assert baseline["flips_p_value"] == 1.0  # 2 flips one way, 1 the other: no evidence
+    assert [(i["dataset_item_id"], i["flip"], i["changes"]["equals_metric"]) for i in baseline["items"]] == [
+        ("f", "regression", -1.0),
+        ("e", "regression", -0.5),
+        ("b", None, 0.0),
+        ("c", None, 0.0),
+        ("d", None, 0.0),
+        ("g", None, 0.0),
+        ("a", "fix", 1.0),
+    ]
+    assert [(i["baseline"], i["current"]) for i in baseline["items"]][:2] == [("passed", "failed")] * 2
+
+
+def test_the_readme_points_at_the_published_schema() -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    assert f"[`schema/{SCHEMA.name}`](schema/{SCHEMA.name})" in readme
+    assert json.loads(SCHEMA.read_text())["properties"]["schema_version"]["const"] == SCHEMA_VERSION

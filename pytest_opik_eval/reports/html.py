@@ -3,7 +3,8 @@
 The aggregates, gates, baseline comparison and histograms are small, so they are rendered here as
 static HTML. The items and their trials can number tens of thousands: they are embedded once as
 JSON, a small script turns them into collapsed table rows, and builds an item's details only when
-its row is opened, which keeps both the file and the page's DOM light.
+its row is opened, which keeps both the file and the page's DOM light. The A/B view of the
+baseline comparison (an item per row, sorted by its score change) is built the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from pytest_opik_eval.formatting import percent, score, signed
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.files import write_atomically
-from pytest_opik_eval.verdict.model import ExperimentReport, Report
+from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentReport, GateVerdict, Report
 
 # experiment id -> that experiment's dataset items (dicts with "id", "input", "expected_output", ...)
 Items = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -90,6 +91,7 @@ def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, 
     return {
         "id": experiment.id,
         "metrics": list(experiment.summary.metrics),
+        "ab": _ab_data(experiment),
         "items": [
             {
                 "id": v.dataset_item_id,
@@ -99,6 +101,22 @@ def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, 
                 "data": fields.get(v.dataset_item_id),
             }
             for v in experiment.items
+        ],
+    }
+
+
+def _ab_data(experiment: ExperimentReport) -> dict[str, Any] | None:
+    """The A/B rows: ``[id, baseline verdict, current verdict, flip, [change per metric]]`` lists,
+    in the comparison's order (worst change first), a missing change as null."""
+    b = experiment.baseline
+    if b is None or not b.items:
+        return None
+    metrics = list(b.metrics) or sorted({name for i in b.items for name in i.changes})
+    return {
+        "metrics": metrics,
+        "items": [
+            [i.dataset_item_id, i.baseline, i.current, i.flip, [i.changes.get(m) for m in metrics]]
+            for i in b.items
         ],
     }
 
@@ -156,6 +174,7 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
 <div class="panel"><h3>Score distributions</h3>
 <div class="histograms">{"".join(_histogram_svg(e, name) for name in s.metrics)}</div></div>
 </div>
+{_ab_html(e)}
 <h3>Items <span class="item-count"></span></h3>
 <table class="items">
 <thead><tr><th>item</th><th>verdict</th><th>passed</th>{metric_heads}<th>input</th></tr></thead>
@@ -203,31 +222,112 @@ def _pending_html(e: ExperimentReport, resume_command: Callable[[str], str]) -> 
 
 
 def _aggregates_html(e: ExperimentReport) -> str:
-    if not e.summary.metrics:
+    s = e.summary
+    if not s.metrics:
         return '<div class="panel"><h3>Aggregates</h3><p class="empty">No scores yet.</p></div>'
+    intervals = any(m.interval is not None for m in s.metrics.values())
     rows = "".join(
         f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{score(m.mean)}</td>'
-        f"<td>{score(m.min)}</td><td>{score(m.max)}</td><td>{m.failed}</td>"
+        + (f'<td class="interval">{_bounds(m.interval)}</td>' if intervals else "")
+        + f"<td>{score(m.min)}</td><td>{score(m.max)}</td><td>{m.failed}</td>"
         f"<td>{score(m.threshold)}</td><td>{percent(m.pass_rate)}</td></tr>"
-        for name, m in e.summary.metrics.items()
+        for name, m in s.metrics.items()
     )
+    interval_head = f"<th>{_level(e)} interval</th>" if intervals else ""
+    rates = ""
+    if s.pass_rate_interval is not None:
+        rates += f'<p class="pass-rate">trial pass rate {_estimate(s.pass_rate_interval)}</p>'
+    if s.item_pass_rate is not None:
+        required = e.settings.pass_threshold or e.trial_count
+        rates += (
+            f'<p class="item-pass-rate">items passing {required} of {e.trial_count} trials '
+            f"{_estimate(s.item_pass_rate)}</p>"
+        )
     return (
         '<div class="panel"><h3>Aggregates</h3><table class="aggregates"><thead><tr><th>metric</th>'
-        "<th>mean</th><th>min</th><th>max</th><th>failed scores</th><th>threshold</th>"
-        f"<th>pass rate</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        f"<th>mean</th>{interval_head}<th>min</th><th>max</th><th>failed scores</th><th>threshold</th>"
+        f"<th>pass rate</th></tr></thead><tbody>{rows}</tbody></table>{rates}{_pass_at_k_html(e)}</div>"
+    )
+
+
+def _pass_at_k_html(e: ExperimentReport) -> str:
+    """With several trials per item: per k, the chance that one of k trials passes (pass@k) and
+    that all k do (pass^k)."""
+    s = e.summary
+    if not s.pass_at_k:
+        return ""
+    rows = "".join(
+        f'<tr data-k="{k}"><td>{k}</td><td>{score(s.pass_at_k[k])}</td>'
+        f"<td>{score(s.pass_hat_k.get(k))}</td></tr>"
+        for k in sorted(s.pass_at_k, key=int)
+    )
+    return (
+        '<table class="pass-at-k"><thead><tr><th>k</th>'
+        '<th title="at least one of k trials passes">pass@k</th>'
+        f'<th title="all k trials pass">pass^k</th></tr></thead><tbody>{rows}</tbody></table>'
     )
 
 
 def _gates_html(e: ExperimentReport) -> str:
     if not e.gates:
         return '<div class="panel"><h3>Gates</h3><p class="empty">No gate applies.</p></div>'
-    rows = "".join(
-        f'<li class="gate {"met" if g.met else "unmet"}" data-kind="{g.kind}">'
-        f'<span class="badge {"ok" if g.met else "bad"}">{"met" if g.met else "unmet"}</span> '
-        f"<b>{g.kind}</b>{' ' + escape(g.metric) if g.metric else ''}: {escape(g.detail)}</li>"
-        for g in e.gates
+    return (
+        f'<div class="panel"><h3>Gates</h3><ul class="gates">{"".join(map(_gate_html, e.gates))}</ul></div>'
     )
-    return f'<div class="panel"><h3>Gates</h3><ul class="gates">{rows}</ul></div>'
+
+
+def _gate_html(g: GateVerdict) -> str:
+    """A gate's card: the verdict and its sentence, then what it rests on: its interval drawn
+    against the bound (flagged borderline when it holds the bound) and the notes in words."""
+    borderline = (
+        ' <span class="badge wait borderline" title="the interval holds the bound: the sample cannot tell '
+        'on which side of it the truth is">borderline</span>'
+        if g.borderline
+        else ""
+    )
+    strict = ' <span class="badge neutral">strict</span>' if g.mode == "strict" else ""
+    notes = "".join(f"<li>{escape(note)}</li>" for note in g.notes)
+    notes = f'<ul class="notes">{notes}</ul>' if notes else ""
+    return (
+        f'<li class="gate {"met" if g.met else "unmet"}" data-kind="{g.kind}" '
+        f'data-borderline="{str(g.borderline).lower()}">'
+        f'<span class="badge {"ok" if g.met else "bad"}">{"met" if g.met else "unmet"}</span>'
+        f"{borderline}{strict} "
+        f"<b>{g.kind}</b>{' ' + escape(g.metric) if g.metric else ''}: {escape(g.detail)}"
+        f"{_interval_svg(g)}{notes}</li>"
+    )
+
+
+def _interval_svg(g: GateVerdict) -> str:
+    """The gate's interval as a bar with the estimate as a dot, and the bound as a dashed line:
+    whether the bar crosses the line is the borderline question, seen at a glance."""
+    interval = g.interval
+    if interval is None or g.bound is None:
+        return ""
+    show = signed if g.kind == "max_regression" else score  # a change carries its sign
+    points = (interval.low, interval.high, interval.estimate, g.bound)
+    low, high = min(points), max(points)
+    if g.kind != "max_regression" and 0.0 <= low and high <= 1.0:
+        low, high = 0.0, 1.0  # a score or a rate: its whole range
+    else:
+        pad = (high - low) * 0.1 or 0.05
+        low, high = low - pad, high + pad
+    width, left, right = 240.0, 8.0, 232.0
+
+    def x(value: float) -> float:
+        return left + (value - low) / (high - low) * (right - left)
+
+    label = f"{_estimate(interval, show)}; bound {show(g.bound)}"
+    return (
+        f'<svg class="gate-interval" viewBox="0 0 {width:g} 30" width="{width:g}" height="30" role="img" '
+        f'aria-label="{escape(label)}"><title>{escape(label)}</title>'
+        f'<line class="axis" x1="{left:g}" x2="{right:g}" y1="14" y2="14"/>'
+        f'<line class="interval" x1="{x(interval.low):.1f}" x2="{x(interval.high):.1f}" y1="14" y2="14"/>'
+        f'<circle class="estimate" cx="{x(interval.estimate):.1f}" cy="14" r="3.5"/>'
+        f'<line class="bound" x1="{x(g.bound):.1f}" x2="{x(g.bound):.1f}" y1="4" y2="24"/>'
+        f'<text x="{left:g}" y="29">{low:.3g}</text>'
+        f'<text x="{right:g}" y="29" text-anchor="end">{high:.3g}</text></svg>'
+    )
 
 
 def _baseline_html(e: ExperimentReport) -> str:
@@ -235,21 +335,70 @@ def _baseline_html(e: ExperimentReport) -> str:
     if b is None:
         note = f'<p class="empty">{escape(e.baseline_note)}</p>' if e.baseline_note else ""
         return f'<div class="panel baseline"><h3>Baseline</h3>{note}</div>' if note else ""
+    paired = any(d.interval is not None for d in b.metrics.values())
     rows = "".join(
         f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{score(d.baseline_mean)}</td>'
-        f'<td>{score(d.current_mean)}</td><td class="{_sign_class(d.delta)}">{signed(d.delta)}</td></tr>'
+        f'<td>{score(d.current_mean)}</td><td class="{_sign_class(d.delta)}">{signed(d.delta)}</td>'
+        + (f'<td class="interval">{_bounds(d.interval, signed)}</td><td>{d.items:,}</td>' if paired else "")
+        + "</tr>"
         for name, d in b.metrics.items()
     )
+    paired_heads = f"<th>{_level(e)} paired interval</th><th>items</th>" if paired else ""
     return f"""<div class="panel baseline"><h3>Baseline</h3>
 <p class="meta">{escape(b.name)} &middot; experiment {_code(b.experiment_id)}
  &middot; run {_code(b.run_id)}</p>
 <p class="shared-items">compared over the {b.shared_items:,} item(s) both planned</p>
-<table><thead><tr><th>metric</th><th>baseline</th><th>current</th><th>delta</th></tr></thead>
+<table><thead><tr><th>metric</th><th>baseline</th><th>current</th><th>delta</th>{paired_heads}</tr></thead>
 <tbody>{rows}</tbody></table>
+{_flips_html(b.regressions, b.fixes, b.flips_p_value)}
 {_id_list("only-current", "Only in this experiment", b.only_in_current) if b.only_in_current else ""}
 {_id_list("only-baseline", "Only in the baseline", b.only_in_baseline) if b.only_in_baseline else ""}
 {_id_list("regressions", "Regressions (passed in the baseline, fail now)", b.regressions)}
 {_id_list("fixes", "Fixes (failed in the baseline, pass now)", b.fixes)}
+</div>"""
+
+
+def _flips_html(regressions: Sequence[str], fixes: Sequence[str], p_value: float) -> str:
+    if not regressions and not fixes:
+        return ""
+    return (
+        f'<p class="flips">{len(regressions):,} regression(s), {len(fixes):,} fix(es): McNemar\'s exact '
+        f"test p={p_value:.3f} (a small p: more flips one way than chance explains)</p>"
+    )
+
+
+def _ab_html(e: ExperimentReport) -> str:
+    """The A/B view: the items both runs planned, one row each (built by the script from the
+    embedded data), in the order of their score change, worst first; flips marked."""
+    b = e.baseline
+    if b is None or not b.items:
+        return ""
+    metrics = list(b.metrics) or sorted({name for i in b.items for name in i.changes})
+    heads = "".join(
+        f'<th class="sortable" data-column="{index}" data-metric="{escape(name)}" '
+        f'aria-sort="{"ascending" if index == 0 else "none"}" title="sort by this change">'
+        f"{escape(name)} change</th>"
+        for index, name in enumerate(metrics)
+    )
+    only = []
+    if b.only_in_current:
+        only.append(f"{len(b.only_in_current):,} only in this experiment")
+    if b.only_in_baseline:
+        only.append(f"{len(b.only_in_baseline):,} only in the baseline")
+    summary = (
+        f"{b.shared_items:,} item(s) in both runs{' (' + ', '.join(only) + ')' if only else ''} &middot; "
+        f'<span class="bad">{len(b.regressions):,} regression(s)</span>, '
+        f'<span class="ok">{len(b.fixes):,} fix(es)</span> &middot; McNemar\'s exact test '
+        f"p={b.flips_p_value:.3f}"
+    )
+    return f"""<div class="ab-view">
+<h3>A/B against the baseline <span class="ab-count"></span></h3>
+<p class="ab-summary">{summary}</p>
+<label><input type="checkbox" class="flips-only"> show flips only (regressions and fixes)</label>
+<table class="ab">
+<thead><tr><th>item</th>{heads}<th>baseline</th><th>current</th><th>flip</th></tr></thead>
+<tbody></tbody>
+</table>
 </div>"""
 
 
@@ -306,6 +455,21 @@ aria-label="{escape(metric)} score histogram">{"".join(bars)}{line}
 <figcaption>{escape(metric)}: {len(values)} scores{f", {failed} failed" if failed else ""}\
 {f" &middot; threshold {threshold:g}" if threshold is not None else ""}</figcaption>
 </figure>"""
+
+
+def _level(e: ExperimentReport) -> str:
+    """The experiment's confidence level as a percentage (``95%``); every interval in it has it."""
+    return f"{e.settings.confidence * 100:g}%"
+
+
+def _bounds(interval: ConfidenceInterval | None, show: Callable[[float | None], str] = score) -> str:
+    return "-" if interval is None else f"[{show(interval.low)}, {show(interval.high)}]"
+
+
+def _estimate(interval: ConfidenceInterval, show: Callable[[float | None], str] = score) -> str:
+    """``0.750 [0.583, 0.917] 95%, 6 items``"""
+    items = f"{interval.items:,} item{'s' if interval.items != 1 else ''}"
+    return f"{show(interval.estimate)} {_bounds(interval, show)} {interval.level * 100:g}%, {items}"
 
 
 def _code(text: str) -> str:

@@ -1,5 +1,10 @@
 """Eval results in pytest's JUnit XML (``--junitxml``): each trial's scores are properties of its
-test case (added by the trial), each experiment's aggregates and gates properties of the suite."""
+test case (added by the trial), each experiment's aggregates and gates properties of the suite.
+
+A confidence interval is one property, ``LOW..HIGH@LEVEL`` (``0.583333..0.916667@95%``): both ends
+in one value that a person reads at a glance in a CI page and a script splits on ``..`` and
+``@``. Its name is the estimate's with ``.ci`` added (``eval.qa.equals_metric.mean.ci``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import pytest
 
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.verdict.model import ConfidenceInterval
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 PREFIX = "eval."
@@ -25,18 +31,41 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
             (base + "completed", str(s.completed)),
             (base + "pending", str(s.pending)),
             (base + "pass_rate", _num(s.pass_rate)),
+            *_interval(base + "pass_rate", s.pass_rate_interval),
             (base + "gates_met", str(e.gates_met).lower()),
         ]
+        if s.item_pass_rate is not None:  # k of n, with several trials per item
+            properties.append((base + "item_pass_rate", _num(s.item_pass_rate.estimate)))
+            properties += _interval(base + "item_pass_rate", s.item_pass_rate)
+        for k in s.pass_at_k:
+            properties.append((f"{base}pass_at_{k}", _num(s.pass_at_k[k])))
+            if k in s.pass_hat_k:
+                properties.append((f"{base}pass_hat_{k}", _num(s.pass_hat_k[k])))
         for name, m in s.metrics.items():
             properties += [
                 (f"{base}{name}.mean", _num(m.mean)),
+                *_interval(f"{base}{name}.mean", m.interval),
                 (f"{base}{name}.min", _num(m.min)),
                 (f"{base}{name}.max", _num(m.max)),
                 (f"{base}{name}.failed", str(m.failed)),
             ]
         for gate in e.gates:
             name = f"{base}gate.{gate.kind}" + (f".{gate.metric}" if gate.metric else "")
-            properties.append((name, ("met: " if gate.met else "not met: ") + gate.detail))
+            # "met: " or "not met: " and the decision first, as before; then what it rests on.
+            value = ("met: " if gate.met else "not met: ") + "; ".join([gate.detail, *gate.notes])
+            properties.append((name, value))
+        if e.baseline is not None:
+            b = e.baseline
+            properties += [
+                (base + "baseline.experiment_id", b.experiment_id),
+                (base + "baseline.shared_items", str(b.shared_items)),
+                (base + "baseline.regressions", str(len(b.regressions))),
+                (base + "baseline.fixes", str(len(b.fixes))),
+                (base + "baseline.flips_p_value", _num(b.flips_p_value)),
+            ]
+            for name, delta in b.metrics.items():
+                properties.append((f"{base}baseline.{name}.delta", _num(delta.delta)))
+                properties += _interval(f"{base}baseline.{name}.delta", delta.interval)
     # Experiment and metric names and gate details carry data; pytest escapes only what XML
     # forbids in values, so an ESC in a name would make the file unreadable.
     return [(escape_control(name), escape_control(value)) for name, value in properties]
@@ -48,6 +77,12 @@ def add_suite_properties(config: pytest.Config, properties: Sequence[tuple[str, 
     if record is not None:
         for name, value in properties:
             record(name, value)
+
+
+def _interval(name: str, interval: ConfidenceInterval | None) -> list[tuple[str, str]]:
+    if interval is None:
+        return []
+    return [(name + ".ci", f"{_num(interval.low)}..{_num(interval.high)}@{interval.level * 100:g}%")]
 
 
 def _num(value: float | None) -> str:

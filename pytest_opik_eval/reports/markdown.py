@@ -1,5 +1,6 @@
-"""The GitHub Actions job summary (``$GITHUB_STEP_SUMMARY``): per experiment its aggregates,
-gates, changes from the baseline and how to resume pending trials, in a few dozen lines."""
+"""The GitHub Actions job summary (``$GITHUB_STEP_SUMMARY``): per experiment its aggregates with
+their confidence intervals, gates with the evidence they rest on, changes from the baseline and how
+to resume pending trials, in a few dozen lines."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import percent, score, signed
-from pytest_opik_eval.verdict.model import ExperimentReport, Report
+from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentReport, GateVerdict, Report
 
 # How many item ids or trials to name before saying "... and N more": a summary that lists a
 # thousand failures is no longer a summary.
 _LISTED = 10
+# pass@k and pass^k rows at most: with more trials per item, the first k and the last.
+_KS = 10
 
 
 def step_summary(report: Report, resume_command: Callable[[str], str]) -> str:
@@ -34,7 +37,7 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         f"{s.pending} pending · pass rate {percent(s.pass_rate)} · items: "
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
-    lines += _metric_table(e) + _gate_lines(e)
+    lines += _metric_table(e) + _pass_at_k(e) + _gate_lines(e)
     if items["failed"]:
         lines += ["", f"**Failed items ({len(items['failed'])}):** {_ids(items['failed'])}"]
     return lines + _baseline_lines(e) + _pending_lines(e, resume_command)
@@ -44,12 +47,15 @@ def _metric_table(e: ExperimentReport) -> list[str]:
     if not e.summary.metrics:
         return []
     deltas = e.baseline.metrics if e.baseline is not None else None
-    head = ["metric", "mean", "min", "max", "failed", "threshold", "pass rate"]
+    intervals = any(m.interval is not None for m in e.summary.metrics.values())
+    head = ["metric", "mean"] + ([f"{_level(e)} interval"] if intervals else [])
+    head += ["min", "max", "failed", "threshold", "pass rate"]
     if deltas is not None:
         head.append("Δ baseline")
     lines = ["", _row(head), _row(["---"] + ["---:"] * (len(head) - 1))]
     for name, m in e.summary.metrics.items():
-        cells = [name, score(m.mean), score(m.min), score(m.max), str(m.failed), score(m.threshold)]
+        cells = [name, score(m.mean)] + ([_bounds(m.interval)] if intervals else [])
+        cells += [score(m.min), score(m.max), str(m.failed), score(m.threshold)]
         cells.append(percent(m.pass_rate))
         if deltas is not None:
             delta = deltas.get(name)
@@ -58,14 +64,57 @@ def _metric_table(e: ExperimentReport) -> list[str]:
     return lines
 
 
+def _pass_at_k(e: ExperimentReport) -> list[str]:
+    """With several trials per item: the share of items that passed k of n, and per k the chance
+    that one of k trials passes (pass@k) and that all k do (pass^k)."""
+    s = e.summary
+    if not s.pass_at_k:
+        return []
+    lines = [""]
+    if s.item_pass_rate is not None:
+        required = e.settings.pass_threshold or e.trial_count
+        lines += [f"Items passing {required} of {e.trial_count} trials: {_estimate(s.item_pass_rate)}", ""]
+    lines += [_row(["k", "pass@k", "pass^k"]), _row(["---:", "---:", "---:"])]
+    ks = sorted(s.pass_at_k, key=int)
+    if len(ks) > _KS:  # a hundred trials per item: the small k, and the last
+        ks = [*ks[: _KS - 1], ks[-1]]
+    return lines + [_row([k, score(s.pass_at_k[k]), score(s.pass_hat_k.get(k))]) for k in ks]
+
+
 def _gate_lines(e: ExperimentReport) -> list[str]:
+    """A table of the gates' numbers, then each gate's decision and the evidence it rests on."""
     if not e.gates:
         return []
-    lines = ["", f"**Gates {'met' if e.gates_met else 'not met'}**", ""]
+    lines = [
+        "",
+        f"**Gates {'met' if e.gates_met else 'not met'}**",
+        "",
+        _row(["verdict", "gate", "estimate", f"{_level(e)} interval", "items", "bound"]),
+        _row(["---", "---", "---:", "---:", "---:", "---:"]),
+    ]
     for g in e.gates:
-        metric = f" {_inline(g.metric)}" if g.metric else ""
-        lines.append(f"- {'✅' if g.met else '❌'} `{g.kind}`{metric}: {_inline(g.detail)}")
+        # a change against the baseline carries its sign, as in the baseline section
+        show = signed if g.kind == "max_regression" else score
+        items = str(g.interval.items) if g.interval is not None else "-"
+        lines.append(
+            _row([_verdict(g), _gate_name(g), show(g.value), _bounds(g.interval, show), items, show(g.bound)])
+        )
+    lines.append("")
+    for g in e.gates:
+        lines.append(f"- {'✅' if g.met else '❌'} {_gate_name(g)}: {_inline(g.detail)}")
+        lines += [f"  - {_inline(note)}" for note in g.notes]
     return lines
+
+
+def _verdict(g: GateVerdict) -> str:
+    verdict = "✅ met" if g.met else "❌ not met"
+    # borderline: the interval holds the bound, the sample cannot tell on which side the truth is
+    return verdict + (" · ⚠️ borderline" if g.borderline else "")
+
+
+def _gate_name(g: GateVerdict) -> str:
+    metric = f" {_inline(g.metric)}" if g.metric else ""
+    return f"`{g.kind}`{metric}" + (" (strict)" if g.mode == "strict" else "")
 
 
 def _baseline_lines(e: ExperimentReport) -> list[str]:
@@ -78,15 +127,43 @@ def _baseline_lines(e: ExperimentReport) -> list[str]:
         f"{len(b.regressions)} regression(s), {len(b.fixes)} fix(es), over the {b.shared_items} "
         "item(s) both planned",
     ]
+    # with the paired intervals, a table of the changes (the metric table has their estimates)
+    changes = list(b.metrics.items()) if any(d.interval is not None for d in b.metrics.values()) else []
+    if changes:
+        lines += [
+            "",
+            _row(["metric", "baseline", "current", "change", f"{_level(e)} paired interval", "items"]),
+            _row(["---"] + ["---:"] * 5),
+        ]
+        lines += [
+            _row(
+                [
+                    name,
+                    score(d.baseline_mean),
+                    score(d.current_mean),
+                    signed(d.delta),
+                    _bounds(d.interval, signed),
+                    str(d.items),
+                ]
+            )
+            for name, d in changes
+        ]
+    bullets = []
+    if b.regressions or b.fixes:
+        bullets.append(
+            f"- Flips: McNemar's exact test p={b.flips_p_value:.3f} (a small p: more flips one way "
+            "than chance explains)"
+        )
     if b.regressions:
-        lines.append(f"- Regressions: {_ids(b.regressions)}")
+        bullets.append(f"- Regressions: {_ids(b.regressions)}")
     if b.fixes:
-        lines.append(f"- Fixes: {_ids(b.fixes)}")
+        bullets.append(f"- Fixes: {_ids(b.fixes)}")
     if b.only_in_current:
-        lines.append(f"- Only in this experiment: {_ids(b.only_in_current)}")
+        bullets.append(f"- Only in this experiment: {_ids(b.only_in_current)}")
     if b.only_in_baseline:
-        lines.append(f"- Only in the baseline: {_ids(b.only_in_baseline)}")
-    return lines
+        bullets.append(f"- Only in the baseline: {_ids(b.only_in_baseline)}")
+    # a list right after a table needs a blank line between them
+    return lines + ([""] if changes and bullets else []) + bullets
 
 
 def _pending_lines(e: ExperimentReport, resume_command: Callable[[str], str]) -> list[str]:
@@ -109,6 +186,20 @@ def _icon(e: ExperimentReport, items_failed: bool) -> str:
     if not e.gates_met or (items_failed and not e.settings.soft):
         return _ICONS["failed"]
     return _ICONS["pending"] if e.summary.pending else _ICONS["passed"]
+
+
+def _level(e: ExperimentReport) -> str:
+    """The experiment's confidence level as a percentage (``95%``); every interval in it has it."""
+    return f"{e.settings.confidence * 100:g}%"
+
+
+def _bounds(interval: ConfidenceInterval | None, show: Callable[[float | None], str] = score) -> str:
+    return "-" if interval is None else f"[{show(interval.low)}, {show(interval.high)}]"
+
+
+def _estimate(interval: ConfidenceInterval) -> str:
+    level = f"{interval.level * 100:g}%"
+    return f"{score(interval.estimate)} {_bounds(interval)} {level}, {interval.items} item(s)"
 
 
 def _row(cells: Sequence[str]) -> str:

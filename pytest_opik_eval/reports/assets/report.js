@@ -16,6 +16,9 @@
   function num(value) {
     return typeof value === "number" ? value.toFixed(3) : value == null ? "-" : String(value);
   }
+  function signed(value) {
+    return typeof value === "number" ? (value >= 0 ? "+" : "") + value.toFixed(3) : "-";
+  }
   function shown(value) {
     if (value === undefined) return "(not given)";
     return typeof value === "string" ? value : JSON.stringify(value, null, 2);
@@ -115,6 +118,66 @@
     row.setAttribute("aria-expanded", String(!open));
   }
 
+  // The A/B view: a row per item both runs planned, [id, baseline verdict, current verdict, flip,
+  // [change per metric]], in the order the report gives (worst change of the first metric first);
+  // a click on a metric's heading sorts by that change, worst first, then best first.
+  function renderAb(section, ab) {
+    var table = section.querySelector("table.ab");
+    if (!table || !ab) return;
+    var tbody = table.querySelector("tbody");
+    var headings = table.querySelectorAll("th.sortable");
+    var order = ab.items;
+    function fill() {
+      var rows = document.createDocumentFragment();
+      order.forEach(function (item) {
+        var row = el("tr", "ab-row");
+        row.dataset.itemId = item[0];
+        row.dataset.flip = item[3] || "";
+        row.searchText = String(item[0]).toLowerCase();
+        row.appendChild(el("td", "", item[0]));
+        item[4].forEach(function (change) {
+          var sign = typeof change === "number" ? (change < 0 ? " bad" : change > 0 ? " ok" : "") : "";
+          row.appendChild(el("td", "change" + sign, signed(change)));
+        });
+        row.appendChild(el("td", "verdict " + item[1], item[1]));
+        row.appendChild(el("td", "verdict " + item[2], item[2]));
+        var flip = el("td", "flip");
+        if (item[3]) flip.appendChild(el("span", "badge " + (item[3] === "regression" ? "bad" : "ok"), item[3]));
+        row.appendChild(flip);
+        rows.appendChild(row);
+      });
+      tbody.replaceChildren(rows);
+      applyFilter();
+    }
+    function sortBy(heading) {
+      var column = Number(heading.dataset.column);
+      var worstFirst = heading.getAttribute("aria-sort") !== "ascending";
+      headings.forEach(function (other) { other.setAttribute("aria-sort", "none"); });
+      heading.setAttribute("aria-sort", worstFirst ? "ascending" : "descending");
+      // A stable sort: items with the same change keep the report's order. No change comes last.
+      order = ab.items.slice().sort(function (a, b) {
+        var x = a[4][column], y = b[4][column];
+        if (typeof x !== "number" || typeof y !== "number") {
+          return (typeof x !== "number") - (typeof y !== "number");
+        }
+        return worstFirst ? x - y : y - x;
+      });
+      fill();
+    }
+    headings.forEach(function (heading) {
+      heading.tabIndex = 0;
+      heading.addEventListener("click", function () { sortBy(heading); });
+      heading.addEventListener("keydown", function (event) {
+        if (event.key === "Enter" || event.key === " ") {
+          event.preventDefault();
+          sortBy(heading);
+        }
+      });
+    });
+    section.querySelector("input.flips-only").addEventListener("change", applyFilter);
+    fill();
+  }
+
   function applyFilter() {
     var query = search.value.trim().toLowerCase();
     sections.forEach(function (section) {
@@ -127,6 +190,16 @@
         if (!hide) visible++;
       });
       section.querySelector(".item-count").textContent = "(" + visible + " of " + rows.length + " shown)";
+      var flipsOnly = section.querySelector("input.flips-only");
+      if (!flipsOnly) return;
+      var abRows = section.querySelectorAll("tr.ab-row"), abVisible = 0;
+      abRows.forEach(function (row) {
+        var hide = (flipsOnly.checked && !row.dataset.flip) ||
+          (query !== "" && row.searchText.indexOf(query) < 0);
+        row.hidden = hide;
+        if (!hide) abVisible++;
+      });
+      section.querySelector(".ab-count").textContent = "(" + abVisible + " of " + abRows.length + " shown)";
     });
   }
 
@@ -134,6 +207,7 @@
     var experiment = data.experiments[index];
     var tbody = section.querySelector("table.items tbody");
     renderRows(experiment, tbody);
+    renderAb(section, experiment.ab);
     tbody.addEventListener("click", function (event) {
       var row = event.target.closest("tr.item-row");
       if (row) toggle(row, experiment);

@@ -1,0 +1,62 @@
+"""The JUnit XML's suite properties: each experiment's aggregates with their intervals, its gates
+with what they rest on, and the comparison with the baseline."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+from conftest import Project
+from test_report import ab_runs
+
+
+def suite_properties(project: Project) -> dict[str, str]:
+    suite = ET.parse(project.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    return {str(p.get("name")): str(p.get("value")) for p in suite.findall("properties/property")}
+
+
+def interval(value: str) -> tuple[float, float]:
+    match = re.fullmatch(r"(.+)\.\.(.+)@95%", value)
+    assert match is not None, value
+    return float(match[1]), float(match[2])
+
+
+def test_suite_properties_carry_the_evidence(project: Project) -> None:
+    result, report = ab_runs(project, "--junitxml=junit.xml", "--eval-fail-under=equals_metric=0.9")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the mean, 0.812, is below 0.9
+    props = suite_properties(project)
+    summary = report["experiments"][0]["summary"]
+
+    # each interval is one property, next to its estimate, with the report's numbers
+    assert props["eval.test_qa.equals_metric.mean"] == "0.8125"
+    mean = summary["metrics"]["equals_metric"]["interval"]
+    assert props["eval.test_qa.equals_metric.mean.ci"] == f"{mean['low']:.6g}..{mean['high']:.6g}@95%"
+    low, high = interval(props["eval.test_qa.equals_metric.mean.ci"])
+    assert low < 0.8125 < high
+    assert props["eval.test_qa.pass_rate"] == "0.8125"
+    low, high = interval(props["eval.test_qa.pass_rate.ci"])
+    assert low < 0.8125 < high
+    # two trials per item: the k-of-n item pass rate, pass@k and pass^k
+    assert props["eval.test_qa.item_pass_rate"] == "0.75"
+    low, high = interval(props["eval.test_qa.item_pass_rate.ci"])
+    assert low < 0.75 < high
+    assert (props["eval.test_qa.pass_at_2"], props["eval.test_qa.pass_hat_2"]) == ("0.875", "0.75")
+
+    # a gate's value starts as it always did, and goes on with its notes
+    absolute = props["eval.test_qa.gate.fail_under.equals_metric"]
+    assert absolute.startswith("not met: mean 0.812 is below 0.9; 0.812 [")
+    assert "95% interval, 8 items; borderline: holds 0.9" in absolute
+    regression = props["eval.test_qa.gate.max_regression.equals_metric"]
+    assert regression.startswith("met: mean changed by -0.071 from the baseline")
+    assert "; -0.071 [" in regression and "95% paired interval, 7 items" in regression
+    assert "with 80% power at this size and variance" in regression
+
+    # the paired comparison: 7 shared items, e and f regressed, a was fixed
+    assert props["eval.test_qa.baseline.shared_items"] == "7"
+    assert (props["eval.test_qa.baseline.regressions"], props["eval.test_qa.baseline.fixes"]) == ("2", "1")
+    assert props["eval.test_qa.baseline.flips_p_value"] == "1"
+    assert props["eval.test_qa.baseline.equals_metric.delta"] == f"{-0.5 / 7:.6g}"
+    low, high = interval(props["eval.test_qa.baseline.equals_metric.delta.ci"])
+    assert low < -0.5 / 7 < high
