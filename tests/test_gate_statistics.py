@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 import pytest
+from conftest import Project, items
 
 from pytest_opik_eval.cli import main as opik_eval
-from tests.conftest import Project, items
 
 # An app that is right on an item with the item's probability, drawn per run (APP_SEED) and per
 # trial; APP_DROP makes it worse on every item.
@@ -57,7 +57,10 @@ def gate_lines(result: pytest.RunResult) -> list[str]:
 
 
 def regression_gate(report: dict[str, Any]) -> dict[str, Any]:
-    (gate,) = [g for g in report["experiments"][0]["gates"] if g["kind"] == "max_regression"]
+    gates: list[dict[str, Any]] = [
+        g for g in report["experiments"][0]["gates"] if g["kind"] == "max_regression"
+    ]
+    (gate,) = gates
     return gate
 
 

@@ -179,7 +179,7 @@ def evidence_experiment() -> ExperimentReport:
             bound=0.9,
             met=False,
             detail="mean 0.857, lower bound 0.600 is below 0.9",
-            notes=["0.857 [0.600, 1.000], 95% interval, 4 items; borderline: holds 0.9"],
+            notes=["0.857 [0.600, 1.000] 95% interval, 4 items, borderline"],
             mode="strict",
             interval=mean,
             borderline=True,
@@ -192,7 +192,7 @@ def evidence_experiment() -> ExperimentReport:
             met=False,
             detail="mean changed by -0.125 from the baseline; not shown to be above -0.05 (p=0.300)",
             notes=[
-                "-0.125 [-0.375, +0.000], 95% paired interval, 4 items; borderline: holds -0.05",
+                "-0.125 [-0.375, +0.000] 95% paired interval, 4 items, borderline",
                 "detects a drop of 0.400 or more with 80% power at this size and variance",
             ],
             mode="strict",
@@ -595,7 +595,7 @@ def test_evidence_sections() -> None:
     absolute, regression = (card[3] for card in cards)
     assert '<span class="badge wait borderline"' in absolute and ">strict</span>" in absolute
     assert 'aria-label="0.857 [0.600, 1.000] 95%, 4 items; bound 0.900"' in absolute
-    assert "<li>0.857 [0.600, 1.000], 95% interval, 4 items; borderline: holds 0.9" in absolute
+    assert "<li>0.857 [0.600, 1.000] 95% interval, 4 items, borderline" in absolute
     assert 'aria-label="-0.125 [-0.375, +0.000] 95%, 4 items; bound -0.050"' in regression
     assert "<li>detects a drop of 0.400 or more with 80% power at this size and variance" in regression
     # the baseline: each metric's paired interval, McNemar's test on the flips
@@ -688,7 +688,7 @@ def test_a_gated_run_shows_its_evidence_and_the_ab_view(project: Project, page: 
     assert "items passing 2 of 2 trials 0.750 [" in page.locator(".item-pass-rate").inner_text()
     absolute = page.locator("li.gate[data-kind=fail_under]")
     assert absolute.get_attribute("data-borderline") == "true"
-    assert "95% interval, 8 items; borderline: holds 0.9" in absolute.inner_text()
+    assert "95% interval, 8 items, borderline" in absolute.inner_text()
     regression = page.locator("li.gate[data-kind=max_regression]")
     assert "95% paired interval, 7 items" in regression.inner_text()
     assert "with 80% power" in regression.inner_text()

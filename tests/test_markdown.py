@@ -139,7 +139,7 @@ def test_the_evidence_behind_each_number() -> None:
     assert (
         "- ❌ `max_regression` accuracy (strict): mean changed by -0.125 from the baseline; not shown to be "
         "above -0.05 (p=0.300)\n"
-        "  - -0.125 [-0.375, +0.000], 95% paired interval, 4 items; borderline: holds -0.05\n"
+        "  - -0.125 [-0.375, +0.000] 95% paired interval, 4 items, borderline\n"
         "  - detects a drop of 0.400 or more with 80% power at this size and variance\n"
     ) in text
     # the baseline: each metric's paired change, then McNemar's test on the flips
