@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Literal
 
 from pytest_opik_eval.formatting import score, signed
 from pytest_opik_eval.store.records import GateSettings
@@ -28,15 +27,12 @@ from pytest_opik_eval.verdict.model import (
     ExperimentSummary,
     GateKind,
     GateVerdict,
-    ItemChange,
-    ItemStatus,
     MetricDelta,
 )
 from pytest_opik_eval.verdict.results import (
     ExperimentResult,
     confidence_interval,
     summarize,
-    values_by_item,
 )
 
 
@@ -50,7 +46,8 @@ def judge(
     with_baseline = result
     if baseline is not None:
         comparison, paired = compare(result, baseline)
-        with_baseline = replace(result, baseline=comparison, paired=paired)
+        verdicts = {i.dataset_item_id: i.verdict for i in baseline.items}
+        with_baseline = replace(result, baseline=comparison, paired=paired, baseline_verdicts=verdicts)
     gates = evaluate_gates(with_baseline, settings, resume_command)
     return replace(with_baseline, gates=gates, gates_met=all(g.met for g in gates))
 
@@ -107,7 +104,8 @@ def _min_pass_rate(result: ExperimentResult, settings: GateSettings) -> list[Gat
     if settings.pass_threshold is not None:
         done = [i for i in result.items if i.verdict != "pending"]
         value = sum(1 for i in done if i.verdict == "passed") / len(done) if done else None
-        interval, counted = summary.item_pass_rate, "items"
+        # With one trial per item, an item's verdict is its trial's: the same rate and interval.
+        interval, counted = summary.item_pass_rate or summary.pass_rate_interval, "items"
     else:
         value, interval, counted = summary.pass_rate, summary.pass_rate_interval, "trials"
     cleared = _clears(value, interval, bound, settings)
@@ -318,8 +316,7 @@ def compare(
     shared = [item for item in now_items if item in before_items]
     before_summary = _summary_over(baseline, shared, len(before_items))
     now_summary = _summary_over(current, shared, len(now_items))
-    before_values = values_by_item([t for t in baseline.trials if t.status == "completed"])
-    now_values = values_by_item([t for t in current.trials if t.status == "completed"])
+    before_values, now_values = baseline.values, current.values
     kept = set(shared)
     metrics, paired = {}, {}
     for name in dict.fromkeys([*before_summary.metrics, *now_summary.metrics]):
@@ -349,7 +346,6 @@ def compare(
         regressions=regressions,
         fixes=fixes,
         flips_p_value=stats.mcnemar_exact(len(regressions), len(fixes)),
-        items=_item_changes(shared, before_items, now_items, paired),
     )
     return comparison, paired
 
@@ -360,33 +356,6 @@ def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> E
     kept = set(items)
     trials = [t for t in result.trials if t.dataset_item_id in kept]
     return summarize(trials, result.settings.thresholds)
-
-
-def _item_changes(
-    shared: list[str],
-    before: dict[str, ItemStatus],
-    now: dict[str, ItemStatus],
-    paired: dict[str, stats.PairedComparison],
-) -> list[ItemChange]:
-    """The A/B view's rows: each shared item with its change per metric, worst first by the
-    first metric (items it did not score last)."""
-    flips: dict[str, dict[str, Literal["regression", "fix"]]] = {
-        "passed": {"failed": "regression"},
-        "failed": {"passed": "fix"},
-    }
-    rows = [
-        ItemChange.model_construct(
-            dataset_item_id=item,
-            baseline=before[item],
-            current=now[item],
-            flip=flips.get(before[item], {}).get(now[item]),
-            changes={name: p.differences[item] for name, p in paired.items() if item in p.differences},
-        )
-        for item in shared
-    ]
-    first = next(iter(paired), None)
-    rows.sort(key=lambda row: (first not in row.changes, row.changes.get(first or "", 0.0)))
-    return rows
 
 
 def _unknown(metric: str, result: ExperimentResult, settings: GateSettings) -> str:

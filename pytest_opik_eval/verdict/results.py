@@ -21,6 +21,7 @@ from pytest_opik_eval.verdict.model import (
     ExperimentReport,
     ExperimentSummary,
     GateVerdict,
+    ItemChange,
     ItemStatus,
     ItemVerdict,
     MetricSummary,
@@ -71,8 +72,12 @@ class ExperimentResult:
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
-    # The paired comparison with the baseline, per metric: what the regression gates test.
+    # The paired comparison with the baseline, per metric: what the regression gates test; and
+    # the baseline's item verdicts, for the report's A/B rows (built only when one is written).
     paired: dict[str, stats.PairedComparison] = field(default_factory=dict)
+    baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
+    # Each metric's computed scores by item id (``values_by_item``), computed once.
+    values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -135,9 +140,34 @@ class ExperimentResult:
             summary=self.summary,
             gates=self.gates,
             gates_met=self.gates_met,
-            baseline=self.baseline,
+            baseline=None if self.baseline is None else self._with_item_changes(self.baseline),
             baseline_note=self.baseline_note,
         )
+
+    def _with_item_changes(self, baseline: BaselineComparison) -> BaselineComparison:
+        """The comparison with its A/B rows: each item both runs planned with its change per
+        metric, worst first by the first metric (items it did not score last)."""
+        now = {i.dataset_item_id: i.verdict for i in self.items}
+        before = self.baseline_verdicts
+        paired = list(self.paired.items())
+        flips: dict[str, dict[str, Literal["regression", "fix"]]] = {
+            "passed": {"failed": "regression"},
+            "failed": {"passed": "fix"},
+        }
+        rows = [
+            ItemChange.model_construct(
+                dataset_item_id=item,
+                baseline=before[item],
+                current=verdict,
+                flip=flips.get(before[item], {}).get(verdict),
+                changes={name: p.differences[item] for name, p in paired if item in p.differences},
+            )
+            for item, verdict in now.items()
+            if item in before
+        ]
+        first = next(iter(self.paired), None)
+        rows.sort(key=lambda row: (first not in row.changes, row.changes.get(first or "", 0.0)))
+        return baseline.model_copy(update={"items": rows})
 
 
 @dataclass(frozen=True)
@@ -158,28 +188,39 @@ def experiment_result(
     trials: Sequence[TrialRecord],
     session_id: str | None,
     settings: GateSettings,
+    *,
+    intervals: bool = True,
 ) -> ExperimentResult:
     """The experiment's summary and item verdicts (without its gates and baseline comparison:
-    ``gates.judge`` adds them)."""
+    ``gates.judge`` adds them); with ``intervals``, the summary's intervals (a baseline, which
+    is only compared with, needs none)."""
     items = item_results(trials, settings.pass_threshold)
-    summary = summarize(trials, settings.thresholds, settings.confidence)
+    values = values_by_item([t for t in trials if t.status == "completed"])
+    level = settings.confidence if intervals else None
+    summary = summarize(trials, settings.thresholds, level, values)
     return ExperimentResult(
         experiment=experiment,
         settings=settings,
         session_id=session_id,
         trials=trials,
-        summary=item_statistics(summary, items, settings.confidence),
+        summary=item_statistics(summary, items, level) if level else summary,
         items=items,
+        values=values,
     )
 
 
 def summarize(
-    trials: Sequence[ScoredTrial], thresholds: dict[str, float | None], level: float | None = None
+    trials: Sequence[ScoredTrial],
+    thresholds: dict[str, float | None],
+    level: float | None = None,
+    by_item: dict[str, dict[str, list[float]]] | None = None,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
-    the intervals of the means and of the pass rate too (the item as the unit)."""
+    the intervals of the means too (the item as the unit). ``by_item``: ``values_by_item`` of
+    the completed trials, when the caller has it."""
     completed = [t for t in trials if t.status == "completed"]
-    by_item = values_by_item(completed)
+    if by_item is None:
+        by_item = values_by_item(completed)
     failed: dict[str, int] = {}
     for trial in completed:
         for score in trial.scores:
@@ -211,7 +252,6 @@ def summarize(
         failed=sum(1 for t in completed if t.passed is False),
         pass_rate=passed / len(completed) if completed else None,
         metrics=metrics,
-        pass_rate_interval=_pass_rate_interval(completed, level) if completed and level else None,
     )
 
 
@@ -234,20 +274,18 @@ def _mean_interval(items: dict[str, list[float]], level: float) -> ConfidenceInt
     return confidence_interval(stats.mean_interval(items.values(), level))
 
 
-def _pass_rate_interval(completed: Sequence[ScoredTrial], level: float) -> ConfidenceInterval:
-    counts: dict[str, list[int]] = {}  # item id -> [passed, trials]
-    for trial in completed:
-        count = counts.setdefault(trial.dataset_item_id, [0, 0])
-        count[0] += trial.passed is True
-        count[1] += 1
-    return confidence_interval(stats.pass_rate_interval(((p, n) for p, n in counts.values()), level))
-
-
 def item_statistics(
     summary: ExperimentSummary, items: Sequence[ItemResult], level: float
 ) -> ExperimentSummary:
-    """With several trials per item: the k-of-n item pass rate with its Wilson interval, and
-    pass@k and pass^k for k up to the trials every item has, over the items with none pending."""
+    """The intervals over items: the trial pass rate's; and with several trials per item, the
+    k-of-n item pass rate's (Wilson), and pass@k and pass^k for k up to the trials every item
+    has, over the items with none pending."""
+    ran = [(i.passed, i.trials - i.pending) for i in items if i.trials > i.pending]
+    if not ran:
+        return summary
+    summary = summary.model_copy(
+        update={"pass_rate_interval": confidence_interval(stats.pass_rate_interval(ran, level))}
+    )
     settled = [i for i in items if i.pending == 0]
     decided = [i.verdict == "passed" for i in items if i.verdict != "pending"]
     if not settled or max(i.trials for i in items) < 2:

@@ -80,7 +80,7 @@ def judge_experiments(
         baseline_result = (
             None
             if baseline is None
-            else experiment_result(baseline, store.trials(baseline.id), None, baseline.gates)
+            else experiment_result(baseline, store.trials(baseline.id), None, baseline.gates, intervals=False)
         )
         judged = judge(result, settings, baseline_result, resume_command)
         results.append(replace(judged, baseline_note=note))
