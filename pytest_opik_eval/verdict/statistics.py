@@ -418,6 +418,8 @@ def paired_comparison(
 def _difference(current: Sequence[float], baseline: Sequence[float]) -> float:
     """The difference of two means in one division: equal differences of pass/fail means (0.6 -
     0.4 and 0.8 - 0.6) come out as one float, so the bootstrap can group them."""
+    if len(current) == 1 == len(baseline):
+        return current[0] - baseline[0]  # one trial each, the common case: no sums to take
     if not current or not baseline:
         raise ValueError("an item has no trial values: leave it out, or give it its values")
     numerator = math.fsum(current) * len(baseline) - math.fsum(baseline) * len(current)
