@@ -24,7 +24,9 @@ from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
+from pytest_opik_eval.run import tracing
 from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
+from pytest_opik_eval.store.base import span_recorder
 from pytest_opik_eval.verdict.results import TrialResult
 
 if TYPE_CHECKING:
@@ -40,10 +42,11 @@ def run(
     trial: Trial,
     store: Store,
     session_id: str,
-    task: Callable[[], Any] | None = None,
+    task: Callable[[tracing.TrialTrace | None], Any] | None = None,
 ) -> None:
     """Run the task and score it, recording each step: in the test's call phase, or ahead of it
-    in a background thread, calling ``task`` (see ``concurrency`` and ``threaded_task``)."""
+    in a background thread, calling ``task`` with the attempt's trace (see ``concurrency`` and
+    ``threaded_task``)."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
     case = trial.case
     # A rerun of the same test case (pytest-rerunfailures, pytest-retry) starts from scratch: it
@@ -51,7 +54,13 @@ def run(
     _forget_attempt(item, trial)
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
-    returned = _call_task(item, task_args(item, trial, item)) if task is None else task()
+    trace = _trace(item, trial, store, attempt)
+    try:
+        returned = _call_task(item, task_args(item, trial, item), trace) if task is None else task(trace)
+    finally:
+        # A task that failed spent its calls too: its spans are kept with its attempt.
+        if trace is not None:
+            _record_spans(store, attempt, trace)
     if returned is None:
         notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
     output = _as_output(returned)
@@ -96,6 +105,37 @@ def run(
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)
+
+
+def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:
+    """The attempt's trace, when the app uses the Opik SDK and the store keeps spans: a store
+    that does not (one a plugin supplies) leaves the app's spans to the SDK's own client."""
+    if span_recorder(store) is None:
+        return None
+    return tracing.start(attempt, item.originalname, _task_input(item, trial), trial.case.item)
+
+
+def _task_input(item: pytest.Function, trial: Trial) -> dict[str, Any]:
+    """The task span's input: the task's data arguments (its item, trial index and parametrize
+    values); fixture objects (clients, connections) are no data, and may hold secrets."""
+    callspec = getattr(item, "callspec", None)
+    shown: dict[str, Any] = {}
+    for name in argument_names(item):
+        if name == "eval_item":
+            shown[name] = trial.case.item
+        elif name == "eval_trial":
+            shown[name] = trial.case.trial
+        elif callspec is not None and name in callspec.params:
+            shown[name] = callspec.params[name]
+    return shown
+
+
+def _record_spans(store: Store, attempt: str, trace: tracing.TrialTrace) -> None:
+    spans = trace.close()
+    if len(spans) > 1:  # the task span alone says nothing the attempt does not
+        record = span_recorder(store)
+        assert record is not None, "traced only for a store that records spans"
+        record(attempt, spans)
 
 
 def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
@@ -194,10 +234,11 @@ class _Capture:
     def __init__(self, function: Callable[..., Any]) -> None:
         self.function = function
         self.outputs: list[Any] = []
+        self.trace: tracing.TrialTrace | None = None  # the attempt's, while ``_call_task`` runs
 
         @functools.wraps(function)
         async def capture(**kwargs: Any) -> Any:
-            output = await function(**kwargs)
+            output = await tracing.traced(function, self.trace)(**kwargs)
             self.outputs.append(output)
             return output
 
@@ -233,17 +274,22 @@ def _task_function(item: pytest.Function) -> Callable[..., Any]:
     return item.obj if captured is None else captured.function
 
 
-def _call_task(item: pytest.Function, args: dict[str, Any]) -> Any:
+def _call_task(item: pytest.Function, args: dict[str, Any], trace: tracing.TrialTrace | None) -> Any:
     """The task, in its own test case's call phase. A coroutine runs where the plugin that
     pairs with the test would run it, so it shares the event loop of that plugin's async
     fixtures: pytest-asyncio's (auto mode, or ``@pytest.mark.asyncio``), anyio's
     (``@pytest.mark.anyio``); otherwise on an event loop of its own."""
     captured = item.stash.get(CAPTURE_KEY, None)
     if captured is None:
-        return _call_sync(item.obj, args)
+        return tracing.traced(_call_sync, trace)(item.obj, args)
     if item.obj is not captured.capture:
-        # As pytest's own pytest_pyfunc_call, through the plugin's replacement.
-        item.obj(**args)
+        # As pytest's own pytest_pyfunc_call, through the plugin's replacement, which runs
+        # ``capture`` in a context of its own: the trace is entered there, inside the coroutine.
+        captured.trace = trace
+        try:
+            item.obj(**args)
+        finally:
+            captured.trace = None
         if not captured.outputs:
             raise RuntimeError(
                 f"{item.nodeid}: the plugin that runs this async test (its item comes from "
@@ -257,25 +303,29 @@ def _call_task(item: pytest.Function, args: dict[str, Any]) -> Any:
 
         with get_runner(*backend) as runner:
             # The runner returns what a fixture's coroutine returned; a test's, it drops.
-            return runner.run_fixture(captured.function, args)
-    return run_coroutine(captured.function(**args))
+            return runner.run_fixture(tracing.traced(captured.function, trace), args)
+    return run_coroutine(tracing.traced(captured.function, trace)(**args))
 
 
-def threaded_task(item: pytest.Function, trial: Trial, shared: pytest.Function) -> Callable[[], Any]:
+def threaded_task(
+    item: pytest.Function, trial: Trial, shared: pytest.Function
+) -> Callable[[tracing.TrialTrace | None], Any]:
     """Trial ``item``'s task, to call in a background thread with the fixture objects of test
-    case ``shared`` (see ``task_args``). A coroutine runs on an event loop of its own, through
-    anyio for a test anyio's plugin would run (its backend may be trio)."""
+    case ``shared`` (see ``task_args``) and the attempt's trace. A coroutine runs on an event loop
+    of its own, through anyio for a test anyio's plugin would run (its backend may be trio)."""
     args = task_args(item, trial, shared)
     function = _task_function(item)  # read now, in the main thread: item.obj changes while it runs
     if not inspect.iscoroutinefunction(function):
-        return functools.partial(_call_sync, function, args)
+        return lambda trace: tracing.traced(_call_sync, trace)(function, args)
     backend = _anyio_backend(item, shared)
     if backend is None:
-        return lambda: run_coroutine(function(**args))
+        return lambda trace: run_coroutine(tracing.traced(function, trace)(**args))
     import anyio
 
     name, options = backend
-    return lambda: anyio.run(functools.partial(function, **args), backend=name, backend_options=options)
+    return lambda trace: anyio.run(
+        functools.partial(tracing.traced(function, trace), **args), backend=name, backend_options=options
+    )
 
 
 def _call_sync(function: Callable[..., Any], args: dict[str, Any]) -> Any:

@@ -19,6 +19,7 @@ from pytest_opik_eval.store.records import (
     RunRecord,
     RunSummary,
     ScoreRecord,
+    SpanRecord,
     TrialRecord,
     TrialState,
 )
@@ -117,6 +118,18 @@ class StoreExtras(Protocol):
         with the filter (Opik's wire format) applied, each with its ``id``; raises ``StoreError``.
         Without it, the store holds no datasets."""
         ...
+
+    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
+        """The spans of the attempt's trace, its task span first, for ``trials`` to return with
+        the attempt. Without it, the app's spans are not captured: they go to the Opik SDK's own
+        client, as if this plugin were not there."""
+        ...
+
+
+def span_recorder(store: Store) -> Callable[[str, Sequence[SpanRecord]], None] | None:
+    """The store's ``record_spans`` (see :meth:`StoreExtras.record_spans`), if it has one."""
+    method: Callable[[str, Sequence[SpanRecord]], None] | None = getattr(store, "record_spans", None)
+    return method
 
 
 def end_begins(store: Store) -> None:

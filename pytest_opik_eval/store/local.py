@@ -37,6 +37,7 @@ from pytest_opik_eval.store.records import (
     RunRecord,
     RunSummary,
     ScoreRecord,
+    SpanRecord,
     TrialRecord,
     TrialState,
 )
@@ -85,12 +86,26 @@ CREATE TABLE attempts (
 CREATE INDEX attempts_trial ON attempts(trial_id, id);
 """
 
+# The spans of an attempt's trace (``run/tracing.py``), as a JSON list of SpanRecord. A table of
+# its own rather than a column of ``attempts``, made whenever the file is opened to be written
+# (as a subclass's EXTRA_SCHEMA): the schema version stays 1, so a store written by this version
+# is still read and written by earlier ones, which never look at it, and a store made by an
+# earlier one gains it without an upgrade step. A read of a store without it (opened read-only)
+# finds no spans.
+_SPANS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempt_spans (
+    attempt_id TEXT PRIMARY KEY,  -- an attempts.id
+    spans TEXT NOT NULL
+)
+"""
+
 _BUSY_TIMEOUT = 60.0  # seconds to wait for another process's hold on the file
 
 _SHOWN = 120  # characters of an unreadable stored value quoted in a message
 _FOREIGN = -1  # the application id we give a non-empty SQLite file that has none of ours
 
 _scores_json = TypeAdapter(list[ScoreRecord])
+_spans_json = TypeAdapter(list[SpanRecord])
 # Made once: json.dumps with options builds an encoder on every call. A value JSON cannot hold is
 # kept as its repr rather than losing the whole output.
 _output_json = json.JSONEncoder(ensure_ascii=False, default=repr).encode
@@ -182,7 +197,11 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     started: dict[Any, list[Any]] = {}
     later: dict[str, list[Sequence[Any]]] = {"output": [], "scores": []}  # attempts started earlier
     completed: list[tuple[Any, Any, Any]] = []
+    spans: list[Sequence[Any]] = []
     for kind, *params in events:
+        if kind == "spans":  # [attempt, the spans' JSON]
+            spans.append(params[:2])
+            continue
         attempt_id = params[-1] if kind in later else params[0]
         if kind == "start":
             started[attempt_id] = [*params, None, None, None]
@@ -214,6 +233,9 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
         " AND id = (SELECT trial_id FROM attempts WHERE id = ?3)",
         completed,
     )
+    if spans:
+        # The first record of an attempt's spans stands (a journal folded twice).
+        db.executemany("INSERT OR IGNORE INTO attempt_spans (attempt_id, spans) VALUES (?, ?)", spans)
 
 
 def _unwritable_errno(path: Path) -> int | None:
@@ -375,6 +397,7 @@ class LocalStore:
         self._notices: list[str] = []
         self._reported: set[str] = set()
         self._immutable = False  # opened read-only, in a read-only folder
+        self._has_spans = True  # the file has the attempt_spans table (see _SPANS_SCHEMA)
         if path.exists() or create:
             self._db = self._open(create)
 
@@ -431,6 +454,10 @@ class LocalStore:
             if uri is None:
                 _use_wal(db)
                 self._create_extra_tables(db)
+            self._has_spans = (
+                db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'attempt_spans'").fetchone()[0]
+                > 0
+            )
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
@@ -527,6 +554,13 @@ class LocalStore:
 
     def _create_extra_tables(self, db: sqlite3.Connection) -> None:
         # A statement whose table exists writes nothing, and needs no write access.
+        try:
+            db.execute(_SPANS_SCHEMA)
+        except sqlite3.OperationalError as error:
+            # A store of an earlier version in a read-only file, opened to be read: it is read
+            # as before, with no spans (see _has_spans).
+            if not _code_name(error).startswith("SQLITE_READONLY"):
+                raise
         for statement in self.EXTRA_SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
@@ -594,6 +628,11 @@ class LocalStore:
     @_writing
     def record_scores(self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool) -> None:
         self._record(("scores", scores_text(scores), int(passed), attempt_id))
+
+    @_writing
+    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
+        """The spans of the attempt's trace, its task span first (see ``run/tracing.py``)."""
+        self._record(("spans", attempt_id, _spans_json.dump_json(list(spans), exclude_none=True).decode()))
 
     @_writing
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
@@ -747,6 +786,10 @@ class LocalStore:
             with _transaction(db):
                 for table in ("runs", "experiments", "trials", "attempts"):
                     db.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM source.{table}")
+                if db.execute(
+                    "SELECT count(*) FROM source.sqlite_master WHERE name = 'attempt_spans'"
+                ).fetchone()[0]:
+                    db.execute("INSERT OR IGNORE INTO attempt_spans SELECT * FROM source.attempt_spans")
                 db.execute(
                     "UPDATE trials SET completed_attempt = (SELECT s.completed_attempt FROM source.trials s"
                     " WHERE s.id = trials.id) WHERE completed_attempt IS NULL AND id IN"
@@ -842,14 +885,18 @@ class LocalStore:
                 """
                 SELECT t.id, t.dataset_item_id, t.trial, t.node_id, t.completed_attempt,
                        (SELECT count(*) FROM attempts WHERE trial_id = t.id),
-                       a.session_id, a.output, a.scores, a.passed
+                       a.session_id, a.output, a.scores, a.passed, {spans}
                 FROM trials t
                 LEFT JOIN attempts a ON a.id = coalesce(
                     t.completed_attempt,
                     (SELECT id FROM attempts WHERE trial_id = t.id ORDER BY id DESC LIMIT 1)
                 )
                 WHERE t.experiment_id = ? ORDER BY t.position
-                """,
+                """.format(
+                    spans="(SELECT spans FROM attempt_spans WHERE attempt_id = a.id)"
+                    if self._has_spans
+                    else "NULL"
+                ),
                 (experiment_id,),
             ).fetchall()
         unreadable: list[tuple[str, str]] = []
@@ -871,6 +918,11 @@ class LocalStore:
             # One bad row must not make the whole store unreadable: read what can be read.
             output, scores, passed, what = _salvage_row(row)
             unreadable.append((row[3], what))
+        try:
+            spans = _spans_json.validate_json(row[10]) if row[10] else []
+        except ValueError:
+            spans = []  # the trial's results stand without its spans
+            unreadable.append((row[3], f"spans {shorten(str(row[10]), _SHOWN)}"))
         return TrialRecord(
             id=row[0],
             experiment_id=experiment_id,
@@ -884,6 +936,7 @@ class LocalStore:
             scores=scores,
             # A verdict counts only once the trial completed; pending trials have none.
             passed=passed if row[4] else None,
+            spans=spans,
         )
 
     def _report_unreadable(self, experiment_id: str, rows: list[tuple[str, str]]) -> None:

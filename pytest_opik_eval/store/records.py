@@ -3,7 +3,7 @@ records the store hands back."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +22,43 @@ class ScoreRecord(_Written):
     # The metric's ScoreResult.metadata, made JSON-safe by the scorer. Last, and left out of the
     # store when None (see local.scores_text), so a score without it is stored as before.
     metadata: dict[str, Any] | None = None
+
+
+class SpanRecord(_Written):
+    """One span of a trial's trace: the task span (the root) or a span the app made with the Opik
+    SDK (``@opik.track`` and its integrations), as the SDK would send it to an Opik server. The
+    trace is the attempt: ``trace_id`` is the attempt's id."""
+
+    id: str
+    trace_id: str
+    parent_span_id: str | None = None  # None for the task span
+    name: str | None = None
+    type: str = "general"  # "general", "llm", "tool", "guardrail"... as the SDK names them
+    start_time: str | None = None  # ISO 8601, UTC
+    end_time: str | None = None
+    # JSON-safe copies (a value JSON cannot hold is its repr), each cut to a bounded size.
+    input: Any = None
+    output: Any = None
+    metadata: Any = None
+    tags: list[str] | None = None
+    model: str | None = None
+    provider: str | None = None
+    # As the SDK sends it: prompt_tokens, completion_tokens, total_tokens, original_usage.*
+    usage: dict[str, int] | None = None
+    total_cost: float | None = Field(default=None, allow_inf_nan=False)  # USD, set by the app
+    error: dict[str, str] | None = None  # exception_type, message, traceback (as the SDK's error_info)
+
+    @property
+    def prompt_tokens(self) -> int | None:
+        return None if self.usage is None else self.usage.get("prompt_tokens")
+
+    @property
+    def completion_tokens(self) -> int | None:
+        return None if self.usage is None else self.usage.get("completion_tokens")
+
+    @property
+    def total_tokens(self) -> int | None:
+        return None if self.usage is None else self.usage.get("total_tokens")
 
 
 class DatasetRecord(_Written):
@@ -120,6 +157,9 @@ class TrialRecord:
     output: dict[str, Any] | None
     scores: list[ScoreRecord]
     passed: bool | None
+    # The spans of the attempt shown, the task span first: empty when the app made none (or the
+    # store was written by a version that did not record them).
+    spans: list[SpanRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

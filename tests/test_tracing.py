@@ -1,0 +1,202 @@
+"""The spans an app makes with the Opik SDK's ``@opik.track``, recorded with each trial in the
+local store: the task span, the app's spans under it, with their usage, in the right trial
+whether trials run one at a time, in threads, as coroutines or on pytest-xdist workers; and
+nothing reaches a server."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Project
+
+from pytest_opik_eval.store.records import SpanRecord, TrialRecord
+
+LABELS = [f"item-{i}" for i in range(8)]
+
+# A 3-level app: agent -> retrieve, and agent -> an LLM call that reports its usage.
+APP = """
+import asyncio
+import opik
+from opik import opik_context
+
+
+@opik.track(type="llm")
+def fake_llm(prompt):
+    opik_context.update_current_span(
+        model="gpt-4o-mini",
+        provider="openai",
+        usage={"prompt_tokens": len(prompt), "completion_tokens": 2, "total_tokens": len(prompt) + 2},
+    )
+    return prompt
+
+
+@opik.track(type="tool")
+def retrieve(question):
+    return [question]
+
+
+@opik.track
+def agent(question):
+    return fake_llm(retrieve(question)[0])
+
+
+@opik.track
+async def agent_async(question):
+    docs = retrieve(question)
+    # Fanned out: asyncio tasks and to_thread carry the context, so both calls nest.
+    first, second = await asyncio.gather(asyncio.to_thread(fake_llm, docs[0]), asyncio.to_thread(fake_llm, docs[0]))
+    return first
+"""
+
+SYNC_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Equals
+from app import agent
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+def test_qa(eval_item):
+    return agent(eval_item["input"]["text"])
+"""
+
+ASYNC_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Equals
+from app import agent_async
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+async def test_qa(eval_item):
+    return await agent_async(eval_item["input"]["text"])
+"""
+
+# The SDK's global client, made on first use to send to a server: it must never be made.
+NO_CLIENT = """
+import pathlib
+
+
+def pytest_sessionfinish(session):
+    import sys
+    if "opik" in sys.modules:
+        from opik.api_objects import opik_client
+        made = opik_client._global_singleton is not None
+    else:
+        made = "opik not imported"
+    with open(pathlib.Path(__file__).parent / "client.log", "a") as log:
+        log.write(f"{made}\\n")
+"""
+
+
+@pytest.fixture
+def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """A project whose app uses the Opik SDK, configured for a server that does not answer."""
+    # Port 9 (discard) on loopback refuses at once: a span sent there would surface as an SDK
+    # error, never as a hang (the sandbox's proxy answers some "unroutable" addresses).
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
+    project.write("app.py", APP)
+    project.write("conftest.py", NO_CLIENT)
+    return project
+
+
+def tree(spans: list[SpanRecord]) -> list[tuple[str | None, str | None, str]]:
+    """(span, parent span, type), by name."""
+    names = {span.id: span.name for span in spans}
+    return [
+        (span.name, names.get(span.parent_span_id) if span.parent_span_id else None, span.type)
+        for span in spans
+    ]
+
+
+def check_trial(trial: TrialRecord, *, llm_calls: int = 1) -> None:
+    label = trial.dataset_item_id
+    spans = trial.spans
+    assert spans, f"{label}: no spans recorded"
+    task = spans[0]
+    assert (task.name, task.parent_span_id) == ("test_qa", None)
+    assert task.input == {"eval_item": {"id": label, "input": {"text": label}, "expected_output": label}}
+    # Every span belongs to this trial's trace, once.
+    assert {span.trace_id for span in spans} == {task.trace_id}
+    assert len({span.id for span in spans}) == len(spans)
+    agent = next(span for span in spans if span.name in ("agent", "agent_async"))
+    assert sorted(tree(spans)) == sorted(
+        [
+            ("test_qa", None, "general"),
+            (agent.name, "test_qa", "general"),
+            ("retrieve", agent.name, "tool"),
+            *[("fake_llm", agent.name, "llm")] * llm_calls,
+        ]
+    )
+    for llm in (span for span in spans if span.type == "llm"):
+        assert llm.input == {"prompt": label}  # this trial's own call
+        assert (llm.model, llm.provider) == ("gpt-4o-mini", "openai")
+        assert (llm.prompt_tokens, llm.completion_tokens, llm.total_tokens) == (len(label), 2, len(label) + 2)
+        assert llm.start_time is not None and llm.end_time is not None
+        assert llm.start_time <= llm.end_time
+    assert task.start_time is not None and task.end_time is not None
+    assert task.start_time <= agent.start_time and agent.end_time <= task.end_time  # type: ignore[operator]
+
+
+def check_run(project: Project, *, llm_calls: int = 1) -> None:
+    trials = project.trials()
+    assert sorted(t.dataset_item_id for t in trials) == LABELS
+    for trial in trials:
+        assert trial.status == "completed"
+        check_trial(trial, llm_calls=llm_calls)
+    assert len({t.spans[0].trace_id for t in trials}) == len(trials)
+    # The SDK never made a client of its own: no span was sent anywhere.
+    assert set((project.path / "client.log").read_text().split()) == {"False"}
+
+
+def test_the_spans_of_each_trial_are_stored_as_a_tree(traced: Project) -> None:
+    traced.write("test_eval.py", SYNC_TEST)
+    traced.run("--eval").assert_outcomes(passed=len(LABELS))
+    check_run(traced)
+
+
+def test_spans_land_in_their_own_trial_with_threads(traced: Project) -> None:
+    traced.write("test_eval.py", SYNC_TEST)
+    traced.run("--eval", "--eval-threads=4").assert_outcomes(passed=len(LABELS))
+    check_run(traced)
+
+
+def test_spans_of_async_tests_under_pytest_asyncio(traced: Project) -> None:
+    # pytest-asyncio runs the coroutine in a context it copied before this plugin's hooks ran.
+    # Warnings shown, not errors: "-p asyncio" makes pytest warn that the module asyncio (the
+    # standard library's) is already imported, as in test_async.py.
+    traced.pytester.makeini(
+        "[pytest]\nfilterwarnings = default\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    traced.write("test_eval.py", ASYNC_TEST)
+    traced.run("-p", "asyncio", "--eval").assert_outcomes(passed=len(LABELS))
+    check_run(traced, llm_calls=2)
+
+
+def test_spans_of_async_tests_in_threads(traced: Project) -> None:
+    traced.write("test_eval.py", ASYNC_TEST)
+    traced.run("--eval", "--eval-threads=4").assert_outcomes(passed=len(LABELS))
+    check_run(traced, llm_calls=2)
+
+
+def test_spans_land_in_their_own_trial_under_xdist(traced: Project) -> None:
+    traced.write("test_eval.py", SYNC_TEST)
+    traced.run("-p", "xdist", "-n", "2", "--eval").assert_outcomes(passed=len(LABELS))
+    check_run(traced)
+
+
+def test_an_app_without_spans_stores_none(traced: Project) -> None:
+    traced.write(
+        "test_eval.py",
+        """
+        import opik  # imported, but nothing is tracked
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+        def test_qa(eval_item):
+            return eval_item["input"]["text"]
+        """,
+    )
+    traced.run("--eval").assert_outcomes(passed=len(LABELS))
+    assert [t.spans for t in traced.trials()] == [[]] * len(LABELS)
