@@ -5,6 +5,8 @@ nothing reaches a server."""
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 from conftest import Project
 
@@ -48,6 +50,8 @@ async def agent_async(question):
 """
 
 SYNC_TEST = """
+import sqlite3
+
 import pytest
 from pytest_opik_eval.metrics import Equals
 from app import agent
@@ -59,6 +63,8 @@ def test_qa(eval_item):
 """
 
 ASYNC_TEST = """
+import sqlite3
+
 import pytest
 from pytest_opik_eval.metrics import Equals
 from app import agent_async
@@ -200,3 +206,16 @@ def test_an_app_without_spans_stores_none(traced: Project) -> None:
     )
     traced.run("--eval").assert_outcomes(passed=len(LABELS))
     assert [t.spans for t in traced.trials()] == [[]] * len(LABELS)
+
+
+def test_a_store_made_before_spans_is_read_and_gains_them(traced: Project) -> None:
+    traced.write("test_eval.py", SYNC_TEST)
+    traced.run("--eval").assert_outcomes(passed=len(LABELS))
+    # As an earlier version leaves the file: no attempt_spans table (the schema version is the same).
+    db = sqlite3.connect(traced.store_path)
+    db.execute("DROP TABLE attempt_spans")
+    db.close()
+    assert [t.spans for t in traced.trials()] == [[]] * len(LABELS)
+    traced.run("--eval").assert_outcomes(passed=len(LABELS))  # a new run in the same store
+    for trial in traced.trials():
+        check_trial(trial)
