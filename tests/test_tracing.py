@@ -131,8 +131,24 @@ def check_trial(trial: TrialRecord, *, llm_calls: int = 1) -> None:
             (agent.name, "test_qa", "general"),
             ("retrieve", agent.name, "tool"),
             *[("fake_llm", agent.name, "llm")] * llm_calls,
+            # As opik.evaluate() lays out the scoring: beside the task span, a span per metric.
+            ("metrics_calculation", None, "general"),
+            ("equals_metric", "metrics_calculation", "general"),
         ]
     )
+    scoring = next(span for span in spans if span.name == "metrics_calculation")
+    assert scoring.tags == ["__opik_eval_internal__"]
+    assert task.end_time <= scoring.start_time  # type: ignore[operator]
+    metric = next(span for span in spans if span.name == "equals_metric")
+    # The score's arguments (Equals takes **kwargs: all the scoring inputs).
+    assert metric.input == {
+        "id": label,
+        "input": {"text": label},
+        "expected_output": label,
+        "output": label,
+        "reference": label,
+    }
+    assert metric.output == {"output": {"name": "equals_metric", "value": 1.0, "scoring_failed": False}}
     for llm in (span for span in spans if span.type == "llm"):
         assert llm.input == {"prompt": label}  # this trial's own call
         assert (llm.model, llm.provider) == ("gpt-4o-mini", "openai")
@@ -214,8 +230,123 @@ def test_a_store_made_before_spans_is_read_and_gains_them(traced: Project) -> No
     # As an earlier version leaves the file: no attempt_spans table (the schema version is the same).
     db = sqlite3.connect(traced.store_path)
     db.execute("DROP TABLE attempt_spans")
+    db.execute("DROP TABLE attempt_timings")
     db.close()
-    assert [t.spans for t in traced.trials()] == [[]] * len(LABELS)
+    assert [(t.spans, t.task_seconds, t.metric_seconds) for t in traced.trials()] == [([], None, {})] * len(
+        LABELS
+    )
     traced.run("--eval").assert_outcomes(passed=len(LABELS))  # a new run in the same store
     for trial in traced.trials():
         check_trial(trial)
+        assert trial.task_seconds is not None and set(trial.metric_seconds) == {"equals_metric"}
+
+
+JUDGES = """
+import opik
+from opik import opik_context
+from opik.evaluation.metrics import base_metric as opik_base_metric
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+@opik.track(type="llm")
+def judge_llm(text):
+    opik_context.update_current_span(
+        model="gpt-4o",
+        provider="openai",
+        usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+    )
+    return 1.0
+
+
+class Judge(BaseMetric):
+    # This package's metric: not tracked by itself, so the scorer opens its span.
+    def score(self, output):
+        return ScoreResult(name=self.name, value=judge_llm(output), reason="judged")
+
+
+class OpikJudge(opik_base_metric.BaseMetric):
+    # An Opik SDK metric: its score() is an @opik.track of its own, which makes its span.
+    def score(self, output, **ignored):
+        from opik.evaluation.metrics import score_result
+
+        return score_result.ScoreResult(name=self.name, value=judge_llm(output))
+"""
+
+
+def test_a_judges_llm_call_nests_under_its_metric_span(traced: Project) -> None:
+    traced.write("judges.py", JUDGES)
+    traced.write(
+        "test_eval.py",
+        """
+        import pytest
+        from app import agent
+        from judges import Judge, OpikJudge
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Judge("judge"), OpikJudge("opik_judge")])
+        def test_qa(eval_item):
+            return agent(eval_item["input"]["text"])
+        """,
+    )
+    traced.run("--eval").assert_outcomes(passed=len(LABELS))
+    for trial in traced.trials():
+        spans = trial.spans
+        assert sorted(tree(spans)) == sorted(
+            [
+                ("test_qa", None, "general"),
+                ("agent", "test_qa", "general"),
+                ("retrieve", "agent", "tool"),
+                ("fake_llm", "agent", "llm"),
+                ("metrics_calculation", None, "general"),
+                ("judge", "metrics_calculation", "general"),
+                ("judge_llm", "judge", "llm"),
+                ("opik_judge", "metrics_calculation", "general"),
+                ("judge_llm", "opik_judge", "llm"),
+            ]
+        ), trial.dataset_item_id
+        judge = next(span for span in spans if span.name == "judge")
+        assert judge.input == {"output": trial.dataset_item_id}
+        assert judge.output == {
+            "output": {"name": "judge", "value": 1.0, "reason": "judged", "scoring_failed": False}
+        }
+        assert {span.trace_id for span in spans} == {spans[0].trace_id}
+    assert set((traced.path / "client.log").read_text().split()) == {"False"}
+
+
+def test_latency_of_the_task_and_each_metric_is_kept_without_opik(project: Project) -> None:
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:3]]
+    )
+    project.write(
+        "test_eval.py",
+        """
+        import sys
+        import time
+
+        import pytest
+        from pytest_opik_eval.metrics import BaseMetric, Equals, ScoreResult
+
+
+        class Slow(BaseMetric):
+            def score(self, output):
+                time.sleep(0.03)
+                return ScoreResult(name=self.name, value=1.0)
+
+
+        @pytest.mark.eval(
+            dataset="data.jsonl", metrics=[Equals(), Slow("slow")], scoring_key_mapping={"reference": "expected_output"}
+        )
+        def test_qa(eval_item):
+            assert "opik" not in sys.modules  # no Opik SDK: timed all the same
+            time.sleep(0.05)
+            return eval_item["input"]["text"]
+        """,
+    )
+    # In a process of its own: this one has imported the Opik SDK.
+    project.pytester.runpytest_subprocess("--eval").assert_outcomes(passed=3)
+    for trial in project.trials():
+        assert trial.spans == []
+        assert trial.task_seconds is not None and trial.task_seconds >= 0.05
+        assert set(trial.metric_seconds) == {"equals_metric", "slow"}
+        assert trial.metric_seconds["slow"] >= 0.03
+        assert 0 <= trial.metric_seconds["equals_metric"]

@@ -7,15 +7,19 @@ import inspect
 import json
 import math
 import numbers
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
 from pytest_opik_eval.store.records import ScoreRecord
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.tracing import TrialTrace
 
 # Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):
 # anything below 1.0 is a miss, as with this package's own Equals, Contains, RegexMatch, IsJson.
@@ -87,14 +91,22 @@ class Scorer:
         self._stored = stored_thresholds or {}
         self._parameters = [_Parameters.of(metric) for metric in spec.metrics]
         self._by_name = {metric.name: metric for metric in spec.metrics}
+        self._tracked = [bool(getattr(metric.score, "opik_tracked", False)) for metric in spec.metrics]
 
-    def score(self, item: Mapping[str, Any], output: Mapping[str, Any]) -> list[ScoreRecord]:
+    def score(
+        self,
+        item: Mapping[str, Any],
+        output: Mapping[str, Any],
+        trace: TrialTrace | None = None,
+        seconds: dict[str, float] | None = None,
+    ) -> list[ScoreRecord]:
         """Run every metric. A metric that raises an ``Exception`` gives a failed score and the
         others still run; a missing argument raises ``MissingScoreArguments``; a
-        ``BaseException`` propagates."""
+        ``BaseException`` propagates. With ``trace``, each metric runs in a span of its own
+        (see ``TrialTrace.metric``); ``seconds`` gets each metric's wall time, by its name."""
         inputs = scoring_inputs(item, output, self.mapping)
         scores: list[ScoreRecord] = []
-        for metric, parameters in zip(self.metrics, self._parameters, strict=True):
+        for metric, parameters, tracked in zip(self.metrics, self._parameters, self._tracked, strict=True):
             missing = [name for name in parameters.required if name not in inputs]
             if missing:
                 raise MissingScoreArguments(self._missing_message(metric, missing, inputs))
@@ -103,18 +115,35 @@ class Scorer:
                 if parameters.accepted is None
                 else {k: v for k, v in inputs.items() if k in parameters.accepted}
             )
-            try:
-                scores.extend(_records(metric, metric.score(**kwargs)))
-            except Exception as error:
-                scores.append(
-                    ScoreRecord(
-                        name=metric.name,
-                        value=0.0,
-                        reason=f"{type(error).__name__}: {error}",
-                        scoring_failed=True,
-                    )
-                )
+            started = time.perf_counter()
+            if trace is None or tracked:
+                # An Opik SDK metric's score() is an @opik.track of its own: its span is there.
+                records = self._run(metric, kwargs)
+            else:
+                with trace.metric(metric.name, kwargs) as span:
+                    records = self._run(metric, kwargs)
+                    span.output = _span_output(records)
+                    if any(r.scoring_failed for r in records):
+                        span.error = {"exception_type": "ScoringFailed", "message": records[0].reason or ""}
+            if seconds is not None:
+                # Two metrics of one name (rare) add up: the time went to that name's scores.
+                seconds[metric.name] = seconds.get(metric.name, 0.0) + time.perf_counter() - started
+            scores.extend(records)
         return scores
+
+    @staticmethod
+    def _run(metric: Any, kwargs: Mapping[str, Any]) -> list[ScoreRecord]:
+        try:
+            return _records(metric, metric.score(**kwargs))
+        except Exception as error:
+            return [
+                ScoreRecord(
+                    name=metric.name,
+                    value=0.0,
+                    reason=f"{type(error).__name__}: {error}",
+                    scoring_failed=True,
+                )
+            ]
 
     def _missing_message(self, metric: Any, missing: list[str], inputs: Mapping[str, Any]) -> str:
         # The keys come from the dataset and the task: escaped, as any data shown.
@@ -168,6 +197,12 @@ class Scorer:
             lines.append(f"{score.name:<{width}}  {score.value:.3g} {bound}{reason}")
         lines += [f"{name}  no metric returned a score named {name!r} (see thresholds)" for name in unscored]
         return Verdict(False, tuple(lines))
+
+
+def _span_output(records: list[ScoreRecord]) -> dict[str, Any]:
+    """A metric span's output: its score(s), as ``@opik.track`` shows a tracked ``score()``'s."""
+    shown = [r.model_dump(exclude_none=True) for r in records]
+    return {"output": shown[0] if len(shown) == 1 else shown}
 
 
 def _records(metric: Any, result: Any) -> list[ScoreRecord]:

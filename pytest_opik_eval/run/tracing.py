@@ -41,6 +41,10 @@ from pytest_opik_eval.ids import uuid7
 from pytest_opik_eval.store.records import SpanRecord
 
 TRACE_NAME = "evaluation_task"  # as opik.evaluate() names an item's trace
+# As opik.evaluate() lays out the scoring: one span for it, tagged as the SDK's own (the Opik UI
+# folds such spans), and one span per metric under it.
+METRICS_SPAN = "metrics_calculation"
+INTERNAL_TAG = "__opik_eval_internal__"
 # A span's input, output or metadata as stored is at most this many characters of JSON; a bigger
 # one is kept as its JSON text, cut (an app may pass whole documents to a tracked function).
 MAX_FIELD_CHARS = 20_000
@@ -93,6 +97,8 @@ class TrialTrace:
         self.error: dict[str, str] | None = None
         self._lock = threading.Lock()
         self._spans: list[dict[str, Any]] = []
+        self._own: list[SpanRecord] = []  # the scoring spans, made here
+        self._metrics_span_id: str | None = None
         self._closed = False
         self.late = 0  # spans that ended after the trial closed (a stream consumed later)
         self.foreign = 0  # spans of another trace sent through this client
@@ -122,10 +128,86 @@ class TrialTrace:
     def entered(self) -> Iterator[None]:
         """The trace and the task span pushed, and this trace the context-wise client, around
         the task call; the context as it was afterwards."""
+        from opik.api_objects.span import SpanData
+
+        task = SpanData(
+            trace_id=self.trace_id,
+            id=self.task_span_id,
+            start_time=self.start_time,
+            name=self.name,
+            input=dict(self.task_input),
+        )
+        try:
+            with self._pushed(task):
+                yield
+        except BaseException as error:
+            self.error = _error_info(error)
+            raise
+        finally:
+            self.end_time = datetime.now(timezone.utc)
+
+    @contextlib.contextmanager
+    def scoring(self) -> Iterator[None]:
+        """The "metrics_calculation" span pushed under the trace (beside the task span, as
+        ``opik.evaluate()`` has it) around the scoring loop; see ``metric``."""
+        from opik.api_objects.span import SpanData
+
+        span = SpanData(
+            trace_id=self.trace_id,
+            id=uuid7(),
+            start_time=datetime.now(timezone.utc),
+            name=METRICS_SPAN,
+            tags=[INTERNAL_TAG],
+        )
+        self._metrics_span_id = span.id
+        error: dict[str, str] | None = None
+        try:
+            with self._pushed(span):
+                yield
+        except BaseException as raised:
+            error = _error_info(raised)
+            raise
+        finally:
+            self._metrics_span_id = None
+            self._keep(span, None, error)
+
+    @contextlib.contextmanager
+    def metric(self, name: str, kwargs: Mapping[str, Any]) -> Iterator[MetricSpan]:
+        """One metric's span, under "metrics_calculation", around its ``score`` call: a judge's
+        own ``@opik.track`` or ``track_openai`` calls nest under it. Its input is the score's
+        arguments; its output, set by the caller, the score(s)."""
+        from opik import context_storage
+        from opik.api_objects.span import SpanData
+
+        span = SpanData(
+            trace_id=self.trace_id,
+            id=uuid7(),
+            parent_span_id=self._metrics_span_id,
+            start_time=datetime.now(timezone.utc),
+            name=name,
+            input=dict(kwargs),
+        )
+        result = MetricSpan()
+        error: dict[str, str] | None = None
+        context_storage.add_span_data(span)
+        try:
+            yield result
+        except BaseException as raised:
+            error = _error_info(raised)
+            raise
+        finally:
+            # Popped before it is finished (see OpikContextStorage.pop_span_data); by id, so a
+            # metric that left a span of its own on the stack cannot pop the scoring span.
+            context_storage.pop_span_data(ensure_id=span.id)
+            self._keep(span, result.output, error or result.error)
+
+    @contextlib.contextmanager
+    def _pushed(self, span: Any) -> Iterator[None]:
+        """``span`` on top of the SDK's span stack, the trace set, and this trace the
+        context-wise client; the context as it was afterwards."""
         import opik
         from opik import context_storage
         from opik.api_objects import opik_client
-        from opik.api_objects.span import SpanData
         from opik.api_objects.trace import TraceData
 
         trace = TraceData(
@@ -135,32 +217,40 @@ class TrialTrace:
             input=dict(self.item),
             created_by="evaluation",
         )
-        task = SpanData(
-            trace_id=self.trace_id,
-            id=self.task_span_id,
-            start_time=self.start_time,
-            name=self.name,
-            input=dict(self.task_input),
-        )
         previous = opik_client.get_current_client_raw()
         opik.set_global_client(cast(opik.Opik, self), context_wise=True)
         try:
-            with context_storage.temporary_context(task, trace):
+            with context_storage.temporary_context(span, trace):
                 yield
-        except BaseException as error:
-            self.error = _error_info(error)
-            raise
         finally:
-            self.end_time = datetime.now(timezone.utc)
             # Back to what it was (None, most often: the global client then applies again).
             opik.set_global_client(cast(opik.Opik, previous), context_wise=True)
 
+    def _keep(self, span: Any, output: Any, error: dict[str, str] | None) -> None:
+        """A span this trace made itself (scoring, a metric), finished now."""
+        record = _record(
+            {
+                **span.as_parameters,
+                "end_time": datetime.now(timezone.utc),
+                "output": output,
+                "error_info": error,
+            }
+        )
+        with self._lock:
+            if not self._closed:
+                self._own.append(record)
+
     def close(self) -> list[SpanRecord]:
-        """The trial is over: the task span and the app's spans, as records; a span that ends
-        after this is counted in ``late`` and dropped."""
+        """The trial is over: the task span, the app's spans, the scoring spans and those of the
+        metrics (a judge's), as records; none when the SDK made no span (the app and the
+        metrics emitted nothing: our own spans alone say nothing the attempt does not). A span
+        that ends after this is counted in ``late`` and dropped."""
         with self._lock:
             self._closed = True
             spans, self._spans = self._spans, []
+            own, self._own = self._own, []
+        if not spans:
+            return []
         task = SpanRecord(
             id=self.task_span_id,
             trace_id=self.trace_id,
@@ -171,9 +261,16 @@ class TrialTrace:
             # The task's output is the trial's output, stored with it: not stored twice.
             error=self.error,
         )
-        records = [_record(params) for params in spans]
+        records = [*own, *(_record(params) for params in spans)]
         records.sort(key=lambda span: span.start_time or "")
         return [task, *records]
+
+
+class MetricSpan:
+    """What the scorer sets on a metric's span: the score(s) it returned, or what went wrong."""
+
+    output: Any = None
+    error: dict[str, str] | None = None
 
 
 def traced(function: _Function, trace: TrialTrace | None) -> _Function:

@@ -14,6 +14,7 @@ import copy
 import functools
 import inspect
 import sys
+import time
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -25,8 +26,9 @@ from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import tracing
-from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, describe_failure
-from pytest_opik_eval.store.base import span_recorder
+from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, Scorer, describe_failure
+from pytest_opik_eval.store.base import span_recorder, timings_recorder
+from pytest_opik_eval.store.records import ScoreRecord, Timings
 from pytest_opik_eval.verdict.results import TrialResult
 
 if TYPE_CHECKING:
@@ -55,33 +57,38 @@ def run(
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
     trace = _trace(item, trial, store, attempt)
+    metric_seconds: dict[str, float] = {}
+    task_seconds: float | None = None
     try:
+        started = time.perf_counter()
         returned = _call_task(item, task_args(item, trial, item), trace) if task is None else task(trace)
+        task_seconds = time.perf_counter() - started
+        if returned is None:
+            notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
+        output = _as_output(returned)
+        if nested_too_deep(output):
+            # Stored as JSON, copied and hashed, each a recursion per level: say so, not RecursionError.
+            pytest.fail(
+                f"item {escape_control(case.item_id)} (trial {case.trial}): the task output is nested "
+                f"more than {MAX_DEPTH} levels deep (lists and dicts inside each other), too deep to "
+                "store; flatten it",
+                pytrace=False,
+            )
+        store.record_output(attempt, output)
+        trial.output = output
+
+        scorer = case.plan.scorer
+        try:
+            scores = _score(scorer, case.item, output, trace, metric_seconds)
+        except MissingScoreArguments as error:
+            missing = str(error)
+        else:
+            missing = ""
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
-        if trace is not None:
-            _record_spans(store, attempt, trace)
-    if returned is None:
-        notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
-    output = _as_output(returned)
-    if nested_too_deep(output):
-        # Stored as JSON, copied and hashed, each a recursion per level: say so, not RecursionError.
-        pytest.fail(
-            f"item {escape_control(case.item_id)} (trial {case.trial}): the task output is nested more "
-            f"than {MAX_DEPTH} levels deep (lists and dicts inside each other), too deep to store; "
-            "flatten it",
-            pytrace=False,
+        _record_trace(
+            store, attempt, trace, Timings(task_seconds=task_seconds, metric_seconds=metric_seconds)
         )
-    store.record_output(attempt, output)
-    trial.output = output
-
-    scorer = case.plan.scorer
-    try:
-        scores = scorer.score(case.item, output)
-    except MissingScoreArguments as error:
-        missing = str(error)
-    else:
-        missing = ""
     if missing:
         # Outside the except block: inside it, pytest would print the message twice ("During
         # handling of the above exception, another exception occurred").
@@ -130,12 +137,30 @@ def _task_input(item: pytest.Function, trial: Trial) -> dict[str, Any]:
     return shown
 
 
-def _record_spans(store: Store, attempt: str, trace: tracing.TrialTrace) -> None:
-    spans = trace.close()
-    if len(spans) > 1:  # the task span alone says nothing the attempt does not
-        record = span_recorder(store)
-        assert record is not None, "traced only for a store that records spans"
-        record(attempt, spans)
+def _score(
+    scorer: Scorer,
+    item: dict[str, Any],
+    output: dict[str, Any],
+    trace: tracing.TrialTrace | None,
+    seconds: dict[str, float],
+) -> list[ScoreRecord]:
+    if trace is None:
+        return scorer.score(item, output, seconds=seconds)
+    with trace.scoring():  # the "metrics_calculation" span, the metrics' spans under it
+        return scorer.score(item, output, trace, seconds)
+
+
+def _record_trace(store: Store, attempt: str, trace: tracing.TrialTrace | None, timings: Timings) -> None:
+    """The attempt's spans (when traced) and timings, in the store."""
+    if trace is not None:
+        spans = trace.close()
+        if spans:
+            record = span_recorder(store)
+            assert record is not None, "traced only for a store that records spans"
+            record(attempt, spans)
+    record_timings = timings_recorder(store)
+    if record_timings is not None and (timings.task_seconds is not None or timings.metric_seconds):
+        record_timings(attempt, timings)
 
 
 def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:

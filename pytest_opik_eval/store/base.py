@@ -20,6 +20,7 @@ from pytest_opik_eval.store.records import (
     RunSummary,
     ScoreRecord,
     SpanRecord,
+    Timings,
     TrialRecord,
     TrialState,
 )
@@ -125,10 +126,21 @@ class StoreExtras(Protocol):
         client, as if this plugin were not there."""
         ...
 
+    def record_timings(self, attempt_id: str, timings: Timings) -> None:
+        """How long the attempt's task and metrics took, for ``trials`` to return with the
+        attempt. Without it, no latency is kept."""
+        ...
+
 
 def span_recorder(store: Store) -> Callable[[str, Sequence[SpanRecord]], None] | None:
     """The store's ``record_spans`` (see :meth:`StoreExtras.record_spans`), if it has one."""
     method: Callable[[str, Sequence[SpanRecord]], None] | None = getattr(store, "record_spans", None)
+    return method
+
+
+def timings_recorder(store: Store) -> Callable[[str, Timings], None] | None:
+    """The store's ``record_timings`` (see :meth:`StoreExtras.record_timings`), if it has one."""
+    method: Callable[[str, Timings], None] | None = getattr(store, "record_timings", None)
     return method
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 # makes tuples: the garbage collector stops tracking a tuple of strings and numbers, so the
 # events waiting for the next fold do not add to the heap it keeps walking.
 Event = Sequence[str | int | None]
-KINDS = frozenset({"start", "output", "scores", "complete", "spans"})
+KINDS = frozenset({"start", "output", "scores", "complete", "spans", "timings"})
 
 # The file format's version is in the files' names: a reader never misreads another version's.
 _SUFFIX = ".v1.jsonl"

@@ -38,6 +38,7 @@ from pytest_opik_eval.store.records import (
     RunSummary,
     ScoreRecord,
     SpanRecord,
+    Timings,
     TrialRecord,
     TrialState,
 )
@@ -99,6 +100,17 @@ CREATE TABLE IF NOT EXISTS attempt_spans (
 )
 """
 
+# How long each attempt's task and metrics took (a Timings as JSON), for every trial. A table of
+# its own, made as attempt_spans is and for the same reasons (older versions read and write the
+# store as before; an older store gains it), rather than a column of attempt_spans: that table
+# has a row only for a trial whose app made spans, and a timing is kept for every trial.
+_TIMINGS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempt_timings (
+    attempt_id TEXT PRIMARY KEY,  -- an attempts.id
+    timings TEXT NOT NULL
+)
+"""
+
 _BUSY_TIMEOUT = 60.0  # seconds to wait for another process's hold on the file
 
 _SHOWN = 120  # characters of an unreadable stored value quoted in a message
@@ -106,6 +118,8 @@ _FOREIGN = -1  # the application id we give a non-empty SQLite file that has non
 
 _scores_json = TypeAdapter(list[ScoreRecord])
 _spans_json = TypeAdapter(list[SpanRecord])
+_timings_json = TypeAdapter(Timings)
+_NO_TIMINGS = Timings()
 # Made once: json.dumps with options builds an encoder on every call. A value JSON cannot hold is
 # kept as its repr rather than losing the whole output.
 _output_json = json.JSONEncoder(ensure_ascii=False, default=repr).encode
@@ -198,9 +212,13 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     later: dict[str, list[Sequence[Any]]] = {"output": [], "scores": []}  # attempts started earlier
     completed: list[tuple[Any, Any, Any]] = []
     spans: list[Sequence[Any]] = []
+    timings: list[Sequence[Any]] = []
     for kind, *params in events:
         if kind == "spans":  # [attempt, the spans' JSON]
             spans.append(params[:2])
+            continue
+        if kind == "timings":  # [attempt, the Timings' JSON]
+            timings.append(params[:2])
             continue
         attempt_id = params[-1] if kind in later else params[0]
         if kind == "start":
@@ -236,6 +254,8 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     if spans:
         # The first record of an attempt's spans stands (a journal folded twice).
         db.executemany("INSERT OR IGNORE INTO attempt_spans (attempt_id, spans) VALUES (?, ?)", spans)
+    if timings:
+        db.executemany("INSERT OR IGNORE INTO attempt_timings (attempt_id, timings) VALUES (?, ?)", timings)
 
 
 def _unwritable_errno(path: Path) -> int | None:
@@ -398,6 +418,7 @@ class LocalStore:
         self._reported: set[str] = set()
         self._immutable = False  # opened read-only, in a read-only folder
         self._has_spans = True  # the file has the attempt_spans table (see _SPANS_SCHEMA)
+        self._has_timings = True  # the same for attempt_timings
         if path.exists() or create:
             self._db = self._open(create)
 
@@ -454,10 +475,14 @@ class LocalStore:
             if uri is None:
                 _use_wal(db)
                 self._create_extra_tables(db)
-            self._has_spans = (
-                db.execute("SELECT count(*) FROM sqlite_master WHERE name = 'attempt_spans'").fetchone()[0]
-                > 0
-            )
+            tables = {
+                row[0]
+                for row in db.execute(
+                    "SELECT name FROM sqlite_master WHERE name IN ('attempt_spans', 'attempt_timings')"
+                )
+            }
+            self._has_spans = "attempt_spans" in tables
+            self._has_timings = "attempt_timings" in tables
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
@@ -554,13 +579,14 @@ class LocalStore:
 
     def _create_extra_tables(self, db: sqlite3.Connection) -> None:
         # A statement whose table exists writes nothing, and needs no write access.
-        try:
-            db.execute(_SPANS_SCHEMA)
-        except sqlite3.OperationalError as error:
-            # A store of an earlier version in a read-only file, opened to be read: it is read
-            # as before, with no spans (see _has_spans).
-            if not _code_name(error).startswith("SQLITE_READONLY"):
-                raise
+        for schema in (_SPANS_SCHEMA, _TIMINGS_SCHEMA):
+            try:
+                db.execute(schema)
+            except sqlite3.OperationalError as error:
+                # A store of an earlier version in a read-only file, opened to be read: it is
+                # read as before, with no spans or timings (see _has_spans).
+                if not _code_name(error).startswith("SQLITE_READONLY"):
+                    raise
         for statement in self.EXTRA_SCHEMA.split(";"):
             if statement.strip():
                 db.execute(statement)
@@ -633,6 +659,10 @@ class LocalStore:
     def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
         """The spans of the attempt's trace, its task span first (see ``run/tracing.py``)."""
         self._record(("spans", attempt_id, _spans_json.dump_json(list(spans), exclude_none=True).decode()))
+
+    @_writing
+    def record_timings(self, attempt_id: str, timings: Timings) -> None:
+        self._record(("timings", attempt_id, _timings_json.dump_json(timings, exclude_none=True).decode()))
 
     @_writing
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
@@ -790,6 +820,10 @@ class LocalStore:
                     "SELECT count(*) FROM source.sqlite_master WHERE name = 'attempt_spans'"
                 ).fetchone()[0]:
                     db.execute("INSERT OR IGNORE INTO attempt_spans SELECT * FROM source.attempt_spans")
+                if db.execute(
+                    "SELECT count(*) FROM source.sqlite_master WHERE name = 'attempt_timings'"
+                ).fetchone()[0]:
+                    db.execute("INSERT OR IGNORE INTO attempt_timings SELECT * FROM source.attempt_timings")
                 db.execute(
                     "UPDATE trials SET completed_attempt = (SELECT s.completed_attempt FROM source.trials s"
                     " WHERE s.id = trials.id) WHERE completed_attempt IS NULL AND id IN"
@@ -885,7 +919,7 @@ class LocalStore:
                 """
                 SELECT t.id, t.dataset_item_id, t.trial, t.node_id, t.completed_attempt,
                        (SELECT count(*) FROM attempts WHERE trial_id = t.id),
-                       a.session_id, a.output, a.scores, a.passed, {spans}
+                       a.session_id, a.output, a.scores, a.passed, {spans}, {timings}
                 FROM trials t
                 LEFT JOIN attempts a ON a.id = coalesce(
                     t.completed_attempt,
@@ -895,7 +929,10 @@ class LocalStore:
                 """.format(
                     spans="(SELECT spans FROM attempt_spans WHERE attempt_id = a.id)"
                     if self._has_spans
-                    else "NULL"
+                    else "NULL",
+                    timings="(SELECT timings FROM attempt_timings WHERE attempt_id = a.id)"
+                    if self._has_timings
+                    else "NULL",
                 ),
                 (experiment_id,),
             ).fetchall()
@@ -923,6 +960,11 @@ class LocalStore:
         except ValueError:
             spans = []  # the trial's results stand without its spans
             unreadable.append((row[3], f"spans {shorten(str(row[10]), _SHOWN)}"))
+        try:
+            timings = _timings_json.validate_json(row[11]) if row[11] else _NO_TIMINGS
+        except ValueError:
+            timings = _NO_TIMINGS
+            unreadable.append((row[3], f"timings {shorten(str(row[11]), _SHOWN)}"))
         return TrialRecord(
             id=row[0],
             experiment_id=experiment_id,
@@ -937,6 +979,8 @@ class LocalStore:
             # A verdict counts only once the trial completed; pending trials have none.
             passed=passed if row[4] else None,
             spans=spans,
+            task_seconds=timings.task_seconds,
+            metric_seconds=dict(timings.metric_seconds),
         )
 
     def _report_unreadable(self, experiment_id: str, rows: list[tuple[str, str]]) -> None:

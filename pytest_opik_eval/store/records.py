@@ -61,6 +61,14 @@ class SpanRecord(_Written):
         return None if self.usage is None else self.usage.get("total_tokens")
 
 
+class Timings(_Written):
+    """How long an attempt's task and each of its metrics took (wall time, ``time.perf_counter``),
+    measured for every trial, with or without the Opik SDK."""
+
+    task_seconds: float | None = Field(default=None, allow_inf_nan=False)  # None: the task raised
+    metric_seconds: dict[str, float] = Field(default_factory=dict)  # by metric name
+
+
 class DatasetRecord(_Written):
     source: str  # the path as written in the marker, or a description of a list or callable
     path: str | None  # the resolved file, to check later whether it changed
@@ -160,6 +168,9 @@ class TrialRecord:
     # The spans of the attempt shown, the task span first: empty when the app made none (or the
     # store was written by a version that did not record them).
     spans: list[SpanRecord] = field(default_factory=list)
+    # The attempt's latency (see Timings): None and empty for a store that does not keep it.
+    task_seconds: float | None = None
+    metric_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
