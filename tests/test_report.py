@@ -43,6 +43,11 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         ("b", 1, "completed", False),
     ]
     first = experiment["trials"][0]
+    # Measured for every trial (no Opik SDK spans here, so no usage); the crashed one has none.
+    latency = first.pop("latency")
+    assert latency["task_seconds"] > 0 and set(latency["metric_seconds"]) == {"equals_metric"}
+    assert first.pop("usage") is None
+    assert (experiment["trials"][1]["latency"], experiment["trials"][1]["usage"]) == (None, None)
     assert first == {
         "dataset_item_id": "a",
         "trial": 0,
@@ -57,6 +62,8 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         ],
     }
     summary = experiment["summary"]
+    assert summary.pop("latency")["trials"] == 3  # the crashed task is not timed
+    assert summary.pop("usage") is None
     # The item is the unit of every interval: a's completed trial and b's two are 2 observations.
     mean_interval = summary["metrics"]["equals_metric"].pop("interval")
     assert mean_interval["estimate"] == 1 / 3

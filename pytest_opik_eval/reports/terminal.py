@@ -11,11 +11,12 @@ from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import score, signed
-from pytest_opik_eval.verdict.model import ConfidenceInterval, GateVerdict
+from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentSummary, GateVerdict, UsageTotals
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 _NAME = 24  # width of the metric column
 _LISTED = 10  # ids named in one line before "and N more"
+_WIDTH = 80
 
 
 def summary_lines(
@@ -44,6 +45,7 @@ def experiment_lines(
         )
         now = sum(1 for t in experiment.trials if experiment.ran_this_session(t))
         lines.append(f"  this session ran {now}; {earlier} completed in earlier sessions")
+    lines += cost_lines(experiment.summary)
     lines += _metric_table(experiment)
     lines += _item_lines(experiment)
     lines += baseline_lines(experiment)
@@ -61,6 +63,58 @@ def experiment_lines(
     if s.pending:
         lines.append(f"  resume the {s.pending} pending: {resume_command(experiment.id)}")
     return lines
+
+
+def cost_lines(summary: ExperimentSummary) -> list[str]:
+    """The task latency (p50, p95), the app's tokens and cost, then the judges' (the parts that
+    were measured or reported): one line within 80 columns, or as many as that takes."""
+    parts = []
+    if summary.latency is not None:
+        parts.append(f"latency p50 {_seconds(summary.latency.p50)}  p95 {_seconds(summary.latency.p95)}")
+    usage = summary.usage
+    if usage is not None and usage.app is not None:
+        parts += _usage_parts(usage.app)
+    lines = _fill(parts, "  ")
+    if usage is not None and usage.judge is not None:
+        lines += _fill(["judges:", *_usage_parts(usage.judge)], "  ")
+    return lines
+
+
+def _usage_parts(totals: UsageTotals) -> list[str]:
+    parts = []
+    if totals.total_tokens or totals.prompt_tokens or totals.completion_tokens:
+        parts.append(f"tokens {totals.prompt_tokens:,} in / {totals.completion_tokens:,} out")
+    if totals.cost is not None:
+        parts.append(f"cost {_dollars(totals.cost)}")
+    return parts
+
+
+def _fill(parts: list[str], indent: str) -> list[str]:
+    lines: list[str] = []
+    line = ""
+    for part in parts:
+        joined = f"{line}   {part}" if line else f"{indent}{part}"
+        if line and len(joined) > _WIDTH:
+            lines.append(line)
+            joined = f"{indent}{part}"
+        line = joined
+    if line and line.strip() != "judges:":
+        lines.append(line)
+    return lines
+
+
+def _seconds(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:,.0f} s"
+
+
+def _dollars(cost: float) -> str:
+    if cost >= 1:
+        return f"${cost:,.2f}"
+    if 0 < cost < 0.00005:
+        return "<$0.0001"
+    return f"${cost:.4f}"
 
 
 def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:

@@ -22,6 +22,33 @@ class _Report(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class UsageTotals(_Report):
+    """The sums over some of a trial's spans (or an experiment's trials) of what they reported."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    # USD: the sum of the spans' own total_cost (set by the app or an integration); None when no
+    # span reported one. No estimate from a price table.
+    cost: float | None = None
+    spans: int = 0  # the spans that reported usage or a cost
+
+
+class Usage(_Report):
+    """What the app's spans (under the task span) and the judges' (under the metric spans)
+    reported, apart: a judge's tokens are the eval's cost, not the app's."""
+
+    app: UsageTotals | None = None  # None: no span of the app reported usage
+    judge: UsageTotals | None = None
+
+
+class Latency(_Report):
+    """Wall time, in seconds, of the task (None when it raised) and of each metric, by name."""
+
+    task_seconds: float | None = None
+    metric_seconds: dict[str, float] = {}
+
+
 class TrialReport(_Report):
     dataset_item_id: str
     trial: int
@@ -32,6 +59,8 @@ class TrialReport(_Report):
     output: dict[str, Any] | None
     passed: bool | None
     scores: list[ScoreRecord]
+    latency: Latency | None = None  # None: not measured (a store that keeps no timings)
+    usage: Usage | None = None  # None: the attempt has no spans with usage or cost
 
 
 class ConfidenceInterval(_Report):
@@ -63,6 +92,15 @@ class MetricSummary(_Report):
     interval: ConfidenceInterval | None = None  # of the mean, over the items with a score
 
 
+class LatencySummary(_Report):
+    """The task latency over the trials that measured it (nearest-rank percentiles)."""
+
+    trials: int
+    p50: float
+    p95: float
+    max: float
+
+
 class ExperimentSummary(_Report):
     trials: int
     completed: int
@@ -78,6 +116,8 @@ class ExperimentSummary(_Report):
     item_pass_rate: ConfidenceInterval | None = None
     pass_at_k: dict[str, float] = {}
     pass_hat_k: dict[str, float] = {}
+    latency: LatencySummary | None = None  # None: no trial measured its task
+    usage: Usage | None = None  # the trials' usage summed; None: no trial had any
 
 
 ItemStatus = Literal["passed", "failed", "pending"]

@@ -27,6 +27,7 @@ from pytest_opik_eval.verdict.model import (
     MetricSummary,
     TrialReport,
 )
+from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, trial_usage, usage_summary
 
 
 class ScoredTrial(Protocol):
@@ -120,6 +121,8 @@ class ExperimentResult:
                 output=t.output,
                 passed=t.passed,
                 scores=t.scores,
+                latency=trial_latency(t),
+                usage=trial_usage(t.spans),
             )
             for t in self.trials
         ]
@@ -198,6 +201,8 @@ def experiment_result(
     values = values_by_item([t for t in trials if t.status == "completed"])
     level = settings.confidence if intervals else None
     summary = summarize(trials, settings.thresholds, level, values)
+    summary.latency = latency_summary(trial_latency(t) for t in trials)
+    summary.usage = usage_summary(trial_usage(t.spans) for t in trials)
     return ExperimentResult(
         experiment=experiment,
         settings=settings,

@@ -1,0 +1,115 @@
+"""Latency and usage: per trial, from its timings and spans; per experiment, their aggregates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from pytest_opik_eval.store.records import SpanRecord, TrialRecord
+from pytest_opik_eval.verdict.model import Latency, LatencySummary, Usage, UsageTotals
+
+# The span the scoring runs in (see run/tracing.py): the spans under it are the judges'.
+_METRICS_SPAN = "metrics_calculation"
+
+
+def trial_latency(trial: TrialRecord) -> Latency | None:
+    if trial.task_seconds is None and not trial.metric_seconds:
+        return None
+    return Latency(task_seconds=trial.task_seconds, metric_seconds=trial.metric_seconds)
+
+
+def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
+    """The usage and cost the spans reported, summed: those under the task span (the first, the
+    root) as the app's, those under the "metrics_calculation" span as the judges'. Every span
+    that reports counts, at whatever depth: the SDK reports usage on the LLM call's span only,
+    unless the app sets it on another too, which would then count twice."""
+    if not spans:
+        return None
+    parents = {span.id: span.parent_span_id for span in spans}
+    names = {span.id: span.name for span in spans}
+    task_id = spans[0].id
+    app: list[SpanRecord] = []
+    judge: list[SpanRecord] = []
+    for span in spans:
+        if span.usage is None and span.total_cost is None:
+            continue
+        root = _root(span.id, parents)
+        if root == task_id and span.id != task_id:
+            app.append(span)
+        elif root is not None and names.get(root) == _METRICS_SPAN:
+            judge.append(span)
+    if not app and not judge:
+        return None
+    return Usage(app=_totals(app), judge=_totals(judge))
+
+
+def _root(span_id: str, parents: dict[str, str | None]) -> str | None:
+    """The span at the top of ``span_id``'s chain of parents (None: a parent is missing, or a
+    cycle, which a well-formed trace never has)."""
+    seen = set()
+    while True:
+        parent = parents.get(span_id)
+        if parent is None:
+            return span_id
+        if parent not in parents or parent in seen:
+            return None
+        seen.add(span_id)
+        span_id = parent
+
+
+def _totals(spans: Sequence[SpanRecord]) -> UsageTotals | None:
+    if not spans:
+        return None
+    costs = [span.total_cost for span in spans if span.total_cost is not None]
+    return UsageTotals(
+        prompt_tokens=sum(span.prompt_tokens or 0 for span in spans),
+        completion_tokens=sum(span.completion_tokens or 0 for span in spans),
+        total_tokens=sum(span.total_tokens or 0 for span in spans),
+        cost=math.fsum(costs) if costs else None,
+        spans=len(spans),
+    )
+
+
+def latency_summary(latencies: Iterable[Latency | None]) -> LatencySummary | None:
+    """p50, p95 and max of the task latencies measured."""
+    seconds = sorted(x.task_seconds for x in latencies if x is not None and x.task_seconds is not None)
+    if not seconds:
+        return None
+    return LatencySummary(
+        trials=len(seconds), p50=percentile(seconds, 50), p95=percentile(seconds, 95), max=seconds[-1]
+    )
+
+
+def percentile(ordered: Sequence[float], p: float) -> float:
+    """The nearest-rank percentile of sorted values: a value that was measured, never one
+    interpolated between two (with 20 trials, p95 is the 19th)."""
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def usage_summary(usages: Iterable[Usage | None]) -> Usage | None:
+    """The trials' usage, summed, the app's and the judges' apart."""
+    app: list[UsageTotals] = []
+    judge: list[UsageTotals] = []
+    for usage in usages:
+        if usage is not None:
+            if usage.app is not None:
+                app.append(usage.app)
+            if usage.judge is not None:
+                judge.append(usage.judge)
+    if not app and not judge:
+        return None
+    return Usage(app=_sum(app), judge=_sum(judge))
+
+
+def _sum(totals: Sequence[UsageTotals]) -> UsageTotals | None:
+    if not totals:
+        return None
+    costs = [t.cost for t in totals if t.cost is not None]
+    return UsageTotals(
+        prompt_tokens=sum(t.prompt_tokens for t in totals),
+        completion_tokens=sum(t.completion_tokens for t in totals),
+        total_tokens=sum(t.total_tokens for t in totals),
+        cost=math.fsum(costs) if costs else None,
+        spans=sum(t.spans for t in totals),
+    )

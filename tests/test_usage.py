@@ -1,0 +1,162 @@
+"""Latency, tokens and cost per trial and per experiment: in the store, the JSON report and the
+eval summary. Usage is what the spans reported (the app's under the task span, the judges' under
+the metric spans, apart); latency is measured for every trial, with or without the Opik SDK."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Project
+
+LABELS = ["a", "b", "c"]
+
+APP = """
+import opik
+from opik import opik_context
+
+
+@opik.track(type="llm")
+def llm(prompt, prompt_tokens, completion_tokens, cost=None):
+    opik_context.update_current_span(
+        model="gpt-4o-mini",
+        provider="openai",
+        usage={
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+        **({} if cost is None else {"total_cost": cost}),
+    )
+    return prompt
+
+
+@opik.track
+def agent(question):
+    llm(question, 10, 2, cost=0.001)  # reports its cost
+    return llm(question, 5, 1)  # does not
+
+
+@opik.track(type="llm")
+def judge_llm(text):
+    opik_context.update_current_span(
+        usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}, total_cost=0.0005
+    )
+    return 1.0
+"""
+
+TEST = """
+import pytest
+from app import agent, judge_llm
+from pytest_opik_eval.metrics import BaseMetric, Equals, ScoreResult
+
+
+class Judge(BaseMetric):
+    def score(self, output):
+        return ScoreResult(name=self.name, value=judge_llm(output))
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl", metrics=[Equals(), Judge("judge")], scoring_key_mapping={"reference": "expected_output"}
+)
+def test_qa(eval_item):
+    return agent(eval_item["input"]["text"])
+"""
+
+
+@pytest.fixture
+def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
+    project.write("app.py", APP)
+    project.write("test_eval.py", TEST)
+    return project
+
+
+def test_usage_of_the_app_and_of_the_judges_apart(traced: Project) -> None:
+    result, report = traced.run_report("--eval")
+    result.assert_outcomes(passed=3)
+    (experiment,) = report["experiments"]
+    for trial in experiment["trials"]:
+        # Two app calls: 10 + 5 in, 2 + 1 out, one of them priced; one judge call.
+        assert trial["usage"] == {
+            "app": {
+                "prompt_tokens": 15,
+                "completion_tokens": 3,
+                "total_tokens": 18,
+                "cost": 0.001,
+                "spans": 2,
+            },
+            "judge": {
+                "prompt_tokens": 100,
+                "completion_tokens": 10,
+                "total_tokens": 110,
+                "cost": 0.0005,
+                "spans": 1,
+            },
+        }
+        latency = trial["latency"]
+        assert latency["task_seconds"] > 0
+        assert set(latency["metric_seconds"]) == {"equals_metric", "judge"}
+    summary = experiment["summary"]
+    assert summary["usage"]["app"] == {
+        "prompt_tokens": 45,
+        "completion_tokens": 9,
+        "total_tokens": 54,
+        "cost": pytest.approx(0.003),
+        "spans": 6,
+    }
+    assert summary["usage"]["judge"]["cost"] == pytest.approx(0.0015)
+    assert summary["usage"]["judge"]["prompt_tokens"] == 300
+    assert summary["latency"]["trials"] == 3
+    assert 0 < summary["latency"]["p50"] <= summary["latency"]["p95"] <= summary["latency"]["max"]
+    result.stdout.fnmatch_lines(
+        [
+            "test_qa (test_eval.py::test_qa)",
+            "  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.0030",
+            "  judges:   tokens 300 in / 30 out   cost $0.0015",
+            "  metric *",
+        ]
+    )
+
+
+def test_latency_in_the_report_and_summary_without_opik(project: Project) -> None:
+    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
+    project.eval_test(imports="import time", behaviour="time.sleep(0.05)")
+    # In a process of its own: this one has imported the Opik SDK.
+    result, report = project.run_report("--eval", subprocess=True)
+    result.assert_outcomes(passed=3)
+    (experiment,) = report["experiments"]
+    for trial in experiment["trials"]:
+        assert trial["latency"]["task_seconds"] >= 0.05
+        assert set(trial["latency"]["metric_seconds"]) == {"equals_metric"}
+        assert trial["usage"] is None
+    latency = experiment["summary"]["latency"]
+    assert 0.05 <= latency["p50"] <= latency["p95"] <= latency["max"]
+    assert experiment["summary"]["usage"] is None
+    lines = [line for line in result.stdout.lines if line.startswith("  latency ")]
+    assert len(lines) == 1 and "tokens" not in lines[0] and "cost" not in lines[0], lines
+    assert len(lines[0]) <= 80
+
+
+def test_the_cost_line_stays_within_80_columns() -> None:
+    from pytest_opik_eval.reports.terminal import cost_lines
+    from pytest_opik_eval.verdict.model import ExperimentSummary, LatencySummary, Usage, UsageTotals
+    from pytest_opik_eval.verdict.usage import percentile
+
+    big = UsageTotals(
+        prompt_tokens=123_456_789, completion_tokens=98_765_432, total_tokens=1, cost=12_345.678
+    )
+    summary = ExperimentSummary(
+        trials=1, completed=1, pending=0, passed=1, failed=0, pass_rate=1.0, metrics={}
+    )
+    summary.latency = LatencySummary(trials=20, p50=1.23, p95=345.6, max=400.0)
+    summary.usage = Usage(app=big, judge=UsageTotals(prompt_tokens=10, completion_tokens=1, cost=0.00001))
+    assert cost_lines(summary) == [
+        "  latency p50 1.2 s  p95 346 s   tokens 123,456,789 in / 98,765,432 out",
+        "  cost $12,345.68",
+        "  judges:   tokens 10 in / 1 out   cost <$0.0001",
+    ]
+    # Nearest rank: a measured value, p95 of 20 is the 19th.
+    assert percentile([float(x) for x in range(1, 21)], 95) == 19.0
+    assert percentile([float(x) for x in range(1, 21)], 50) == 10.0
+    assert percentile([7.0], 95) == 7.0
