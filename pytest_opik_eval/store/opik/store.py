@@ -231,7 +231,8 @@ class OpikStore:
         sent like the trace: through the outbox, committed with the local copy."""
         attempt = self._attempts[attempt_id]
         attempt.task_span = spans[0] if spans else None
-        outbox = [payloads.spans(spans, self.settings.project)] if spans else []
+        # The output is known here if the trial records its spans after it (metric spans too).
+        outbox = [payloads.spans(spans, self.settings.project, task_output=attempt.output)] if spans else []
         self.spool.record_spans(attempt_id, spans, outbox=outbox)
         self.sender.wake()
 
