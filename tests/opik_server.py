@@ -191,6 +191,7 @@ _REQUEST_MODELS: dict[tuple[str, str], tuple[str, str]] = {
     ("PUT", "traces.feedback_scores"): ("traces", "score_batch_of_traces"),
     ("PUT", "traces.feedback_score"): ("traces", "add_trace_feedback_score"),
     ("POST", "spans.batch"): ("spans", "create_spans"),
+    ("POST", "spans.search"): ("spans", "search_spans"),
     ("POST", "projects.retrieve"): ("projects", "retrieve_project"),
 }
 
@@ -1296,6 +1297,7 @@ class OpikTestServer:
             ("GET", "v1/private/traces/" + id_.format("trace_id"), "traces.get", self._get_trace),
             ("PATCH", "v1/private/traces/" + id_.format("trace_id"), "traces.update", self._update_trace),
             ("POST", "v1/private/spans/batch", "spans.batch", self._create_spans),
+            ("POST", "v1/private/spans/search", "spans.search", self._search_spans),
         ]
         return [
             _Route(method, re.compile(pattern), name, handler) for method, pattern, name, handler in table
@@ -2149,6 +2151,32 @@ class OpikTestServer:
             )
             self._store_row(self._spans, row)
         return _Response(204)
+
+    def _search_spans(self, body: Any, query: dict[str, str]) -> _Response:
+        """The spans of a project, or of one trace, newest first, as NDJSON (``Opik.search_spans``);
+        filters are not supported here."""
+        if body.get("filters"):
+            raise _HttpError(400, "the test server does not support span filters")
+        found = list(self._spans.values())
+        if body.get("project_name"):
+            wanted = str(body["project_name"]).lower()
+            found = [s for s in found if (s.get("project_name") or "").lower() == wanted]
+        if body.get("project_id"):
+            found = [s for s in found if s.get("project_id") == body["project_id"]]
+        if body.get("trace_id"):
+            trace_id = _canonical_uuid(body["trace_id"], "Trace")
+            found = [s for s in found if s["trace_id"] == trace_id]
+        found.sort(key=lambda s: s["id"], reverse=True)
+        cursor = body.get("last_retrieved_id")
+        if cursor:
+            found = [s for s in found if s["id"] < str(cursor).lower()]
+        limit = int(body.get("limit") or 500)
+        return self._ndjson(self._span_public(s) for s in found[:limit])
+
+    def _span_public(self, span: dict[str, Any]) -> dict[str, Any]:
+        public = dict(span)
+        public["duration"] = self._duration_ms(span)
+        return _strip_none(public)
 
     def _store_score(self, trace_id: str, write: dict[str, Any], moment: str) -> None:
         by_name = self._feedback_scores.setdefault(trace_id, {})

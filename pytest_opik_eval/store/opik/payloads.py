@@ -1,7 +1,8 @@
 """What is sent to the Opik server, in the formats the Opik SDK writes, so that the Opik UI and
 SDK read it as their own: an experiment and its metadata (the SDK's resume state, and this
-plugin's plan), one trace per trial attempt, the experiment item that links it, its feedback
-scores, and the experiment's aggregate scores; and a feedback score read back as a score.
+plugin's plan), one trace per trial attempt, the experiment item that links it, the spans of the
+app under it (``@opik.track``), its feedback scores, and the experiment's aggregate scores; and a
+feedback score read back as a score.
 
 Each write for the server is a :data:`Message` of the spool's outbox.
 """
@@ -17,7 +18,13 @@ from typing import Any
 
 from pytest_opik_eval.store.opik.datasets import RemoteExperiment
 from pytest_opik_eval.store.opik.spool import Message
-from pytest_opik_eval.store.records import ExperimentRecord, PlannedTrial, RunRecord, ScoreRecord
+from pytest_opik_eval.store.records import (
+    ExperimentRecord,
+    PlannedTrial,
+    RunRecord,
+    ScoreRecord,
+    SpanRecord,
+)
 
 PENDING_KEY = "_opik_evaluation_pending"
 RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_resume() works too
@@ -46,6 +53,7 @@ class AttemptInfo:
     errors: list[dict[str, Any]] = field(default_factory=list)
     score_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # score name -> metadata
     passed: bool | None = None
+    task_span: SpanRecord | None = None  # sent again with its output, once the output is known
 
 
 def now() -> str:
@@ -178,6 +186,72 @@ def trace(
     # For the sender only (never sent): to link the trace again if it must get a new id.
     payload["_link"] = link(attempt_id, trial, project)
     return "trace", json.dumps(payload, default=repr)
+
+
+def spans(
+    spans: Sequence[SpanRecord], project: str, *, task_output: Mapping[str, Any] | None = None
+) -> Message:
+    """The spans of an attempt's trace (its task span first, see ``run/tracing.py``) as the Opik
+    SDK sends them (``CreateSpanMessage.as_payload_dict``, its ``None`` fields left out), to
+    ``spans/batch``: ``total_estimated_cost`` is the cost the app set on the span, never an
+    estimate of ours, so the server estimates the rest as it does for ``opik.evaluate()``.
+    ``task_output`` is the task span's output (the attempt's output), once it is known. A span's
+    trace is its attempt's trace: ``trace_id`` is the attempt id, as the trace's own id."""
+    stamp = now()
+    payload = [_span(span, project, stamp) for span in spans]
+    if task_output is not None and payload:
+        payload[0]["output"] = _json_field(task_output)
+    return "spans", json.dumps({"spans": payload}, default=repr)
+
+
+def _span(span: SpanRecord, project: str, stamp: str) -> dict[str, Any]:
+    error = None
+    if span.error is not None:
+        # The REST ErrorInfoWrite requires a traceback; the task span's error has none.
+        error = {
+            "exception_type": span.error.get("exception_type", "Exception"),
+            "message": span.error.get("message"),
+            "traceback": span.error.get("traceback", ""),
+        }
+    fields = {
+        "id": span.id,
+        "trace_id": span.trace_id,
+        "parent_span_id": span.parent_span_id,
+        "project_name": project,
+        "name": span.name,
+        "type": span.type,
+        "start_time": _utc(span.start_time) or stamp,
+        "end_time": _utc(span.end_time),
+        "input": _json_field(span.input),
+        "output": _json_field(span.output),
+        "metadata": _json_field(span.metadata),
+        "tags": span.tags,
+        "usage": span.usage,
+        "model": span.model,
+        "provider": span.provider,
+        "error_info": error,
+        "total_estimated_cost": span.total_cost,
+        "last_updated_at": stamp,
+        "source": "experiment",  # as opik.evaluate() sends its spans
+    }
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _json_field(value: Any) -> Any:
+    """A span's input, output or metadata as the REST API takes it: an object, a list of objects
+    or a string (a field cut to its bounded size is its JSON text); anything else, wrapped."""
+    if value is None or isinstance(value, dict | str):
+        return value
+    if isinstance(value, list) and all(isinstance(entry, dict) for entry in value):
+        return value
+    return {"value": value}
+
+
+def _utc(moment: str | None) -> str | None:
+    # As the SDK writes its times (and ``now``): UTC with a Z.
+    if moment is not None and moment.endswith("+00:00"):
+        return moment[: -len("+00:00")] + "Z"
+    return moment
 
 
 def scoring_errors(scores: Sequence[ScoreRecord]) -> list[dict[str, Any]]:

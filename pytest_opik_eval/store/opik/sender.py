@@ -15,6 +15,8 @@ from pytest_opik_eval.store.opik.client import OpikClient, OpikHTTPError, OpikUn
 from pytest_opik_eval.store.opik.spool import Spool
 
 BATCH = 500  # messages read from the outbox at a time
+SPANS_PER_REQUEST = 1000  # the most spans/batch takes (the Opik SDK's batcher sends as many)
+SPAN_BYTES_PER_REQUEST = 10_000_000  # of JSON, before gzip: well under the server's request limit
 # Opik Cloud refuses a new trace whose UUID v7 time is more than its window (24 hours by
 # default, 12 at the least) from now; self-hosted servers check only the version. A trace
 # spooled for longer than this is sent under a new id, so a long outage loses nothing.
@@ -23,7 +25,7 @@ REKEY_AFTER_MS = 11 * 3600 * 1000
 
 def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: Spool) -> None:
     """Send one batch, grouped by kind, in the order that keeps references valid: traces before
-    the experiment items and scores that point at them. Raises what the client raises."""
+    the spans, experiment items and scores that point at them. Raises what the client raises."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
     for _, kind, payload in messages:
         by_kind.setdefault(kind, []).append(json.loads(payload))
@@ -33,6 +35,10 @@ def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: 
         # A completed trace and its earlier pending version in one batch: the newer one is enough.
         latest = {trace["id"]: {k: v for k, v in trace.items() if k != "_link"} for trace in traces}
         client.request("POST", "traces/batch", body={"traces": list(latest.values())})
+    # After their traces. A task span sent again with its output: the newer one is enough.
+    spans = {span["id"]: span for batch in by_kind.get("spans", []) for span in batch["spans"]}
+    for chunk in _span_requests(list(spans.values())):
+        client.request("POST", "spans/batch", body={"spans": chunk})
     if "experiment_item" in by_kind:
         client.request("POST", "experiments/items", body={"experiment_items": by_kind["experiment_item"]})
     # After the items they delete (a rerun's replaced attempt): the outbox keeps the order.
@@ -63,9 +69,53 @@ def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool)
             renewed[old] = trace["id"] = new
     for link in by_kind.get("experiment_item", []):
         link["trace_id"] = renewed.get(link["trace_id"], link["trace_id"])
+    _renew_old_span_ids(by_kind.get("spans", []), renewed, spool, now_ms)
     for batch in by_kind.get("feedback_scores", []):
         for score in batch["scores"]:
             score["id"] = renewed.get(score["id"], score["id"])
+
+
+def _renew_old_span_ids(
+    batches: list[dict[str, Any]], renewed: dict[str, str], spool: Spool, now_ms: int
+) -> None:
+    """Spans spooled as long as an old trace are as old (the server checks their ids the same
+    way): each goes under its trace's new id, and under a new id of its own, which its children
+    name as their parent; recorded in the spool, so a span sent again keeps the same new id."""
+    spans = [span for batch in batches for span in batch["spans"]]
+    ids: dict[str, str] = {}
+    for span in spans:
+        old = span["id"]
+        new = spool.renewed_id(old)
+        if now_ms - _uuid7_ms(new or old) > REKEY_AFTER_MS:
+            new = spool.renew_id(old, uuid7())
+        if new is not None:
+            ids[old] = new
+    for span in spans:
+        span["id"] = ids.get(span["id"], span["id"])
+        parent = span.get("parent_span_id")
+        if parent is not None:
+            # A parent sent in an earlier batch was renewed then.
+            span["parent_span_id"] = ids.get(parent) or spool.renewed_id(parent) or parent
+        trace = span["trace_id"]
+        span["trace_id"] = renewed.get(trace) or spool.renewed_id(trace) or trace
+
+
+def _span_requests(spans: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """``spans`` in requests of at most ``SPANS_PER_REQUEST`` spans and about
+    ``SPAN_BYTES_PER_REQUEST`` bytes of JSON each (a span alone may be bigger)."""
+    requests: list[list[dict[str, Any]]] = []
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for span in spans:
+        span_size = len(json.dumps(span, default=str))
+        if chunk and (len(chunk) >= SPANS_PER_REQUEST or size + span_size > SPAN_BYTES_PER_REQUEST):
+            requests.append(chunk)
+            chunk, size = [], 0
+        chunk.append(span)
+        size += span_size
+    if chunk:
+        requests.append(chunk)
+    return requests
 
 
 def _uuid7_ms(value: str) -> int:

@@ -27,7 +27,7 @@ from pytest_opik_eval.store.local import (
     scores_text,
 )
 from pytest_opik_eval.store.opik.config import SYNC_COMMAND
-from pytest_opik_eval.store.records import ScoreRecord
+from pytest_opik_eval.store.records import ScoreRecord, SpanRecord
 
 # A write for the server, kept in the same transaction as the local change it mirrors:
 # (kind, JSON payload).
@@ -69,6 +69,18 @@ class Spool(LocalStore):
     ) -> str:
         with self._sending(outbox):
             return super().start_attempt(trial_id, session_id, attempt_id=attempt_id)
+
+    def record_output(
+        self, attempt_id: str, output: Mapping[str, Any], *, outbox: Sequence[Message] = ()
+    ) -> None:
+        with self._sending(outbox):
+            super().record_output(attempt_id, output)
+
+    def record_spans(
+        self, attempt_id: str, spans: Sequence[SpanRecord], *, outbox: Sequence[Message] = ()
+    ) -> None:
+        with self._sending(outbox):
+            super().record_spans(attempt_id, spans)
 
     def record_scores(
         self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool, *, outbox: Sequence[Message] = ()

@@ -51,6 +51,7 @@ from pytest_opik_eval.store.records import (
     RunSummary,
     ScoreRecord,
     Selection,
+    SpanRecord,
     TrialRecord,
     TrialState,
 )
@@ -225,9 +226,25 @@ class OpikStore:
             attempt_id, attempt, trial, project, completed=completed, replaced_by=replaced_by
         )
 
+    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
+        """The app's spans under the attempt's trace, the task span first (see ``run/tracing.py``),
+        sent like the trace: through the outbox, committed with the local copy."""
+        attempt = self._attempts[attempt_id]
+        attempt.task_span = spans[0] if spans else None
+        # The output is known here if the trial records its spans after it (metric spans too).
+        outbox = [payloads.spans(spans, self.settings.project, task_output=attempt.output)] if spans else []
+        self.spool.record_spans(attempt_id, spans, outbox=outbox)
+        self.sender.wake()
+
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
-        self.spool.record_output(attempt_id, output)
-        self._attempts[attempt_id].output = dict(output)
+        attempt = self._attempts[attempt_id]
+        # The task span was sent before the output was known: sent again with it (the newer
+        # last_updated_at replaces it), as the SDK's span of a task carries what it returned.
+        outbox = []
+        if attempt.task_span is not None:
+            outbox.append(payloads.spans([attempt.task_span], self.settings.project, task_output=output))
+        self.spool.record_output(attempt_id, output, outbox=outbox)
+        attempt.output = dict(output)
 
     def record_scores(self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool) -> None:
         attempt = self._attempts[attempt_id]
