@@ -22,6 +22,8 @@ from opik_server import OpikTestServer
 from pytest_opik_eval.cli import main as opik_eval
 
 LABELS = [f"item-{i}" for i in range(6)]
+# The task span, the app's three (agent, retrieve, fake_llm), metrics_calculation and equals_metric.
+SPANS_PER_TRIAL = 6
 
 APP = """
 import opik
@@ -95,7 +97,9 @@ def check_tree(label: str, trace_id: str, spans: list[dict[str, Any]]) -> None:
     )
     assert layout == [
         ("agent", "test_qa", "general"),
+        ("equals_metric", "metrics_calculation", "general"),
         ("fake_llm", "agent", "llm"),
+        ("metrics_calculation", None, "general"),
         ("retrieve", "agent", "tool"),
         ("test_qa", None, "general"),
     ], label
@@ -106,6 +110,20 @@ def check_tree(label: str, trace_id: str, spans: list[dict[str, Any]]) -> None:
     # As opik.evaluate()'s task span: the task's input and what it returned.
     assert task["input"] == {"eval_item": {"id": label, "input": {"text": label}, "expected_output": label}}
     assert task["output"] == {"output": label}
+    # As opik.evaluate() lays out the scoring: beside the task span, tagged as the SDK's own (the
+    # Opik UI folds it), and one span per metric under it, with the score's arguments and result.
+    scoring = next(span for span in spans if span["name"] == "metrics_calculation")
+    assert scoring["tags"] == ["__opik_eval_internal__"]
+    assert task["end_time"] <= scoring["start_time"]
+    metric = next(span for span in spans if span["name"] == "equals_metric")
+    assert metric["input"] == {
+        "id": label,
+        "input": {"text": label},
+        "expected_output": label,
+        "output": label,
+        "reference": label,
+    }
+    assert metric["output"] == {"output": {"name": "equals_metric", "value": 1.0, "scoring_failed": False}}
     [llm] = [span for span in spans if span["type"] == "llm"]
     assert (llm["model"], llm["provider"], llm["total_estimated_cost"]) == ("gpt-4o-mini", "openai", 0.25)
     # As the SDK sends it: Opik's names, and the provider's own under original_usage.
@@ -133,10 +151,27 @@ def test_each_trials_spans_reach_the_server_under_its_trace(
         check_tree(label, trace_id, spans)
     # The app's spans went nowhere else: no trace of their own on the server, none orphaned.
     assert set(opik.traces) == {trace_id for trace_id, _ in found.values()}
-    assert len(opik.spans) == 4 * len(LABELS)
+    assert len(opik.spans) == SPANS_PER_TRIAL * len(LABELS)
     # The spool keeps the same spans.
     local = {t.dataset_item_id: {s.id for s in t.spans} for t in traced.trials(experiment_id)}
     assert local == {label: {s["id"] for s in spans} for label, (_, spans) in found.items()}
+    # The trial records its spans after its output (the metric spans come last): the task span
+    # is sent once, already carrying the output, not first without it and then again. (The
+    # pytest-xdist controller sends again what a worker had in flight at its end: the same write.)
+    labels = {
+        next(s["id"] for s in spans if s["name"] == "test_qa"): label for label, (_, spans) in found.items()
+    }
+    sent = [
+        span
+        for request in opik.find_requests("POST", "spans/batch")
+        if request.status is not None and request.status < 300
+        for span in request.body["spans"]
+        if span["id"] in labels
+    ]
+    assert {span["id"] for span in sent} == set(labels)
+    assert all(span.get("output") == {"output": labels[span["id"]]} for span in sent)
+    if "xdist" not in args:
+        assert len(sent) == len(labels)
 
 
 def test_a_failed_task_sends_its_spans_with_the_error(traced: Project, opik: OpikTestServer) -> None:
@@ -176,7 +211,7 @@ def test_spans_wait_in_the_spool_while_the_server_is_away_and_sync_sends_them(
     assert sorted(found) == LABELS
     for label, (trace_id, spans) in found.items():
         check_tree(label, trace_id, spans)
-    assert len(opik.spans) == 4 * len(LABELS)
+    assert len(opik.spans) == SPANS_PER_TRIAL * len(LABELS)
 
 
 def test_the_opik_sdk_reads_the_spans_back(traced: Project, opik: OpikTestServer) -> None:
@@ -209,7 +244,9 @@ def test_the_opik_sdk_reads_the_spans_back(traced: Project, opik: OpikTestServer
     assert read == {
         label: [
             ["agent", "test_qa", "general", None],
+            ["equals_metric", "metrics_calculation", "general", None],
             ["fake_llm", "agent", "llm", len(label) + 2],
+            ["metrics_calculation", None, "general", None],
             ["retrieve", "agent", "tool", None],
             ["test_qa", None, "general", None],
         ]
@@ -253,4 +290,4 @@ def test_spans_spooled_for_days_are_sent_under_new_ids(
         assert sorted(found) == LABELS
         for label, (trace_id, spans) in found.items():
             check_tree(label, trace_id, spans)
-        assert len(server.spans) == 4 * len(LABELS)
+        assert len(server.spans) == SPANS_PER_TRIAL * len(LABELS)
