@@ -4,10 +4,17 @@ the metric spans, apart); latency is measured for every trial, with or without t
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.run.pricing import NOT_INSTALLED
+
 LABELS = ["a", "b", "c"]
+# Why the app's call that reports no cost has none: no price table knows its model, or there is
+# no price table (the cost extra is not installed, or Python 3.10).
+UNPRICED = "unknown model 'house-llm-1'" if importlib.util.find_spec("genai_prices") else NOT_INSTALLED
 
 APP = """
 import opik
@@ -15,9 +22,9 @@ from opik import opik_context
 
 
 @opik.track(type="llm")
-def llm(prompt, prompt_tokens, completion_tokens, cost=None):
+def llm(prompt, prompt_tokens, completion_tokens, cost=None, model="gpt-4o-mini"):
     opik_context.update_current_span(
-        model="gpt-4o-mini",
+        model=model,
         provider="openai",
         usage={
             "prompt_tokens": prompt_tokens,
@@ -32,7 +39,7 @@ def llm(prompt, prompt_tokens, completion_tokens, cost=None):
 @opik.track
 def agent(question):
     llm(question, 10, 2, cost=0.001)  # reports its cost
-    return llm(question, 5, 1)  # does not
+    return llm(question, 5, 1, model="house-llm-1")  # does not, and no price table knows its model
 
 
 @opik.track(type="llm")
@@ -85,6 +92,7 @@ def test_usage_of_the_app_and_of_the_judges_apart(traced: Project) -> None:
                 "total_tokens": 18,
                 "cost": 0.001,
                 "spans": 2,
+                "unpriced": {UNPRICED: 1},
             },
             "judge": {
                 "prompt_tokens": 100,
@@ -92,6 +100,7 @@ def test_usage_of_the_app_and_of_the_judges_apart(traced: Project) -> None:
                 "total_tokens": 110,
                 "cost": 0.0005,
                 "spans": 1,
+                "unpriced": {},
             },
         }
         latency = trial["latency"]
@@ -104,6 +113,7 @@ def test_usage_of_the_app_and_of_the_judges_apart(traced: Project) -> None:
         "total_tokens": 54,
         "cost": pytest.approx(0.003),
         "spans": 6,
+        "unpriced": {UNPRICED: 3},
     }
     assert summary["usage"]["judge"]["cost"] == pytest.approx(0.0015)
     assert summary["usage"]["judge"]["prompt_tokens"] == 300
@@ -112,7 +122,8 @@ def test_usage_of_the_app_and_of_the_judges_apart(traced: Project) -> None:
     result.stdout.fnmatch_lines(
         [
             "test_qa (test_eval.py::test_qa)",
-            "  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.0030",
+            "  latency p50 * ms  p95 * ms   tokens 45 in / 9 out",
+            f"  cost $0.0030 (3 spans unpriced: {UNPRICED})",
             "  judges:   tokens 300 in / 30 out   cost $0.0015",
             "  metric *",
         ]

@@ -77,16 +77,30 @@ def cost_lines(summary: ExperimentSummary) -> list[str]:
     lines = _fill(parts, "  ")
     if usage is not None and usage.judge is not None:
         lines += _fill(["judges:", *_usage_parts(usage.judge)], "  ")
-    return lines
+    return [escape_control(line) for line in lines]  # a model's name is the app's data
 
 
 def _usage_parts(totals: UsageTotals) -> list[str]:
     parts = []
     if totals.total_tokens or totals.prompt_tokens or totals.completion_tokens:
         parts.append(f"tokens {totals.prompt_tokens:,} in / {totals.completion_tokens:,} out")
+    unpriced = _unpriced(totals.unpriced)
     if totals.cost is not None:
-        parts.append(f"cost {_dollars(totals.cost)}")
+        parts.append(f"cost {_dollars(totals.cost)}{unpriced and f' ({unpriced})'}")
+    elif unpriced:
+        parts.append(f"cost unknown ({unpriced})")
     return parts
+
+
+def _unpriced(reasons: dict[str, int]) -> str:
+    """The spans with tokens and no cost, and why: "3 spans unpriced: unknown model 'foo-1'"
+    (the two most frequent reasons; the JSON report has them all)."""
+    if not reasons:
+        return ""
+    count = sum(reasons.values())
+    ordered = sorted(reasons, key=lambda reason: -reasons[reason])
+    shown = "; ".join(ordered[:2]) + (f"; {len(ordered) - 2} more" if len(ordered) > 2 else "")
+    return f"{count} span{'s' if count != 1 else ''} unpriced: {shown}"
 
 
 def _fill(parts: list[str], indent: str) -> list[str]:

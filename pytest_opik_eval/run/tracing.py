@@ -38,6 +38,7 @@ from typing import Any, TypeVar, cast
 from pytest_opik_eval.collect.datasets.loading import nested_too_deep
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.ids import uuid7
+from pytest_opik_eval.run import pricing
 from pytest_opik_eval.store.records import SpanRecord
 
 TRACE_NAME = "evaluation_task"  # as opik.evaluate() names an item's trace
@@ -261,7 +262,8 @@ class TrialTrace:
             # The task's output is the trial's output, stored with it: not stored twice.
             error=self.error,
         )
-        records = [*own, *(_record(params) for params in spans)]
+        # Priced here, at the trial's end, so the store keeps the cost (see run/pricing.py).
+        records = pricing.priced([*own, *(_record(params) for params in spans)])
         records.sort(key=lambda span: span.start_time or "")
         return [task, *records]
 
@@ -307,6 +309,9 @@ def _record(params: Mapping[str, Any]) -> SpanRecord:
     except Exception:  # an app's odd usage object must not fail its trial
         usage = None
     cost = params.get("total_cost")
+    cost = (
+        float(cost) if isinstance(cost, int | float) and cost == cost and abs(cost) != float("inf") else None
+    )
     error = params.get("error_info")
     return SpanRecord(
         id=str(params["id"]),
@@ -323,9 +328,9 @@ def _record(params: Mapping[str, Any]) -> SpanRecord:
         model=_text(params.get("model")),
         provider=provider,
         usage=usage or None,
-        total_cost=float(cost)
-        if isinstance(cost, int | float) and cost == cost and abs(cost) != float("inf")
-        else None,
+        total_cost=cost,
+        cost=cost,
+        cost_source=None if cost is None else "span",
         error={str(k): shorten(str(v), _TRACEBACK_CHARS) for k, v in error.items()}
         if isinstance(error, Mapping)
         else None,

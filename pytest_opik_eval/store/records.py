@@ -46,6 +46,11 @@ class SpanRecord(_Written):
     # As the SDK sends it: prompt_tokens, completion_tokens, total_tokens, original_usage.*
     usage: dict[str, int] | None = None
     total_cost: float | None = Field(default=None, allow_inf_nan=False)  # USD, set by the app
+    # USD: the span's own total_cost ("span"), or, for a span that reported tokens and no cost,
+    # genai-prices' estimate from its model and usage ("price table"; see run/pricing.py).
+    cost: float | None = Field(default=None, allow_inf_nan=False)
+    cost_source: Literal["span", "price table"] | None = None
+    unpriced: str | None = None  # why a span with tokens has no cost: "unknown model 'foo-1'"...
     error: dict[str, str] | None = None  # exception_type, message, traceback (as the SDK's error_info)
 
     @property

@@ -28,10 +28,13 @@ class UsageTotals(_Report):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
-    # USD: the sum of the spans' own total_cost (set by the app or an integration); None when no
-    # span reported one. No estimate from a price table.
+    # USD: the sum of the spans' costs, their own (set by the app or an integration) or, for a
+    # span with a model and tokens and no cost, genai-prices' estimate; None when none has one.
     cost: float | None = None
     spans: int = 0  # the spans that reported usage or a cost
+    # The spans with tokens and no cost, by why: {"unknown model 'foo-1'": 3}. Their cost is
+    # missing from ``cost``, which is then a floor.
+    unpriced: dict[str, int] = {}
 
 
 class Usage(_Report):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord
@@ -19,8 +20,9 @@ def trial_latency(trial: TrialRecord) -> Latency | None:
 
 
 def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
-    """The usage and cost the spans reported, summed: those under the task span (the first, the
-    root) as the app's, those under the "metrics_calculation" span as the judges'. Every span
+    """The usage and cost the spans reported (or the price table estimated), summed: those
+    under the task span (the first, the root) as the app's, those under the
+    "metrics_calculation" span as the judges'. Every span
     that reports counts, at whatever depth: the SDK reports usage on the LLM call's span only,
     unless the app sets it on another too, which would then count twice."""
     if not spans:
@@ -31,7 +33,7 @@ def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
     app: list[SpanRecord] = []
     judge: list[SpanRecord] = []
     for span in spans:
-        if span.usage is None and span.total_cost is None:
+        if span.usage is None and span.cost is None:
             continue
         root = _root(span.id, parents)
         if root == task_id and span.id != task_id:
@@ -60,13 +62,15 @@ def _root(span_id: str, parents: dict[str, str | None]) -> str | None:
 def _totals(spans: Sequence[SpanRecord]) -> UsageTotals | None:
     if not spans:
         return None
-    costs = [span.total_cost for span in spans if span.total_cost is not None]
+    costs = [span.cost for span in spans if span.cost is not None]
+    unpriced = Counter(span.unpriced for span in spans if span.cost is None and span.unpriced is not None)
     return UsageTotals(
         prompt_tokens=sum(span.prompt_tokens or 0 for span in spans),
         completion_tokens=sum(span.completion_tokens or 0 for span in spans),
         total_tokens=sum(span.total_tokens or 0 for span in spans),
         cost=math.fsum(costs) if costs else None,
         spans=len(spans),
+        unpriced=dict(unpriced),
     )
 
 
@@ -106,10 +110,14 @@ def _sum(totals: Sequence[UsageTotals]) -> UsageTotals | None:
     if not totals:
         return None
     costs = [t.cost for t in totals if t.cost is not None]
+    unpriced: Counter[str] = Counter()
+    for t in totals:
+        unpriced.update(t.unpriced)
     return UsageTotals(
         prompt_tokens=sum(t.prompt_tokens for t in totals),
         completion_tokens=sum(t.completion_tokens for t in totals),
         total_tokens=sum(t.total_tokens for t in totals),
         cost=math.fsum(costs) if costs else None,
         spans=sum(t.spans for t in totals),
+        unpriced=dict(unpriced),
     )

@@ -1,0 +1,109 @@
+"""The cost of an LLM span that reported tokens but no cost, from genai-prices' price table
+(the optional extra ``pytest-opik-eval[cost]``; Python >= 3.11).
+
+Priced at the end of each trial, before its spans reach the store: the cost is then in the
+store, the JSON report and everything read from them later (``opik-eval show``, a resumed run),
+as the table stood when the call was made, and a budget can count it as trials end. The package
+is imported on the first span that needs it (about 0.5 s, then 0.4 s for the first lookup), so
+a run whose spans report their cost, or carry no tokens, never imports it. The model lookup is
+cached per (model, provider); a price is then about 160 us.
+
+A span the table cannot price keeps no cost and says why (``SpanRecord.unpriced``): the summary
+counts those. Never an error: a price is an estimate, and a trial does not fail for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from pytest_opik_eval.escaping import shorten
+from pytest_opik_eval.store.records import SpanRecord
+
+PRICE_TABLE = "price table"
+NOT_INSTALLED = "no price table (pip install 'pytest-opik-eval[cost]', Python >= 3.11)"
+NO_MODEL = "no model"
+_MODEL_CHARS = 60
+
+# Opik's provider names (opik.types.LLMProvider) as genai-prices names the same sellers. None:
+# let genai-prices infer it from the model (Claude on Vertex AI is sold at Anthropic's prices).
+_PROVIDERS: dict[str, str | None] = {
+    "google_ai": "google",
+    "google_vertexai": "google",
+    "anthropic_vertexai": None,
+    "bedrock": "aws",
+}
+
+_lock = threading.Lock()
+# (model, provider) -> genai-prices' (Provider, ModelInfo), or why there is none.
+_models: dict[tuple[str, str | None], tuple[Any, Any] | str] = {}
+
+
+def priced(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+    """``spans``, each that reported tokens and no cost of its own given the table's estimate
+    (``cost_source="price table"``), or the reason it has none (``unpriced``)."""
+    return [_priced(span) if _needs_price(span) else span for span in spans]
+
+
+def _needs_price(span: SpanRecord) -> bool:
+    return span.cost is None and bool(span.prompt_tokens or span.completion_tokens)
+
+
+def _priced(span: SpanRecord) -> SpanRecord:
+    if span.model is None:
+        return span.model_copy(update={"unpriced": NO_MODEL})
+    found = _model(span.model, span.provider)
+    if isinstance(found, str):
+        return span.model_copy(update={"unpriced": found})
+    from genai_prices import Usage
+
+    provider, model = found
+    usage = Usage(input_tokens=span.prompt_tokens or 0, output_tokens=span.completion_tokens or 0)
+    try:
+        price = model.calc_price(usage, provider, genai_request_timestamp=_when(span))
+        cost = float(price.total_price)
+    except Exception as error:  # a table entry this usage does not fit: unpriced, never an error
+        return span.model_copy(update={"unpriced": shorten(f"{type(error).__name__}: {error}", 200)})
+    return span.model_copy(update={"cost": cost, "cost_source": PRICE_TABLE})
+
+
+def _model(model: str, provider: str | None) -> tuple[Any, Any] | str:
+    key = (model, provider)
+    found = _models.get(key)
+    if found is None:
+        with _lock:  # one import and lookup when threaded trials end together
+            found = _models.get(key)
+            if found is None:
+                found = _models[key] = _lookup(model, provider)
+    return found
+
+
+def _lookup(model: str, provider: str | None) -> tuple[Any, Any] | str:
+    try:
+        from genai_prices.data_snapshot import get_snapshot
+    except ImportError:  # not installed, or Python 3.10 (the extra installs it on 3.11+ only)
+        return NOT_INSTALLED
+    snapshot = get_snapshot()
+    provider_id = _PROVIDERS.get(provider, provider) if provider is not None else None
+    unknown = f"unknown model {shorten(model, _MODEL_CHARS)!r}"
+    for candidate in dict.fromkeys([provider_id, None]):  # a provider it does not know: inferred
+        try:
+            return snapshot.find_provider_model(model, None, candidate, None)
+        except LookupError:
+            continue
+        except Exception:  # a failure inside the package: the span stays unpriced
+            return unknown
+    return unknown
+
+
+def _when(span: SpanRecord) -> datetime:
+    """The call's time, so a price change between the call and now does not apply."""
+    if span.start_time is not None:
+        try:
+            when = datetime.fromisoformat(span.start_time)
+            return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+        except ValueError:
+            pass
+    return datetime.now(timezone.utc)
