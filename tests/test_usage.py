@@ -122,8 +122,8 @@ def test_usage_of_the_app_and_of_the_judges_apart(traced: Project) -> None:
     result.stdout.fnmatch_lines(
         [
             "test_qa (test_eval.py::test_qa)",
-            "  latency p50 * ms  p95 * ms   tokens 45 in / 9 out",
-            f"  cost $0.0030 (3 spans unpriced: {UNPRICED})",
+            "  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.0030",
+            f"  (3 spans unpriced: {UNPRICED})",
             "  judges:   tokens 300 in / 30 out   cost $0.0015",
             "  metric *",
         ]

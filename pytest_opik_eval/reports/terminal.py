@@ -85,10 +85,10 @@ def _usage_parts(totals: UsageTotals) -> list[str]:
     if totals.total_tokens or totals.prompt_tokens or totals.completion_tokens:
         parts.append(f"tokens {totals.prompt_tokens:,} in / {totals.completion_tokens:,} out")
     unpriced = _unpriced(totals.unpriced)
-    if totals.cost is not None:
-        parts.append(f"cost {_dollars(totals.cost)}{unpriced and f' ({unpriced})'}")
-    elif unpriced:
-        parts.append(f"cost unknown ({unpriced})")
+    if totals.cost is not None or unpriced:
+        parts.append(f"cost {'unknown' if totals.cost is None else _dollars(totals.cost)}")
+    if unpriced:  # a part of its own: on the cost's line when it fits, else on the next
+        parts.append(f"({unpriced})")
     return parts
 
 

@@ -14,6 +14,7 @@ counts those. Never an error: a price is an estimate, and a trial does not fail 
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -23,7 +24,12 @@ from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.store.records import SpanRecord
 
 PRICE_TABLE = "price table"
-NOT_INSTALLED = "no price table (pip install 'pytest-opik-eval[cost]', Python >= 3.11)"
+# Why a span has no price when the table is missing: short, the summary prints it.
+NOT_INSTALLED = (
+    "no price table on Python 3.10"
+    if sys.version_info < (3, 11)
+    else "no price table (pip install 'pytest-opik-eval[cost]')"
+)
 NO_MODEL = "no model"
 _MODEL_CHARS = 60
 
