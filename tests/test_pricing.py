@@ -93,3 +93,45 @@ def test_without_the_price_table_the_cost_is_what_spans_reported(
     assert summary["cost"] == pytest.approx(1.5)
     assert summary["unpriced"] == {pricing.NOT_INSTALLED: 6}
     result.stdout.fnmatch_lines(["  latency * cost $1.50", f"  (6 spans unpriced: {pricing.NOT_INSTALLED})"])
+
+
+CACHED_APP = """
+import opik
+from opik import opik_context
+
+
+@opik.track(type="llm")
+def claude(question):
+    # Anthropic's own usage: input_tokens are the uncached ones, and the SDK's prompt_tokens
+    # add the cache's reads and writes back (1000 in all).
+    opik_context.update_current_span(
+        model="claude-3-5-haiku-latest",
+        provider="anthropic",
+        usage={
+            "input_tokens": 100,
+            "output_tokens": 100,
+            "cache_read_input_tokens": 800,
+            "cache_creation_input_tokens": 100,
+        },
+    )
+    return question
+"""
+
+
+def test_prompt_tokens_read_from_the_cache_are_priced_at_the_cache_price(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("genai_prices")
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    project.dataset([{"id": "a", "input": {"text": "a"}, "expected_output": "a"}])
+    project.write("app.py", CACHED_APP)
+    project.eval_test(imports="from app import claude", behaviour='claude(item["input"]["text"])')
+    project.run("--eval").assert_outcomes(passed=1)
+    (trial,) = project.trials()
+    (llm,) = [span for span in trial.spans if span.type == "llm"]
+    assert (llm.prompt_tokens, llm.completion_tokens) == (1000, 100)
+    # claude-3-5-haiku-latest in genai-prices 0.2.3, USD per million tokens: input 0.8, output 4,
+    # cache read 0.08, cache write 1. 100 * 0.8 + 800 * 0.08 + 100 * 1 + 100 * 4 = 644 per
+    # million: 0.000644 (all 1000 as plain input would be 0.0012).
+    assert (llm.cost, llm.cost_source) == (pytest.approx(0.000644, abs=1e-12), "price table")

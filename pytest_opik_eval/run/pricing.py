@@ -42,6 +42,19 @@ _PROVIDERS: dict[str, str | None] = {
     "bedrock": "aws",
 }
 
+# Where each provider's usage (as the SDK flattens it, under "original_usage.") or a hand-made
+# usage says how many of the prompt tokens were read from, or written to, a prompt cache: the
+# SDK's prompt_tokens include them, and the table prices them apart (a cache read at about a
+# tenth of an input token).
+_CACHE_READ = (
+    "cache_read_input_tokens",  # Anthropic
+    "prompt_tokens_details.cached_tokens",  # OpenAI chat completions
+    "input_tokens_details.cached_tokens",  # OpenAI responses
+    "cached_content_token_count",  # Google
+    "cacheReadInputTokens",  # Bedrock
+)
+_CACHE_WRITE = ("cache_creation_input_tokens", "cacheWriteInputTokens")
+
 _lock = threading.Lock()
 # (model, provider) -> genai-prices' (Provider, ModelInfo), or why there is none.
 _models: dict[tuple[str, str | None], tuple[Any, Any] | str] = {}
@@ -66,13 +79,27 @@ def _priced(span: SpanRecord) -> SpanRecord:
     from genai_prices import Usage
 
     provider, model = found
-    usage = Usage(input_tokens=span.prompt_tokens or 0, output_tokens=span.completion_tokens or 0)
+    usage = Usage(
+        input_tokens=span.prompt_tokens or 0,
+        output_tokens=span.completion_tokens or 0,
+        cache_read_tokens=_count(span, _CACHE_READ),
+        cache_write_tokens=_count(span, _CACHE_WRITE),
+    )
     try:
         price = model.calc_price(usage, provider, genai_request_timestamp=_when(span))
         cost = float(price.total_price)
     except Exception as error:  # a table entry this usage does not fit: unpriced, never an error
         return span.model_copy(update={"unpriced": shorten(f"{type(error).__name__}: {error}", 200)})
     return span.model_copy(update={"cost": cost, "cost_source": PRICE_TABLE})
+
+
+def _count(span: SpanRecord, names: Sequence[str]) -> int | None:
+    usage = span.usage or {}
+    for name in names:
+        for key in (name, f"original_usage.{name}"):
+            if key in usage:
+                return usage[key]
+    return None
 
 
 def _model(model: str, provider: str | None) -> tuple[Any, Any] | str:
