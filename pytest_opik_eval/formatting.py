@@ -19,3 +19,23 @@ def signed(value: float | None) -> str:
 def percent(value: float | None) -> str:
     """A rate as a percentage (``87.5%``)."""
     return MISSING if value is None else f"{value:.1%}"
+
+
+def dollars(cost: float | None) -> str:
+    """A cost in USD: cents from a dollar up (``$12.35``), else four decimals (``$0.0021``)."""
+    if cost is None:
+        return MISSING
+    if abs(cost) >= 1:
+        return f"${cost:,.2f}"
+    if 0 < abs(cost) < 0.00005:
+        return "<$0.0001"
+    return f"${cost:.4f}"
+
+
+def duration(seconds: float | None) -> str:
+    """A latency: milliseconds below a second (``120 ms``), else seconds (``2.5 s``)."""
+    if seconds is None:
+        return MISSING
+    if abs(seconds) < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if abs(seconds) < 100 else f"{seconds:,.0f} s"
