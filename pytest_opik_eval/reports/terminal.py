@@ -10,8 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.formatting import dollars, duration, score, signed
-from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentSummary, GateVerdict, UsageTotals
+from pytest_opik_eval.formatting import FIGURE_LABELS, direction, dollars, duration, figure, score, signed
+from pytest_opik_eval.verdict.model import (
+    ConfidenceInterval,
+    ExperimentSummary,
+    FigureChange,
+    GateVerdict,
+    UsageTotals,
+)
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 _NAME = 24  # width of the metric column
@@ -222,10 +228,25 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
                 f"      change [{signed(interval.low)}, {signed(interval.high)}] "
                 f"{interval.level * 100:g}% paired, {interval.items} item(s)"
             )
+    lines += figure_lines(baseline.figures)
     lines.append(f"    regressions ({len(baseline.regressions)}): {_ids(baseline.regressions)}")
     lines.append(f"    fixes ({len(baseline.fixes)}): {_ids(baseline.fixes)}")
     if baseline.regressions or baseline.fixes:
         lines.append(f"    flips either way as likely (McNemar exact test): p={baseline.flips_p_value:.3f}")
+    return lines
+
+
+def figure_lines(figures: dict[str, FigureChange]) -> list[str]:
+    """Cost, tokens and latency against the baseline, as the metric rows, with which way is worse."""
+    lines = []
+    for name, change in figures.items():
+        before, after = figure(name, change.baseline), figure(name, change.current)
+        moved = direction(change.delta, change.relative)
+        delta = "" if change.delta is None else f" ({figure(name, change.delta, sign=True)}, {moved})"
+        floor = f"; a floor: {change.unpriced} span(s) unpriced" if change.unpriced else ""
+        if floor:
+            delta = f"{delta[:-1]}{floor})" if delta else f" ({floor[2:]})"
+        lines.append(f"    {FIGURE_LABELS.get(name, name):<{_NAME}} {before:>6} -> {after}{delta}")
     return lines
 
 
