@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.cli import main as opik_eval
+
 APP = """
 import pathlib
 import time
@@ -362,3 +364,15 @@ def test_cost_tokens_and_latency_changes_against_the_baseline(
     (app.path / "scale.txt").write_text("1")
     result = app.run("--eval", f"--eval-baseline={expensive}")
     result.stdout.fnmatch_lines(["    cost per item            $0.1167 -> $0.0023 (-$0.1143, -98%, better)"])
+
+
+def test_opik_eval_gate_takes_the_cost_and_latency_gates(
+    app: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval").assert_outcomes(passed=3)
+    capsys.readouterr()
+    store = ["--store", str(app.store_path)]
+    assert opik_eval([*store, "gate", "last", "--eval-max-cost=0.01", "--eval-max-latency=60"]) == 0
+    assert opik_eval([*store, "gate", "last", "--eval-max-cost=0.005/run"]) == 1
+    out = capsys.readouterr().out
+    assert "NOT MET: test_qa: max_cost_per_run: spent $0.0070 (app $0.0070) is above $0.0050" in out, out
