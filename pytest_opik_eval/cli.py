@@ -22,6 +22,8 @@ from pytest_opik_eval.options import (
     STORE_FILE,
     STORE_FOLDER,
     confidence,
+    cost_limit,
+    latency_limit,
     metric_bound,
     rate,
     resume_command,
@@ -126,6 +128,10 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument(
         "--eval-max-regression", metavar="METRIC=DELTA", action="append", type=metric_bound, default=[]
     )
+    gate.add_argument(
+        "--eval-max-cost", metavar="USD[/item|/run]", action="append", type=cost_limit, default=[]
+    )
+    gate.add_argument("--eval-max-latency", metavar="SECONDS[@pNN]", type=latency_limit)
     gate.add_argument("--eval-gate-mode", choices=GATE_MODES)
     gate.add_argument("--eval-confidence", metavar="LEVEL", type=confidence)
     return parser
@@ -290,6 +296,8 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         soft=args.eval_soft,
         mode=args.eval_gate_mode,
         confidence=args.eval_confidence,
+        max_cost=dict(args.eval_max_cost),
+        max_latency=args.eval_max_latency,
     )
     _, experiments = store.find(args.id)
     results = judge_experiments(

@@ -19,3 +19,54 @@ def signed(value: float | None) -> str:
 def percent(value: float | None) -> str:
     """A rate as a percentage (``87.5%``)."""
     return MISSING if value is None else f"{value:.1%}"
+
+
+def dollars(cost: float | None) -> str:
+    """A cost in USD: cents from a dollar up (``$12.35``), else four decimals (``$0.0021``)."""
+    if cost is None:
+        return MISSING
+    if abs(cost) >= 1:
+        return f"${cost:,.2f}"
+    if 0 < abs(cost) < 0.00005:
+        return "<$0.0001"
+    return f"${cost:.4f}"
+
+
+def duration(seconds: float | None) -> str:
+    """A latency: milliseconds below a second (``120 ms``), else seconds (``2.5 s``)."""
+    if seconds is None:
+        return MISSING
+    if abs(seconds) < 1:
+        return f"{seconds * 1000:.0f} ms"
+    return f"{seconds:.1f} s" if abs(seconds) < 100 else f"{seconds:,.0f} s"
+
+
+# The baseline comparison's cost, token and latency figures (higher is worse for each), by key.
+FIGURE_LABELS = {
+    "cost_per_item": "cost per item",
+    "tokens_per_item": "tokens per item",
+    "latency_p50": "latency p50",
+    "latency_p95": "latency p95",
+}
+
+
+def figure(name: str, value: float | None, *, sign: bool = False) -> str:
+    """A figure of the baseline comparison in its unit: dollars, tokens or a duration; with
+    ``sign``, a change (``+$0.0010``, ``-120 ms``)."""
+    if value is None:
+        return MISSING
+    prefix = ("+" if value >= 0 else "-") if sign else ""
+    shown = abs(value) if sign else value
+    if name.startswith("cost"):
+        return prefix + dollars(shown)
+    if name.startswith("latency"):
+        return prefix + duration(shown)
+    return prefix + (f"{shown:,.0f}" if shown == round(shown) else f"{shown:,.1f}")
+
+
+def direction(delta: float | None, relative: float | None) -> str:
+    """How a figure moved, for a figure where up is worse: ``+25%, worse``."""
+    if delta is None:
+        return ""
+    word = "worse" if delta > 0 else "better" if delta < 0 else "no change"
+    return word if relative is None or delta == 0 else f"{relative:+.0%}, {word}"

@@ -123,6 +123,23 @@ def add_options(parser: pytest.Parser) -> None:
         "ini eval_max_regression)",
     )
     group.addoption(
+        "--eval-max-cost",
+        metavar="USD[/item|/run]",
+        dest="eval_max_cost",
+        action="append",
+        type=cost_limit,
+        help="Fail when an item's mean cost (the app's spans, per trial) is above USD, or with /run "
+        "when the experiment's whole spend (app and judges) is; give both to gate both (ini eval_max_cost)",
+    )
+    group.addoption(
+        "--eval-max-latency",
+        metavar="SECONDS[@pNN]",
+        dest="eval_max_latency",
+        type=latency_limit,
+        help="Fail when the task latency's percentile (p95 unless @pNN says another) is above "
+        "SECONDS, such as 2.5, 800ms or 2.5@p99 (ini eval_max_latency)",
+    )
+    group.addoption(
         "--eval-gate-mode",
         dest="eval_gate_mode",
         choices=GATE_MODES,
@@ -159,6 +176,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
     parser.addini("eval_baseline", "The baseline to compare with (an id, or last-passing)", type="string")
     parser.addini("eval_max_regression", "METRIC=DELTA regression gates, one per line", type="linelist")
+    parser.addini("eval_max_cost", "USD[/item|/run] cost gates, one per line", type="linelist")
+    parser.addini("eval_max_latency", "SECONDS[@pNN]: a gate on the task latency", type="string")
     parser.addini("eval_gate_mode", "How the gates decide: normal or strict", type="string")
     parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
 
@@ -221,6 +240,51 @@ def score_bound_problem(bound: float, *, written: str = "") -> str | None:
         return None
     hint = f" (for {bound:g}% write {written}{bound / 100:g})" if 1 < bound <= 100 else ""
     return f"must be a score from 0 to 1{hint}"
+
+
+COST_SCOPES = ("item", "run")
+_COST_FORM = (
+    "expected a cost in USD as AMOUNT[/item|/run], such as 0.01 (each item's mean cost), "
+    "0.01/item, or 5/run (the experiment's whole spend)"
+)
+_LATENCY_FORM = "expected SECONDS[@pNN], such as 2.5 (p95), 800ms, or 2.5@p99"
+
+
+def cost_limit(value: str) -> tuple[str, float]:
+    """``0.01``, ``0.01/item``, ``$5/run``, ``5usd/run`` -> (scope, USD)."""
+    amount, _, scope = value.strip().partition("/")
+    scope = scope.strip().lower() or "item"
+    amount = amount.strip().removeprefix("$")
+    if amount.lower().endswith("usd"):
+        amount = amount[:-3].strip()
+    try:
+        usd = float(amount)
+    except ValueError:
+        usd = float("nan")
+    if scope not in COST_SCOPES or not 0 <= usd < float("inf"):
+        raise argparse.ArgumentTypeError(f"{_COST_FORM}; got {value!r}")
+    return scope, usd
+
+
+def latency_limit(value: str) -> tuple[float, float]:
+    """``2.5``, ``2.5s``, ``800ms``, ``2.5@p99`` -> (seconds, percentile)."""
+    amount, sep, rank = value.strip().lower().partition("@")
+    amount = amount.strip()
+    scale = 1.0
+    if amount.endswith("ms"):
+        amount, scale = amount[:-2], 0.001
+    elif amount.endswith("s"):
+        amount = amount[:-1]
+    try:
+        limit = float(amount) * scale
+        percentile = float(rank.strip().removeprefix("p")) if sep and rank.strip().startswith("p") else 95.0
+    except ValueError:
+        limit = percentile = float("nan")
+    if sep and not rank.strip().startswith("p"):
+        percentile = float("nan")
+    if not 0 <= limit < float("inf") or not 0 < percentile <= 100:
+        raise argparse.ArgumentTypeError(f"{_LATENCY_FORM}; got {value!r}")
+    return limit, percentile
 
 
 def _shard(value: str) -> tuple[int, int]:

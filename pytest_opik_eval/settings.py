@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,8 @@ from pytest_opik_eval.options import (
     STORE_FILE,
     STORE_FOLDER,
     confidence,
+    cost_limit,
+    latency_limit,
     metric_bound,
     rate,
     resume_command,
@@ -37,6 +39,8 @@ class GateOptions:
     soft: bool | None
     mode: GateMode | None
     confidence: float | None
+    max_cost: dict[str, float] = field(default_factory=dict)  # "item" / "run" -> USD
+    max_latency: tuple[float, float] | None = None  # (seconds, percentile)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,8 @@ class EvalOptions:
                 soft=config.getoption("eval_soft"),
                 mode=config.getoption("eval_gate_mode"),
                 confidence=config.getoption("eval_confidence"),
+                max_cost=dict(config.getoption("eval_max_cost") or ()),
+                max_latency=config.getoption("eval_max_latency"),
             ),
             ini_gates=_ini_gates(config),
             baseline=config.getoption("eval_baseline")
@@ -152,6 +158,16 @@ def _ini_gates(config: pytest.Config) -> GateOptions:
         level = confidence(level_text) if level_text else None
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_confidence: {error}") from None
+    try:
+        # One per line; two on one line ("0.01/item 5/run") read the same.
+        max_cost = dict(cost_limit(part) for line in config.getini("eval_max_cost") for part in line.split())
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_max_cost: {error}") from None
+    latency_text = str(config.getini("eval_max_latency") or "").strip()
+    try:
+        max_latency = latency_limit(latency_text) if latency_text else None
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_max_latency: {error}") from None
     return GateOptions(
         fail_under=bounds("eval_fail_under"),
         min_pass_rate=min_pass_rate,
@@ -159,6 +175,8 @@ def _ini_gates(config: pytest.Config) -> GateOptions:
         soft=bool(config.getini("eval_soft")),
         mode=mode,
         confidence=level,
+        max_cost=max_cost,
+        max_latency=max_latency,
     )
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_opik_eval.options import score_bound_problem
+from pytest_opik_eval.options import cost_limit, latency_limit, score_bound_problem
 
 if TYPE_CHECKING:
     from pytest_opik_eval.filtering import Filter
@@ -18,12 +19,15 @@ MARKER = "eval"  # @pytest.mark.eval
 MARKER_HELP = (
     "eval(dataset, *, metrics=(), scoring_key_mapping=None, trial_count=1, filter=None, "
     "item_ids=None, sampler=None, nb_samples=None, experiment_name=None, thresholds=None, "
-    "fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, task_threads=None): "
+    "fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, task_threads=None, "
+    "max_cost=None, max_latency=None): "
     "run the test as an evaluation with --eval: one test case per dataset item and trial; the "
     "test function is the task, its return value the output, and the metrics' scores its "
     "assertions. dataset: a .jsonl/.json/.csv path relative to the test file, a list of dicts, "
     "or a callable returning one. fail_under and min_pass_rate gate the experiment's aggregates; "
-    "pass_threshold=K passes an item when K of its trial_count trials passed. dataset_name: the "
+    "pass_threshold=K passes an item when K of its trial_count trials passed. max_cost: USD "
+    "per item (0.01), or '0.01/item', '5/run', or a list of both; max_latency: seconds of task "
+    "latency at p95 (2.5), or '800ms', '2.5@p99'. dataset_name: the "
     "Opik server dataset a file dataset is uploaded to (default: the file's name). task_threads: "
     "how many trials may run at once (wins over --eval-threads)."
 )
@@ -46,6 +50,8 @@ def _signature(
     pass_threshold: int | None = None,
     dataset_name: str | None = None,
     task_threads: int | None = None,
+    max_cost: float | str | Sequence[str] | None = None,
+    max_latency: float | str | None = None,
 ) -> None:
     """The marker's signature; binding the marker's arguments to it reports unknown ones."""
 
@@ -72,6 +78,8 @@ class EvalSpec:
     pass_threshold: int | None
     dataset_name: str | None
     task_threads: int | None
+    max_cost: Mapping[str, float] = field(default_factory=dict)  # "item" / "run" -> USD
+    max_latency: tuple[float, float] | None = None  # (seconds, percentile)
 
     def sampler_description(self) -> str | None:
         if self.sampler is None:
@@ -109,6 +117,8 @@ def read_spec(marker: pytest.Mark, where: str) -> EvalSpec:
         pass_threshold=_pass_threshold(args["pass_threshold"], trial_count, where),
         dataset_name=_name(args["dataset_name"], where, "dataset_name"),
         task_threads=_count(args["task_threads"], "task_threads", where, default=None),
+        max_cost=_max_cost(args["max_cost"], where),
+        max_latency=_max_latency(args["max_latency"], where),
     )
 
 
@@ -252,3 +262,42 @@ def _pass_threshold(value: object, trial_count: int, where: str) -> int | None:
             where, f"pass_threshold must be an integer from 1 to trial_count ({trial_count}), got {value!r}"
         )
     return value
+
+
+def _max_cost(value: object, where: str) -> dict[str, float]:
+    """A number is USD per item; a string reads as --eval-max-cost does; a list gives both."""
+    if value is None:
+        return {}
+    given = [value] if isinstance(value, (str, int, float)) else value
+    limits: dict[str, float] = {}
+    for one in given if isinstance(given, (list, tuple)) else [given]:
+        if isinstance(one, bool) or not isinstance(one, (str, int, float)):
+            _fail(
+                where,
+                f"max_cost must be USD per item (0.01), or '0.01/item', '5/run', or a list; got {value!r}",
+            )
+        try:
+            scope, usd = cost_limit(str(one))
+        except argparse.ArgumentTypeError as error:
+            problem = str(error)
+        else:
+            limits[scope] = usd
+            continue
+        _fail(where, f"max_cost: {problem}")
+    return limits
+
+
+def _max_latency(value: object, where: str) -> tuple[float, float] | None:
+    """A number is seconds at p95; a string reads as --eval-max-latency does."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        _fail(
+            where,
+            f"max_latency must be seconds (2.5), or a string such as '800ms' or '2.5@p99'; got {value!r}",
+        )
+    try:
+        return latency_limit(str(value))
+    except argparse.ArgumentTypeError as error:
+        problem = str(error)
+    _fail(where, f"max_latency: {problem}")

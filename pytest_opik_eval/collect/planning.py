@@ -24,6 +24,7 @@ from pytest_opik_eval.store.records import (
     DatasetRecord,
     ExperimentRecord,
     GateSettings,
+    LatencyLimit,
     PlannedTrial,
     RunRecord,
     ScoreRecord,
@@ -281,6 +282,8 @@ def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: Gate
         thresholds=scorer.thresholds_in_force(),
         mode=cli.mode or ini.mode or "normal",
         confidence=_first(cli.confidence, ini.confidence) or 0.95,
+        **_cost_and_latency({**ini.max_cost, **cli.max_cost, **spec.max_cost}, None),
+        max_latency=_latency(spec.max_latency or cli.max_latency or ini.max_latency),
     )
 
 
@@ -294,8 +297,22 @@ def settings_for_resume(stored: GateSettings, cli: GateOptions) -> GateSettings:
             "soft": stored.soft if cli.soft is None else cli.soft,
             "mode": cli.mode or stored.mode,
             "confidence": stored.confidence if cli.confidence is None else cli.confidence,
+            **_cost_and_latency(cli.max_cost, stored),
+            "max_latency": _latency(cli.max_latency) or stored.max_latency,
         }
     )
+
+
+def _cost_and_latency(max_cost: dict[str, float], stored: GateSettings | None) -> dict[str, float | None]:
+    """The cost gates by scope: those given, else those stored (a resume's)."""
+    return {
+        "max_cost_per_item": max_cost.get("item", stored.max_cost_per_item if stored else None),
+        "max_cost_per_run": max_cost.get("run", stored.max_cost_per_run if stored else None),
+    }
+
+
+def _latency(given: tuple[float, float] | None) -> LatencyLimit | None:
+    return None if given is None else LatencyLimit(seconds=given[0], percentile=given[1])
 
 
 def _first(*values: float | bool | None) -> float | bool | None:

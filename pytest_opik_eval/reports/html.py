@@ -17,10 +17,16 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from pytest_opik_eval.formatting import percent, score, signed
+from pytest_opik_eval.formatting import FIGURE_LABELS, direction, figure, percent, score, signed
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.files import write_atomically
-from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentReport, GateVerdict, Report
+from pytest_opik_eval.verdict.model import (
+    ConfidenceInterval,
+    ExperimentReport,
+    FigureChange,
+    GateVerdict,
+    Report,
+)
 
 # experiment id -> that experiment's dataset items (dicts with "id", "input", "expected_output", ...)
 Items = Mapping[str, Sequence[Mapping[str, Any]]]
@@ -350,12 +356,36 @@ def _baseline_html(e: ExperimentReport) -> str:
 <p class="shared-items">compared over the {b.shared_items:,} item(s) both planned</p>
 <table><thead><tr><th>metric</th><th>baseline</th><th>current</th><th>delta</th>{paired_heads}</tr></thead>
 <tbody>{rows}</tbody></table>
+{_figures_html(b.figures)}
 {_flips_html(b.regressions, b.fixes, b.flips_p_value)}
 {_id_list("only-current", "Only in this experiment", b.only_in_current) if b.only_in_current else ""}
 {_id_list("only-baseline", "Only in the baseline", b.only_in_baseline) if b.only_in_baseline else ""}
 {_id_list("regressions", "Regressions (passed in the baseline, fail now)", b.regressions)}
 {_id_list("fixes", "Fixes (failed in the baseline, pass now)", b.fixes)}
 </div>"""
+
+
+def _figures_html(figures: dict[str, FigureChange]) -> str:
+    """Cost, tokens and latency in both runs, over the same items; a rise, which is worse, in red."""
+    if not figures:
+        return ""
+    rows = []
+    for name, f in figures.items():
+        moved = direction(f.delta, f.relative)
+        change = figure(name, f.delta, sign=True) + (f" ({moved})" if f.delta is not None else "")
+        if f.unpriced:
+            change += f" &middot; a floor: {f.unpriced} span(s) unpriced"
+        css = "bad" if f.delta is not None and f.delta > 0 else "ok" if f.delta else ""
+        rows.append(
+            f'<tr data-figure="{escape(name)}"><td>{escape(FIGURE_LABELS.get(name, name))}</td>'
+            f"<td>{figure(name, f.baseline)}</td><td>{figure(name, f.current)}</td>"
+            f'<td class="{css}">{change}</td></tr>'
+        )
+    return (
+        '<table class="figures" title="higher is worse"><thead><tr><th>cost and latency</th>'
+        "<th>baseline</th><th>current</th><th>change (higher is worse)</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _flips_html(regressions: Sequence[str], fixes: Sequence[str], p_value: float) -> str:

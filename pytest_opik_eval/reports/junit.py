@@ -66,6 +66,8 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
             for name, delta in b.metrics.items():
                 properties.append((f"{base}baseline.{name}.delta", _num(delta.delta)))
                 properties += _interval(f"{base}baseline.{name}.delta", delta.interval)
+            for name, change in b.figures.items():  # cost, tokens, latency: higher is worse
+                properties.append((f"{base}baseline.{name}.delta", _num(change.delta)))
     # Experiment and metric names and gate details carry data; pytest escapes only what XML
     # forbids in values, so an ESC in a name would make the file unreadable.
     return [(escape_control(name), escape_control(value)) for name, value in properties]

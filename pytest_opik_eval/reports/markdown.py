@@ -8,8 +8,14 @@ import re
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.formatting import percent, score, signed
-from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentReport, GateVerdict, Report
+from pytest_opik_eval.formatting import FIGURE_LABELS, direction, figure, percent, score, signed
+from pytest_opik_eval.verdict.model import (
+    ConfidenceInterval,
+    ExperimentReport,
+    FigureChange,
+    GateVerdict,
+    Report,
+)
 
 # How many item ids or trials to name before saying "... and N more": a summary that lists a
 # thousand failures is no longer a summary.
@@ -93,8 +99,7 @@ def _gate_lines(e: ExperimentReport) -> list[str]:
         _row(["---", "---", "---:", "---:", "---:", "---:"]),
     ]
     for g in e.gates:
-        # a change against the baseline carries its sign, as in the baseline section
-        show = signed if g.kind == "max_regression" else score
+        show = _gate_figure(g)
         items = str(g.interval.items) if g.interval is not None else "-"
         lines.append(
             _row([_verdict(g), _gate_name(g), show(g.value), _bounds(g.interval, show), items, show(g.bound)])
@@ -104,6 +109,18 @@ def _gate_lines(e: ExperimentReport) -> list[str]:
         lines.append(f"- {'✅' if g.met else '❌'} {_gate_name(g)}: {_inline(g.detail)}")
         lines += [f"  - {_inline(note)}" for note in g.notes]
     return lines
+
+
+def _gate_figure(g: GateVerdict) -> Callable[[float | None], str]:
+    """How a gate's value and bound are written: a change against the baseline with its sign (as
+    in the baseline section), a cost in dollars, a latency in seconds, else a score."""
+    if g.kind == "max_regression":
+        return signed
+    if g.kind.startswith("max_cost"):
+        return lambda value: figure("cost", value)
+    if g.kind == "max_latency":
+        return lambda value: figure("latency", value)
+    return score
 
 
 def _verdict(g: GateVerdict) -> str:
@@ -148,6 +165,9 @@ def _baseline_lines(e: ExperimentReport) -> list[str]:
             )
             for name, d in changes
         ]
+    figures = _figure_rows(b.figures)
+    if figures:
+        lines += ["", *figures]
     bullets = []
     if b.regressions or b.fixes:
         bullets.append(
@@ -163,7 +183,33 @@ def _baseline_lines(e: ExperimentReport) -> list[str]:
     if b.only_in_baseline:
         bullets.append(f"- Only in the baseline: {_ids(b.only_in_baseline)}")
     # a list right after a table needs a blank line between them
-    return lines + ([""] if changes and bullets else []) + bullets
+    return lines + ([""] if (changes or figures) and bullets else []) + bullets
+
+
+def _figure_rows(figures: dict[str, FigureChange]) -> list[str]:
+    """Cost, tokens and latency in both runs: higher is worse, and a rise is flagged."""
+    if not figures:
+        return []
+    lines = [_row(["figure", "baseline", "current", "change", "direction"]), _row(["---"] + ["---:"] * 4)]
+    for name, f in figures.items():
+        moved = direction(f.delta, f.relative)
+        if f.delta is not None and f.delta > 0:
+            moved += " ⚠️"
+        if f.unpriced:
+            moved += f" (a floor: {f.unpriced} span(s) unpriced)"
+        label = FIGURE_LABELS.get(name, name)
+        lines.append(
+            _row(
+                [
+                    label,
+                    figure(name, f.baseline),
+                    figure(name, f.current),
+                    figure(name, f.delta, sign=True),
+                    moved,
+                ]
+            )
+        )
+    return lines
 
 
 def _pending_lines(e: ExperimentReport, resume_command: Callable[[str], str]) -> list[str]:

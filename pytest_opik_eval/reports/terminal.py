@@ -10,8 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.formatting import score, signed
-from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentSummary, GateVerdict, UsageTotals
+from pytest_opik_eval.formatting import FIGURE_LABELS, direction, dollars, duration, figure, score, signed
+from pytest_opik_eval.verdict.model import (
+    ConfidenceInterval,
+    ExperimentSummary,
+    FigureChange,
+    GateVerdict,
+    UsageTotals,
+)
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 _NAME = 24  # width of the metric column
@@ -70,7 +76,7 @@ def cost_lines(summary: ExperimentSummary) -> list[str]:
     were measured or reported): one line within 80 columns, or as many as that takes."""
     parts = []
     if summary.latency is not None:
-        parts.append(f"latency p50 {_seconds(summary.latency.p50)}  p95 {_seconds(summary.latency.p95)}")
+        parts.append(f"latency p50 {duration(summary.latency.p50)}  p95 {duration(summary.latency.p95)}")
     usage = summary.usage
     if usage is not None and usage.app is not None:
         parts += _usage_parts(usage.app)
@@ -86,7 +92,7 @@ def _usage_parts(totals: UsageTotals) -> list[str]:
         parts.append(f"tokens {totals.prompt_tokens:,} in / {totals.completion_tokens:,} out")
     unpriced = _unpriced(totals.unpriced)
     if totals.cost is not None or unpriced:
-        parts.append(f"cost {'unknown' if totals.cost is None else _dollars(totals.cost)}")
+        parts.append(f"cost {'unknown' if totals.cost is None else dollars(totals.cost)}")
     if unpriced:  # a part of its own: on the cost's line when it fits, else on the next
         parts.append(f"({unpriced})")
     return parts
@@ -115,20 +121,6 @@ def _fill(parts: list[str], indent: str) -> list[str]:
     if line and line.strip() != "judges:":
         lines.append(line)
     return lines
-
-
-def _seconds(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:,.0f} s"
-
-
-def _dollars(cost: float) -> str:
-    if cost >= 1:
-        return f"${cost:,.2f}"
-    if 0 < cost < 0.00005:
-        return "<$0.0001"
-    return f"${cost:.4f}"
 
 
 def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
@@ -236,10 +228,25 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
                 f"      change [{signed(interval.low)}, {signed(interval.high)}] "
                 f"{interval.level * 100:g}% paired, {interval.items} item(s)"
             )
+    lines += figure_lines(baseline.figures)
     lines.append(f"    regressions ({len(baseline.regressions)}): {_ids(baseline.regressions)}")
     lines.append(f"    fixes ({len(baseline.fixes)}): {_ids(baseline.fixes)}")
     if baseline.regressions or baseline.fixes:
         lines.append(f"    flips either way as likely (McNemar exact test): p={baseline.flips_p_value:.3f}")
+    return lines
+
+
+def figure_lines(figures: dict[str, FigureChange]) -> list[str]:
+    """Cost, tokens and latency against the baseline, as the metric rows, with which way is worse."""
+    lines = []
+    for name, change in figures.items():
+        before, after = figure(name, change.baseline), figure(name, change.current)
+        moved = direction(change.delta, change.relative)
+        delta = "" if change.delta is None else f" ({figure(name, change.delta, sign=True)}, {moved})"
+        floor = f"; a floor: {change.unpriced} span(s) unpriced" if change.unpriced else ""
+        if floor:
+            delta = f"{delta[:-1]}{floor})" if delta else f" ({floor[2:]})"
+        lines.append(f"    {FIGURE_LABELS.get(name, name):<{_NAME}} {before:>6} -> {after}{delta}")
     return lines
 
 

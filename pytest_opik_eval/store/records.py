@@ -95,6 +95,13 @@ class Selection(_Written):
 GateMode = Literal["normal", "strict"]
 
 
+class LatencyLimit(_Written):
+    """A latency gate's bound: the task latency's ``percentile`` (nearest rank) at most ``seconds``."""
+
+    seconds: float
+    percentile: float = 95.0
+
+
 class GateSettings(_Written):
     """The gates, thresholds and soft setting in force when the experiment was created; a
     resume gates with them unless its command line gives new ones."""
@@ -109,9 +116,21 @@ class GateSettings(_Written):
     # on its estimate; "strict": a gate passes only when its interval clears the bound.
     mode: GateMode = "normal"
     confidence: float = 0.95  # the level of every interval and test
+    # USD. Per item: no item's mean cost over its completed trials, the app's spans only, above
+    # it. Per run: the experiment's whole spend (the app's and the judges'), every session's.
+    max_cost_per_item: float | None = None
+    max_cost_per_run: float | None = None
+    max_latency: LatencyLimit | None = None  # on the task latency, over the completed trials
 
     def has_gates(self) -> bool:
-        return bool(self.fail_under or self.min_pass_rate is not None or self.max_regression)
+        return bool(
+            self.fail_under
+            or self.min_pass_rate is not None
+            or self.max_regression
+            or self.max_cost_per_item is not None
+            or self.max_cost_per_run is not None
+            or self.max_latency is not None
+        )
 
 
 class ExperimentRecord(_Written):

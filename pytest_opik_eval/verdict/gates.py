@@ -1,7 +1,11 @@
 """Deciding on a whole experiment: item verdicts (k of n), aggregate gates, pending trials, and
 the comparison with a baseline. Pure functions over experiment results: no pytest, no store.
 
-How a gate decides, at the settings' confidence level (``GateSettings.mode``):
+The cost and latency gates compare what was measured with their bound: no interval, no test,
+the same in either mode. A figure that was not measured (no span reported usage, a span has
+tokens and no price, no latency was recorded) fails its gate, saying why and how to measure it.
+
+How a score gate decides, at the settings' confidence level (``GateSettings.mode``):
 - normal: an absolute gate (fail_under, min_pass_rate) compares its estimate with the bound, and
   flags as borderline a result whose interval holds the bound. A regression gate fails when the
   drop is significant (the one-sided paired bootstrap test, Holm-adjusted over the experiment's
@@ -15,16 +19,18 @@ How a gate decides, at the settings' confidence level (``GateSettings.mode``):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from pytest_opik_eval.formatting import score, signed
-from pytest_opik_eval.store.records import GateSettings
+from pytest_opik_eval.formatting import dollars, duration, score, signed
+from pytest_opik_eval.store.records import GateSettings, TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     ConfidenceInterval,
     ExperimentSummary,
+    FigureChange,
     GateKind,
     GateVerdict,
     MetricDelta,
@@ -34,6 +40,10 @@ from pytest_opik_eval.verdict.results import (
     confidence_interval,
     summarize,
 )
+from pytest_opik_eval.verdict.usage import Spend, percentile, spend, task_seconds
+
+# Items or trials named in a cost or latency gate's notes, worst first.
+_WORST = 5
 
 
 def judge(
@@ -65,6 +75,8 @@ def evaluate_gates(
         *_min_pass_rate(result, settings),
         *_items(result, settings),
         *_max_regression(result, settings),
+        *_max_cost(result, settings),
+        *_max_latency(result, settings),
     ]
     verdicts = [v.model_copy(update={"detail": v.detail + pending_note}) for v in verdicts]
     if summary.pending and not verdicts and settings.has_gates():
@@ -277,6 +289,118 @@ def _regression(
     )
 
 
+def _max_cost(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    """Per item: no item's mean app cost per trial above the bound (the judges' cost is the eval's,
+    not the app's); per run: the experiment's whole spend, the app's and the judges'."""
+    if settings.max_cost_per_item is None and settings.max_cost_per_run is None:
+        return []
+    spent = spend(result.trials)
+    pending = bool(result.summary.pending)
+    verdicts = []
+    bound = settings.max_cost_per_item
+    if bound is not None:
+        worst = sorted(spent.cost_by_item.items(), key=lambda pair: -pair[1])
+        value = worst[0][1] if worst and spent.app_reported else None
+        over = [item for item, cost in worst if cost > bound]
+        if not spent.app_reported:
+            detail = _nothing_reported("the app's", spent.trials)
+        elif over:
+            detail = (
+                f"{len(over)} of {len(worst)} items cost more than {dollars(bound)} per trial "
+                f"(the app's spans, mean over an item's trials), the most {dollars(value)}"
+            )
+        else:
+            detail = (
+                f"the most expensive item cost {dollars(value)} per trial <= {dollars(bound)} "
+                "(the app's spans)"
+            )
+        unpriced = _unpriced(spent.unpriced_app)
+        notes = []
+        if worst and spent.app_reported:
+            notes.append("most expensive: " + ", ".join(f"{i} {dollars(c)}" for i, c in worst[:_WORST]))
+        verdicts.append(
+            _verdict(
+                "max_cost_per_item",
+                None,
+                value,
+                bound,
+                spent.app_reported and not over and not unpriced and not pending,
+                detail + unpriced,
+            ).model_copy(update={"notes": notes})
+        )
+    bound = settings.max_cost_per_run
+    if bound is not None:
+        reported = spent.app_reported or spent.judge_reported
+        if not reported:
+            detail = _nothing_reported("any", spent.trials)
+        else:
+            judged = f", judges {dollars(spent.judge)}" if spent.judge_reported else ""
+            verb = "<=" if spent.total <= bound else "is above"
+            detail = (
+                f"spent {dollars(spent.total)} (app {dollars(spent.app)}{judged}) {verb} {dollars(bound)}"
+            )
+        unpriced = _unpriced(spent.unpriced_app + spent.unpriced_judge)
+        met = reported and spent.total <= bound and not unpriced and not pending
+        verdicts.append(
+            _verdict(
+                "max_cost_per_run", None, spent.total if reported else None, bound, met, detail + unpriced
+            )
+        )
+    return verdicts
+
+
+def _nothing_reported(whose: str, trials: int) -> str:
+    return (
+        f"no cost was measured: no span of {whose} reported usage or a cost in {trials} completed "
+        "trial(s); record the LLM calls with @opik.track (or an Opik integration such as "
+        "track_openai) and their usage with opik_context.update_current_span(usage=..., total_cost=...)"
+    )
+
+
+def _unpriced(reasons: Counter[str]) -> str:
+    """Why a cost is a floor, which a gate cannot pass on, and how to price the rest."""
+    if not reasons:
+        return ""
+    count = sum(reasons.values())
+    why = "; ".join(f"{reason} ({n})" for reason, n in reasons.most_common())
+    # The reasons are run/pricing.py's: "no price table (pip install ...)", "unknown model 'x'", ...
+    fix = (
+        "install the price table: pip install 'pytest-opik-eval[cost]' (Python >= 3.11)"
+        if any(reason.startswith("no price table") for reason in reasons)
+        else "report the span's cost (total_cost), or a model and provider the price table knows"
+    )
+    return f"; {count} span(s) have tokens and no price, so the cost is a floor and cannot pass: {why}; {fix}"
+
+
+def _max_latency(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    """The task latency's percentile (nearest rank: a measured value) over the completed trials."""
+    limit = settings.max_latency
+    if limit is None:
+        return []
+    name = f"p{limit.percentile:g}"
+    measured = task_seconds(result.trials)
+    value = percentile([seconds for seconds, _ in reversed(measured)], limit.percentile) if measured else None
+    if value is None:
+        detail = (
+            "no completed trial recorded its task latency (trials recorded by a version that kept "
+            "no timings have none: rerun them)"
+        )
+    else:
+        verb = "<=" if value <= limit.seconds else "is above"
+        detail = (
+            f"{name} task latency {duration(value)} {verb} {duration(limit.seconds)}, "
+            f"over {len(measured)} trial(s)"
+        )
+    notes = []
+    if measured:
+        slowest = ", ".join(f"{t.dataset_item_id}#{t.trial} {duration(s)}" for s, t in measured[:_WORST])
+        notes.append(f"slowest: {slowest}")
+    met = value is not None and value <= limit.seconds and not result.summary.pending
+    return [
+        _verdict("max_latency", name, value, limit.seconds, met, detail).model_copy(update={"notes": notes})
+    ]
+
+
 def _items_to_show_below(margin: float, sd: float, level: float) -> int:
     """Items for the one-sided test to show, with 80% power, a drop ``margin`` below delta."""
     if sd == 0.0:
@@ -346,8 +470,56 @@ def compare(
         regressions=regressions,
         fixes=fixes,
         flips_p_value=stats.mcnemar_exact(len(regressions), len(fixes)),
+        figures=_figures(
+            [t for t in current.trials if t.dataset_item_id in kept],
+            [t for t in baseline.trials if t.dataset_item_id in kept],
+        ),
     )
     return comparison, paired
+
+
+def _figures(now: Sequence[TrialRecord], before: Sequence[TrialRecord]) -> dict[str, FigureChange]:
+    """Cost, tokens and latency in both runs over the same items; a figure neither run measured
+    is left out."""
+    spent_now, spent_before = spend(now), spend(before)
+    unpriced = sum(spent_now.unpriced_app.values()) + sum(spent_before.unpriced_app.values())
+    figures = {
+        "cost_per_item": (
+            _per_item(spent_now, spent_now.cost_by_item),
+            _per_item(spent_before, spent_before.cost_by_item),
+            unpriced,
+        ),
+        "tokens_per_item": (
+            _per_item(spent_now, spent_now.tokens_by_item),
+            _per_item(spent_before, spent_before.tokens_by_item),
+            0,
+        ),
+    }
+    seconds_now = sorted(s for s, _ in task_seconds(now))
+    seconds_before = sorted(s for s, _ in task_seconds(before))
+    for p in (50, 95):
+        figures[f"latency_p{p}"] = (
+            percentile(seconds_now, p) if seconds_now else None,
+            percentile(seconds_before, p) if seconds_before else None,
+            0,
+        )
+    return {
+        name: _change(current, previous, unpriced_spans)
+        for name, (current, previous, unpriced_spans) in figures.items()
+        if current is not None or previous is not None
+    }
+
+
+def _per_item(spent: Spend, by_item: dict[str, float]) -> float | None:
+    if not spent.app_reported or not by_item:
+        return None
+    return math.fsum(by_item.values()) / len(by_item)
+
+
+def _change(current: float | None, previous: float | None, unpriced: int) -> FigureChange:
+    delta = None if current is None or previous is None else current - previous
+    relative = None if delta is None or not previous else delta / previous
+    return FigureChange(baseline=previous, current=current, delta=delta, relative=relative, unpriced=unpriced)
 
 
 def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> ExperimentSummary:

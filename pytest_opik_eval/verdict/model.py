@@ -124,7 +124,16 @@ class ExperimentSummary(_Report):
 
 
 ItemStatus = Literal["passed", "failed", "pending"]
-GateKind = Literal["fail_under", "min_pass_rate", "items", "max_regression", "pending"]
+GateKind = Literal[
+    "fail_under",
+    "min_pass_rate",
+    "items",
+    "max_regression",
+    "max_cost_per_item",
+    "max_cost_per_run",
+    "max_latency",
+    "pending",
+]
 
 
 class ItemVerdict(_Report):
@@ -166,6 +175,18 @@ class MetricDelta(_Report):
     sd: float | None = None  # the standard deviation of the per-item differences
 
 
+class FigureChange(_Report):
+    """A cost, token or latency figure in both runs, over the items both planned. Higher is
+    worse for every one of them. No statistical test: the change as measured."""
+
+    baseline: float | None  # None: not measured in that run
+    current: float | None
+    delta: float | None  # current - baseline
+    relative: float | None  # delta / baseline; None when the baseline is 0 or missing
+    # Spans with tokens and no cost, in the two runs together: a cost is then a floor.
+    unpriced: int = 0
+
+
 class ItemChange(_Report):
     """One item in both runs, for the A/B view."""
 
@@ -193,6 +214,10 @@ class BaselineComparison(_Report):
     flips_p_value: float = 1.0
     # The items both planned, sorted by their change in the first metric (worst first).
     items: list[ItemChange] = []
+    # Over those items: "cost_per_item" (USD, the app's spans: the mean over items of an item's
+    # mean cost per trial), "tokens_per_item" (the app's total tokens, likewise), and the task
+    # latency's "latency_p50" and "latency_p95" (seconds, over the trials). Only those measured.
+    figures: dict[str, FigureChange] = {}
 
 
 class DatasetReport(_Report):

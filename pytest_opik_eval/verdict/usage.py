@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord
 from pytest_opik_eval.verdict.model import Latency, LatencySummary, Usage, UsageTotals
@@ -121,3 +122,57 @@ def _sum(totals: Sequence[UsageTotals]) -> UsageTotals | None:
         spans=sum(t.spans for t in totals),
         unpriced=dict(unpriced),
     )
+
+
+@dataclass
+class Spend:
+    """What an experiment's completed trials spent, for the cost gates and the baseline
+    comparison. A completed trial whose app reported nothing counts as spending nothing."""
+
+    trials: int = 0  # completed
+    app: float = 0.0  # USD, every trial's app cost
+    judge: float = 0.0
+    # Each item's mean, per completed trial, of the app's cost and total tokens.
+    cost_by_item: dict[str, float] = field(default_factory=dict)
+    tokens_by_item: dict[str, float] = field(default_factory=dict)
+    app_reported: bool = False  # some span of the app reported usage or a cost
+    judge_reported: bool = False
+    # The spans with tokens and no cost, by why: the costs above are floors.
+    unpriced_app: Counter[str] = field(default_factory=Counter)
+    unpriced_judge: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> float:
+        return self.app + self.judge
+
+
+def spend(trials: Iterable[TrialRecord]) -> Spend:
+    result = Spend()
+    costs: dict[str, list[float]] = {}
+    tokens: dict[str, list[int]] = {}
+    for trial in trials:
+        if trial.status != "completed":
+            continue
+        result.trials += 1
+        usage = trial_usage(trial.spans)
+        app = usage.app if usage is not None else None
+        judge = usage.judge if usage is not None else None
+        costs.setdefault(trial.dataset_item_id, []).append((app.cost or 0.0) if app else 0.0)
+        tokens.setdefault(trial.dataset_item_id, []).append(app.total_tokens if app else 0)
+        if app is not None:
+            result.app_reported = True
+            result.app += app.cost or 0.0
+            result.unpriced_app.update(app.unpriced)
+        if judge is not None:
+            result.judge_reported = True
+            result.judge += judge.cost or 0.0
+            result.unpriced_judge.update(judge.unpriced)
+    result.cost_by_item = {item: math.fsum(c) / len(c) for item, c in costs.items()}
+    result.tokens_by_item = {item: sum(t) / len(t) for item, t in tokens.items()}
+    return result
+
+
+def task_seconds(trials: Iterable[TrialRecord]) -> list[tuple[float, TrialRecord]]:
+    """The completed trials' task latencies, slowest first."""
+    measured = [(t.task_seconds, t) for t in trials if t.status == "completed" and t.task_seconds is not None]
+    return sorted(measured, key=lambda pair: -pair[0])
