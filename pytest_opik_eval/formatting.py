@@ -19,3 +19,19 @@ def signed(value: float | None) -> str:
 def percent(value: float | None) -> str:
     """A rate as a percentage (``87.5%``)."""
     return MISSING if value is None else f"{value:.1%}"
+
+
+def seconds(value: float) -> str:
+    """A duration: milliseconds under a second (``120 ms``), else seconds (``2.4 s``)."""
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f} s" if value < 100 else f"{value:,.0f} s"
+
+
+def dollars(cost: float) -> str:
+    """A cost in USD: four decimals under a dollar (``$0.0123``), a floor for a tiny one."""
+    if cost >= 1:
+        return f"${cost:,.2f}"
+    if 0 < cost < 0.00005:
+        return "<$0.0001"
+    return f"${cost:.4f}"
