@@ -265,8 +265,9 @@ def _html(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
 
     run_id, experiments, results = _results(store, args.id, resume)
     items = {e.id: e.items for e in experiments}
+    spans = {r.id: [t.spans for t in r.trials] for r in results}
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
-    write_html(report, items, Path(args.html), resume)
+    write_html(report, items, Path(args.html), resume, spans)
     print(f"wrote {args.html}")
     return 0
 
