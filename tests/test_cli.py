@@ -389,7 +389,8 @@ def test_installed_command(project: Project) -> None:
     assert unknown.returncode == 2
     assert unknown.stdout == ""
     assert (
-        f"no experiment or run with id '{UNKNOWN}' in the eval store {project.store_path}" in unknown.stderr
+        f"no run, experiment or trial with id '{UNKNOWN}' in the eval store {project.store_path}"
+        in unknown.stderr
     )
     assert "Traceback" not in unknown.stderr
 
