@@ -14,6 +14,7 @@ from pathlib import Path
 from pytest_opik_eval.collect.planning import settings_for_resume
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.formatting import duration
 from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
@@ -30,9 +31,10 @@ from pytest_opik_eval.options import (
     seconds,
 )
 from pytest_opik_eval.reports.files import write_atomically
+from pytest_opik_eval.reports.spans import tree_lines
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions
-from pytest_opik_eval.store import ExperimentRecord, Store
+from pytest_opik_eval.store import ExperimentRecord, Store, TrialRecord
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -93,9 +95,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_parser("runs", help="list the runs, newest first")
-    show = commands.add_parser("show", help="show an experiment or a run: its trials and scores")
-    show.add_argument("id", help="an experiment id, a run id, or 'last'")
-    show.add_argument("--json", action="store_true", help="print the report's experiment objects as JSON")
+    show = commands.add_parser(
+        "show", help="show an experiment or a run (its trials and scores), or a trial (its span tree)"
+    )
+    show.add_argument("id", help="an experiment id, a run id, 'last', or a trial's id, trace id or node id")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report's experiment objects, or the trial and its spans, as JSON",
+    )
     export = commands.add_parser("export", help="export an experiment or a run as a JSON report")
     export.add_argument("id", help="an experiment id, a run id, or 'last'")
     export.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
@@ -235,7 +243,18 @@ def _runs(store: Store) -> int:
 
 
 def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
-    _, _, results = _results(store, args.id, resume)
+    try:
+        _, _, results = _results(store, args.id, resume)
+    except ExperimentNotFound as error:
+        finder: Callable[[str], tuple[ExperimentRecord, TrialRecord] | None] | None = getattr(
+            store, "find_trial", None
+        )
+        found = finder(args.id) if finder is not None and args.id != "last" else None
+        if found is None:
+            raise ExperimentNotFound(
+                str(error).replace("no experiment or run with id", "no run, experiment or trial with id", 1)
+            ) from None
+        return _show_trial(*found, as_json=args.json)
     if args.json:
         print(json.dumps([r.report().model_dump(mode="json") for r in results], indent=2))
         return 0
@@ -252,7 +271,54 @@ def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
             passed = "-" if trial.passed is None else ("yes" if trial.passed else "no")
             row = f"  {trial.dataset_item_id:<20} {trial.trial:>5}  {trial.status:<9} {passed:<6}  {scores}"
             print(escape_control(row))  # item ids and score names are data
+        traced = next((t for t in result.trials if t.spans), None)
+        if traced is not None:
+            print(escape_control(f"  a trial's span tree: opik-eval show NODE_ID (e.g. {traced.node_id})"))
         print()
+    return 0
+
+
+def _show_trial(experiment: ExperimentRecord, trial: TrialRecord, *, as_json: bool) -> int:
+    """One trial: what it is, its latency and scores, and its spans as a tree (or as JSON)."""
+    if as_json:
+        shown = {
+            "experiment_id": experiment.id,
+            "trial_id": trial.id,
+            "node_id": trial.node_id,
+            "dataset_item_id": trial.dataset_item_id,
+            "trial": trial.trial,
+            "status": trial.status,
+            "passed": trial.passed,
+            "task_seconds": trial.task_seconds,
+            "metric_seconds": trial.metric_seconds,
+            "spans": [span.model_dump(mode="json", exclude_none=True) for span in trial.spans],
+        }
+        print(json.dumps(shown, indent=2, ensure_ascii=False))
+        return 0
+    passed = "" if trial.passed is None else (", passed" if trial.passed else ", failed")
+    lines = [
+        f"{experiment.name} ({experiment.test})  experiment {experiment.id}",
+        f"  trial {trial.node_id}",
+        f"  item {trial.dataset_item_id}, trial {trial.trial}: {trial.status}{passed}",
+    ]
+    timings = [f"task {duration(trial.task_seconds)}"] if trial.task_seconds is not None else []
+    timings += [f"{name} {duration(value)}" for name, value in trial.metric_seconds.items()]
+    if timings:
+        lines.append("  latency: " + ", ".join(timings))
+    if trial.scores:
+        lines.append(
+            "  scores: "
+            + ", ".join(
+                f"{s.name}=" + ("FAILED" if s.scoring_failed else f"{s.value:.3g}") for s in trial.scores
+            )
+        )
+    if trial.spans:
+        lines.append(f"  trace {trial.spans[0].trace_id}: {len(trial.spans)} spans")
+        lines += [f"    {line}" for line in tree_lines(trial.spans)]
+    else:
+        lines.append("  no spans recorded: the app made none with the Opik SDK")
+    for line in lines:
+        print(escape_control(line))  # names, ids and errors are data (tree_lines escaped its own)
     return 0
 
 
@@ -271,8 +337,9 @@ def _html(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
 
     run_id, experiments, results = _results(store, args.id, resume)
     items = {e.id: e.items for e in experiments}
+    spans = {r.id: [t.spans for t in r.trials] for r in results}
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
-    write_html(report, items, Path(args.html), resume)
+    write_html(report, items, Path(args.html), resume, spans)
     print(f"wrote {args.html}")
     return 0
 

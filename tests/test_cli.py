@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -202,8 +203,10 @@ def test_unknown_id_names_the_store_and_how_to_list_runs(
     code, out, err = cli(capsys, *command, UNKNOWN)
     assert code == 2
     assert out == ""
+    # show finds trials too
+    what = "no run, experiment or trial" if command[0] == "show" else "no experiment or run"
     assert err == (
-        f"opik-eval: no experiment or run with id '{UNKNOWN}' in the eval store {project.store_path}; "
+        f"opik-eval: {what} with id '{UNKNOWN}' in the eval store {project.store_path}; "
         f"list the runs and experiments with: opik-eval runs --store {project.store_path}\n"
     )
 
@@ -386,7 +389,8 @@ def test_installed_command(project: Project) -> None:
     assert unknown.returncode == 2
     assert unknown.stdout == ""
     assert (
-        f"no experiment or run with id '{UNKNOWN}' in the eval store {project.store_path}" in unknown.stderr
+        f"no run, experiment or trial with id '{UNKNOWN}' in the eval store {project.store_path}"
+        in unknown.stderr
     )
     assert "Traceback" not in unknown.stderr
 
@@ -415,3 +419,79 @@ def test_sync_escapes_control_characters_in_a_store_error(
         f"opik-eval: the eval store {tmp_path}/spool\\x1b[2J\\x07.db is a directory; give --store a file path"
         in err
     )
+
+
+TRACED_APP = """
+import opik
+from opik import opik_context
+
+
+@opik.track(type="tool")
+def lookup(question):
+    raise KeyError("no page for \\x1b[2J" + question)
+
+
+@opik.track(type="llm")
+def llm(prompt):
+    opik_context.update_current_span(
+        model="house-llm-1",
+        usage={"prompt_tokens": 1200, "completion_tokens": 30, "total_tokens": 1230},
+        total_cost=0.0021,
+    )
+    return prompt
+
+
+@opik.track(name="agent\\x1b[31m")
+def agent(question):
+    try:
+        lookup(question)
+    except KeyError:
+        pass
+    return llm(question)
+"""
+
+
+def test_show_a_trial_prints_its_span_tree(
+    project: Project, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    project.dataset(items("a", "b"))
+    project.write("app.py", TRACED_APP)
+    project.eval_test(imports="from app import agent", behaviour="return agent(item['input']['text'])")
+    project.run("--eval").assert_outcomes(passed=2)
+    trial = project.trials()[1]
+    trace = trial.spans[0].trace_id
+    store = ["--store", str(project.store_path)]
+    # by its node id (as pytest prints it), its trace id (as the HTML report and the Opik UI show
+    # it), or its id: the same tree
+    code, out, err = cli(capsys, *store, "show", trial.node_id)
+    assert (code, err) == (0, "")
+    for other in (trace, trial.id):
+        assert cli(capsys, *store, "show", other) == (0, out, "")
+    lines = out.splitlines()
+    assert lines[1:3] == ["  trial test_eval.py::test_qa[b-t0]", "  item b, trial 0: completed, passed"]
+    assert re.fullmatch(r"  latency: task \d+ ms, equals_metric \d+ ms", lines[3])
+    assert lines[4:6] == ["  scores: equals_metric=1", f"  trace {trace}: 6 spans"]
+    tree = [re.sub(r"\d+ ms", "N ms", line) for line in lines[6:]]
+    assert tree == [
+        "    test_qa  general  N ms",
+        "    └─ agent\\x1b[31m  general  N ms",
+        "       ├─ lookup  tool  N ms",
+        "       │    error: KeyError: 'no page for \\x1b[2Jb'",
+        "       └─ llm  llm  N ms  house-llm-1  tokens 1,200 in / 30 out  $0.0021",
+        "    metrics_calculation  general  N ms",
+        "    └─ equals_metric  general  N ms",
+    ]
+    assert "\x1b" not in out
+
+    code, out, err = cli(capsys, *store, "show", trace, "--json")
+    shown = json.loads(out)
+    assert (shown["trial_id"], shown["node_id"], shown["status"]) == (trial.id, trial.node_id, "completed")
+    assert [span["name"] for span in shown["spans"]] == [span.name for span in trial.spans]
+    llm = next(span for span in shown["spans"] if span["name"] == "llm")
+    assert llm["usage"]["prompt_tokens"] == 1200 and llm["cost"] == 0.0021
+
+    # the experiment's table says how to see a trial's tree
+    code, out, err = cli(capsys, *store, "show", trial.experiment_id)
+    assert "  a trial's span tree: opik-eval show NODE_ID (e.g. test_eval.py::test_qa[a-t0])" in out

@@ -707,3 +707,133 @@ def test_a_gated_run_shows_its_evidence_and_the_ab_view(project: Project, page: 
         ("a", "+1.000", "failed", "passed", "fix"),
     ]
     assert page.problems == []
+
+
+# -- each trial's span tree ---------------------------------------------------------------------
+
+TRACED_APP = """
+import opik
+from opik import opik_context
+
+
+@opik.track(type="tool")
+def lookup(question):
+    if question == "b":
+        raise KeyError("no page for b")
+    return "page about " + question
+
+
+@opik.track(type="llm")
+def llm(prompt):
+    opik_context.update_current_span(
+        model="house-llm-1",
+        usage={"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+        total_cost=0.0021,
+    )
+    return prompt.split(":")[-1]
+
+
+@opik.track
+def agent(question):
+    try:
+        context = lookup(question)
+    except KeyError:
+        context = ""
+    return llm(context + "</script><b>hi</b>:" + question)
+"""
+
+
+@pytest.fixture
+def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """An app that makes spans with the Opik SDK (kept in memory: no server is reached)."""
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    project.dataset(items("a", "b"))
+    project.write("app.py", TRACED_APP)
+    project.eval_test(imports="from app import agent", behaviour="return agent(item['input']['text'])")
+    return project
+
+
+def span_heads(page: Any, trial: Any) -> list[str]:
+    return [" ".join(text.split()) for text in trial.locator("details.span > summary").all_inner_texts()]
+
+
+def test_a_trials_span_tree_opens_in_chromium(traced: Project, page: Any) -> None:
+    result = traced.run("--eval", "--eval-html=report.html")
+    result.assert_outcomes(passed=2)
+    page.goto((traced.path / "report.html").as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    page.click("tr.item-row[data-item-id=b]")
+    trial = page.locator(".item-details .trial[data-trial='0']")
+    # the trial's own latency, tokens and cost, in its heading
+    assert re.search(r"completed, passed · \d+ ms · 12 in / 3 out tokens · \$0\.0021", trial.inner_text())
+    tree = trial.locator("details.span-tree")
+    assert tree.locator("summary").first.inner_text().startswith("Spans (6) · trace ")
+    assert not trial.locator("details.span").first.is_visible()  # folded until opened
+    tree.locator("summary").first.click()
+    # the task span and the scoring beside it, at the top; the rest folded under them
+    roots = tree.locator(":scope > details.span")
+    assert [roots.nth(i).get_attribute("data-name") for i in range(roots.count())] == [
+        "test_qa",
+        "metrics_calculation",
+    ]
+    roots.first.locator(":scope > summary").click()
+    agent = roots.first.locator(":scope > details.span[data-name=agent]")
+    agent.locator(":scope > summary").click()
+    children = agent.locator(":scope > details.span")
+    assert [children.nth(i).get_attribute("data-name") for i in range(children.count())] == ["lookup", "llm"]
+    lookup, llm = children.nth(0), children.nth(1)
+    assert re.fullmatch(r"lookup tool \d+ ms error", " ".join(lookup.locator("summary").inner_text().split()))
+    assert re.fullmatch(
+        r"llm llm \d+ ms house-llm-1 12 in / 3 out tokens \$0\.0021",
+        " ".join(llm.locator("summary").inner_text().split()),
+    )
+    assert not llm.locator(".field").first.is_visible()
+    llm.locator("summary").click()
+    fields = llm.locator(":scope > .field")
+    # the app's text is shown as text: no element made from it, no script run
+    assert '"prompt": "</script><b>hi</b>:b"' in fields.nth(0).inner_text()
+    assert fields.nth(1).locator("h4").inner_text() == "Output"
+    lookup.locator("summary").click()
+    error = lookup.locator(":scope > .field").last
+    assert error.locator("h4").inner_text() == "Error"
+    assert "KeyError" in error.inner_text() and "no page for b" in error.inner_text()
+    assert page.locator("b:text-is('hi')").count() == 0
+    assert page.locator("script").count() == 2
+    assert page.problems == []
+
+
+def test_span_trees_past_the_budget_are_left_out_and_name_their_trace(
+    traced: Project, page: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_opik_eval import cli
+    from pytest_opik_eval.reports import html
+
+    # b fails its score: its tree comes first, though a was planned before it
+    traced.dataset(
+        [
+            {"id": "a", "input": {"text": "a"}, "expected_output": "a"},
+            {"id": "b", "input": {"text": "b"}, "expected_output": "not b"},
+        ]
+    )
+    traced.run("--eval").assert_outcomes(passed=1, failed=1)
+    a, b = traced.trials()
+    tree = html._script_json(html._span_tree(b.spans))
+    # Room for one tree, not for two.
+    monkeypatch.setattr(html, "SPAN_BUDGET", len(tree) + 10)
+    path = traced.path / "report.html"
+    assert cli.main(["--store", str(traced.store_path), "report", "last", "--html", str(path)]) == 0
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    page.click("tr.item-row[data-item-id=a]")
+    page.click("tr.item-row[data-item-id=b]")
+    left_out = page.locator("tr.item-details").nth(0).locator(".trial")
+    kept = page.locator("tr.item-details").nth(1).locator(".trial")
+    assert kept.locator("details.span-tree").count() == 1
+    assert kept.locator(".spans-left-out").count() == 0
+    assert left_out.locator("details.span-tree").count() == 0
+    assert left_out.locator(".spans-left-out").inner_text() == (
+        f"Its span tree ({len(a.spans)} spans) is left out of this report to keep the file small; "
+        f"print it with: opik-eval show {a.spans[0].trace_id}"
+    )
+    assert page.problems == []

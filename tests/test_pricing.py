@@ -134,4 +134,5 @@ def test_prompt_tokens_read_from_the_cache_are_priced_at_the_cache_price(
     # claude-3-5-haiku-latest in genai-prices 0.2.3, USD per million tokens: input 0.8, output 4,
     # cache read 0.08, cache write 1. 100 * 0.8 + 800 * 0.08 + 100 * 1 + 100 * 4 = 644 per
     # million: 0.000644 (all 1000 as plain input would be 0.0012).
-    assert (llm.cost, llm.cost_source) == (pytest.approx(0.000644, abs=1e-12), "price table")
+    assert llm.cost == pytest.approx(0.000644, abs=1e-12)
+    assert llm.cost_source == "price table"

@@ -5,6 +5,7 @@ the metric spans, apart); latency is measured for every trial, with or without t
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 from conftest import Project
@@ -171,3 +172,98 @@ def test_the_cost_line_stays_within_80_columns() -> None:
     assert percentile([float(x) for x in range(1, 21)], 95) == 19.0
     assert percentile([float(x) for x in range(1, 21)], 50) == 10.0
     assert percentile([7.0], 95) == 7.0
+
+
+# -- in the reports: the slowest and most expensive trials, JUnit, the step summary ------------
+
+COSTLY_APP = """
+import time
+
+import opik
+from opik import opik_context
+
+COSTS = {"a": 0.001, "b": 0.004, "c": 0.002, "d": 0.003, "e": 0.0005}
+DELAYS = {"a": 0.0, "b": 0.0, "c": 0.2, "d": 0.0, "e": 0.1}
+
+
+@opik.track(type="llm")
+def agent(question):
+    time.sleep(DELAYS[question])
+    opik_context.update_current_span(
+        model="house-llm-1",
+        usage={"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12},
+        total_cost=COSTS[question],
+    )
+    return question
+"""
+
+
+@pytest.fixture
+def costly(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    labels = ["a", "b", "c", "d", "e"]
+    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in labels])
+    project.write("app.py", COSTLY_APP)
+    project.eval_test(imports="from app import agent", behaviour="return agent(item['input']['text'])")
+    return project
+
+
+def test_the_summary_names_the_slowest_and_most_expensive_trials(costly: Project) -> None:
+    result = costly.run("--eval")
+    result.assert_outcomes(passed=5)
+    result.stdout.fnmatch_lines(
+        [
+            "  latency p50 * ms  p95 * ms   tokens 50 in / 10 out   cost $0.0105",
+            "  slowest:   * ms   * ms   * ms",
+            "  most expensive:   b $0.0040   d $0.0030   c $0.0020",
+            "  metric *",
+        ]
+    )
+    (slowest,) = [line for line in result.stdout.lines if line.startswith("  slowest:")]
+    # the two that sleep are among the three slowest, whatever else the machine was doing
+    assert {"c", "e"} <= {part.split()[0] for part in slowest.split("   ")[1:]}, slowest
+    assert len(slowest) <= 80
+
+
+def test_three_trials_name_no_slowest(traced: Project) -> None:
+    result = traced.run("--eval")
+    result.assert_outcomes(passed=3)
+    # three trials: the slowest three would be all of them
+    assert not [line for line in result.stdout.lines if line.startswith(("  slowest:", "  most expensive:"))]
+
+
+def test_junit_and_step_summary_carry_latency_tokens_and_cost(
+    traced: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xml.etree.ElementTree as ET
+
+    summary_path = traced.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_path))
+    result, report = traced.run_report("--eval", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=3)
+    suite = ET.parse(traced.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {str(p.get("name")): str(p.get("value")) for p in suite.findall("properties/property")}
+    latency = report["experiments"][0]["summary"]["latency"]
+    assert props["eval.test_qa.latency.p50"] == f"{latency['p50']:.6g}"
+    assert props["eval.test_qa.latency.p95"] == f"{latency['p95']:.6g}"
+    assert props["eval.test_qa.latency.max"] == f"{latency['max']:.6g}"
+    assert {k: v for k, v in props.items() if ".usage." in k} == {
+        "eval.test_qa.usage.app.prompt_tokens": "45",
+        "eval.test_qa.usage.app.completion_tokens": "9",
+        "eval.test_qa.usage.app.total_tokens": "54",
+        "eval.test_qa.usage.app.cost": "0.003",
+        "eval.test_qa.usage.app.unpriced_spans": "3",
+        "eval.test_qa.usage.judge.prompt_tokens": "300",
+        "eval.test_qa.usage.judge.completion_tokens": "30",
+        "eval.test_qa.usage.judge.total_tokens": "330",
+        "eval.test_qa.usage.judge.cost": "0.0015",
+    }
+    text = summary_path.read_text()
+    line = next(line for line in text.splitlines() if line.startswith("latency p50 "))
+    assert re.fullmatch(
+        r"latency p50 \d+ ms, p95 \d+ ms · app: 45 tokens in / 9 out, cost \$0\.0030 \(3 spans unpriced\) · "
+        r"judges: 300 tokens in / 30 out, cost \$0\.0015",
+        line,
+    ), line

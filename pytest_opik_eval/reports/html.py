@@ -5,6 +5,12 @@ static HTML. The items and their trials can number tens of thousands: they are e
 JSON, a small script turns them into collapsed table rows, and builds an item's details only when
 its row is opened, which keeps both the file and the page's DOM light. The A/B view of the
 baseline comparison (an item per row, sorted by its score change) is built the same way.
+
+A trial's span tree (what the app called, how long each call took, its tokens and cost, its
+input and output) is embedded for as many trials as fit in ``SPAN_BUDGET`` characters, the failed
+trials first, each input and output cut to ``SPAN_FIELD_CHARS``: a hundred thousand trials with
+a few kilobytes of prompts each would otherwise make a file of gigabytes. A trial left out names
+its trace, whose whole tree ``opik-eval show TRACE`` prints.
 """
 
 from __future__ import annotations
@@ -17,9 +23,21 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from pytest_opik_eval.formatting import FIGURE_LABELS, direction, figure, percent, score, signed
+from pytest_opik_eval.escaping import shorten
+from pytest_opik_eval.formatting import (
+    FIGURE_LABELS,
+    direction,
+    dollars,
+    duration,
+    figure,
+    percent,
+    score,
+    signed,
+)
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.files import write_atomically
+from pytest_opik_eval.reports.spans import span_seconds, walk
+from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     ExperimentReport,
@@ -30,14 +48,32 @@ from pytest_opik_eval.verdict.model import (
 
 # experiment id -> that experiment's dataset items (dicts with "id", "input", "expected_output", ...)
 Items = Mapping[str, Sequence[Mapping[str, Any]]]
+# experiment id -> each of its trials' spans, in the order of the report's trials
+Spans = Mapping[str, Sequence[Sequence[SpanRecord]]]
+
+SPAN_BUDGET = 4_000_000  # characters of span trees embedded in one report
+SPAN_FIELD_CHARS = 2_000  # characters of a span's input, output or error embedded
 
 _BINS = 10  # histogram bars per metric
 
 
-def render_html(report: Report, items: Items, resume_command: Callable[[str], str] = resume_command) -> str:
+def render_html(
+    report: Report,
+    items: Items,
+    resume_command: Callable[[str], str] = resume_command,
+    spans: Spans | None = None,
+) -> str:
     """The whole report as one HTML page; ``items`` gives the dataset items shown in the details,
-    ``resume_command(experiment_id)`` the command that runs an experiment's pending trials."""
-    data = {"experiments": [_experiment_data(e, items.get(e.id, ())) for e in report.experiments]}
+    ``resume_command(experiment_id)`` the command that runs an experiment's pending trials,
+    ``spans`` the trials' spans, whose trees the trials' details show."""
+    spans = spans or {}
+    trees = _span_trees(report, spans)
+    data = {
+        "experiments": [
+            _experiment_data(e, items.get(e.id, ()), spans.get(e.id, ()), trees.get(e.id, {}))
+            for e in report.experiments
+        ]
+    }
     was_resumed = report.resumed is not None
     sections = "\n".join(_experiment_html(e, was_resumed, resume_command) for e in report.experiments)
     run = f"run {_code(report.run_id)}" if report.run_id else ""
@@ -70,30 +106,51 @@ def render_html(report: Report, items: Items, resume_command: Callable[[str], st
 
 
 def write_html(
-    report: Report, items: Items, path: Path, resume_command: Callable[[str], str] = resume_command
+    report: Report,
+    items: Items,
+    path: Path,
+    resume_command: Callable[[str], str] = resume_command,
+    spans: Spans | None = None,
 ) -> None:
-    write_atomically(path, render_html(report, items, resume_command))
+    write_atomically(path, render_html(report, items, resume_command, spans))
 
 
-def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _experiment_data(
+    experiment: ExperimentReport,
+    items: Sequence[Mapping[str, Any]],
+    spans: Sequence[Sequence[SpanRecord]],
+    trees: Mapping[int, list[dict[str, Any]]],
+) -> dict[str, Any]:
     """What the script needs for the item rows. Scores are ``[name, value, reason, failed]``
     lists rather than objects (with two metrics per trial that saves a quarter of the file), and
-    the score's metadata fifth when it has any."""
+    the score's metadata fifth when it has any. A trial with spans has its trace id, and its
+    span tree (see ``_span_tree``) or the count of spans left out."""
     fields = {str(item["id"]): {k: v for k, v in item.items() if k != "id"} for item in items}
     trials: dict[str, list[dict[str, Any]]] = {}
-    for t in experiment.trials:
-        trials.setdefault(t.dataset_item_id, []).append(
-            {
-                "trial": t.trial,
-                "status": t.status,
-                "passed": t.passed,
-                "output": t.output,
-                "scores": [
-                    [s.name, s.value, s.reason, s.scoring_failed, *([s.metadata] if s.metadata else [])]
-                    for s in t.scores
-                ],
-            }
-        )
+    for index, t in enumerate(experiment.trials):
+        trial: dict[str, Any] = {
+            "trial": t.trial,
+            "status": t.status,
+            "passed": t.passed,
+            "output": t.output,
+            "scores": [
+                [s.name, s.value, s.reason, s.scoring_failed, *([s.metadata] if s.metadata else [])]
+                for s in t.scores
+            ],
+        }
+        if t.latency is not None and t.latency.task_seconds is not None:
+            trial["seconds"] = t.latency.task_seconds
+        app = t.usage.app if t.usage is not None else None
+        if app is not None:
+            trial["usage"] = [app.prompt_tokens, app.completion_tokens, app.cost]
+        trial_spans = spans[index] if index < len(spans) else ()
+        if trial_spans:
+            trial["trace"] = trial_spans[0].trace_id
+            if index in trees:
+                trial["spans"] = trees[index]
+            else:
+                trial["spansLeftOut"] = len(trial_spans)
+        trials.setdefault(t.dataset_item_id, []).append(trial)
     return {
         "id": experiment.id,
         "metrics": list(experiment.summary.metrics),
@@ -109,6 +166,61 @@ def _experiment_data(experiment: ExperimentReport, items: Sequence[Mapping[str, 
             for v in experiment.items
         ],
     }
+
+
+def _span_trees(report: Report, spans: Spans) -> dict[str, dict[int, list[dict[str, Any]]]]:
+    """The span trees embedded, by experiment id and trial index: the failed trials' first, then
+    the others in plan order, until the next would pass ``SPAN_BUDGET``."""
+    order = [
+        (e.id, index)
+        for e in report.experiments
+        for index, t in enumerate(e.trials)
+        if index < len(spans.get(e.id, ())) and spans[e.id][index]
+    ]
+    failed = {(e.id, i) for e in report.experiments for i, t in enumerate(e.trials) if t.passed is False}
+    order.sort(key=lambda key: key not in failed)  # stable: plan order within each group
+    trees: dict[str, dict[int, list[dict[str, Any]]]] = {}
+    left = SPAN_BUDGET
+    for experiment_id, index in order:
+        tree = _span_tree(spans[experiment_id][index])
+        left -= len(_script_json(tree))
+        if left < 0:
+            break
+        trees.setdefault(experiment_id, {})[index] = tree
+    return trees
+
+
+def _span_tree(spans: Sequence[SpanRecord]) -> list[dict[str, Any]]:
+    """The spans depth first, each with its depth (``d``): name, type, seconds, model, tokens
+    ``[in, out]``, cost, why it has no cost, input, output, error; short keys, as there may be
+    thousands of them, and only those the span has."""
+    tree = []
+    for depth, span in walk(spans):
+        node: dict[str, Any] = {"d": depth, "n": span.name or "(unnamed)", "t": span.type}
+        took = span_seconds(span)
+        optional = {
+            "s": took,
+            "m": span.model,
+            "u": [span.prompt_tokens or 0, span.completion_tokens or 0] if span.usage is not None else None,
+            "c": span.cost,
+            "x": span.unpriced if span.cost is None else None,
+            "i": _field(span.input),
+            "o": _field(span.output),
+            "e": _field(span.error),
+        }
+        node.update((key, value) for key, value in optional.items() if value is not None)
+        tree.append(node)
+    return tree
+
+
+def _field(value: Any) -> Any:
+    """``value`` as embedded: as it is when short, else its JSON text cut to ``SPAN_FIELD_CHARS``."""
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(_jsonable(value), ensure_ascii=False, default=str)
+    if len(text) <= SPAN_FIELD_CHARS:
+        return value
+    return shorten(text, SPAN_FIELD_CHARS)
 
 
 def _ab_data(experiment: ExperimentReport) -> dict[str, Any] | None:
@@ -171,6 +283,7 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
  (<span class="ok">{s.passed:,} passed</span>, <span class="bad">{s.failed:,} failed</span>),
  <b class="trials-pending">{s.pending:,}</b> pending
  &middot; pass rate {percent(s.pass_rate)}{of_completed}{soft}{k_of_n}</p>
+{_usage_html(e)}
 {_resumed_html(e) if resumed else ""}
 <div class="panels">
 {_pending_html(e, resume_command)}
@@ -187,6 +300,25 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
 <tbody></tbody>
 </table>
 </section>"""
+
+
+def _usage_html(e: ExperimentReport) -> str:
+    """The task latency (p50, p95) and the tokens and cost of the app's spans, then the judges'."""
+    s = e.summary
+    parts = []
+    if s.latency is not None:
+        parts.append(f"latency p50 {duration(s.latency.p50)}, p95 {duration(s.latency.p95)}")
+    usage = s.usage
+    for who, totals in (("app", usage.app), ("judges", usage.judge)) if usage is not None else ():
+        if totals is not None:
+            cost = "unknown" if totals.cost is None else dollars(totals.cost)
+            unpriced = sum(totals.unpriced.values())
+            floor = f" ({unpriced:,} span(s) unpriced)" if unpriced else ""
+            parts.append(
+                f"{who}: {totals.prompt_tokens:,} tokens in / {totals.completion_tokens:,} out, "
+                f"cost {cost}{floor}"
+            )
+    return f'<p class="usage">{" &middot; ".join(escape(part) for part in parts)}</p>' if parts else ""
 
 
 def _resumed_html(e: ExperimentReport) -> str:

@@ -4,6 +4,8 @@ test case (added by the trial), each experiment's aggregates and gates propertie
 A confidence interval is one property, ``LOW..HIGH@LEVEL`` (``0.583333..0.916667@95%``): both ends
 in one value that a person reads at a glance in a CI page and a script splits on ``..`` and
 ``@``. Its name is the estimate's with ``.ci`` added (``eval.qa.equals_metric.mean.ci``).
+
+Latency is in seconds (``eval.qa.latency.p95``), cost in USD (``eval.qa.usage.app.cost``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.verdict.model import ConfidenceInterval
+from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentSummary
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 PREFIX = "eval."
@@ -49,6 +51,7 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
                 (f"{base}{name}.max", _num(m.max)),
                 (f"{base}{name}.failed", str(m.failed)),
             ]
+        properties += _usage_properties(base, s)
         for gate in e.gates:
             name = f"{base}gate.{gate.kind}" + (f".{gate.metric}" if gate.metric else "")
             # "met: " or "not met: " and the decision first, as before; then what it rests on.
@@ -79,6 +82,33 @@ def add_suite_properties(config: pytest.Config, properties: Sequence[tuple[str, 
     if record is not None:
         for name, value in properties:
             record(name, value)
+
+
+def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
+    """The task latency in seconds (p50, p95, max) and the tokens and USD cost that the app's
+    spans and the judges' reported, apart; only what was measured or reported."""
+    properties = []
+    if s.latency is not None:
+        properties += [
+            (base + "latency.p50", _num(s.latency.p50)),
+            (base + "latency.p95", _num(s.latency.p95)),
+            (base + "latency.max", _num(s.latency.max)),
+        ]
+    usage = s.usage
+    for who, totals in (("app", usage.app), ("judge", usage.judge)) if usage is not None else ():
+        if totals is None:
+            continue
+        name = f"{base}usage.{who}."
+        properties += [
+            (name + "prompt_tokens", str(totals.prompt_tokens)),
+            (name + "completion_tokens", str(totals.completion_tokens)),
+            (name + "total_tokens", str(totals.total_tokens)),
+        ]
+        if totals.cost is not None:
+            properties.append((name + "cost", _num(totals.cost)))
+        if totals.unpriced:  # the cost is then a floor
+            properties.append((name + "unpriced_spans", str(sum(totals.unpriced.values()))))
+    return properties
 
 
 def _interval(name: str, interval: ConfidenceInterval | None) -> list[tuple[str, str]]:

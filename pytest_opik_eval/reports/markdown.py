@@ -1,6 +1,6 @@
-"""The GitHub Actions job summary (``$GITHUB_STEP_SUMMARY``): per experiment its aggregates with
-their confidence intervals, gates with the evidence they rest on, changes from the baseline and how
-to resume pending trials, in a few dozen lines."""
+"""The GitHub Actions job summary (``$GITHUB_STEP_SUMMARY``): per experiment its latency, tokens and
+cost, its aggregates with their confidence intervals, gates with the evidence they rest on, changes
+from the baseline and how to resume pending trials, in a few dozen lines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,16 @@ import re
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.formatting import FIGURE_LABELS, direction, figure, percent, score, signed
+from pytest_opik_eval.formatting import (
+    FIGURE_LABELS,
+    direction,
+    dollars,
+    duration,
+    figure,
+    percent,
+    score,
+    signed,
+)
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     ExperimentReport,
@@ -43,10 +52,30 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         f"{s.pending} pending · pass rate {percent(s.pass_rate)} · items: "
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
-    lines += _metric_table(e) + _pass_at_k(e) + _gate_lines(e)
+    lines += _usage_lines(e) + _metric_table(e) + _pass_at_k(e) + _gate_lines(e)
     if items["failed"]:
         lines += ["", f"**Failed items ({len(items['failed'])}):** {_ids(items['failed'])}"]
     return lines + _baseline_lines(e) + _pending_lines(e, resume_command)
+
+
+def _usage_lines(e: ExperimentReport) -> list[str]:
+    """The task latency (p50, p95) and the tokens and cost of the app's spans, then the
+    judges': only what was measured or reported."""
+    s = e.summary
+    parts = []
+    if s.latency is not None:
+        parts.append(f"latency p50 {duration(s.latency.p50)}, p95 {duration(s.latency.p95)}")
+    usage = s.usage
+    for who, totals in (("app", usage.app), ("judges", usage.judge)) if usage is not None else ():
+        if totals is None:
+            continue
+        cost = "unknown" if totals.cost is None else dollars(totals.cost)
+        unpriced = sum(totals.unpriced.values())
+        # A span with tokens and no known price leaves the cost a floor.
+        floor = f" ({unpriced} span{'s' if unpriced != 1 else ''} unpriced)" if unpriced else ""
+        tokens = f"{totals.prompt_tokens:,} tokens in / {totals.completion_tokens:,} out"
+        parts.append(f"{who}: {tokens}, cost {cost}{floor}")
+    return ["", " · ".join(parts)] if parts else []
 
 
 def _metric_table(e: ExperimentReport) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import FIGURE_LABELS, direction, dollars, duration, figure, score, signed
+from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     ExperimentSummary,
@@ -19,10 +20,12 @@ from pytest_opik_eval.verdict.model import (
     UsageTotals,
 )
 from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.usage import trial_usage
 
 _NAME = 24  # width of the metric column
 _LISTED = 10  # ids named in one line before "and N more"
 _WIDTH = 80
+_OUTLIERS = 3  # the slowest and the most expensive trials named
 
 
 def summary_lines(
@@ -52,6 +55,7 @@ def experiment_lines(
         now = sum(1 for t in experiment.trials if experiment.ran_this_session(t))
         lines.append(f"  this session ran {now}; {earlier} completed in earlier sessions")
     lines += cost_lines(experiment.summary)
+    lines += outlier_lines(experiment)
     lines += _metric_table(experiment)
     lines += _item_lines(experiment)
     lines += baseline_lines(experiment)
@@ -84,6 +88,33 @@ def cost_lines(summary: ExperimentSummary) -> list[str]:
     if usage is not None and usage.judge is not None:
         lines += _fill(["judges:", *_usage_parts(usage.judge)], "  ")
     return [escape_control(line) for line in lines]  # a model's name is the app's data
+
+
+def outlier_lines(experiment: ExperimentResult) -> list[str]:
+    """The slowest trials and the most expensive (the app's cost), a few of each: where to look
+    first. Only when they say something: more trials measured than are named, not all alike."""
+    several = experiment.trial_count > 1
+    timed: list[tuple[float, TrialRecord]] = []
+    costed: list[tuple[float, TrialRecord]] = []
+    for trial in experiment.trials:
+        if trial.task_seconds is not None:
+            timed.append((trial.task_seconds, trial))
+        usage = trial_usage(trial.spans) if trial.spans else None
+        if usage is not None and usage.app is not None and usage.app.cost is not None:
+            costed.append((usage.app.cost, trial))
+    lines = _top("slowest:", timed, duration, several) + _top("most expensive:", costed, dollars, several)
+    return [escape_control(line) for line in lines]
+
+
+def _top(
+    label: str, values: list[tuple[float, TrialRecord]], show: Callable[[float], str], several: bool
+) -> list[str]:
+    if len(values) <= _OUTLIERS or min(v for v, _ in values) == max(v for v, _ in values):
+        return []
+    # sorted is stable: of equal values, the first planned is named first
+    top = sorted(values, key=lambda pair: -pair[0])[:_OUTLIERS]
+    names = [f"{_cut(t.dataset_item_id)}{f'#{t.trial}' if several else ''} {show(value)}" for value, t in top]
+    return _fill([label, *names], "  ")
 
 
 def _usage_parts(totals: UsageTotals) -> list[str]:

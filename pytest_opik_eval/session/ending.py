@@ -142,7 +142,8 @@ class Ending:
 
             with self._writing("HTML report", self.options.html_path):
                 items = {e.id: e.items for e in self.state.experiments}
-                write_html(report, items, self.options.html_path, self.options.resume_command)
+                spans = {r.id: [t.spans for t in r.trials] for r in self.state.results}
+                write_html(report, items, self.options.html_path, self.options.resume_command, spans)
         if step_summary:
             from pytest_opik_eval.reports.markdown import step_summary as markdown
 

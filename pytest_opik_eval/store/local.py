@@ -11,6 +11,7 @@ several processes cannot race. A trial's own writes go first to this process's j
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import json
@@ -1007,6 +1008,37 @@ class LocalStore:
             ).fetchall()
         with no_gc_pass():
             return [TrialState(row[0], experiment_id, row[1], row[2], bool(row[3])) for row in rows]
+
+    @_locked
+    def find_trial(self, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
+        """The trial with id ``target``, or whose attempt (the trace, on an Opik server) has that
+        id, or with that node id (the newest run's), and its experiment; None when none has.
+        For an attempt other than the one the trial shows (an earlier, replaced one), the trial
+        comes with that attempt's spans."""
+        with self._reading():
+            if self._db is None:
+                return None
+            row = self._db.execute(
+                """
+                SELECT t.id, t.experiment_id, e.record FROM trials t
+                JOIN experiments e ON e.id = t.experiment_id JOIN runs r ON r.id = e.run_id
+                WHERE t.id = ?1 OR t.id = (SELECT trial_id FROM attempts WHERE id = ?1) OR t.node_id = ?1
+                ORDER BY r.created_at DESC, r.id DESC LIMIT 1
+                """,
+                (target,),
+            ).fetchone()
+            attempt = None
+            if row is not None and row[0] != target and self._has_spans:
+                attempt = self._db.execute(
+                    "SELECT spans FROM attempt_spans WHERE attempt_id = ?", (target,)
+                ).fetchone()
+        if row is None:
+            return None
+        trial = next(t for t in self.trials(row[1]) if t.id == row[0])
+        if attempt is not None and (not trial.spans or trial.spans[0].trace_id != target):
+            with contextlib.suppress(ValueError):  # unreadable: the trial's own spans stand
+                trial = dataclasses.replace(trial, spans=_spans_json.validate_json(attempt[0]))
+        return ExperimentRecord.model_validate_json(row[2]), trial
 
     @_locked
     def close(self) -> None:

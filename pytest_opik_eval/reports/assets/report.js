@@ -30,6 +30,57 @@
     return box;
   }
 
+  function duration(seconds) {
+    if (seconds < 1) return Math.round(seconds * 1000) + " ms";
+    return seconds < 100 ? seconds.toFixed(1) + " s" : Math.round(seconds).toLocaleString("en-US") + " s";
+  }
+  function dollars(cost) {
+    if (cost >= 1) return "$" + cost.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+    if (cost > 0 && cost < 0.00005) return "<$0.0001";
+    return "$" + cost.toFixed(4);
+  }
+  function tokens(input, output) {
+    return input.toLocaleString("en-US") + " in / " + output.toLocaleString("en-US") + " out tokens";
+  }
+
+  // A trial's spans, as embedded depth first with their depth (reports/html.py, _span_tree):
+  // each a <details> whose summary says what it is, how long it took, its tokens and cost, and
+  // which opens on its input, output, error, and the spans under it.
+  function spanTree(t) {
+    var tree = el("details", "span-tree");
+    var title = "Spans (" + t.spans.length + ")";
+    tree.appendChild(el("summary", "", t.trace ? title + " \u00b7 trace " + t.trace : title));
+    var parents = [tree];
+    t.spans.forEach(function (s) {
+      var node = el("details", "span");
+      node.dataset.name = s.n;
+      node.dataset.type = s.t;
+      var head = el("summary");
+      head.appendChild(el("span", "span-name", s.n));
+      head.appendChild(el("span", "span-type", s.t));
+      if (typeof s.s === "number") head.appendChild(el("span", "span-latency", duration(s.s)));
+      if (s.m) head.appendChild(el("span", "span-model", s.m));
+      if (s.u) head.appendChild(el("span", "span-tokens", tokens(s.u[0], s.u[1])));
+      if (typeof s.c === "number") head.appendChild(el("span", "span-cost", dollars(s.c)));
+      else if (s.x) head.appendChild(el("span", "span-cost unpriced", "cost unknown: " + s.x));
+      if (s.e) head.appendChild(el("span", "badge bad span-error", "error"));
+      // Spaces between the parts, so that they read (and copy) as words, not only look apart.
+      Array.prototype.slice.call(head.children, 1).forEach(function (part) {
+        head.insertBefore(document.createTextNode(" "), part);
+      });
+      node.appendChild(head);
+      if ("i" in s) node.appendChild(field("Input", s.i));
+      if ("o" in s) node.appendChild(field("Output", s.o));
+      if (s.e) node.appendChild(field("Error", s.e));
+      // A span's parent is the last span one level up; a depth that skips levels (never made
+      // by _span_tree) falls back to the deepest parent there is.
+      parents.length = Math.min(s.d + 1, parents.length);
+      parents[parents.length - 1].appendChild(node);
+      parents.push(node);
+    });
+    return tree;
+  }
+
   function means(item, metrics) {
     return metrics.map(function (metric) {
       var sum = 0, n = 0;
@@ -83,7 +134,10 @@
       box.dataset.status = t.status;
       box.dataset.passed = String(t.passed);
       var state = t.status === "pending" ? "pending" : "completed, " + (t.passed ? "passed" : "failed");
-      box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state));
+      var facts = [];
+      if (typeof t.seconds === "number") facts.push(duration(t.seconds));
+      if (t.usage) facts.push(tokens(t.usage[0], t.usage[1]), t.usage[2] == null ? "cost unknown" : dollars(t.usage[2]));
+      box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state + (facts.length ? " \u00b7 " + facts.join(" \u00b7 ") : "")));
       if (t.status === "completed") box.appendChild(el("pre", "output", shown(t.output)));
       if (t.scores.length) {
         var table = el("table", "scores");
@@ -101,6 +155,11 @@
           table.appendChild(line);
         });
         box.appendChild(table);
+      }
+      if (t.spans) box.appendChild(spanTree(t));
+      if (t.spansLeftOut) {
+        box.appendChild(el("p", "empty spans-left-out", "Its span tree (" + t.spansLeftOut +
+          " spans) is left out of this report to keep the file small; print it with: opik-eval show " + t.trace));
       }
       cell.appendChild(box);
     });

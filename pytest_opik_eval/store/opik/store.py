@@ -378,6 +378,10 @@ class OpikStore:
     def trial_states(self, experiment_id: str) -> list[TrialState]:
         return self.spool.trial_states(experiment_id)
 
+    def find_trial(self, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
+        """A trial this machine recorded, by its id, trace id or node id (see the spool's)."""
+        return self.spool.find_trial(target)
+
     def server_experiments(self, limit: int) -> list[dict[str, Any]]:
         """The newest experiments on the server, whoever created them."""
         page = self.client.json("GET", "experiments", params={"page": 1, "size": limit})
