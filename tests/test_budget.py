@@ -4,6 +4,7 @@ stay pending, and ``--eval-resume`` runs them with a fresh budget; each trial ru
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from collections import Counter
 
@@ -69,8 +70,9 @@ LABELS = [f"q{i:03}" for i in range(100)]
 def setup(
     project: Project, monkeypatch: pytest.MonkeyPatch, *, marker: str = "", judge: bool = False
 ) -> None:
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    if os.environ.get("PYTEST_OPIK_EVAL_BACKEND") != "opik":  # the opik fixture's server, else none
+        monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+        monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
     project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
     project.write("app.py", APP)
     metrics = "[Equals(), Judge('judge')]" if judge else "[Equals()]"
@@ -200,6 +202,28 @@ def test_xdist_workers_share_one_budget(project: Project, monkeypatch: pytest.Mo
     rest = project.run(f"--eval-resume={report['run_id']}", "--eval-budget=100", "-p", "xdist", "-n", "2")
     rest.assert_outcomes(passed=100 - completed)
     assert_each_trial_ran_once(project, calls + project.calls())
+
+
+def test_the_opik_backend_keeps_the_runs_budget_for_the_resume(
+    any_backend: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = any_backend
+    setup(project, monkeypatch)
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:10]]
+    )
+    result, report = project.run_report("--eval", "--eval-budget=1")
+    result.assert_outcomes(passed=4, skipped=6)
+    # The resume reads the run back (from the server, with the Opik backend) with its budget.
+    again = project.run(*resume_line(result))
+    again.assert_outcomes(passed=4, skipped=2)
+    again.stdout.fnmatch_lines(["eval budget: $1.00 (the run's, counted afresh)"])
+    last, last_report = project.run_report(f"--eval-resume={report['run_id']}")
+    last.assert_outcomes(passed=2)
+    assert last.ret == pytest.ExitCode.OK
+    assert [t["status"] for t in last_report["experiments"][0]["trials"]] == ["completed"] * 10
+    calls = project.calls()
+    assert sorted(calls) == sorted(f"{label}#0" for label in LABELS[:10]) and len(set(calls)) == 10
 
 
 def test_each_ci_shard_gets_its_share_of_the_budget(

@@ -38,7 +38,8 @@ class Start:
                 if budget.shards > 1
                 else ""
             )
-            lines.append(f"eval budget: {budget.describe(budget.limit)}{share}")
+            afresh = " (the run's, counted afresh)" if resume is not None and not self.options.budget else ""
+            lines.append(f"eval budget: {budget.describe(budget.limit)}{share}{afresh}")
         return lines
 
     def pytest_sessionstart(self) -> None:
