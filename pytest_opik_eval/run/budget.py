@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.store.records import BudgetSetting, SpanRecord
 
 # Set on a test case whose trial the budget kept from starting: its report says so.
@@ -123,24 +124,37 @@ def _tokens(span: SpanRecord) -> int:
 
 
 class _Ledger:
-    """An append-only file of amounts, one per line, that several processes write and read."""
+    """An append-only file of amounts, one per line, that several processes write and read.
+    Opened on first use: the controller's, only at the end, to read what its workers wrote."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Two descriptors: appends go to the end whatever the reading offset is.
-        self._append = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._read = os.open(path, os.O_RDONLY)
+        self._fds: tuple[int, int] | None = None  # (append, read)
         self._partial = b""  # a line another process is writing, seen in part
         self._total = 0.0
         self._closed = False
 
+    def _open(self) -> tuple[int, int]:
+        if self._fds is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # Two descriptors: appends go to the end whatever the reading offset is.
+                append = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._fds = (append, os.open(self.path, os.O_RDONLY))
+            except OSError as error:
+                raise StoreError(
+                    f"the budget ledger {self.path}, which the pytest-xdist workers share, cannot be "
+                    f"written: {error.strerror or error}; make its folder writable, or run without -n"
+                ) from None
+        return self._fds
+
     def append(self, amount: float) -> None:
-        os.write(self._append, f"{amount!r}\n".encode())
+        os.write(self._open()[0], f"{amount!r}\n".encode())
 
     def total(self) -> float:
         """The sum of every line so far: reads only what was appended since the last call."""
-        while chunk := os.read(self._read, 1 << 16):
+        read = self._open()[1]
+        while chunk := os.read(read, 1 << 16):
             *lines, self._partial = (self._partial + chunk).split(b"\n")
             for line in lines:
                 try:
@@ -153,7 +167,7 @@ class _Ledger:
         if self._closed:
             return
         self._closed = True
-        for fd in (self._append, self._read):
+        for fd in self._fds or ():
             try:
                 os.close(fd)
             except OSError:

@@ -50,7 +50,10 @@ class Ending:
         state = self.state
         state.pool.stop()
         if state.budget is not None:
-            self.spent = state.budget.spent()
+            try:
+                self.spent = state.budget.spent()
+            except StoreError as error:
+                notice(self.config, str(error))
             # The workers have ended: the controller removes their ledger.
             state.budget.close(remove=True)
         try:
