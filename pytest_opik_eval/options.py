@@ -4,9 +4,11 @@ in every run; reading them into settings happens in ``settings``, only when eval
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -163,6 +165,15 @@ def add_options(parser: pytest.Parser) -> None:
         help="With --eval-backend=opik, spend at most this long at the end of the session sending what "
         "is left to the server; the rest waits for opik-eval sync (ini eval_sync_timeout; default: 30)",
     )
+    group.addoption(
+        "--eval-budget",
+        metavar="AMOUNT",
+        dest="eval_budget",
+        type=budget,
+        help="Start no new trial once the trials' spans cost AMOUNT US dollars (5, 2.50, $5) or used "
+        "AMOUNT tokens (200000tokens, 200k tokens); the rest stay pending for --eval-resume "
+        "(ini eval_budget; with --eval-shard=K/N each shard gets AMOUNT/N)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
@@ -180,6 +191,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_max_latency", "SECONDS[@pNN]: a gate on the task latency", type="string")
     parser.addini("eval_gate_mode", "How the gates decide: normal or strict", type="string")
     parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
+    parser.addini("eval_budget", "The spend (5, $5, 200k tokens) after which no trial starts", type="string")
 
 
 def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
@@ -296,6 +308,34 @@ def _shard(value: str) -> tuple[int, int]:
     if not sep or not 1 <= shard[0] <= shard[1]:
         raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N, such as 2/3; got {value!r}")
     return shard
+
+
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+_DOLLARS = re.compile(rf"\$?\s*{_NUMBER}\s*(?:usd)?", re.IGNORECASE)
+_TOKENS = re.compile(rf"{_NUMBER}\s*([km]?)\s*tokens?", re.IGNORECASE)
+_MULTIPLIERS = {"": 1, "k": 1_000, "m": 1_000_000}
+BUDGET_FORMS = (
+    "an amount in US dollars, such as 5, 2.50 or $5, or of tokens, such as 200000tokens or 200k tokens"
+)
+
+
+def budget(value: str) -> tuple[float, Literal["usd", "tokens"]]:
+    """``--eval-budget``: the amount, and whether it is in US dollars or in tokens."""
+    text = value.strip()
+    dollars = _DOLLARS.fullmatch(text)
+    tokens = None if dollars else _TOKENS.fullmatch(text)
+    unit: Literal["usd", "tokens"]
+    if dollars:
+        amount, unit = float(dollars.group(1)), "usd"
+    elif tokens:
+        amount, unit = float(tokens.group(1)) * _MULTIPLIERS[tokens.group(2).lower()], "tokens"
+    else:
+        raise argparse.ArgumentTypeError(f"expected {BUDGET_FORMS}; got {value!r}")
+    if not 0 < amount < float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"the budget must be more than 0, such as 5 or 200k tokens; got {value!r}"
+        )
+    return amount, unit
 
 
 def threads_count(value: str) -> int:

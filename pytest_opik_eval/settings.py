@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -16,6 +17,7 @@ from pytest_opik_eval.options import (
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
+    budget,
     confidence,
     cost_limit,
     latency_limit,
@@ -26,7 +28,7 @@ from pytest_opik_eval.options import (
     threads_count,
 )
 from pytest_opik_eval.store.opik.config import SYNC_TIMEOUT, sync_command
-from pytest_opik_eval.store.records import GateMode
+from pytest_opik_eval.store.records import BudgetSetting, GateMode
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class EvalOptions:
     baseline: str | None
     sync_timeout: float  # with the opik backend: the budget for sending what is left at the end
     sync_command: str  # the command that sends what the end of the session could not
+    budget: BudgetSetting | None  # --eval-budget, else ini eval_budget (a resume may use the run's)
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -95,6 +98,7 @@ class EvalOptions:
             or (str(config.getini("eval_baseline")).strip() or None),
             sync_timeout=_sync_timeout(config),
             sync_command=_sync_command(config, store_path, store_source),
+            budget=_budget(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -102,6 +106,14 @@ class EvalOptions:
         paths when they were given on the command line."""
         store = self.store_path if self.store_source == "--eval-store" else None
         return resume_command(target, store=store, paths=self.paths)
+
+    def budget_resume_command(self, target: str) -> str:
+        """The command that resumes ``target`` after the budget stopped it: a shard's names its
+        shard, whose store holds the other shards' trials too, never run there."""
+        command = self.resume_command(target)
+        if self.shard is None:
+            return command
+        return f"{command} --eval-shard={self.shard[0]}/{self.shard[1]}"
 
 
 def _threads_option(config: pytest.Config) -> int:
@@ -113,6 +125,17 @@ def _threads_option(config: pytest.Config) -> int:
         return threads_count(ini) if ini else 1
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_threads: {error}") from None
+
+
+def _budget(config: pytest.Config) -> BudgetSetting | None:
+    given: tuple[float, Literal["usd", "tokens"]] | None = config.getoption("eval_budget")
+    if given is None:
+        ini = str(config.getini("eval_budget") or "").strip()
+        try:
+            given = budget(ini) if ini else None
+        except argparse.ArgumentTypeError as error:
+            raise pytest.UsageError(f"ini eval_budget: {error}") from None
+    return None if given is None else BudgetSetting(amount=given[0], unit=given[1])
 
 
 def _sync_timeout(config: pytest.Config) -> float:

@@ -21,6 +21,7 @@ from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.ids import case_id, uuid7_for
 from pytest_opik_eval.run.scoring import Scorer
 from pytest_opik_eval.store.records import (
+    BudgetSetting,
     DatasetRecord,
     ExperimentRecord,
     GateSettings,
@@ -230,12 +231,17 @@ class RunPlan:
 
 
 def plan_run(
-    config: pytest.Config, run_id: str, trials: list[tuple[pytest.Item, Trial]], name: str | None = None
+    config: pytest.Config,
+    run_id: str,
+    trials: list[tuple[pytest.Item, Trial]],
+    name: str | None = None,
+    budget: BudgetSetting | None = None,
 ) -> RunPlan:
     """The run, one experiment per test and combination of its other parameters, and the
     trials the session selected (after -k, -m and every other deselection), in order. Binds
     each trial to its experiment and planned trial. The ids derive from the run's id, so every
-    process that plans the same run (pytest-xdist workers) plans the same records."""
+    process that plans the same run (pytest-xdist workers) plans the same records. The run keeps
+    its budget, which a resume gets afresh."""
     now = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
     run = RunRecord(
         id=run_id,
@@ -243,6 +249,7 @@ def plan_run(
         rootdir=str(config.rootpath),
         args=list(config.invocation_params.args),
         name=name,
+        budget=budget,
     )
     experiments: dict[tuple[str, str], ExperimentRecord] = {}
     planned: list[PlannedTrial] = []

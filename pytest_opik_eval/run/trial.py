@@ -32,7 +32,14 @@ from pytest_opik_eval.store.records import ScoreRecord, Timings
 from pytest_opik_eval.verdict.results import TrialResult
 
 if TYPE_CHECKING:
+    from pytest_opik_eval.run.budget import Budget
     from pytest_opik_eval.store import Store
+
+UNPRICED_SPEND = (
+    "eval budget: some spans reported tokens but no cost (no price for their model, or no price "
+    "table), and the dollar budget counted them as free; set the cost on the span, install the cost "
+    "extra (pip install 'pytest-opik-eval[cost]'), or give a budget in tokens (--eval-budget=200k tokens)"
+)
 
 
 _Value = TypeVar("_Value")
@@ -45,10 +52,11 @@ def run(
     store: Store,
     session_id: str,
     task: Callable[[tracing.TrialTrace | None], Any] | None = None,
+    budget: Budget | None = None,
 ) -> None:
     """Run the task and score it, recording each step: in the test's call phase, or ahead of it
     in a background thread, calling ``task`` with the attempt's trace (see ``concurrency`` and
-    ``threaded_task``)."""
+    ``threaded_task``); what its spans spent counts against ``budget``."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
     case = trial.case
     # A rerun of the same test case (pytest-rerunfailures, pytest-retry) starts from scratch: it
@@ -87,8 +95,10 @@ def run(
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
         _record_trace(
-            store, attempt, trace, Timings(task_seconds=task_seconds, metric_seconds=metric_seconds)
+            store, attempt, trace, Timings(task_seconds=task_seconds, metric_seconds=metric_seconds), budget
         )
+        if budget is not None and budget.unpriced:
+            notice(item.config, UNPRICED_SPEND)
     if missing:
         # Outside the except block: inside it, pytest would print the message twice ("During
         # handling of the above exception, another exception occurred").
@@ -150,11 +160,15 @@ def _score(
         return scorer.score(item, output, trace, seconds)
 
 
-def _record_trace(store: Store, attempt: str, trace: tracing.TrialTrace | None, timings: Timings) -> None:
-    """The attempt's spans (when traced) and timings, in the store."""
+def _record_trace(
+    store: Store, attempt: str, trace: tracing.TrialTrace | None, timings: Timings, budget: Budget | None
+) -> None:
+    """The attempt's spans (when traced) and timings, in the store; their spend, in the budget."""
     if trace is not None:
         spans = trace.close()
         if spans:
+            if budget is not None:
+                budget.add(spans)
             record = span_recorder(store)
             assert record is not None, "traced only for a store that records spans"
             record(attempt, spans)

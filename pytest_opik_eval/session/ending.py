@@ -22,11 +22,12 @@ from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_n
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
 from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
+from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
 from pytest_opik_eval.run.distributed import in_shard, is_controller
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
-from pytest_opik_eval.verdict.model import Report
+from pytest_opik_eval.verdict.model import BudgetReport, Report
 from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
 
 
@@ -37,11 +38,24 @@ class Ending:
         self.state = state
         self.config = state.config
         self.options = state.options
+        self.not_started = 0  # trials the budget kept from starting, in every process
+        self.spent = 0.0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.state.budget is not None and getattr(report, NOT_STARTED_ATTR, False):
+            self.not_started += 1
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         state = self.state
         state.pool.stop()
+        if state.budget is not None:
+            try:
+                self.spent = state.budget.spent()
+            except StoreError as error:
+                notice(self.config, str(error))
+            # The workers have ended: the controller removes their ledger.
+            state.budget.close(remove=True)
         try:
             if not state.experiments and is_controller(self.config):
                 state.experiments = self._run_experiments()
@@ -81,6 +95,7 @@ class Ending:
                 self.options.resume_command,
                 self._in_my_shard if self.options.shard else None,
             )
+        self._notice_unseen_spend()
         report = self._reports()
         add_suite_properties(self.config, suite_properties(state.results))
         self._record_verdicts(report)
@@ -101,6 +116,7 @@ class Ending:
             run_id=self.state.run_id,
             resumed=None if resume is None else resume.resolved,
             experiments=[r.report() for r in self.state.results],
+            budget=self._budget_report(),
         )
         self._write_reports(report, step_summary)
         return report
@@ -130,6 +146,64 @@ class Ending:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
             elif self.state.resume is not None:
                 session.exitstatus = pytest.ExitCode.OK
+        # The budget left trials unstarted: the run is incomplete, as when Ctrl-C stops it, and
+        # exits as that does (2), whatever the trials that ran say; its verdict waits for the resume.
+        if self.not_started and session.exitstatus in _INCOMPLETE_WINS_OVER:
+            session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+    def _budget_report(self) -> BudgetReport | None:
+        budget = self.state.budget
+        if budget is None:
+            return None
+        return BudgetReport(
+            unit=budget.unit,
+            given=budget.given.amount,
+            limit=budget.limit,
+            spent=self.spent,
+            reached=self._budget_reached(),
+            not_started=self.not_started,
+            resume_command=self._budget_resume_command(),
+        )
+
+    def _budget_reached(self) -> bool:
+        budget = self.state.budget
+        return budget is not None and (bool(self.not_started) or self.spent >= budget.limit)
+
+    def _budget_resume_command(self) -> str | None:
+        if not self.not_started or not self.state.run_id:
+            return None
+        return self.options.budget_resume_command(self.state.run_id)
+
+    def _budget_lines(self) -> list[str]:
+        budget = self.state.budget
+        if budget is None:
+            return []
+        spent = f"spent {budget.describe(self.spent)} of {budget.describe(budget.limit)}"
+        if budget.shards > 1:
+            spent += f" (this shard's share of {budget.describe(budget.given.amount)})"
+        if not self._budget_reached():
+            return [f"eval budget: {spent}"]
+        if not self.not_started:
+            return [f"eval budget reached: {spent} (every trial had started)"]
+        return [
+            f"eval budget reached: {spent} ({self.not_started} trials not started)",
+            f"resume them with a fresh budget: {self._budget_resume_command()}",
+        ]
+
+    def _notice_unseen_spend(self) -> None:
+        """A budget that counted nothing while trials ran cannot stop anything: say why."""
+        budget = self.state.budget
+        if budget is None or self.spent:
+            return
+        if any(r.ran_this_session(t) for r in self.state.results for t in r.trials):
+            what = "tokens" if budget.unit == "tokens" else "cost"
+            notice(
+                self.config,
+                f"eval budget: the trials that ran reported no {what}, "
+                f"so the budget of {budget.describe(budget.limit)} counted nothing: it counts the spans "
+                "of LLM calls traced with the Opik SDK (@opik.track, track_openai, ...) that report "
+                "their usage or cost",
+            )
 
     def _write_reports(self, report: Report, step_summary: str | None) -> None:
         # Each report on its own: one that cannot be written (a full disk) does not keep the
@@ -190,6 +264,8 @@ class Ending:
             terminalreporter.line(
                 f"resume all {pending_total} pending trials: {self.options.resume_command(run_id)}"
             )
+        for line in self._budget_lines():
+            terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
         if self.state.unsent:
             terminalreporter.line(escape_control(self.state.unsent), yellow=True)
         gates = gate_lines(results)
@@ -210,16 +286,28 @@ class Ending:
             return (yield)
         finally:
             results = self.state.results
-            if results and not all(passed(r) for r in results):
-                stats = terminalreporter.stats
+            failed = bool(results) and not all(passed(r) for r in results)
+            stats = terminalreporter.stats
+            if failed:
                 for key, count in verdict_counts(results).items():
                     stats.setdefault(key, []).extend(_VerdictPart() for _ in range(count))
+            if self.not_started:
+                # "30 passed, 70 skipped, 70 eval trials not started (budget)": the skips are the
+                # budget's, and the run is incomplete.
+                key = f"eval trial{'s' if self.not_started > 1 else ''} not started (budget)"
+                stats.setdefault(key, []).extend(_VerdictPart() for _ in range(self.not_started))
+            if failed or self.not_started:
                 # pytest colours the line red when "failed" is among the stats; this entry is not
                 # counted as a failed test (the protocol pytest's own reports follow).
                 stats.setdefault("failed", []).append(_VerdictPart(counted=False))
 
     def pytest_unconfigure(self) -> None:
         self.state.close_store()
+
+
+# The exit statuses that a run the budget stopped replaces by INTERRUPTED: not a usage error, an
+# internal error or an interruption.
+_INCOMPLETE_WINS_OVER = (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED, pytest.ExitCode.NO_TESTS_COLLECTED)
 
 
 class WorkerEnding:
@@ -232,6 +320,8 @@ class WorkerEnding:
     def pytest_sessionfinish(self) -> None:
         state = self.state
         state.pool.stop()
+        if state.budget is not None:
+            state.budget.close()
         store = state.opened_store()
         if store is not None:
             try:

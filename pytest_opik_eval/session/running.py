@@ -11,6 +11,7 @@ or the controller, which shows its workers'.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Generator, Iterator
 from typing import Literal, NoReturn
 
@@ -20,6 +21,7 @@ from pytest_opik_eval.collect.planning import CASE_ARG, TRIAL_KEY, RejectedItem,
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.run import trial as trial_life
+from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD
 from pytest_opik_eval.run.distributed import WorkerQueue
 from pytest_opik_eval.session.state import SessionState
@@ -56,7 +58,7 @@ class Running:
     def _create_run(self, trials: list[tuple[pytest.Item, Trial]]) -> None:
         state = self.state
         with no_gc_pass():
-            plan = plan_run(self.config, state.run_id, trials, state.options.run_name)
+            plan = plan_run(self.config, state.run_id, trials, state.options.run_name, state.options.budget)
             try:
                 state.store().create_run(plan.run, plan.experiments, plan.trials)
             except StoreError as error:
@@ -89,11 +91,17 @@ class Running:
         if state.unusable is not None:
             self._stop(pyfuncitem, state.unusable)
         threads = trial.case.plan.threads
+        budget = state.budget
         try:
             if threads <= 1:
-                trial_life.run(pyfuncitem, trial, state.store(), state.session_id)
+                if budget is not None:
+                    budget.check(pyfuncitem)
+                trial_life.run(pyfuncitem, trial, state.store(), state.session_id, budget=budget)
             else:
-                state.pool.run(pyfuncitem, self._window(pyfuncitem, trial, threads), self._job, threads)
+                # Spent: nothing more is queued; a trial queued already is checked as it starts.
+                spent = budget is not None and budget.reached()
+                window = [pyfuncitem] if spent else self._window(pyfuncitem, trial, threads)
+                state.pool.run(pyfuncitem, window, self._job, threads)
         except StoreError as error:
             failure = error
         else:
@@ -145,9 +153,21 @@ class Running:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
         task = trial_life.threaded_task(ahead, trial, shared)
-        return functools.partial(
-            trial_life.run, ahead, trial, self.state.store(), self.state.session_id, task
+        budget = self.state.budget
+        run = functools.partial(
+            trial_life.run, ahead, trial, self.state.store(), self.state.session_id, task, budget
         )
+        if budget is None:
+            return run
+
+        def start() -> None:
+            # When a thread takes the trial up, not when it was queued: the trials in flight
+            # are then at most one per thread.
+            assert budget is not None
+            budget.check(ahead)
+            run()
+
+        return start
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside any plugin that replaces item.obj
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
@@ -165,6 +185,12 @@ class Running:
         if trial is not None and call.when == "call" and report.passed and trial.soft_failure:
             # A plain str, so the report stays JSON-safe for pytest-xdist.
             report.eval_soft_failure = trial.soft_failure  # type: ignore[attr-defined]
+        if self.state.budget is not None and call.when == "call" and item.stash.get(NOT_STARTED, False):
+            setattr(report, NOT_STARTED_ATTR, True)
+            # Where the test is, as for a skip marker, rather than the line of this plugin that
+            # skipped it: pytest's -rs then folds all of them into one line.
+            path, line = item.reportinfo()[:2]
+            report.longrepr = (os.fspath(path), (line or 0) + 1, f"Skipped: {self.state.budget.reason}")
         return report
 
     @pytest.hookimpl(tryfirst=True)

@@ -30,14 +30,26 @@ class Start:
         resume = self.state.resume
         if resume is not None:
             line += f"; resuming {resume.requested} (run {resume.run.id})"
-        return [line]
+        lines = [line]
+        budget = self.state.budget
+        if budget is not None:
+            share = (
+                f" (this shard's share of {budget.describe(budget.given.amount)})"
+                if budget.shards > 1
+                else ""
+            )
+            afresh = " (the run's, counted afresh)" if resume is not None and not self.options.budget else ""
+            lines.append(f"eval budget: {budget.describe(budget.limit)}{share}{afresh}")
+        return lines
 
     def pytest_sessionstart(self) -> None:
         self._check_backend_access()
         # Ids given on the command line are checked before anything runs (exit code 4).
         self._load_resume_target()
         self._load_baseline()
-        if is_controller(self.config):
+        controller = is_controller(self.config)
+        self.state.start_budget(self.state.budget_setting(), controller=controller)
+        if controller:
             self._start_controller()
 
     def _check_backend_access(self) -> None:
@@ -83,6 +95,8 @@ class Start:
             "run_id": self.state.run_id,
             "session_id": self.state.session_id,
             "resume": None if self.state.resume is None else self.state.resume.to_json(),
+            # The budget the controller decided on (this command line's, or the resumed run's).
+            "budget": None if self.state.budget is None else self.state.budget.given.model_dump(mode="json"),
         }
         self.config.pluginmanager.register(Controller(self.config, handoff), CONTROLLER_PLUGIN)
 

@@ -13,10 +13,12 @@ from pytest_opik_eval.collect.resume import ResumeTarget
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.notices import notice
+from pytest_opik_eval.run.budget import Budget, ledger_path
 from pytest_opik_eval.run.concurrency import Pool
 from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.backends import backend
+from pytest_opik_eval.store.records import BudgetSetting
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines
 
@@ -63,6 +65,27 @@ class SessionState:
         self.store_failure: str | None = None  # why trials stopped: the store cannot be written
         self.unusable: StoreError | None = None  # a worker could not create the run
         self.pool = Pool()
+        # --eval-budget: set at the start (see ``start_budget``); a worker gets the controller's.
+        self.budget: Budget | None = None
+        if handed and handed.get("budget") is not None:
+            self.start_budget(BudgetSetting.model_validate(handed["budget"]))
+
+    def budget_setting(self) -> BudgetSetting | None:
+        """The budget: given to this session (command line, then ini), else the one the resumed
+        run was started with, counted afresh."""
+        if self.options.budget is not None or self.resume is None:
+            return self.options.budget
+        return self.resume.run.budget
+
+    def start_budget(self, given: BudgetSetting | None, *, controller: bool = False) -> None:
+        """This session's budget: shared through a ledger by the processes of a pytest-xdist
+        session (the workers and their controller), a shard's share of it with --eval-shard."""
+        if given is None:
+            return
+        shared = self.worker or controller
+        ledger = ledger_path(self.options.store_path, self.session_id) if shared else None
+        shards = self.options.shard[1] if self.options.shard is not None else 1
+        self.budget = Budget(given, shards, ledger)
 
     def store(self) -> Store:
         """The store, opened (and created) on first use. A method, not a property: pytest before

@@ -146,12 +146,25 @@ class ExperimentRecord(_Written):
     gates: GateSettings = GateSettings()
 
 
+BudgetUnit = Literal["usd", "tokens"]
+
+
+class BudgetSetting(_Written):
+    """``--eval-budget``: the most a session may spend, in US dollars (the spans' cost) or in
+    tokens (their total tokens), the app's and the judges'."""
+
+    amount: float = Field(gt=0, allow_inf_nan=False)
+    unit: BudgetUnit
+
+
 class RunRecord(_Written):
     id: str
     created_at: str
     rootdir: str
     args: list[str]
     name: str | None = None  # given with --eval-run-id (e.g. the CI's run number); the id derives from it
+    # The budget the run was started with: a resume without --eval-budget gets it afresh.
+    budget: BudgetSetting | None = None
 
 
 @dataclass(frozen=True)

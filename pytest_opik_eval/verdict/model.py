@@ -243,11 +243,24 @@ class ExperimentReport(_Report):
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
 
 
+class BudgetReport(_Report):
+    """``--eval-budget``: what this session's trials spent against it, app and judges."""
+
+    unit: Literal["usd", "tokens"]
+    given: float  # the budget as given (on the command line, the ini file, or the resumed run)
+    limit: float  # this session's: with --eval-shard=K/N, the given budget divided by N
+    spent: float  # by the trials that ran this session (those in flight when it was reached too)
+    reached: bool
+    not_started: int  # trials the budget kept from starting: pending, for --eval-resume
+    resume_command: str | None = None  # runs them, with a fresh budget
+
+
 class Report(_Report):
     schema_version: Literal[3] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]
+    budget: BudgetReport | None = None  # None: no --eval-budget
 
 
 def json_schema() -> dict[str, Any]:

@@ -1,0 +1,315 @@
+"""``--eval-budget``: once the trials' spans have spent the budget, no new trial starts, the rest
+stay pending, and ``--eval-resume`` runs them with a fresh budget; each trial runs once."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from collections import Counter
+
+import pytest
+from conftest import Project
+
+from pytest_opik_eval.options import budget
+
+# Each trial's LLM call reports 400 tokens and costs $0.25 (exact in binary: the sums are too).
+APP = """
+import opik
+from opik import opik_context
+
+
+@opik.track(type="llm")
+def llm(prompt):
+    opik_context.update_current_span(
+        model="house-llm-1",
+        provider="openai",
+        usage={"prompt_tokens": 300, "completion_tokens": 100, "total_tokens": 400},
+        total_cost=0.25,
+    )
+    return prompt
+
+
+@opik.track(type="llm")
+def judge_llm(text):
+    opik_context.update_current_span(
+        usage={"prompt_tokens": 80, "completion_tokens": 20, "total_tokens": 100}, total_cost=0.125
+    )
+    return 1.0
+"""
+
+TEST = """
+import pathlib
+import pytest
+from app import judge_llm, llm
+from pytest_opik_eval.metrics import BaseMetric, Equals, ScoreResult
+
+HERE = pathlib.Path(__file__).parent
+
+
+class Judge(BaseMetric):
+    def score(self, output):
+        return ScoreResult(name=self.name, value=judge_llm(output))
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl",
+    metrics={metrics},
+    scoring_key_mapping={{"reference": "expected_output"}},
+    {marker}
+)
+def test_qa(eval_item, eval_trial):
+    with open(HERE / "calls.log", "a") as log:
+        log.write(f"{{eval_item['id']}}#{{eval_trial}}\\n")
+    return llm(eval_item["input"]["text"])
+"""
+
+LABELS = [f"q{i:03}" for i in range(100)]
+
+
+def setup(
+    project: Project, monkeypatch: pytest.MonkeyPatch, *, marker: str = "", judge: bool = False
+) -> None:
+    if os.environ.get("PYTEST_OPIK_EVAL_BACKEND") != "opik":  # the opik fixture's server, else none
+        monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+        monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
+    project.write("app.py", APP)
+    metrics = "[Equals(), Judge('judge')]" if judge else "[Equals()]"
+    project.write("test_eval.py", TEST.format(metrics=metrics, marker=marker))
+
+
+def resume_line(result: pytest.RunResult) -> list[str]:
+    """The resume command the summary printed, as arguments for pytester (without "pytest")."""
+    (line,) = [line for line in result.outlines if line.startswith("resume them with a fresh budget: ")]
+    args = shlex.split(line.split(": ", 1)[1])
+    assert args[0] == "pytest"
+    return args[1:]
+
+
+def assert_each_trial_ran_once(project: Project, calls: list[str], store: str | None = None) -> None:
+    counts = Counter(calls)
+    assert sorted(counts) == sorted(f"{label}#0" for label in LABELS), "nothing lost"
+    assert set(counts.values()) == {1}, {call: n for call, n in counts.items() if n > 1}
+    trials = project.trials(store_path=None if store is None else project.path / store)
+    assert len(trials) == 100
+    for trial in trials:
+        assert trial.status == "completed" and trial.attempts == 1, trial
+        assert trial.output == {"output": trial.dataset_item_id}
+
+
+def test_a_budget_stops_the_run_and_resumes_afresh_until_every_trial_ran_once(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup(project, monkeypatch)
+    result, report = project.run_report("--eval", "--eval-budget=$7.50", "-rs")
+    # 30 trials at $0.25 reach $7.50: the 31st does not start.
+    result.assert_outcomes(passed=30, skipped=70)
+    assert result.ret == pytest.ExitCode.INTERRUPTED, "an incomplete run is not a pass"
+    assert project.calls() == [f"{label}#0" for label in LABELS[:30]]
+    run_id = report["run_id"]
+    result.stdout.fnmatch_lines(
+        [
+            "eval budget: $7.50",
+            "  trials: 100 planned, 30 completed (30 passed, 0 failed), 70 pending",
+            "eval budget reached: spent $7.50 of $7.50 (70 trials not started)",
+            f"resume them with a fresh budget: pytest --eval-resume={run_id}",
+            # Each skip at the test's line: pytest folds them into one.
+            "SKIPPED [[]70] test_eval.py:*: eval budget of $7.50 reached: trial not started, left pending "
+            "for --eval-resume",
+            "*= 30 passed, 70 skipped, 70 eval trials not started (budget) in *",
+        ]
+    )
+    assert report["budget"] == {
+        "unit": "usd",
+        "given": 7.5,
+        "limit": 7.5,
+        "spent": 7.5,
+        "reached": True,
+        "not_started": 70,
+        "resume_command": f"pytest --eval-resume={run_id}",
+    }
+    pending = [t for t in project.trials() if t.status == "pending"]
+    assert len(pending) == 70 and all(t.attempts == 0 for t in pending), "never started"
+
+    # The resume gets the run's budget afresh: 30 more trials.
+    again = project.run(*resume_line(result))
+    again.assert_outcomes(passed=30, skipped=40)
+    assert again.ret == pytest.ExitCode.INTERRUPTED
+    assert project.calls() == [f"{label}#0" for label in LABELS[30:60]]
+    again.stdout.fnmatch_lines(["eval budget reached: spent $7.50 of $7.50 (40 trials not started)"])
+
+    # A budget given on the resume's command line wins; this one finishes the run.
+    last, last_report = project.run_report(f"--eval-resume={run_id}", "--eval-budget=20")
+    last.assert_outcomes(passed=40)
+    assert last.ret == pytest.ExitCode.OK
+    last.stdout.fnmatch_lines(["eval budget: spent $10.00 of $20.00"])
+    assert last_report["budget"]["reached"] is False and last_report["budget"]["not_started"] == 0
+    assert_each_trial_ran_once(project, [f"{label}#0" for label in LABELS[:60]] + project.calls())
+
+
+def test_a_token_budget_counts_the_judges_tokens_too(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup(project, monkeypatch, judge=True)
+    # 400 tokens of the app and 100 of the judge per trial: 10 trials reach 5,000.
+    result, report = project.run_report("--eval", "--eval-budget=5k tokens")
+    result.assert_outcomes(passed=10, skipped=90)
+    result.stdout.fnmatch_lines(
+        ["eval budget reached: spent 5,000 tokens of 5,000 tokens (90 trials not started)"]
+    )
+    assert report["budget"]["unit"] == "tokens" and report["budget"]["spent"] == 5000
+    # In dollars the judge counts as well: $0.375 a trial, so 20 trials reach $7.50.
+    project.calls()
+    dollars = project.run("--eval", "--eval-budget=7.5")
+    dollars.assert_outcomes(passed=20, skipped=80)
+
+
+def test_threads_overshoot_by_at_most_the_trials_in_flight(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup(project, monkeypatch, marker="task_threads=4,")
+    result, report = project.run_report("--eval", "--eval-budget=7.50")
+    completed = len(project.completed())
+    # The 30th trial reaches the budget; at most three others were in flight then.
+    assert 30 <= completed <= 33, completed
+    result.assert_outcomes(passed=completed, skipped=100 - completed)
+    assert report["budget"]["spent"] == completed * 0.25
+    assert report["budget"]["not_started"] == 100 - completed
+    calls = project.calls()
+    assert len(calls) == completed, "a trial not started never ran its task"
+    rest = project.run(f"--eval-resume={report['run_id']}", "--eval-budget=100")
+    rest.assert_outcomes(passed=100 - completed)
+    assert_each_trial_ran_once(project, calls + project.calls())
+
+
+def test_xdist_workers_share_one_budget(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup(project, monkeypatch)
+    result, report = project.run_report("--eval", "--eval-budget=7.50", "-p", "xdist", "-n", "2")
+    completed = len(project.completed())
+    # Shared, the budget stops both workers after 30 trials in all, give or take the other
+    # worker's trial in flight (each alone would have run 30).
+    assert 30 <= completed <= 31, completed
+    result.assert_outcomes(passed=completed, skipped=100 - completed)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert report["budget"]["spent"] == completed * 0.25
+    assert report["budget"]["not_started"] == 100 - completed
+    result.stdout.fnmatch_lines(
+        [f"eval budget reached: spent * of $7.50 ({100 - completed} trials not started)"]
+    )
+    assert not (project.path / ".opik-eval" / "store.db.budget").exists(), "the ledger is removed"
+    calls = project.calls()
+    rest = project.run(f"--eval-resume={report['run_id']}", "--eval-budget=100", "-p", "xdist", "-n", "2")
+    rest.assert_outcomes(passed=100 - completed)
+    assert_each_trial_ran_once(project, calls + project.calls())
+
+
+def test_the_opik_backend_keeps_the_runs_budget_for_the_resume(
+    any_backend: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = any_backend
+    setup(project, monkeypatch)
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:10]]
+    )
+    result, report = project.run_report("--eval", "--eval-budget=1")
+    result.assert_outcomes(passed=4, skipped=6)
+    # The resume reads the run back (from the server, with the Opik backend) with its budget.
+    again = project.run(*resume_line(result))
+    again.assert_outcomes(passed=4, skipped=2)
+    again.stdout.fnmatch_lines(["eval budget: $1.00 (the run's, counted afresh)"])
+    last, last_report = project.run_report(f"--eval-resume={report['run_id']}")
+    last.assert_outcomes(passed=2)
+    assert last.ret == pytest.ExitCode.OK
+    assert [t["status"] for t in last_report["experiments"][0]["trials"]] == ["completed"] * 10
+    calls = project.calls()
+    assert sorted(calls) == sorted(f"{label}#0" for label in LABELS[:10]) and len(set(calls)) == 10
+
+
+def test_each_ci_shard_gets_its_share_of_the_budget(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup(project, monkeypatch)
+    shard = ("--eval-run-id=ci-7", "--eval-shard=1/2", "--eval-store=shard1.db")
+    result = project.run("--eval", *shard, "--eval-budget=5")
+    # Its share of $5 is $2.50: 10 trials, of the share of about 50 it holds.
+    outcomes = result.parseoutcomes()
+    assert outcomes["passed"] == 10 and 30 <= outcomes["skipped"] <= 70, outcomes
+    result.stdout.fnmatch_lines(
+        [
+            "eval budget: $2.50 (this shard's share of $5.00)",
+            "eval budget reached: spent $2.50 of $2.50 (this shard's share of $5.00) (* trials not started)",
+        ]
+    )
+    # The shard's store planned every trial; its resume runs only this shard's, afresh.
+    args = resume_line(result)
+    assert "--eval-shard=1/2" in args and any(arg.startswith("--eval-store=") for arg in args)
+    first = project.calls()
+    rest = project.run(*args, "--eval-budget=100")
+    rest.assert_outcomes(passed=outcomes["skipped"])
+    ran = first + project.calls()
+    assert len(ran) == len(set(ran)) == 10 + outcomes["skipped"]
+    trials = project.trials(store_path=project.path / "shard1.db")
+    assert {f"{t.dataset_item_id}#0" for t in trials if t.status == "completed"} == set(ran)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("5", (5.0, "usd")),
+        ("5.00", (5.0, "usd")),
+        ("$5", (5.0, "usd")),
+        (" $2.5 ", (2.5, "usd")),
+        ("5usd", (5.0, "usd")),
+        ("200000tokens", (200_000.0, "tokens")),
+        ("200k tokens", (200_000.0, "tokens")),
+        ("1.5M tokens", (1_500_000.0, "tokens")),
+    ],
+)
+def test_the_budget_forms(given: str, expected: tuple[float, str]) -> None:
+    assert budget(given) == expected
+
+
+@pytest.mark.parametrize("given", ["abc", "5 euros", "5k", "tokens", "$", "-5", "nan"])
+def test_a_budget_that_is_not_one_is_refused(given: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="expected an amount in US dollars"):
+        budget(given)
+
+
+def test_bad_budgets_name_the_option_and_the_forms(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup(project, monkeypatch)
+    result = project.run("--eval", "--eval-budget=5 euros")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*argument --eval-budget: expected an amount in US dollars, such as 5, 2.50 or $5, or of tokens, "
+            "such as 200000tokens or 200k tokens; got '5 euros'"
+        ]
+    )
+    zero = project.run("--eval", "--eval-budget=0")
+    assert zero.ret == pytest.ExitCode.USAGE_ERROR
+    zero.stderr.fnmatch_lines(["*argument --eval-budget: the budget must be more than 0*; got '0'"])
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\neval_budget = lots\n")
+    ini = project.run("--eval")
+    assert ini.ret == pytest.ExitCode.USAGE_ERROR
+    ini.stderr.fnmatch_lines(["*ini eval_budget: expected an amount in US dollars*; got 'lots'"])
+    assert project.calls() == []
+
+
+def test_an_ini_budget_and_a_budget_that_sees_no_spend(project: Project) -> None:
+    # An app without the Opik SDK reports nothing: the budget cannot count, and says so.
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:5]]
+    )
+    project.eval_test()
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\neval_budget = $1\n")
+    result = project.pytester.runpytest_subprocess("--eval")  # this process has imported opik
+    result.assert_outcomes(passed=5)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "eval budget: $1.00",
+            "*eval budget: the trials that ran reported no cost, so the budget of $1.00 counted nothing*",
+            "eval budget: spent $0.00 of $1.00",
+        ]
+    )
