@@ -36,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+# The Opik SDK's own pytest plugin is left out (-p no:opik) unless --opik-plugin: it costs about
+# 1 ms per test by itself, and imports the SDK in every session (see --opik-plugin).
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:opik"]
 
 PLAIN = """
@@ -263,8 +265,15 @@ def main() -> None:
         choices=["overhead", "latency", "resume", "inert"],
         help="run only this figure (repeatable); latency includes -n 2",
     )
+    parser.add_argument(
+        "--opik-plugin",
+        action="store_true",
+        help="load the Opik SDK's own pytest plugin (which imports the SDK) in every run",
+    )
     args = parser.parse_args()
     quick = args.quick
+    if args.opik_plugin:
+        del PYTEST[-2:]  # "-p", "no:opik"
     figures: dict[str, Callable[[Runner, Path], None]] = {
         "overhead": lambda run, d: overhead(run, d, 500 if quick else 5000, 2 if quick else 7),
         "latency": lambda run, d: latency(run, d, 2 if quick else 9, 1 if quick else 5),

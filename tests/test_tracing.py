@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord
 
 LABELS = [f"item-{i}" for i in range(8)]
@@ -350,3 +351,107 @@ def test_latency_of_the_task_and_each_metric_is_kept_without_opik(project: Proje
         assert set(trial.metric_seconds) == {"equals_metric", "slow"}
         assert trial.metric_seconds["slow"] >= 0.03
         assert 0 <= trial.metric_seconds["equals_metric"]
+
+
+# An app (and a judge) with neither the Opik SDK nor OTel: it hands finished spans to the trial's
+# trace itself, as the OTel span processor does: directly, from a thread that runs in a copy of
+# the context, and from an asyncio.to_thread call.
+NO_SDK_APP = """
+import asyncio
+import contextvars
+import threading
+from datetime import datetime, timezone
+
+from pytest_opik_eval.ids import uuid7
+from pytest_opik_eval.run import tracing
+
+
+def emit(name):
+    trace = tracing.current()
+    assert trace is not None, f"{name}: outside a trial"
+    parent = trace.parent_span_id()
+    start = datetime.now(timezone.utc)
+    trace.add_span(
+        {
+            "id": uuid7(), "trace_id": trace.trace_id, "parent_span_id": parent, "name": name, "type": "llm",
+            "start_time": start, "end_time": datetime.now(timezone.utc), "input": {"prompt": name},
+            "output": {"text": "ok"}, "model": "gpt-4o-mini", "provider": "openai",
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}, "total_cost": 0.5,
+        }
+    )
+
+
+def agent(question):
+    emit("direct")
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(emit, "in_thread"))
+    thread.start()
+    thread.join()
+    return question
+
+
+async def agent_async(question):
+    emit("direct")
+    await asyncio.to_thread(emit, "in_thread")
+    return question
+"""
+
+NO_SDK_TEST = """
+import sys
+
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, Equals, ScoreResult
+from app import agent, agent_async, emit
+
+
+class Judge(BaseMetric):
+    def score(self, output):
+        emit("judge_call")
+        return ScoreResult(name=self.name, value=1.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals(), Judge("judge")], scoring_key_mapping={"reference": "expected_output"})
+def test_qa(eval_item):
+    assert "opik" not in sys.modules
+    return agent(eval_item["input"]["text"])
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals(), Judge("judge")], scoring_key_mapping={"reference": "expected_output"})
+async def test_qa_async(eval_item):
+    assert "opik" not in sys.modules
+    return await agent_async(eval_item["input"]["text"])
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_spans_added_through_the_trace_without_the_opik_sdk(project: Project, threads: str) -> None:
+    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:4]])
+    project.write("app.py", NO_SDK_APP)
+    project.write("test_eval.py", NO_SDK_TEST)
+    # In a process of its own: this one has imported the Opik SDK.
+    project.pytester.runpytest_subprocess("--eval", f"--eval-threads={threads}").assert_outcomes(passed=8)
+    store = LocalStore(project.store_path, create=False)
+    _, experiments = store.find("last")
+    trials = [trial for experiment in experiments for trial in store.trials(experiment.id)]
+    store.close()
+    assert len(trials) == 8
+    for trial in trials:
+        spans = trial.spans
+        task = spans[0]
+        assert task.name in ("test_qa", "test_qa_async") and task.parent_span_id is None
+        assert sorted(tree(spans)) == sorted(
+            [
+                (task.name, None, "general"),
+                ("direct", task.name, "llm"),
+                ("in_thread", task.name, "llm"),
+                ("metrics_calculation", None, "general"),
+                ("equals_metric", "metrics_calculation", "general"),
+                ("judge", "metrics_calculation", "general"),
+                ("judge_call", "judge", "llm"),
+            ]
+        ), trial.node_id
+        assert {span.trace_id for span in spans} == {task.trace_id}
+        assert len({span.id for span in spans}) == len(spans)
+        llm = [span for span in spans if span.type == "llm"]
+        assert [(s.cost, s.cost_source, s.prompt_tokens) for s in llm] == [(0.5, "span", 10)] * 3
+        assert trial.task_seconds is not None
+    assert len({t.spans[0].trace_id for t in trials}) == 8
