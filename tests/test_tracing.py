@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.store import journal
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord
 
@@ -455,3 +456,81 @@ def test_spans_added_through_the_trace_without_the_opik_sdk(project: Project, th
         assert [(s.cost, s.cost_source, s.prompt_tokens) for s in llm] == [(0.5, "span", 10)] * 3
         assert trial.task_seconds is not None
     assert len({t.spans[0].trace_id for t in trials}) == 8
+
+
+def test_a_task_that_raised_keeps_its_latency(project: Project) -> None:
+    project.dataset([{"id": "a", "input": {"text": "a"}, "expected_output": "a"}])
+    project.write(
+        "test_eval.py",
+        """
+        import time
+
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()])
+        def test_qa(eval_item):
+            time.sleep(0.05)
+            raise RuntimeError("the app failed")
+        """,
+    )
+    project.run("--eval").assert_outcomes(failed=1)
+    [trial] = project.trials()
+    assert trial.status == "pending"
+    assert trial.task_seconds is not None and trial.task_seconds >= 0.05
+
+
+def test_the_journal_of_a_traced_run_stays_readable_by_older_versions(
+    traced: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed mid-run leaves its journals for the next reader, which may be an older
+    version: it knows only start/output/scores/complete events, and sets a journal with any
+    other line aside as damaged. A traced run's spans, and its timings, must not be in it."""
+    project = traced
+    project.write(
+        "test_eval.py",
+        """
+        import os
+
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+        from app import agent
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+        def test_qa(eval_item):
+            if eval_item["id"] == "item-3":
+                os._exit(1)  # killed: the journals stay unfolded
+            answer = agent(eval_item["input"]["text"])
+            if eval_item["id"] == "item-2":
+                raise RuntimeError("the app failed")  # an attempt that never completes
+            return answer
+        """,
+    )
+    project.pytester.runpytest_subprocess("--eval")
+    folder = journal.folder_of(project.store_path)
+    older = sorted(folder.glob("*.v1.jsonl"))  # what an older version folds
+    assert older
+    monkeypatch.setattr(journal, "KINDS", frozenset({"start", "output", "scores", "complete"}))
+    events = []
+    for path in older:
+        found = journal.Found(path)
+        events += found.events()
+        assert found.damaged == 0
+        found.done(folded=False)
+    completes = [event for event in events if event[0] == "complete"]
+    assert len(completes) == 2
+    # What an older version reads of them: [attempt, attempt, replaces]; the timings after it.
+    assert all(event[1] == event[2] and event[3] is None for event in completes)
+    monkeypatch.undo()
+    # This version reads it all: spans and timings of the completed trials, the failed one's too.
+    trials = {trial.dataset_item_id: trial for trial in project.trials()}
+    for label in ("item-0", "item-1"):
+        assert trials[label].status == "completed"
+        assert [span.name for span in trials[label].spans][:1] == ["test_qa"]
+        assert {"agent", "fake_llm"} <= {span.name for span in trials[label].spans}
+        assert trials[label].task_seconds is not None and set(trials[label].metric_seconds) == {"equals_metric"}
+    assert trials["item-2"].status == "pending" and trials["item-2"].task_seconds is not None
+    assert {span.name for span in trials["item-2"].spans} >= {"agent", "fake_llm"}
+    assert not list(folder.glob("*.jsonl")), "the journals of the dead writer are folded and gone"
