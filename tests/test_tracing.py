@@ -425,7 +425,9 @@ async def test_qa_async(eval_item):
 
 @pytest.mark.parametrize("threads", ["1", "4"])
 def test_spans_added_through_the_trace_without_the_opik_sdk(project: Project, threads: str) -> None:
-    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:4]])
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:4]]
+    )
     project.write("app.py", NO_SDK_APP)
     project.write("test_eval.py", NO_SDK_TEST)
     # In a process of its own: this one has imported the Opik SDK.
@@ -530,7 +532,9 @@ def test_the_journal_of_a_traced_run_stays_readable_by_older_versions(
         assert trials[label].status == "completed"
         assert [span.name for span in trials[label].spans][:1] == ["test_qa"]
         assert {"agent", "fake_llm"} <= {span.name for span in trials[label].spans}
-        assert trials[label].task_seconds is not None and set(trials[label].metric_seconds) == {"equals_metric"}
+        assert trials[label].task_seconds is not None and set(trials[label].metric_seconds) == {
+            "equals_metric"
+        }
     assert trials["item-2"].status == "pending" and trials["item-2"].task_seconds is not None
     assert {span.name for span in trials["item-2"].spans} >= {"agent", "fake_llm"}
     assert not list(folder.glob("*.jsonl")), "the journals of the dead writer are folded and gone"

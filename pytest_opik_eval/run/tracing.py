@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar, cast
@@ -71,8 +71,11 @@ _json = json.JSONEncoder(ensure_ascii=False, default=repr).encode
 
 # The trial whose task or scoring runs in this context, and the innermost span of ours open in
 # it (None: the task span).
-_Frame = tuple["TrialTrace", "_OwnSpan | None"]
+_Frame = tuple["TrialTrace", "Span | None"]
 _current: ContextVar[_Frame | None] = ContextVar("pytest_opik_eval_trial", default=None)
+_id_lock = threading.Lock()
+# Marks the parameters of a span the Opik SDK sent (see TrialTrace.__internal_api__span__).
+_FROM_SDK = "__pytest_opik_eval_from_sdk__"  # a span's id is made once, whichever thread asks first
 
 
 def current() -> TrialTrace | None:
@@ -120,12 +123,16 @@ def start(
     return TrialTrace(attempt_id, name, task_input, item)
 
 
-class _OwnSpan:
-    """A span this package opens (the scoring, a metric's, a manual one): kept as it is until
-    the trial closes, and made into a record only if the trial stores spans."""
+class Span:
+    """A span opened with :meth:`EvalTrace.span` (or by the trial itself: the scoring, a
+    metric's). Set what it should record before the ``with`` block ends: ``output``,
+    ``metadata``, ``model``, ``provider``, ``usage`` (Opik's names: ``prompt_tokens``,
+    ``completion_tokens``, ``total_tokens``), ``total_cost`` (USD; left None, a span with a
+    model and tokens is priced from the price table). Outside a trial it records nothing."""
 
     __slots__ = (
         "trace",
+        "manual",
         "name",
         "type",
         "parent",
@@ -146,15 +153,17 @@ class _OwnSpan:
 
     def __init__(
         self,
-        trace: TrialTrace,
+        trace: TrialTrace | None,
         name: str,
         parent: str | None,
         *,
         input: Any = None,
         type: str = "general",
         tags: list[str] | None = None,
+        manual: bool = False,
     ) -> None:
-        self.trace = trace
+        self.trace = trace  # None: outside a trial, recorded nowhere
+        self.manual = manual
         self.name = name
         self.type = type
         self.parent = parent  # its parent span's id; None: under the trace
@@ -176,7 +185,7 @@ class _OwnSpan:
     def id(self) -> str:
         """Made when first asked for: a span nobody nests under and that is never stored needs none."""
         if self._id is None:
-            with self.trace._lock:
+            with _id_lock:
                 if self._id is None:
                     self._id = uuid7()
         return self._id
@@ -190,7 +199,7 @@ class _OwnSpan:
             output = {"output": shown[0] if len(shown) == 1 else shown}
         return {
             "id": self.id,
-            "trace_id": self.trace.trace_id,
+            "trace_id": None if self.trace is None else self.trace.trace_id,
             "parent_span_id": self.parent,
             "name": self.name,
             "type": self.type,
@@ -233,7 +242,7 @@ class TrialTrace:
         self._sdk = "opik" in sys.modules
         self._lock = threading.Lock()
         self._spans: list[Mapping[str, Any]] = []  # the app's, the judges', the manual API's
-        self._own: list[_OwnSpan] = []  # the scoring spans, finished
+        self._own: list[Span] = []  # the scoring spans, finished
         self._closed = False
         self.late = 0  # spans that ended after the trial closed (a stream consumed later)
         self.foreign = 0  # spans of another trace sent through this client
@@ -282,6 +291,7 @@ class TrialTrace:
     # -- the client surface that @track and the integrations use ---------------------------
 
     def __internal_api__span__(self, **params: Any) -> None:
+        params[_FROM_SDK] = True  # its usage is the provider's own: parsed as the SDK does
         self.add_span(params)
 
     def __internal_api__trace__(self, **params: Any) -> _Sent:
@@ -331,22 +341,22 @@ class TrialTrace:
     def scoring(self) -> Iterator[None]:
         """The "metrics_calculation" span (beside the task span, as ``opik.evaluate()`` has it)
         open around the scoring loop; see ``metric``."""
-        with self._opened(_OwnSpan(self, METRICS_SPAN, None, tags=[INTERNAL_TAG])):
+        with self._opened(Span(self, METRICS_SPAN, None, tags=[INTERNAL_TAG])):
             yield
 
     @contextlib.contextmanager
-    def metric(self, name: str, kwargs: Mapping[str, Any]) -> Iterator[_OwnSpan]:
+    def metric(self, name: str, kwargs: Mapping[str, Any]) -> Iterator[Span]:
         """One metric's span, under "metrics_calculation", around its ``score`` call: a judge's
         own ``@opik.track`` or ``track_openai`` calls nest under it. Its input is the score's
         arguments; the caller sets its ``scores`` (its output) or ``error``."""
         frame = _current.get()
         parent = frame[1] if frame is not None and frame[0] is self else None
-        span = _OwnSpan(self, name, None if parent is None else parent.id, input=dict(kwargs))
+        span = Span(self, name, None if parent is None else parent.id, input=dict(kwargs))
         with self._opened(span):
             yield span
 
     @contextlib.contextmanager
-    def _opened(self, span: _OwnSpan, *, kept: bool = False) -> Iterator[None]:
+    def _opened(self, span: Span, *, kept: bool = False) -> Iterator[None]:
         """``span`` the innermost in this context (and on the SDK's span stack when in use)
         while the block runs; then finished, and kept with the trial's own spans (``kept``: as
         one of the trial's spans, which make the trial store its spans: a manual one)."""
@@ -425,6 +435,94 @@ class TrialTrace:
         return [task, *records]
 
 
+class EvalTrace:
+    """Spans and usage recorded by hand, for an app that uses neither the Opik SDK nor
+    OpenTelemetry: the ``eval_trace`` fixture, and the same object as
+    ``from pytest_opik_eval import trace`` for the app's own code.
+
+    Spans attach to the trial whose task or scoring runs in the calling context (threads started
+    with a copy of it, ``asyncio`` tasks and ``asyncio.to_thread`` carry it), under the innermost
+    span open there: the task span, a metric's span, or a span opened here (they nest).
+
+    Outside a trial (a test not marked ``eval``, a run without ``--eval``, a bare thread the task
+    started, the app used on its own) every call is a harmless no-op: ``span`` still runs its
+    block, and nothing is recorded.
+    """
+
+    @contextlib.contextmanager
+    def span(
+        self,
+        name: str,
+        *,
+        type: SpanType = "general",
+        input: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> Iterator[Span]:
+        """A span around the ``with`` block, under the innermost span open here; set its
+        ``output`` (and ``model``, ``usage``...) on the :class:`Span` it gives. An exception that
+        leaves the block is recorded on the span, and propagates."""
+        trace = current()
+        if trace is None:
+            yield Span(None, name, None, input=input, type=type)
+            return
+        span = Span(
+            trace,
+            name,
+            trace.parent_span_id(),
+            input=input,
+            type=type,
+            tags=None if tags is None else list(tags),
+            manual=True,
+        )
+        span.metadata = None if metadata is None else dict(metadata)
+        with trace._opened(span, kept=True):
+            yield span
+
+    def usage(
+        self,
+        *,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost: float | None = None,
+        provider: str | None = None,
+    ) -> None:
+        """An LLM call's usage: on the innermost span opened with ``span`` here (added to what it
+        has), or else as a new "llm" span named after the model. ``cost`` in USD; None: priced
+        from the price table (the ``cost`` extra) when the trial ends."""
+        trace = current()
+        if trace is None:
+            return
+        frame = _current.get()
+        span = frame[1] if frame is not None else None
+        if span is None or not span.manual or (trace._sdk and trace.parent_span_id() != span.id):
+            # No span of ours is the innermost here (an @opik.track span may be): one of its own.
+            call = Span(trace, model, trace.parent_span_id(), type="llm", manual=True)
+            call.ended = call.started
+            _add_usage(call, model, provider, input_tokens, output_tokens, cost)
+            trace.add_span(call.params())
+            return
+        _add_usage(span, model, provider, input_tokens, output_tokens, cost)
+
+
+def _add_usage(
+    span: Span, model: str, provider: str | None, input_tokens: int, output_tokens: int, cost: float | None
+) -> None:
+    span.model = model
+    span.provider = provider if provider is not None else span.provider
+    usage = dict(span.usage or {})
+    for key, tokens in (("prompt_tokens", input_tokens), ("completion_tokens", output_tokens)):
+        usage[key] = usage.get(key, 0) + int(tokens)
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    span.usage = usage
+    if cost is not None:
+        span.total_cost = (span.total_cost or 0.0) + float(cost)
+
+
+trace = EvalTrace()
+
+
 def _pushed_here(trace: TrialTrace) -> bool:
     """Whether ``trace`` is the SDK's current trace in this context (see ``TrialTrace._pushed``)."""
     data = _sdk().storage.get_trace_data()
@@ -481,7 +579,7 @@ def _record(params: Mapping[str, Any]) -> SpanRecord:
         tags=[str(tag) for tag in params.get("tags") or []] or None,
         model=_text(params.get("model")),
         provider=provider,
-        usage=_usage(params.get("usage"), provider),
+        usage=_usage(params.get("usage"), provider, sdk=bool(params.get(_FROM_SDK))),
         total_cost=cost,
         cost=cost,
         cost_source=None if cost is None else "span",
@@ -491,18 +589,16 @@ def _record(params: Mapping[str, Any]) -> SpanRecord:
     )
 
 
-def _usage(usage: Any, provider: str | None) -> dict[str, int] | None:
-    """A span's usage in Opik's flat names, as the SDK sends it: the provider's own usage
-    object, an OpikUsage, or a dict of Opik's names (what a span processor or the manual API
-    gives)."""
+def _usage(usage: Any, provider: str | None, *, sdk: bool) -> dict[str, int] | None:
+    """A span's usage in Opik's flat names: from the SDK (``sdk``), the provider's own usage
+    or an OpikUsage, made flat as the SDK sends it; from ``add_span`` (a span processor, the
+    manual API), in Opik's names already."""
     if usage is None:
         return None
-    if "opik" not in sys.modules:
-        # Without the SDK, only what is in Opik's names already: a span processor's, the manual API's.
-        if isinstance(usage, Mapping) and all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in usage.items()
-        ):
-            return dict(usage) or None
+    if not sdk:
+        if isinstance(usage, Mapping):
+            kept = {str(k): v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+            return kept or None
         return None
     from opik.api_objects import validation_helpers
 
