@@ -239,7 +239,7 @@ class TrialTrace:
         self._task_ended: float | None = None
         self._task_error: dict[str, str] | None = None
         # Whether the app can use the Opik SDK: only then is its context set (see _pushed).
-        self._sdk = "opik" in sys.modules
+        self.uses_sdk = "opik" in sys.modules
         self._lock = threading.Lock()
         self._spans: list[Mapping[str, Any]] = []  # the app's, the judges', the manual API's
         self._own: list[Span] = []  # the scoring spans, finished
@@ -261,9 +261,9 @@ class TrialTrace:
         runs, "metrics_calculation" or a metric's span while scoring, or a span opened with the
         manual API (nested manual spans nest). What a span without a parent of its own
         (an OTel root span, a manual span) hangs under."""
-        if self._sdk:
+        if self.uses_sdk:
             # An @opik.track span of this trace open here is the innermost: ours are on the
-            # SDK's stack too when it is in use (see _opened).
+            # SDK's stack too when it is in use (see opened).
             top = _sdk().storage.top_span_data()
             if top is not None and top.trace_id == self.trace_id:
                 return str(top.id)
@@ -311,7 +311,7 @@ class TrialTrace:
         scoring. Once per trial; the context as it was afterwards."""
         token = _current.set((self, None))
         try:
-            if self._sdk:
+            if self.uses_sdk:
                 with self._pushed():
                     yield
             else:
@@ -341,7 +341,7 @@ class TrialTrace:
     def scoring(self) -> Iterator[None]:
         """The "metrics_calculation" span (beside the task span, as ``opik.evaluate()`` has it)
         open around the scoring loop; see ``metric``."""
-        with self._opened(Span(self, METRICS_SPAN, None, tags=[INTERNAL_TAG])):
+        with self.opened(Span(self, METRICS_SPAN, None, tags=[INTERNAL_TAG])):
             yield
 
     @contextlib.contextmanager
@@ -352,17 +352,17 @@ class TrialTrace:
         frame = _current.get()
         parent = frame[1] if frame is not None and frame[0] is self else None
         span = Span(self, name, None if parent is None else parent.id, input=dict(kwargs))
-        with self._opened(span):
+        with self.opened(span):
             yield span
 
     @contextlib.contextmanager
-    def _opened(self, span: Span, *, kept: bool = False) -> Iterator[None]:
+    def opened(self, span: Span, *, kept: bool = False) -> Iterator[None]:
         """``span`` the innermost in this context (and on the SDK's span stack when in use)
         while the block runs; then finished, and kept with the trial's own spans (``kept``: as
         one of the trial's spans, which make the trial store its spans: a manual one)."""
         token = _current.set((self, span))
         sdk_span = None
-        if self._sdk and _pushed_here(self):
+        if self.uses_sdk and _pushed_here(self):
             sdk_span = _sdk().SpanData(
                 trace_id=self.trace_id, id=span.id, parent_span_id=span.parent, name=span.name
             )
@@ -438,7 +438,7 @@ class TrialTrace:
 class EvalTrace:
     """Spans and usage recorded by hand, for an app that uses neither the Opik SDK nor
     OpenTelemetry: the ``eval_trace`` fixture, and the same object as
-    ``from pytest_opik_eval import trace`` for the app's own code.
+    ``from pytest_opik_eval.run.tracing import trace`` for the app's own code.
 
     Spans attach to the trial whose task or scoring runs in the calling context (threads started
     with a copy of it, ``asyncio`` tasks and ``asyncio.to_thread`` carry it), under the innermost
@@ -476,7 +476,7 @@ class EvalTrace:
             manual=True,
         )
         span.metadata = None if metadata is None else dict(metadata)
-        with trace._opened(span, kept=True):
+        with trace.opened(span, kept=True):
             yield span
 
     def usage(
@@ -496,7 +496,7 @@ class EvalTrace:
             return
         frame = _current.get()
         span = frame[1] if frame is not None else None
-        if span is None or not span.manual or (trace._sdk and trace.parent_span_id() != span.id):
+        if span is None or not span.manual or (trace.uses_sdk and trace.parent_span_id() != span.id):
             # No span of ours is the innermost here (an @opik.track span may be): one of its own.
             call = Span(trace, model, trace.parent_span_id(), type="llm", manual=True)
             call.ended = call.started
@@ -614,6 +614,14 @@ def _bounded(value: Any) -> Any:
     ``MAX_FIELD_CHARS`` when longer."""
     if value is None:
         return None
+    kind = type(value)
+    # What most spans hold, kept as it is (a copy): a short text, a number, a flat dict of those.
+    if kind is str:
+        return value if len(value) <= MAX_FIELD_CHARS else shorten(value, MAX_FIELD_CHARS)
+    if kind is int or kind is bool or (kind is float and value - value == 0):
+        return value
+    if kind is dict and len(value) <= 16 and _flat(value):
+        return dict(value)
     if nested_too_deep(value):  # or contains itself: json would recurse or raise
         return shorten(repr(value), MAX_FIELD_CHARS)
     try:
@@ -624,6 +632,21 @@ def _bounded(value: Any) -> Any:
         return shorten(text, MAX_FIELD_CHARS)
     # NaN and the infinities, written by json as bare tokens, are read back as their repr.
     return json.loads(text, parse_constant=lambda constant: repr(float(constant)))
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """A dict of string keys and short texts, integers, finite floats and booleans: JSON as it is."""
+    for key, inner in value.items():
+        kind = type(inner)
+        if type(key) is not str or not (
+            (kind is str and len(inner) <= 1_000)
+            or kind is int
+            or kind is bool
+            or inner is None
+            or (kind is float and inner - inner == 0)
+        ):
+            return False
+    return True
 
 
 def _datetime(stamp: float) -> datetime:
