@@ -14,7 +14,11 @@ pair alike, and the median is not moved by the pairs it hit unevenly. The figure
 3. resume at scale: an experiment of 100,000 planned trials with 10 pending, --eval-resume,
    against --eval --co of the same suite (target <= 1.15);
 4. inert cost: 200 plain tests with the plugin against -p no:opik_eval (target <= 1.02);
-5. -n 2 against -n 0 on the latency-bound case.
+5. -n 2 against -n 0 on the latency-bound case;
+6. overhead per span recorded: N trials whose task makes S spans, through the manual API
+   (``trace.span``) and through ``@opik.track``, against the same app making none (the same
+   functions called, undecorated, outside any span): the difference of processor time per span
+   (target <= 50 us). For ``@opik.track`` that includes the SDK's own cost of making the span.
 
 The runs write bytecode to a cache of their own (PYTHONPYCACHEPREFIX), as an installed package
 has it: without it (PYTHONDONTWRITEBYTECODE) every run would compile the plugin's modules anew.
@@ -36,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+# The Opik SDK's own pytest plugin is left out (-p no:opik) unless --opik-plugin: it costs about
+# 1 ms per test by itself, and imports the SDK in every session (see --opik-plugin).
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:opik"]
 
 PLAIN = """
@@ -67,6 +73,30 @@ def test_slow(eval_item):
     time.sleep(0.05)
     return eval_item["input"]["text"]
 """
+
+# The app of figure 6: SPANS steps per trial, each in a span of its own ("spans") or not ("none").
+SPANS_APP = """
+import pytest
+{imports}
+
+{decorate}
+def step(i):
+    {body}
+
+@pytest.mark.eval(dataset="data.jsonl")
+def test_{name}(eval_item):
+    for i in range({spans}):
+        step(i)
+    return eval_item["input"]["text"]
+"""
+SPANS_KINDS = {
+    "manual API": (
+        "from pytest_opik_eval.run.tracing import trace",
+        "",
+        'with trace.span("step", input={"i": i}) as span:\n        span.output = i',
+    ),
+    "@opik.track": ("import opik", "@opik.track", "return i"),
+}
 
 SLOW_TRIALS, SLOW_SECONDS, THREADS = 400, 0.05, 20
 IDEAL = SLOW_TRIALS * SLOW_SECONDS / THREADS
@@ -254,22 +284,54 @@ def inert(run: Runner, folder: Path, count: int) -> None:
     report("4. inert cost (200 plain tests, plugin vs -p no:opik_eval)", pairs, 1.02)
 
 
+def per_span(run: Runner, folder: Path, n: int, spans: int, count: int) -> None:
+    write_items(folder / "data.jsonl", n)
+    for kind, (imports, decorate, body) in SPANS_KINDS.items():
+        (folder / "test_spans.py").write_text(
+            SPANS_APP.format(imports=imports, decorate=decorate, body=body, name="spans", spans=spans)
+        )
+        # The same calls, neither in a span nor decorated (the SDK imported all the same).
+        imports_only = imports if "opik" in imports else ""
+        (folder / "test_none.py").write_text(
+            SPANS_APP.format(imports=imports_only, decorate="", body="return i", name="none", spans=spans)
+        )
+        pairs = run.pairs(folder, ["--eval", "test_spans.py"], ["--eval", "test_none.py"], count)
+        made = n * spans
+        cpu = sorted((a.cpu - b.cpu) / made * 1e6 for a, b in pairs)
+        wall = sorted((a.wall - b.wall) / made * 1e6 for a, b in pairs)
+        median = statistics.median(cpu)
+        print(
+            f"6. overhead per span ({kind}, {n} trials x {spans} spans): {median:.1f} us of processor "
+            f"time, median of {len(pairs)} pairs (all {cpu[0]:.1f}-{cpu[-1]:.1f}); wall "
+            f"{statistics.median(wall):.1f} us (target <= 50 us: {'met' if median <= 50 else 'NOT met'})",
+            flush=True,
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes, few pairs: a smoke run")
     parser.add_argument(
         "--figure",
         action="append",
-        choices=["overhead", "latency", "resume", "inert"],
+        choices=["overhead", "latency", "resume", "inert", "spans"],
         help="run only this figure (repeatable); latency includes -n 2",
+    )
+    parser.add_argument(
+        "--opik-plugin",
+        action="store_true",
+        help="load the Opik SDK's own pytest plugin (which imports the SDK) in every run",
     )
     args = parser.parse_args()
     quick = args.quick
+    if args.opik_plugin:
+        del PYTEST[-2:]  # "-p", "no:opik"
     figures: dict[str, Callable[[Runner, Path], None]] = {
         "overhead": lambda run, d: overhead(run, d, 500 if quick else 5000, 2 if quick else 7),
         "latency": lambda run, d: latency(run, d, 2 if quick else 9, 1 if quick else 5),
         "resume": lambda run, d: resume_at_scale(run, d, 2000 if quick else 100_000, 2 if quick else 7),
         "inert": lambda run, d: inert(run, d, 4 if quick else 31),
+        "spans": lambda run, d: per_span(run, d, 200 if quick else 1000, 20, 2 if quick else 7),
     }
     with tempfile.TemporaryDirectory() as cache:
         run = Runner(Path(cache))

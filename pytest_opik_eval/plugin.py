@@ -13,6 +13,7 @@ from pytest_opik_eval.options import add_options
 
 if TYPE_CHECKING:
     from pytest_opik_eval.collect.planning import Trial
+    from pytest_opik_eval.run.tracing import EvalTrace
 
 
 LEFT_OUT_PLUGIN = "opik_eval_left_out"
@@ -69,6 +70,17 @@ def eval_item(request: pytest.FixtureRequest) -> dict[str, Any]:
 def eval_trial(request: pytest.FixtureRequest) -> int:
     """The index of this trial of its item, from 0 to ``trial_count - 1``."""
     return _trial(request).case.trial
+
+
+@pytest.fixture
+def eval_trace() -> EvalTrace:
+    """Record spans and LLM usage by hand, for an app with neither the Opik SDK nor
+    OpenTelemetry: ``with eval_trace.span("retrieve", type="tool", input=...) as span:
+    span.output = ...`` and ``eval_trace.usage(model=..., input_tokens=..., output_tokens=...)``.
+    The same object as ``from pytest_opik_eval.run.tracing import trace``; outside a trial, a no-op."""
+    from pytest_opik_eval.run.tracing import trace
+
+    return trace
 
 
 def _trial(request: pytest.FixtureRequest) -> Trial:

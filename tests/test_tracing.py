@@ -10,6 +10,8 @@ import sqlite3
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.store import journal
+from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord
 
 LABELS = [f"item-{i}" for i in range(8)]
@@ -350,3 +352,189 @@ def test_latency_of_the_task_and_each_metric_is_kept_without_opik(project: Proje
         assert set(trial.metric_seconds) == {"equals_metric", "slow"}
         assert trial.metric_seconds["slow"] >= 0.03
         assert 0 <= trial.metric_seconds["equals_metric"]
+
+
+# An app (and a judge) with neither the Opik SDK nor OTel: it hands finished spans to the trial's
+# trace itself, as the OTel span processor does: directly, from a thread that runs in a copy of
+# the context, and from an asyncio.to_thread call.
+NO_SDK_APP = """
+import asyncio
+import contextvars
+import threading
+from datetime import datetime, timezone
+
+from pytest_opik_eval.ids import uuid7
+from pytest_opik_eval.run import tracing
+
+
+def emit(name):
+    trace = tracing.current()
+    assert trace is not None, f"{name}: outside a trial"
+    parent = trace.parent_span_id()
+    start = datetime.now(timezone.utc)
+    trace.add_span(
+        {
+            "id": uuid7(), "trace_id": trace.trace_id, "parent_span_id": parent, "name": name, "type": "llm",
+            "start_time": start, "end_time": datetime.now(timezone.utc), "input": {"prompt": name},
+            "output": {"text": "ok"}, "model": "gpt-4o-mini", "provider": "openai",
+            "usage": {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}, "total_cost": 0.5,
+        }
+    )
+
+
+def agent(question):
+    emit("direct")
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(emit, "in_thread"))
+    thread.start()
+    thread.join()
+    return question
+
+
+async def agent_async(question):
+    emit("direct")
+    await asyncio.to_thread(emit, "in_thread")
+    return question
+"""
+
+NO_SDK_TEST = """
+import sys
+
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, Equals, ScoreResult
+from app import agent, agent_async, emit
+
+
+class Judge(BaseMetric):
+    def score(self, output):
+        emit("judge_call")
+        return ScoreResult(name=self.name, value=1.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals(), Judge("judge")], scoring_key_mapping={"reference": "expected_output"})
+def test_qa(eval_item):
+    assert "opik" not in sys.modules
+    return agent(eval_item["input"]["text"])
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals(), Judge("judge")], scoring_key_mapping={"reference": "expected_output"})
+async def test_qa_async(eval_item):
+    assert "opik" not in sys.modules
+    return await agent_async(eval_item["input"]["text"])
+"""
+
+
+@pytest.mark.parametrize("threads", ["1", "4"])
+def test_spans_added_through_the_trace_without_the_opik_sdk(project: Project, threads: str) -> None:
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:4]]
+    )
+    project.write("app.py", NO_SDK_APP)
+    project.write("test_eval.py", NO_SDK_TEST)
+    # In a process of its own: this one has imported the Opik SDK.
+    project.pytester.runpytest_subprocess("--eval", f"--eval-threads={threads}").assert_outcomes(passed=8)
+    store = LocalStore(project.store_path, create=False)
+    _, experiments = store.find("last")
+    trials = [trial for experiment in experiments for trial in store.trials(experiment.id)]
+    store.close()
+    assert len(trials) == 8
+    for trial in trials:
+        spans = trial.spans
+        task = spans[0]
+        assert task.name in ("test_qa", "test_qa_async") and task.parent_span_id is None
+        assert sorted(tree(spans)) == sorted(
+            [
+                (task.name, None, "general"),
+                ("direct", task.name, "llm"),
+                ("in_thread", task.name, "llm"),
+                ("metrics_calculation", None, "general"),
+                ("equals_metric", "metrics_calculation", "general"),
+                ("judge", "metrics_calculation", "general"),
+                ("judge_call", "judge", "llm"),
+            ]
+        ), trial.node_id
+        assert {span.trace_id for span in spans} == {task.trace_id}
+        assert len({span.id for span in spans}) == len(spans)
+        llm = [span for span in spans if span.type == "llm"]
+        assert [(s.cost, s.cost_source, s.prompt_tokens) for s in llm] == [(0.5, "span", 10)] * 3
+        assert trial.task_seconds is not None
+    assert len({t.spans[0].trace_id for t in trials}) == 8
+
+
+def test_a_task_that_raised_keeps_its_latency(project: Project) -> None:
+    project.dataset([{"id": "a", "input": {"text": "a"}, "expected_output": "a"}])
+    project.write(
+        "test_eval.py",
+        """
+        import time
+
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()])
+        def test_qa(eval_item):
+            time.sleep(0.05)
+            raise RuntimeError("the app failed")
+        """,
+    )
+    project.run("--eval").assert_outcomes(failed=1)
+    [trial] = project.trials()
+    assert trial.status == "pending"
+    assert trial.task_seconds is not None and trial.task_seconds >= 0.05
+
+
+def test_the_journal_of_a_traced_run_stays_readable_by_older_versions(
+    traced: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process killed mid-run leaves its journals for the next reader, which may be an older
+    version: it knows only start/output/scores/complete events, and sets a journal with any
+    other line aside as damaged. A traced run's spans, and its timings, must not be in it."""
+    project = traced
+    project.write(
+        "test_eval.py",
+        """
+        import os
+
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+        from app import agent
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+        def test_qa(eval_item):
+            if eval_item["id"] == "item-3":
+                os._exit(1)  # killed: the journals stay unfolded
+            answer = agent(eval_item["input"]["text"])
+            if eval_item["id"] == "item-2":
+                raise RuntimeError("the app failed")  # an attempt that never completes
+            return answer
+        """,
+    )
+    project.pytester.runpytest_subprocess("--eval")
+    folder = journal.folder_of(project.store_path)
+    older = sorted(folder.glob("*.v1.jsonl"))  # what an older version folds
+    assert older
+    monkeypatch.setattr(journal, "KINDS", frozenset({"start", "output", "scores", "complete"}))
+    events = []
+    for path in older:
+        found = journal.Found(path)
+        events += found.events()
+        assert found.damaged == 0
+        found.done(folded=False)
+    completes = [event for event in events if event[0] == "complete"]
+    assert len(completes) == 2
+    # What an older version reads of them: [attempt, attempt, replaces]; the timings after it.
+    assert all(event[1] == event[2] and event[3] is None for event in completes)
+    monkeypatch.undo()
+    # This version reads it all: spans and timings of the completed trials, the failed one's too.
+    trials = {trial.dataset_item_id: trial for trial in project.trials()}
+    for label in ("item-0", "item-1"):
+        assert trials[label].status == "completed"
+        assert [span.name for span in trials[label].spans][:1] == ["test_qa"]
+        assert {"agent", "fake_llm"} <= {span.name for span in trials[label].spans}
+        assert trials[label].task_seconds is not None and set(trials[label].metric_seconds) == {
+            "equals_metric"
+        }
+    assert trials["item-2"].status == "pending" and trials["item-2"].task_seconds is not None
+    assert {span.name for span in trials["item-2"].spans} >= {"agent", "fake_llm"}
+    assert not list(folder.glob("*.jsonl")), "the journals of the dead writer are folded and gone"

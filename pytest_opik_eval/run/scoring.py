@@ -122,7 +122,7 @@ class Scorer:
             else:
                 with trace.metric(metric.name, kwargs) as span:
                     records = self._run(metric, kwargs)
-                    span.output = _span_output(records)
+                    span.scores = records  # its output, made only if the trial stores spans
                     if any(r.scoring_failed for r in records):
                         span.error = {"exception_type": "ScoringFailed", "message": records[0].reason or ""}
             if seconds is not None:
@@ -197,12 +197,6 @@ class Scorer:
             lines.append(f"{score.name:<{width}}  {score.value:.3g} {bound}{reason}")
         lines += [f"{name}  no metric returned a score named {name!r} (see thresholds)" for name in unscored]
         return Verdict(False, tuple(lines))
-
-
-def _span_output(records: list[ScoreRecord]) -> dict[str, Any]:
-    """A metric span's output: its score(s), as ``@opik.track`` shows a tracked ``score()``'s."""
-    shown = [r.model_dump(exclude_none=True) for r in records]
-    return {"output": shown[0] if len(shown) == 1 else shown}
 
 
 def _records(metric: Any, result: Any) -> list[ScoreRecord]:

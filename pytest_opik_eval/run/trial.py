@@ -28,7 +28,7 @@ from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import tracing
 from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, Scorer, describe_failure
 from pytest_opik_eval.store.base import span_recorder, timings_recorder
-from pytest_opik_eval.store.records import ScoreRecord, Timings
+from pytest_opik_eval.store.records import ScoreRecord
 from pytest_opik_eval.verdict.results import TrialResult
 
 if TYPE_CHECKING:
@@ -67,38 +67,48 @@ def run(
     trace = _trace(item, trial, store, attempt)
     metric_seconds: dict[str, float] = {}
     task_seconds: float | None = None
+    completed_scoring = False
     try:
-        started = time.perf_counter()
-        returned = _call_task(item, task_args(item, trial, item), trace) if task is None else task(trace)
-        task_seconds = time.perf_counter() - started
-        if returned is None:
-            notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
-        output = _as_output(returned)
-        if nested_too_deep(output):
-            # Stored as JSON, copied and hashed, each a recursion per level: say so, not RecursionError.
-            pytest.fail(
-                f"item {escape_control(case.item_id)} (trial {case.trial}): the task output is nested "
-                f"more than {MAX_DEPTH} levels deep (lists and dicts inside each other), too deep to "
-                "store; flatten it",
-                pytrace=False,
-            )
-        store.record_output(attempt, output)
-        trial.output = output
+        # Once per trial: this trace current where the trial runs (the task, when it runs here,
+        # and the scoring); the task's own context gets it too when that is another one.
+        with _NOTHING if trace is None else trace.entered():
+            started = time.perf_counter()
+            try:
+                returned = (
+                    _call_task(item, task_args(item, trial, item), trace) if task is None else task(trace)
+                )
+            finally:
+                # A task that raised took its time too: its latency is kept with its attempt.
+                task_seconds = time.perf_counter() - started
+            if returned is None:
+                notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
+            output = _as_output(returned)
+            if nested_too_deep(output):
+                # Stored as JSON, copied and hashed, each a recursion per level: say so, not RecursionError.
+                pytest.fail(
+                    f"item {escape_control(case.item_id)} (trial {case.trial}): the task output is nested "
+                    f"more than {MAX_DEPTH} levels deep (lists and dicts inside each other), too deep to "
+                    "store; flatten it",
+                    pytrace=False,
+                )
+            store.record_output(attempt, output)
+            trial.output = output
 
-        scorer = case.plan.scorer
-        try:
-            scores = _score(scorer, case.item, output, trace, metric_seconds)
-        except MissingScoreArguments as error:
-            missing = str(error)
-        else:
-            missing = ""
+            scorer = case.plan.scorer
+            try:
+                scores = _score(scorer, case.item, output, trace, metric_seconds)
+            except MissingScoreArguments as error:
+                missing = str(error)
+            else:
+                missing = ""
+        completed_scoring = not missing
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
-        _record_trace(
-            store, attempt, trace, Timings(task_seconds=task_seconds, metric_seconds=metric_seconds), budget
-        )
-        if budget is not None and budget.unpriced:
-            notice(item.config, UNPRICED_SPEND)
+        if trace is not None:
+            _record_spans(item, store, attempt, trace, budget)
+        if not completed_scoring:
+            # This attempt never completes: its timings are written now, on their own.
+            _record_timings(store, attempt, task_seconds, metric_seconds, completes=False)
     if missing:
         # Outside the except block: inside it, pytest would print the message twice ("During
         # handling of the above exception, another exception occurred").
@@ -115,6 +125,8 @@ def run(
 
     # The happy-path line: the task and the whole scoring loop returned.
     trial.reached_happy_path = True
+    # Written with the attempt's completion, in teardown (see clear_marker).
+    _record_timings(store, attempt, task_seconds, metric_seconds, completes=True)
 
     if not verdict.passed:
         message = describe_failure(case.item, case.trial, output, verdict)
@@ -125,11 +137,13 @@ def run(
 
 
 def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:
-    """The attempt's trace, when the app uses the Opik SDK and the store keeps spans: a store
-    that does not (one a plugin supplies) leaves the app's spans to the SDK's own client."""
+    """The attempt's trace, when the store keeps spans: a store that does not (one a plugin
+    supplies) leaves the app's spans to the SDK's own client."""
     if span_recorder(store) is None:
         return None
-    return tracing.start(attempt, item.originalname, _task_input(item, trial), trial.case.item)
+    return tracing.start(
+        attempt, item.originalname, functools.partial(_task_input, item, trial), trial.case.item
+    )
 
 
 def _task_input(item: pytest.Function, trial: Trial) -> dict[str, Any]:
@@ -160,21 +174,34 @@ def _score(
         return scorer.score(item, output, trace, seconds)
 
 
-def _record_trace(
-    store: Store, attempt: str, trace: tracing.TrialTrace | None, timings: Timings, budget: Budget | None
+def _record_spans(
+    item: pytest.Function, store: Store, attempt: str, trace: tracing.TrialTrace, budget: Budget | None
 ) -> None:
-    """The attempt's spans (when traced) and timings, in the store; their spend, in the budget."""
-    if trace is not None:
-        spans = trace.close()
-        if spans:
-            if budget is not None:
-                budget.add(spans)
-            record = span_recorder(store)
-            assert record is not None, "traced only for a store that records spans"
-            record(attempt, spans)
-    record_timings = timings_recorder(store)
-    if record_timings is not None and (timings.task_seconds is not None or timings.metric_seconds):
-        record_timings(attempt, timings)
+    """The attempt's spans, in the store (none when the app, the judges and the manual API made
+    none); their spend, in the budget."""
+    spans = trace.close()
+    if spans:
+        if budget is not None:
+            budget.add(spans)
+            if budget.unpriced:
+                notice(item.config, UNPRICED_SPEND)
+        record = span_recorder(store)
+        assert record is not None, "traced only for a store that records spans"
+        record(attempt, spans)
+
+
+def _record_timings(
+    store: Store,
+    attempt: str,
+    task_seconds: float | None,
+    metric_seconds: dict[str, float],
+    *,
+    completes: bool,
+) -> None:
+    """How long the attempt's task and metrics took, in the store (when it keeps them)."""
+    record = timings_recorder(store)
+    if record is not None and (task_seconds is not None or metric_seconds):
+        record(attempt, task_seconds, metric_seconds, completes=completes)
 
 
 def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:

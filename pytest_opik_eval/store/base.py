@@ -20,7 +20,6 @@ from pytest_opik_eval.store.records import (
     RunSummary,
     ScoreRecord,
     SpanRecord,
-    Timings,
     TrialRecord,
     TrialState,
 )
@@ -126,9 +125,19 @@ class StoreExtras(Protocol):
         client, as if this plugin were not there."""
         ...
 
-    def record_timings(self, attempt_id: str, timings: Timings) -> None:
+    def record_timings(
+        self,
+        attempt_id: str,
+        task_seconds: float | None,
+        metric_seconds: Mapping[str, float],
+        *,
+        completes: bool = False,
+    ) -> None:
         """How long the attempt's task and metrics took, for ``trials`` to return with the
-        attempt. Without it, no latency is kept."""
+        attempt. ``completes``: the attempt reached its happy-path line, and
+        ``complete_attempt`` follows: the timings may be written with it (if the process dies
+        in between, the attempt stays pending, and its timings may be lost with it). Without
+        it, no latency is kept."""
         ...
 
 
@@ -138,9 +147,20 @@ def span_recorder(store: Store) -> Callable[[str, Sequence[SpanRecord]], None] |
     return method
 
 
-def timings_recorder(store: Store) -> Callable[[str, Timings], None] | None:
+class TimingsRecorder(Protocol):
+    def __call__(
+        self,
+        attempt_id: str,
+        task_seconds: float | None,
+        metric_seconds: Mapping[str, float],
+        *,
+        completes: bool = False,
+    ) -> None: ...
+
+
+def timings_recorder(store: Store) -> TimingsRecorder | None:
     """The store's ``record_timings`` (see :meth:`StoreExtras.record_timings`), if it has one."""
-    method: Callable[[str, Timings], None] | None = getattr(store, "record_timings", None)
+    method: TimingsRecorder | None = getattr(store, "record_timings", None)
     return method
 
 

@@ -36,6 +36,12 @@ KINDS = frozenset({"start", "output", "scores", "complete", "spans", "timings"})
 
 # The file format's version is in the files' names: a reader never misreads another version's.
 _SUFFIX = ".v1.jsonl"
+# The events that versions before spans were recorded do not know ("spans", and "timings" of an
+# attempt that never completes) go to a journal of their own, which those versions never glob:
+# they would count such lines as damaged, and set the whole file aside. Their own events (start,
+# output, scores, complete, with an attempt's timings at the end of its "complete", which they
+# ignore) stay in the main journal, which they fold as ever.
+SIDE_SUFFIX = ".v1.side.jsonl"
 # How stale the SQLite file may be for other readers while a writer runs.
 FOLD_SECONDS = 2.0
 
@@ -47,9 +53,9 @@ def folder_of(store: Path) -> Path:
 class Journal:
     """This process's journal for one store: created on the first write, deleted on close."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, suffix: str = _SUFFIX) -> None:
         folder.mkdir(exist_ok=True)
-        self.path = folder / f"{os.getpid()}-{uuid.uuid4().hex[:12]}{_SUFFIX}"
+        self.path = folder / f"{os.getpid()}-{uuid.uuid4().hex[:12]}{suffix}"
         self._lock = _OwnLock(f"{self.path}.lock")
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.unfolded: list[Event] = []
@@ -180,10 +186,11 @@ def _line(event: Event) -> bytes:
     return ("[" + ",".join(fields) + "]\n").encode()
 
 
-def found(folder: Path, own: Path | None) -> list[Found]:
+def found(folder: Path, own: Sequence[Path]) -> list[Found]:
     if not folder.is_dir():
         return []
-    return [Found(path) for path in sorted(folder.glob(f"*{_SUFFIX}")) if path != own]
+    paths = sorted([*folder.glob(f"*{_SUFFIX}"), *folder.glob(f"*{SIDE_SUFFIX}")])
+    return [Found(path) for path in paths if path not in own]
 
 
 def _release(lock: FileLock) -> None:

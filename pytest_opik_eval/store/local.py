@@ -212,14 +212,11 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     started: dict[Any, list[Any]] = {}
     later: dict[str, list[Sequence[Any]]] = {"output": [], "scores": []}  # attempts started earlier
     completed: list[tuple[Any, Any, Any]] = []
-    spans: list[Sequence[Any]] = []
-    timings: list[Sequence[Any]] = []
+    # [attempt, the spans' JSON], [attempt, the Timings' JSON] (of an attempt that never completes)
+    side: dict[str, list[Sequence[Any]]] = {"spans": [], "timings": []}
     for kind, *params in events:
-        if kind == "spans":  # [attempt, the spans' JSON]
-            spans.append(params[:2])
-            continue
-        if kind == "timings":  # [attempt, the Timings' JSON]
-            timings.append(params[:2])
+        if kind in side:
+            side[kind].append(params[:2])
             continue
         attempt_id = params[-1] if kind in later else params[0]
         if kind == "start":
@@ -231,9 +228,12 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
         elif kind in later:
             later[kind].append(params)
         else:  # "complete": journal.Found leaves out what is not one of journal.KINDS
-            # [attempt, attempt, the attempt it replaces]: the last is missing in older journals.
+            # [attempt, attempt, the attempt it replaces, its Timings' JSON]: the last two are
+            # missing in older journals; older versions read the first three, and ignore the rest.
             replaces = params[2] if len(params) > 2 else None
             completed.append((attempt_id, replaces, attempt_id))
+            if len(params) > 3 and params[3] is not None:
+                side["timings"].append((attempt_id, params[3]))
     db.executemany(
         "INSERT INTO attempts (id, trial_id, session_id, started_at, output, scores, passed)"
         " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
@@ -252,11 +252,13 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
         " AND id = (SELECT trial_id FROM attempts WHERE id = ?3)",
         completed,
     )
-    if spans:
+    if side["spans"]:
         # The first record of an attempt's spans stands (a journal folded twice).
-        db.executemany("INSERT OR IGNORE INTO attempt_spans (attempt_id, spans) VALUES (?, ?)", spans)
-    if timings:
-        db.executemany("INSERT OR IGNORE INTO attempt_timings (attempt_id, timings) VALUES (?, ?)", timings)
+        db.executemany("INSERT OR IGNORE INTO attempt_spans (attempt_id, spans) VALUES (?, ?)", side["spans"])
+    if side["timings"]:
+        db.executemany(
+            "INSERT OR IGNORE INTO attempt_timings (attempt_id, timings) VALUES (?, ?)", side["timings"]
+        )
 
 
 def _unwritable_errno(path: Path) -> int | None:
@@ -415,6 +417,8 @@ class LocalStore:
         self._db: sqlite3.Connection | None = None
         self._journaled = journaled
         self._journal: journal.Journal | None = None
+        self._side: journal.Journal | None = None  # events older versions do not know
+        self._timings: dict[str, str] = {}  # attempt -> timings, written when it completes
         self._notices: list[str] = []
         self._reported: set[str] = set()
         self._immutable = False  # opened read-only, in a read-only folder
@@ -659,15 +663,38 @@ class LocalStore:
     @_writing
     def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
         """The spans of the attempt's trace, its task span first (see ``run/tracing.py``)."""
-        self._record(("spans", attempt_id, _spans_json.dump_json(list(spans), exclude_none=True).decode()))
+        spans_text = _spans_json.dump_json(list(spans), exclude_none=True).decode()
+        self._record(("spans", attempt_id, spans_text), side=True)
 
     @_writing
-    def record_timings(self, attempt_id: str, timings: Timings) -> None:
-        self._record(("timings", attempt_id, _timings_json.dump_json(timings, exclude_none=True).decode()))
+    def record_timings(
+        self,
+        attempt_id: str,
+        task_seconds: float | None,
+        metric_seconds: Mapping[str, float],
+        *,
+        completes: bool = False,
+    ) -> None:
+        """The attempt's timings: with its "complete" event when it ``completes`` (no write of
+        their own for nearly every trial), or now, on their own."""
+        # Encoded directly (a Timings as JSON, validated when read): a model and its dump cost
+        # several times more, on every trial.
+        timings = {"metric_seconds": metric_seconds}
+        if task_seconds is not None:
+            timings["task_seconds"] = task_seconds  # type: ignore[assignment]
+        text = _output_json(timings)
+        if completes:
+            self._timings[attempt_id] = text
+        else:
+            self._record(("timings", attempt_id, text), side=True)
 
     @_writing
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
-        self._record(("complete", attempt_id, attempt_id, replaces))
+        timings = self._timings.pop(attempt_id, None)
+        if timings is None:
+            self._record(("complete", attempt_id, attempt_id, replaces))
+        else:
+            self._record(("complete", attempt_id, attempt_id, replaces, timings))
 
     @_writing
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
@@ -677,7 +704,8 @@ class LocalStore:
     def flush(self) -> None:
         self._fold_or_keep()  # so that other processes (an xdist controller) read it all
 
-    def _record(self, event: journal.Event) -> None:
+    def _record(self, event: journal.Event, *, side: bool = False) -> None:
+        """``side``: an event older versions do not know, for the side journal (see journal.SIDE_SUFFIX)."""
         if self._journaled:
             if self._journal is None:
                 self._conn()  # the file first: a journal is folded into it
@@ -686,7 +714,12 @@ class LocalStore:
                 if code is not None:
                     raise OSError(code, os.strerror(code), str(self.path))
                 self._journal = journal.Journal(journal.folder_of(self.path))
-            self._journal.append(event)
+            if side:
+                if self._side is None:
+                    self._side = journal.Journal(journal.folder_of(self.path), journal.SIDE_SUFFIX)
+                self._side.append(event)
+            else:
+                self._journal.append(event)
             if self._journal.due():
                 self._fold_or_keep()
             return
@@ -747,14 +780,13 @@ class LocalStore:
         a read), deleting the journals of those that died. With ``overlay``, events that cannot
         be committed are applied in a transaction left open for a read (see ``_reading``):
         returns whether it is open."""
-        own = self._journal
-        own_path = own.path if own is not None else None
+        own = [j for j in (self._journal, self._side) if j is not None]
         everyone = everyone and not self._immutable  # nothing can be folded into that file
-        others = journal.found(journal.folder_of(self.path), own_path) if everyone else []
+        others = journal.found(journal.folder_of(self.path), [j.path for j in own]) if everyone else []
         committed = overlaid = False
         try:
             events = [event for other in others for event in other.events()]
-            events += own.unfolded if own is not None else []
+            events += [event for j in own for event in j.unfolded]
             committed, overlaid = self._commit(events, overlay) if events else (True, False)
         finally:
             for other in others:
@@ -767,8 +799,9 @@ class LocalStore:
                     f"read and were left out; its other trial writes are in the store, and the "
                     f"file is kept as {where}"
                 )
-        if own is not None and committed:
-            own.folded()
+        if committed:
+            for j in own:
+                j.folded()
         return overlaid
 
     def _commit(self, events: list[journal.Event], overlay: bool) -> tuple[bool, bool]:
@@ -926,14 +959,17 @@ class LocalStore:
                     t.completed_attempt,
                     (SELECT id FROM attempts WHERE trial_id = t.id ORDER BY id DESC LIMIT 1)
                 )
+                {join_spans}
+                {join_timings}
                 WHERE t.experiment_id = ? ORDER BY t.position
                 """.format(
-                    spans="(SELECT spans FROM attempt_spans WHERE attempt_id = a.id)"
-                    if self._has_spans
-                    else "NULL",
-                    timings="(SELECT timings FROM attempt_timings WHERE attempt_id = a.id)"
+                    # Joined on their primary keys: one index lookup per row each.
+                    spans="s.spans" if self._has_spans else "NULL",
+                    timings="tm.timings" if self._has_timings else "NULL",
+                    join_spans="LEFT JOIN attempt_spans s ON s.attempt_id = a.id" if self._has_spans else "",
+                    join_timings="LEFT JOIN attempt_timings tm ON tm.attempt_id = a.id"
                     if self._has_timings
-                    else "NULL",
+                    else "",
                 ),
                 (experiment_id,),
             ).fetchall()
@@ -1046,6 +1082,9 @@ class LocalStore:
             folded = self._fold_or_keep()
             self._journal.close(keep=not folded)  # kept: the next reader folds it
             self._journal = None
+            if self._side is not None:
+                self._side.close(keep=not folded)
+                self._side = None
         if self._db is not None:
             self._db.close()
             self._db = None

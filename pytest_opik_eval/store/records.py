@@ -70,7 +70,7 @@ class Timings(_Written):
     """How long an attempt's task and each of its metrics took (wall time, ``time.perf_counter``),
     measured for every trial, with or without the Opik SDK."""
 
-    task_seconds: float | None = Field(default=None, allow_inf_nan=False)  # None: the task raised
+    task_seconds: float | None = Field(default=None, allow_inf_nan=False)  # a task that raised too
     metric_seconds: dict[str, float] = Field(default_factory=dict)  # by metric name
 
 
