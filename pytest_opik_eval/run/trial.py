@@ -119,6 +119,10 @@ def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> t
     that does not (one a plugin supplies) leaves the app's spans to the SDK's own client."""
     if span_recorder(store) is None:
         return None
+    if "opentelemetry.sdk.trace" in sys.modules:  # the app uses OpenTelemetry's SDK: see run/otel.py
+        from pytest_opik_eval.run import otel
+
+        otel.add_to_global_provider()
     return tracing.start(attempt, item.originalname, _task_input(item, trial), trial.case.item)
 
 
