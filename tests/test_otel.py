@@ -412,3 +412,16 @@ app.provider.add_span_processor(SpanProcessor())
     for trial in instrumented.trials():
         assert len([span for span in trial.spans if span.type == "llm"]) == 1, trial.dataset_item_id
         assert len(trial.spans) == 8
+
+
+def test_a_session_without_opentelemetry_never_imports_it(project: Project) -> None:
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:2]]
+    )
+    project.eval_test(
+        imports="import sys",
+        behaviour='assert not {"opentelemetry", "pytest_opik_eval.run.otel"} & set(sys.modules), sorted(sys.modules)',
+    )
+    # In a process of its own: this one has imported OpenTelemetry.
+    project.pytester.runpytest_subprocess("--eval").assert_outcomes(passed=2)
+    assert [trial.spans for trial in project.trials()] == [[], []]
