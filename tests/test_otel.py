@@ -425,3 +425,54 @@ def test_a_session_without_opentelemetry_never_imports_it(project: Project) -> N
     # In a process of its own: this one has imported OpenTelemetry.
     project.pytester.runpytest_subprocess("--eval").assert_outcomes(passed=2)
     assert [trial.spans for trial in project.trials()] == [[], []]
+
+
+# OpenTelemetry inside @opik.track (an app tracked with Opik whose LLM client is instrumented
+# with OpenTelemetry); its provider set in the first task call, as a lazy setup does.
+MIXED_APP = """
+import opik
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+tracer = trace.get_tracer("app")  # a proxy until the provider is set
+
+
+def setup_once():
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        trace.set_tracer_provider(TracerProvider())
+
+
+@opik.track
+def agent(question):
+    setup_once()
+    with tracer.start_as_current_span("chat") as span:
+        span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o-mini"})
+    return question
+"""
+
+
+def test_otel_spans_nest_under_opik_spans_once_the_app_sets_its_provider(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:3]]
+    )
+    project.write("app.py", MIXED_APP)
+    project.eval_test(imports="from app import agent", behaviour='agent(item["input"]["text"])')
+    project.run("--eval").assert_outcomes(passed=3)
+    trials = sorted(project.trials(), key=lambda trial: trial.spans[0].start_time or "")
+    # The first trial set the provider inside its task: the processor joins for the next ones.
+    assert [sorted(tree(trial.spans)) for trial in trials[1:]] == [
+        sorted(
+            [
+                ("test_qa", None, "general"),
+                ("agent", "test_qa", "general"),
+                ("chat", "agent", "llm"),
+                ("metrics_calculation", None, "general"),
+                ("equals_metric", "metrics_calculation", "general"),
+            ]
+        )
+    ] * 2
+    assert "chat" not in {span.name for span in trials[0].spans}

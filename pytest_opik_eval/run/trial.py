@@ -115,8 +115,9 @@ def run(
 
 
 def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:
-    """The attempt's trace, when the app uses the Opik SDK and the store keeps spans: a store
-    that does not (one a plugin supplies) leaves the app's spans to the SDK's own client."""
+    """The attempt's trace, when the app uses the Opik SDK or OpenTelemetry and the store keeps
+    spans: a store that does not (one a plugin supplies) leaves the app's spans to the SDK's own
+    client (and OpenTelemetry's to its exporters)."""
     if span_recorder(store) is None:
         return None
     if "opentelemetry.sdk.trace" in sys.modules:  # the app uses OpenTelemetry's SDK: see run/otel.py
