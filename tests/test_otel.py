@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import Project
+from opik_server import OpikTestServer
 
 # Imported once for the whole module, as the plugin imports it in each inner run: pytester drops
 # the modules a run imported when it ends, and a later run would meet the first run's module
@@ -476,3 +477,33 @@ def test_otel_spans_nest_under_opik_spans_once_the_app_sets_its_provider(
         )
     ] * 2
     assert "chat" not in {span.name for span in trials[0].spans}
+
+
+def test_otel_spans_reach_the_opik_server_under_each_trials_trace(
+    instrumented: Project, opik: OpikTestServer
+) -> None:
+    instrumented.write("test_eval.py", SYNC_TEST)
+    instrumented.run("--eval", "--eval-threads=4").assert_outcomes(passed=len(LABELS) + 1)
+    spans = list(opik.spans.values())
+    for trace_id in opik.traces:
+        mine = [span for span in spans if span["trace_id"] == trace_id]
+        names = {span["id"]: span["name"] for span in mine}
+        assert sorted(
+            (s["name"], names.get(s.get("parent_span_id") or ""), s["type"]) for s in mine
+        ) == sorted(
+            [
+                ("test_qa", None, "general"),
+                ("agent", "test_qa", "general"),
+                ("flaky call", "agent", "general"),
+                ("side work", "agent", "general"),
+                ("execute_tool search", "agent", "tool"),
+                ("chat gpt-4o-mini", "execute_tool search", "llm"),
+                ("metrics_calculation", None, "general"),
+                ("equals_metric", "metrics_calculation", "general"),
+            ]
+        )
+        [llm] = [span for span in mine if span["type"] == "llm"]
+        assert (llm["model"], llm["provider"]) == ("gpt-4o-mini-2024-07-18", "openai")
+        assert (llm["usage"]["prompt_tokens"], llm["usage"]["completion_tokens"]) == (1000, 100)
+    assert len(opik.traces) == len(LABELS)
+    assert len(spans) == 8 * len(LABELS)  # none orphaned, none twice
