@@ -138,9 +138,14 @@ def run(
 
 def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:
     """The attempt's trace, when the store keeps spans: a store that does not (one a plugin
-    supplies) leaves the app's spans to the SDK's own client."""
+    supplies) leaves the app's spans to the SDK's own client (and OpenTelemetry's to its
+    exporters)."""
     if span_recorder(store) is None:
         return None
+    if "opentelemetry.sdk.trace" in sys.modules:  # the app uses OpenTelemetry's SDK: see run/otel.py
+        from pytest_opik_eval.run import otel
+
+        otel.add_to_global_provider()
     return tracing.start(
         attempt, item.originalname, functools.partial(_task_input, item, trial), trial.case.item
     )
