@@ -91,7 +91,7 @@ def test_{name}(eval_item):
 """
 SPANS_KINDS = {
     "manual API": (
-        "from pytest_opik_eval.run.tracing import trace",
+        "from pytest_opik_eval.tracing import trace",
         "",
         'with trace.span("step", input={"i": i}) as span:\n        span.output = i',
     ),

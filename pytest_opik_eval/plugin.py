@@ -77,7 +77,7 @@ def eval_trace() -> EvalTrace:
     """Record spans and LLM usage by hand, for an app with neither the Opik SDK nor
     OpenTelemetry: ``with eval_trace.span("retrieve", type="tool", input=...) as span:
     span.output = ...`` and ``eval_trace.usage(model=..., input_tokens=..., output_tokens=...)``.
-    The same object as ``from pytest_opik_eval.run.tracing import trace``; outside a trial, a no-op."""
+    The same object as ``from pytest_opik_eval.tracing import trace``; outside a trial, a no-op."""
     from pytest_opik_eval.run.tracing import trace
 
     return trace

@@ -114,7 +114,7 @@ def test_the_store_metrics_and_verdict_import_no_pytest() -> None:
 # Within a layer, modules may import each other (planning builds a scorer, a trial reads its
 # plan) as long as no cycle forms. A module not listed is a leaf and imports no listed layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("plugin", "cli"),  # the entries
+    ("plugin", "cli", "tracing"),  # the entries (tracing: the manual and OpenTelemetry public names)
     ("session", "hookspecs", "disabled"),  # the wiring of a pytest session
     ("collect", "run", "reports", "settings"),  # a trial planned, run, reported
     ("verdict",),  # pure functions over records

@@ -64,7 +64,7 @@ from app import agent, agent_async
 
 class Judge(BaseMetric):
     def score(self, output):
-        from pytest_opik_eval.run.tracing import trace
+        from pytest_opik_eval.tracing import trace
 
         with trace.span("judge_call", type="llm"):
             trace.usage(model="gpt-4o-mini", input_tokens=100, output_tokens=10, cost=0.5)
@@ -186,7 +186,7 @@ def test_outside_a_trial_the_manual_api_does_nothing(project: Project) -> None:
         import threading
 
         import pytest
-        from pytest_opik_eval.run.tracing import trace
+        from pytest_opik_eval.tracing import trace
 
 
         def work():

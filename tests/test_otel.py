@@ -316,7 +316,7 @@ def test_otel_spans_of_async_tests_in_threads(instrumented: Project) -> None:
 # (they take ``tracer_provider=``): the processor is added there by hand, in one line.
 OPENINFERENCE_APP = """
 from opentelemetry.sdk.trace import TracerProvider
-from pytest_opik_eval.run.otel import SpanProcessor
+from pytest_opik_eval.tracing import SpanProcessor
 
 provider = TracerProvider()
 provider.add_span_processor(SpanProcessor())
@@ -401,7 +401,7 @@ def test_a_processor_added_by_hand_to_the_global_provider_records_each_span_once
         EXPORTED
         + """
 import app
-from pytest_opik_eval.run.otel import SpanProcessor
+from pytest_opik_eval.tracing import SpanProcessor
 
 # Two, as a conftest and a shared helper might each add one.
 app.provider.add_span_processor(SpanProcessor())

@@ -43,11 +43,13 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         ("b", 1, "completed", False),
     ]
     first = experiment["trials"][0]
-    # Measured for every trial (no Opik SDK spans here, so no usage); the crashed one has none.
+    # Measured for every trial (no spans here, so no usage); the crashed task too, unscored.
     latency = first.pop("latency")
     assert latency["task_seconds"] > 0 and set(latency["metric_seconds"]) == {"equals_metric"}
     assert first.pop("usage") is None
-    assert (experiment["trials"][1]["latency"], experiment["trials"][1]["usage"]) == (None, None)
+    crashed = experiment["trials"][1]
+    assert crashed["latency"]["task_seconds"] > 0 and crashed["latency"]["metric_seconds"] == {}
+    assert crashed["usage"] is None
     assert first == {
         "dataset_item_id": "a",
         "trial": 0,
@@ -62,7 +64,7 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         ],
     }
     summary = experiment["summary"]
-    assert summary.pop("latency")["trials"] == 3  # the crashed task is not timed
+    assert summary.pop("latency")["trials"] == 3  # the completed trials (the gate judges those)
     assert summary.pop("usage") is None
     # The item is the unit of every interval: a's completed trial and b's two are 2 observations.
     mean_interval = summary["metrics"]["equals_metric"].pop("interval")

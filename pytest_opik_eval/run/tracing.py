@@ -438,7 +438,7 @@ class TrialTrace:
 class EvalTrace:
     """Spans and usage recorded by hand, for an app that uses neither the Opik SDK nor
     OpenTelemetry: the ``eval_trace`` fixture, and the same object as
-    ``from pytest_opik_eval.run.tracing import trace`` for the app's own code.
+    ``from pytest_opik_eval.tracing import trace`` for the app's own code.
 
     Spans attach to the trial whose task or scoring runs in the calling context (threads started
     with a copy of it, ``asyncio`` tasks and ``asyncio.to_thread`` carry it), under the innermost

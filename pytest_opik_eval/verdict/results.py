@@ -201,7 +201,7 @@ def experiment_result(
     values = values_by_item([t for t in trials if t.status == "completed"])
     level = settings.confidence if intervals else None
     summary = summarize(trials, settings.thresholds, level, values)
-    summary.latency = latency_summary(trial_latency(t) for t in trials)
+    summary.latency = latency_summary(trials)
     summary.usage = usage_summary(trial_usage(t.spans) for t in trials)
     return ExperimentResult(
         experiment=experiment,

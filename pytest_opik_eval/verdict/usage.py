@@ -75,9 +75,11 @@ def _totals(spans: Sequence[SpanRecord]) -> UsageTotals | None:
     )
 
 
-def latency_summary(latencies: Iterable[Latency | None]) -> LatencySummary | None:
-    """p50, p95 and max of the task latencies measured."""
-    seconds = sorted(x.task_seconds for x in latencies if x is not None and x.task_seconds is not None)
+def latency_summary(trials: Iterable[TrialRecord]) -> LatencySummary | None:
+    """p50, p95 and max of the completed trials' task latencies: what the latency gate judges
+    (a pending trial's attempt, which raised, is shown with its trial and timed again when it
+    is resumed)."""
+    seconds = [seconds for seconds, _ in reversed(task_seconds(trials))]
     if not seconds:
         return None
     return LatencySummary(
