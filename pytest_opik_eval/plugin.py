@@ -78,7 +78,8 @@ def eval_trace() -> EvalTrace:
     OpenTelemetry: ``with eval_trace.span("retrieve", type="tool", input=...) as span:
     span.output = ...`` and ``eval_trace.usage(model=..., input_tokens=..., output_tokens=...)``.
     The same object as ``from pytest_opik_eval.tracing import trace``; outside a trial, a no-op."""
-    from pytest_opik_eval.run.tracing import trace
+    # The public module: a session that imports it is traced (see tracing.start).
+    from pytest_opik_eval.tracing import trace
 
     return trace
 

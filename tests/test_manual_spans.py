@@ -1,4 +1,4 @@
-"""Spans and usage recorded by hand (the ``eval_trace`` fixture, ``from pytest_opik_eval import
+"""Spans and usage recorded by hand (the ``eval_trace`` fixture, ``from pytest_opik_eval.tracing import
 trace``), for an app with neither the Opik SDK nor OpenTelemetry: nested under the task span or a
 metric's span, with their usage priced, in the right trial; a no-op outside a trial."""
 
@@ -19,7 +19,7 @@ import asyncio
 import contextvars
 import threading
 
-from pytest_opik_eval.run.tracing import trace
+from pytest_opik_eval.tracing import trace
 
 
 def retrieve(question):

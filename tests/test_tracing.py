@@ -363,6 +363,7 @@ import contextvars
 import threading
 from datetime import datetime, timezone
 
+import pytest_opik_eval.tracing  # the public module: a session that imports it is traced
 from pytest_opik_eval.ids import uuid7
 from pytest_opik_eval.run import tracing
 

@@ -115,11 +115,23 @@ def _sdk() -> types.SimpleNamespace:
     )
 
 
+# The modules through which a span can reach a trial: the Opik SDK (``@opik.track``), the
+# OpenTelemetry SDK (our processor on the app's provider, or added by hand), and the public
+# module of the manual API (the ``eval_trace`` fixture imports it too). A session that has
+# imported none of them can make no span: its trials are not traced at all, and pay nothing.
+_SPAN_SOURCES = ("opik", "opentelemetry.sdk.trace", "pytest_opik_eval.tracing", "pytest_opik_eval.run.otel")
+
+
 def start(
     attempt_id: str, name: str, task_input: Callable[[], Mapping[str, Any]], item: Mapping[str, Any]
-) -> TrialTrace:
-    """The trace of one attempt; ``task_input`` gives the task span's input, asked only when
-    the trial has spans to store."""
+) -> TrialTrace | None:
+    """The trace of one attempt, or None when no span can reach it (see ``_SPAN_SOURCES``: an
+    app that imports one of them only inside its first task call is traced from the next
+    trial); ``task_input`` gives the task span's input, asked only when the trial has spans to
+    store."""
+    modules = sys.modules
+    if not any(source in modules for source in _SPAN_SOURCES):
+        return None
     return TrialTrace(attempt_id, name, task_input, item)
 
 

@@ -137,9 +137,9 @@ def run(
 
 
 def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:
-    """The attempt's trace, when the store keeps spans: a store that does not (one a plugin
-    supplies) leaves the app's spans to the SDK's own client (and OpenTelemetry's to its
-    exporters)."""
+    """The attempt's trace, when the store keeps spans and a span can reach the trial (see
+    ``tracing.start``): a store that does not keep them (one a plugin supplies) leaves the app's
+    spans to the SDK's own client (and OpenTelemetry's to its exporters)."""
     if span_recorder(store) is None:
         return None
     if "opentelemetry.sdk.trace" in sys.modules:  # the app uses OpenTelemetry's SDK: see run/otel.py
