@@ -203,7 +203,8 @@ class Span:
         return self._id
 
     def params(self) -> dict[str, Any]:
-        """As the Opik SDK hands a finished span to its client (``SpanData.as_parameters``)."""
+        """As the Opik SDK hands a finished span to its client (``SpanData.as_parameters``), its
+        times as seconds since the epoch."""
         output = self.output
         if self.scores is not None:
             # As @opik.track shows a tracked score()'s output.
@@ -215,8 +216,9 @@ class Span:
             "parent_span_id": self.parent,
             "name": self.name,
             "type": self.type,
-            "start_time": _datetime(self.started),
-            "end_time": _datetime(self.ended if self.ended is not None else time.time()),
+            # Seconds since the epoch, as time.time() gave them: _time makes them text directly.
+            "start_time": self.started,
+            "end_time": self.ended if self.ended is not None else time.time(),
             "input": self.input,
             "output": output,
             "metadata": self.metadata,
@@ -367,36 +369,20 @@ class TrialTrace:
         with self.opened(span):
             yield span
 
-    @contextlib.contextmanager
-    def opened(self, span: Span, *, kept: bool = False) -> Iterator[None]:
+    def opened(self, span: Span, *, kept: bool = False) -> _Opened:
         """``span`` the innermost in this context (and on the SDK's span stack when in use)
         while the block runs; then finished, and kept with the trial's own spans (``kept``: as
         one of the trial's spans, which make the trial store its spans: a manual one)."""
-        token = _current.set((self, span))
-        sdk_span = None
-        if self.uses_sdk and _pushed_here(self):
-            sdk_span = _sdk().SpanData(
-                trace_id=self.trace_id, id=span.id, parent_span_id=span.parent, name=span.name
-            )
-            _sdk().storage.add_span_data(sdk_span)
-        try:
-            yield
-        except BaseException as error:
-            span.error = span.error or _error_info(error)
-            raise
-        finally:
-            if sdk_span is not None:
-                # Popped before it is finished (see OpikContextStorage.pop_span_data); by id, so
-                # a metric that left a span of its own on the stack cannot pop ours.
-                _sdk().storage.pop_span_data(ensure_id=sdk_span.id)
-            _current.reset(token)
-            span.ended = time.time()
-            if kept:
-                self.add_span(span.params())
-            else:
-                with self._lock:
-                    if not self._closed:
-                        self._own.append(span)
+        return _Opened(self, span, kept)
+
+    def _finished(self, span: Span, kept: bool) -> None:
+        span.ended = time.time()
+        if kept:
+            self.add_span(span.params())
+        else:
+            with self._lock:
+                if not self._closed:
+                    self._own.append(span)
 
     @contextlib.contextmanager
     def _pushed(self) -> Iterator[None]:
@@ -435,8 +421,8 @@ class TrialTrace:
             id=self.task_span_id,
             trace_id=self.trace_id,
             name=self.name,
-            start_time=_time(_datetime(self._started)),
-            end_time=_time(_datetime(self._task_ended if self._task_ended is not None else time.time())),
+            start_time=_time(self._started),
+            end_time=_time(self._task_ended if self._task_ended is not None else time.time()),
             input=_bounded(self._task_input()),
             # The task's output is the trial's output, stored with it: not stored twice.
             error=self._task_error,
@@ -445,6 +431,40 @@ class TrialTrace:
         records = pricing.priced([_record(params) for params in [*(s.params() for s in own), *spans]])
         records.sort(key=lambda span: span.start_time or "")
         return [task, *records]
+
+
+class _Opened:
+    """See ``TrialTrace.opened``: a class rather than a generator, as every manual span opens
+    one (a generator-based context manager costs several microseconds more)."""
+
+    __slots__ = ("trace", "span", "kept", "_token", "_sdk_span")
+
+    def __init__(self, trace: TrialTrace, span: Span, kept: bool) -> None:
+        self.trace = trace
+        self.span = span
+        self.kept = kept
+        self._sdk_span: Any = None
+
+    def __enter__(self) -> Span:
+        trace, span = self.trace, self.span
+        self._token = _current.set((trace, span))
+        if trace.uses_sdk and _pushed_here(trace):
+            self._sdk_span = _sdk().SpanData(
+                trace_id=trace.trace_id, id=span.id, parent_span_id=span.parent, name=span.name
+            )
+            _sdk().storage.add_span_data(self._sdk_span)
+        return span
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> None:
+        span = self.span
+        if error is not None:
+            span.error = span.error or _error_info(error)
+        if self._sdk_span is not None:
+            # Popped before it is finished (see OpikContextStorage.pop_span_data); by id, so a
+            # metric that left a span of its own on the stack cannot pop ours.
+            _sdk().storage.pop_span_data(ensure_id=self._sdk_span.id)
+        _current.reset(self._token)
+        self.trace._finished(span, self.kept)
 
 
 class EvalTrace:
@@ -461,7 +481,6 @@ class EvalTrace:
     block, and nothing is recorded.
     """
 
-    @contextlib.contextmanager
     def span(
         self,
         name: str,
@@ -470,14 +489,13 @@ class EvalTrace:
         input: Any = None,
         metadata: Mapping[str, Any] | None = None,
         tags: Sequence[str] | None = None,
-    ) -> Iterator[Span]:
+    ) -> contextlib.AbstractContextManager[Span]:
         """A span around the ``with`` block, under the innermost span open here; set its
         ``output`` (and ``model``, ``usage``...) on the :class:`Span` it gives. An exception that
         leaves the block is recorded on the span, and propagates."""
         trace = current()
         if trace is None:
-            yield Span(None, name, None, input=input, type=type)
-            return
+            return contextlib.nullcontext(Span(None, name, None, input=input, type=type))
         span = Span(
             trace,
             name,
@@ -488,8 +506,7 @@ class EvalTrace:
             manual=True,
         )
         span.metadata = None if metadata is None else dict(metadata)
-        with trace.opened(span, kept=True):
-            yield span
+        return trace.opened(span, kept=True)
 
     def usage(
         self,
@@ -666,6 +683,10 @@ def _datetime(stamp: float) -> datetime:
 
 
 def _time(value: Any) -> str | None:
+    """A span's time as ISO 8601 text in UTC: from a datetime (the SDK's, a span processor's),
+    or seconds since the epoch (our own spans')."""
+    if type(value) is float:
+        return datetime.fromtimestamp(value, timezone.utc).isoformat()
     if isinstance(value, datetime):
         return (
             (value if value.tzinfo else value.replace(tzinfo=timezone.utc))
