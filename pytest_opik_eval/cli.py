@@ -35,6 +35,7 @@ from pytest_opik_eval.reports.spans import tree_lines
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, Store, TrialRecord
+from pytest_opik_eval.store.base import find_trial
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -246,10 +247,7 @@ def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
     try:
         _, _, results = _results(store, args.id, resume)
     except ExperimentNotFound as error:
-        finder: Callable[[str], tuple[ExperimentRecord, TrialRecord] | None] | None = getattr(
-            store, "find_trial", None
-        )
-        found = finder(args.id) if finder is not None and args.id != "last" else None
+        found = find_trial(store, args.id) if args.id != "last" else None
         if found is None:
             raise ExperimentNotFound(
                 str(error).replace("no experiment or run with id", "no run, experiment or trial with id", 1)

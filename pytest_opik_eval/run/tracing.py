@@ -375,7 +375,8 @@ class TrialTrace:
         one of the trial's spans, which make the trial store its spans: a manual one)."""
         return _Opened(self, span, kept)
 
-    def _finished(self, span: Span, kept: bool) -> None:
+    def finished(self, span: Span, kept: bool) -> None:
+        """``span`` (opened with ``opened``) has ended: kept as ``opened`` says."""
         span.ended = time.time()
         if kept:
             self.add_span(span.params())
@@ -464,7 +465,7 @@ class _Opened:
             # metric that left a span of its own on the stack cannot pop ours.
             _sdk().storage.pop_span_data(ensure_id=self._sdk_span.id)
         _current.reset(self._token)
-        self.trace._finished(span, self.kept)
+        self.trace.finished(span, self.kept)
 
 
 class EvalTrace:

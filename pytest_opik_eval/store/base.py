@@ -140,6 +140,12 @@ class StoreExtras(Protocol):
         it, no latency is kept."""
         ...
 
+    def find_trial(self, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
+        """The trial with id ``target``, or whose attempt (its trace) or node id (the newest
+        run's) is ``target``, with its experiment; None when none is. Without it, ``opik-eval
+        show`` finds runs and experiments only."""
+        ...
+
 
 def span_recorder(store: Store) -> Callable[[str, Sequence[SpanRecord]], None] | None:
     """The store's ``record_spans`` (see :meth:`StoreExtras.record_spans`), if it has one."""
@@ -162,6 +168,14 @@ def timings_recorder(store: Store) -> TimingsRecorder | None:
     """The store's ``record_timings`` (see :meth:`StoreExtras.record_timings`), if it has one."""
     method: TimingsRecorder | None = getattr(store, "record_timings", None)
     return method
+
+
+def find_trial(store: Store, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
+    """The trial ``target`` names in ``store`` (see :meth:`StoreExtras.find_trial`), if it can tell."""
+    method: Callable[[str], tuple[ExperimentRecord, TrialRecord] | None] | None = getattr(
+        store, "find_trial", None
+    )
+    return None if method is None else method(target)
 
 
 def end_begins(store: Store) -> None:
