@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from pytest_opik_eval.formatting import score, signed
+from pytest_opik_eval.formatting import bounds, level, score, signed
 from pytest_opik_eval.store.records import GateSettings
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
@@ -268,8 +268,7 @@ def _regression(
             "notes": notes,
             "mode": settings.mode,
             "interval": change.interval,
-            "borderline": change.interval is not None
-            and change.interval.low <= -delta <= change.interval.high,
+            "borderline": change.interval is not None and change.interval.straddles(-delta),
             "p_value": p_value,
             "detectable_drop": detectable,
             "items_needed": needed,
@@ -292,8 +291,8 @@ def _interval_note(interval: ConfidenceInterval, kind: str = "", *, bound: float
     borderline = ", borderline" if interval.straddles(bound) else ""
     items = f"{interval.items} item{'s' if interval.items != 1 else ''}"
     return (
-        f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}] "
-        f"{interval.level * 100:g}% {kind}interval, {items}{borderline}"
+        f"{show(interval.estimate)} {bounds(interval, show)} "
+        f"{level(interval.level)} {kind}interval, {items}{borderline}"
     )
 
 
