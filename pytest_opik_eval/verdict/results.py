@@ -349,4 +349,11 @@ def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> l
 
 
 def item_verdict(item: ItemResult) -> ItemVerdict:
-    return ItemVerdict.model_construct(**item._asdict())  # the same fields, by name
+    return ItemVerdict.model_construct(
+        dataset_item_id=item.dataset_item_id,
+        trials=item.trials,
+        passed=item.passed,
+        pending=item.pending,
+        required=item.required,
+        verdict=item.verdict,
+    )
