@@ -3,6 +3,9 @@ a change or a rate the same way."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 MISSING = "-"  # no value: no completed trial, or no baseline
 
 
@@ -70,3 +73,21 @@ def direction(delta: float | None, relative: float | None) -> str:
         return ""
     word = "worse" if delta > 0 else "better" if delta < 0 else "no change"
     return word if relative is None or delta == 0 else f"{relative:+.0%}, {word}"
+
+
+def level(value: float) -> str:
+    """A confidence level as a percentage (``95%``, ``97.5%``)."""
+    return f"{value * 100:g}%"
+
+
+class Bounded(Protocol):
+    @property
+    def low(self) -> float: ...
+
+    @property
+    def high(self) -> float: ...
+
+
+def bounds(interval: Bounded | None, show: Callable[[float | None], str] = score) -> str:
+    """An interval's ends (``[0.583, 0.917]``; a change's with ``signed``), or ``-`` without one."""
+    return MISSING if interval is None else f"[{show(interval.low)}, {show(interval.high)}]"

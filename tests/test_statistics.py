@@ -285,7 +285,12 @@ def test_mcnemar_exact_known_values(b: int, c: int, expected: float) -> None:
     assert st.mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.parametrize(("b", "c"), [(1, 9), (12, 30), (25, 25), (40, 7), (0, 17), (300, 360), (2000, 2150)])
+@pytest.mark.parametrize(
+    ("b", "c"),
+    # Beyond EXACT_FLIPS (2,000) the sum is taken in floating point: large, close and far counts.
+    [(1, 9), (12, 30), (25, 25), (40, 7), (0, 17), (300, 360), (1000, 1000), (990, 1011), (2000, 2150)]
+    + [(14000, 15000), (15000, 15100), (0, 2500), (1200, 1500), (30000, 29000)],
+)
 def test_mcnemar_exact_matches_scipy_and_statsmodels(b: int, c: int) -> None:
     p = st.mcnemar_exact(b, c)
     assert p == pytest.approx(scipy.stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)

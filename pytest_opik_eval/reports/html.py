@@ -26,10 +26,12 @@ from typing import Any
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
+    bounds,
     direction,
     dollars,
     duration,
     figure,
+    level,
     percent,
     score,
     signed,
@@ -366,12 +368,12 @@ def _aggregates_html(e: ExperimentReport) -> str:
     intervals = any(m.interval is not None for m in s.metrics.values())
     rows = "".join(
         f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{score(m.mean)}</td>'
-        + (f'<td class="interval">{_bounds(m.interval)}</td>' if intervals else "")
+        + (f'<td class="interval">{bounds(m.interval)}</td>' if intervals else "")
         + f"<td>{score(m.min)}</td><td>{score(m.max)}</td><td>{m.failed}</td>"
         f"<td>{score(m.threshold)}</td><td>{percent(m.pass_rate)}</td></tr>"
         for name, m in s.metrics.items()
     )
-    interval_head = f"<th>{_level(e)} interval</th>" if intervals else ""
+    interval_head = f"<th>{level(e.settings.confidence)} interval</th>" if intervals else ""
     rates = ""
     if s.pass_rate_interval is not None:
         rates += f'<p class="pass-rate">trial pass rate {_estimate(s.pass_rate_interval)}</p>'
@@ -477,11 +479,11 @@ def _baseline_html(e: ExperimentReport) -> str:
     rows = "".join(
         f'<tr data-metric="{escape(name)}"><td>{escape(name)}</td><td>{score(d.baseline_mean)}</td>'
         f'<td>{score(d.current_mean)}</td><td class="{_sign_class(d.delta)}">{signed(d.delta)}</td>'
-        + (f'<td class="interval">{_bounds(d.interval, signed)}</td><td>{d.items:,}</td>' if paired else "")
+        + (f'<td class="interval">{bounds(d.interval, signed)}</td><td>{d.items:,}</td>' if paired else "")
         + "</tr>"
         for name, d in b.metrics.items()
     )
-    paired_heads = f"<th>{_level(e)} paired interval</th><th>items</th>" if paired else ""
+    paired_heads = f"<th>{level(e.settings.confidence)} paired interval</th><th>items</th>" if paired else ""
     return f"""<div class="panel baseline"><h3>Baseline</h3>
 <p class="meta">{escape(b.name)} &middot; experiment {_code(b.experiment_id)}
  &middot; run {_code(b.run_id)}</p>
@@ -619,19 +621,10 @@ aria-label="{escape(metric)} score histogram">{"".join(bars)}{line}
 </figure>"""
 
 
-def _level(e: ExperimentReport) -> str:
-    """The experiment's confidence level as a percentage (``95%``); every interval in it has it."""
-    return f"{e.settings.confidence * 100:g}%"
-
-
-def _bounds(interval: ConfidenceInterval | None, show: Callable[[float | None], str] = score) -> str:
-    return "-" if interval is None else f"[{show(interval.low)}, {show(interval.high)}]"
-
-
 def _estimate(interval: ConfidenceInterval, show: Callable[[float | None], str] = score) -> str:
     """``0.750 [0.583, 0.917] 95%, 6 items``"""
     items = f"{interval.items:,} item{'s' if interval.items != 1 else ''}"
-    return f"{show(interval.estimate)} {_bounds(interval, show)} {interval.level * 100:g}%, {items}"
+    return f"{show(interval.estimate)} {bounds(interval, show)} {level(interval.level)}, {items}"
 
 
 def _code(text: str) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.formatting import level
 from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentSummary
 from pytest_opik_eval.verdict.results import ExperimentResult
 
@@ -114,7 +115,7 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
 def _interval(name: str, interval: ConfidenceInterval | None) -> list[tuple[str, str]]:
     if interval is None:
         return []
-    return [(name + ".ci", f"{_num(interval.low)}..{_num(interval.high)}@{interval.level * 100:g}%")]
+    return [(name + ".ci", f"{_num(interval.low)}..{_num(interval.high)}@{level(interval.level)}")]
 
 
 def _num(value: float | None) -> str:

@@ -10,10 +10,12 @@ from collections.abc import Callable, Sequence
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
+    bounds,
     direction,
     dollars,
     duration,
     figure,
+    level,
     percent,
     score,
     signed,
@@ -83,13 +85,13 @@ def _metric_table(e: ExperimentReport) -> list[str]:
         return []
     deltas = e.baseline.metrics if e.baseline is not None else None
     intervals = any(m.interval is not None for m in e.summary.metrics.values())
-    head = ["metric", "mean"] + ([f"{_level(e)} interval"] if intervals else [])
+    head = ["metric", "mean"] + ([f"{level(e.settings.confidence)} interval"] if intervals else [])
     head += ["min", "max", "failed", "threshold", "pass rate"]
     if deltas is not None:
         head.append("Δ baseline")
     lines = ["", _row(head), _row(["---"] + ["---:"] * (len(head) - 1))]
     for name, m in e.summary.metrics.items():
-        cells = [name, score(m.mean)] + ([_bounds(m.interval)] if intervals else [])
+        cells = [name, score(m.mean)] + ([bounds(m.interval)] if intervals else [])
         cells += [score(m.min), score(m.max), str(m.failed), score(m.threshold)]
         cells.append(percent(m.pass_rate))
         if deltas is not None:
@@ -124,14 +126,14 @@ def _gate_lines(e: ExperimentReport) -> list[str]:
         "",
         f"**Gates {'met' if e.gates_met else 'not met'}**",
         "",
-        _row(["verdict", "gate", "estimate", f"{_level(e)} interval", "items", "bound"]),
+        _row(["verdict", "gate", "estimate", f"{level(e.settings.confidence)} interval", "items", "bound"]),
         _row(["---", "---", "---:", "---:", "---:", "---:"]),
     ]
     for g in e.gates:
         show = _gate_figure(g)
         items = str(g.interval.items) if g.interval is not None else "-"
         lines.append(
-            _row([_verdict(g), _gate_name(g), show(g.value), _bounds(g.interval, show), items, show(g.bound)])
+            _row([_verdict(g), _gate_name(g), show(g.value), bounds(g.interval, show), items, show(g.bound)])
         )
     lines.append("")
     for g in e.gates:
@@ -178,7 +180,16 @@ def _baseline_lines(e: ExperimentReport) -> list[str]:
     if changes:
         lines += [
             "",
-            _row(["metric", "baseline", "current", "change", f"{_level(e)} paired interval", "items"]),
+            _row(
+                [
+                    "metric",
+                    "baseline",
+                    "current",
+                    "change",
+                    f"{level(e.settings.confidence)} paired interval",
+                    "items",
+                ]
+            ),
             _row(["---"] + ["---:"] * 5),
         ]
         lines += [
@@ -188,7 +199,7 @@ def _baseline_lines(e: ExperimentReport) -> list[str]:
                     score(d.baseline_mean),
                     score(d.current_mean),
                     signed(d.delta),
-                    _bounds(d.interval, signed),
+                    bounds(d.interval, signed),
                     str(d.items),
                 ]
             )
@@ -263,18 +274,8 @@ def _icon(e: ExperimentReport, items_failed: bool) -> str:
     return _ICONS["pending"] if e.summary.pending else _ICONS["passed"]
 
 
-def _level(e: ExperimentReport) -> str:
-    """The experiment's confidence level as a percentage (``95%``); every interval in it has it."""
-    return f"{e.settings.confidence * 100:g}%"
-
-
-def _bounds(interval: ConfidenceInterval | None, show: Callable[[float | None], str] = score) -> str:
-    return "-" if interval is None else f"[{show(interval.low)}, {show(interval.high)}]"
-
-
 def _estimate(interval: ConfidenceInterval) -> str:
-    level = f"{interval.level * 100:g}%"
-    return f"{score(interval.estimate)} {_bounds(interval)} {level}, {interval.items} item(s)"
+    return f"{score(interval.estimate)} {bounds(interval)} {level(interval.level)}, {interval.items} item(s)"
 
 
 def _row(cells: Sequence[str]) -> str:

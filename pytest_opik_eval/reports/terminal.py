@@ -10,7 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.formatting import FIGURE_LABELS, direction, dollars, duration, figure, score, signed
+from pytest_opik_eval.formatting import (
+    FIGURE_LABELS,
+    bounds,
+    direction,
+    dollars,
+    duration,
+    figure,
+    level,
+    score,
+    signed,
+)
 from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
@@ -256,8 +266,8 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
         if change.interval is not None:
             interval = change.interval
             lines.append(
-                f"      change [{signed(interval.low)}, {signed(interval.high)}] "
-                f"{interval.level * 100:g}% paired, {interval.items} item(s)"
+                f"      change {bounds(interval, signed)} {level(interval.level)} paired, "
+                f"{interval.items} item(s)"
             )
     lines += figure_lines(baseline.figures)
     lines.append(f"    regressions ({len(baseline.regressions)}): {_ids(baseline.regressions)}")
@@ -282,10 +292,7 @@ def figure_lines(figures: dict[str, FigureChange]) -> list[str]:
 
 
 def _interval(interval: ConfidenceInterval) -> str:
-    return (
-        f"{score(interval.estimate)} [{score(interval.low)}, {score(interval.high)}] "
-        f"{interval.level * 100:g}%, {interval.items} item(s)"
-    )
+    return f"{score(interval.estimate)} {bounds(interval)} {level(interval.level)}, {interval.items} item(s)"
 
 
 def _is_soft(experiment: ExperimentResult) -> bool:

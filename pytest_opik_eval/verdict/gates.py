@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from pytest_opik_eval.formatting import dollars, duration, score, signed
+from pytest_opik_eval.formatting import bounds, dollars, duration, level, score, signed
 from pytest_opik_eval.store.records import GateSettings, TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
@@ -280,8 +280,7 @@ def _regression(
             "notes": notes,
             "mode": settings.mode,
             "interval": change.interval,
-            "borderline": change.interval is not None
-            and change.interval.low <= -delta <= change.interval.high,
+            "borderline": change.interval is not None and change.interval.straddles(-delta),
             "p_value": p_value,
             "detectable_drop": detectable,
             "items_needed": needed,
@@ -416,8 +415,8 @@ def _interval_note(interval: ConfidenceInterval, kind: str = "", *, bound: float
     borderline = ", borderline" if interval.straddles(bound) else ""
     items = f"{interval.items} item{'s' if interval.items != 1 else ''}"
     return (
-        f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}] "
-        f"{interval.level * 100:g}% {kind}interval, {items}{borderline}"
+        f"{show(interval.estimate)} {bounds(interval, show)} "
+        f"{level(interval.level)} {kind}interval, {items}{borderline}"
     )
 
 
@@ -437,17 +436,29 @@ def compare(
     level = current.settings.confidence
     before_items = {i.dataset_item_id: i.verdict for i in baseline.items}
     now_items = {i.dataset_item_id: i.verdict for i in current.items}
-    shared = [item for item in now_items if item in before_items]
+    shared, only_here, regressions, fixes = [], [], [], []
+    for item, verdict in now_items.items():  # one pass: 100,000 items are common
+        before_verdict = before_items.get(item)
+        if before_verdict is None:
+            only_here.append(item)
+            continue
+        shared.append(item)
+        if before_verdict != verdict:
+            if verdict == "failed" and before_verdict == "passed":
+                regressions.append(item)
+            elif verdict == "passed" and before_verdict == "failed":
+                fixes.append(item)
     before_summary = _summary_over(baseline, shared, len(before_items))
     now_summary = _summary_over(current, shared, len(now_items))
-    before_values, now_values = baseline.values, current.values
-    kept = set(shared)
+    kept = set(shared) if only_here else None
     metrics, paired = {}, {}
     for name in dict.fromkeys([*before_summary.metrics, *now_summary.metrics]):
         before = before_summary.metrics.get(name)
         now = now_summary.metrics.get(name)
-        now_by_item = {i: v for i, v in now_values.get(name, {}).items() if i in kept}
-        pairs = stats.paired_comparison(now_by_item, before_values.get(name, {}))
+        now_by_item = current.values.get(name, {})
+        if kept is not None:
+            now_by_item = {i: v for i, v in now_by_item.items() if i in kept}
+        pairs = stats.paired_comparison(now_by_item, baseline.values.get(name, {}))
         paired[name] = pairs
         metrics[name] = MetricDelta(
             baseline_mean=before.mean if before is not None else None,
@@ -457,22 +468,22 @@ def compare(
             items=len(pairs.shared),
             sd=pairs.sd if pairs.shared else None,
         )
-    regressions = [i for i in shared if before_items[i] == "passed" and now_items[i] == "failed"]
-    fixes = [i for i in shared if before_items[i] == "failed" and now_items[i] == "passed"]
     comparison = BaselineComparison(
         experiment_id=baseline.id,
         run_id=baseline.run_id,
         name=baseline.name,
         metrics=metrics,
         shared_items=len(shared),
-        only_in_current=[i for i in now_items if i not in before_items],
-        only_in_baseline=[i for i in before_items if i not in now_items],
+        only_in_current=only_here,
+        only_in_baseline=[i for i in before_items if i not in now_items]
+        if len(shared) < len(before_items)
+        else [],
         regressions=regressions,
         fixes=fixes,
         flips_p_value=stats.mcnemar_exact(len(regressions), len(fixes)),
         figures=_figures(
-            [t for t in current.trials if t.dataset_item_id in kept],
-            [t for t in baseline.trials if t.dataset_item_id in kept],
+            current.trials if kept is None else [t for t in current.trials if t.dataset_item_id in kept],
+            [t for t in baseline.trials if t.dataset_item_id in now_items],  # the shared items'
         ),
     )
     return comparison, paired

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
@@ -47,9 +47,9 @@ class ScoredTrial(Protocol):
     def scores(self) -> Sequence[ScoreRecord]: ...
 
 
-@dataclass(frozen=True)
-class ItemResult:
-    """An item's verdict over its trials (the report's ``ItemVerdict``)."""
+class ItemResult(NamedTuple):
+    """An item's verdict over its trials (the report's ``ItemVerdict``); a tuple, as there is one
+    per item, 100,000 for a large experiment, built at every session's end."""
 
     dataset_item_id: str
     trials: int
@@ -264,9 +264,18 @@ def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list
     """Each metric's computed scores, by item id: an item's trials are one cluster."""
     by_item: dict[str, dict[str, list[float]]] = {}
     for trial in completed:
+        item = trial.dataset_item_id
         for score in trial.scores:
-            if not score.scoring_failed:
-                by_item.setdefault(score.name, {}).setdefault(trial.dataset_item_id, []).append(score.value)
+            if score.scoring_failed:
+                continue
+            metric = by_item.get(score.name)
+            if metric is None:
+                metric = by_item[score.name] = {}
+            values = metric.get(item)
+            if values is None:
+                metric[item] = [score.value]
+            else:
+                values.append(score.value)
     return by_item
 
 
