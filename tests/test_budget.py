@@ -67,7 +67,7 @@ def test_qa(eval_item, eval_trial):
 LABELS = [f"q{i:03}" for i in range(100)]
 
 
-def setup(
+def make_project(
     project: Project, monkeypatch: pytest.MonkeyPatch, *, marker: str = "", judge: bool = False
 ) -> None:
     if os.environ.get("PYTEST_OPIK_EVAL_BACKEND") != "opik":  # the opik fixture's server, else none
@@ -101,7 +101,7 @@ def assert_each_trial_ran_once(project: Project, calls: list[str], store: str | 
 def test_a_budget_stops_the_run_and_resumes_afresh_until_every_trial_ran_once(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    setup(project, monkeypatch)
+    make_project(project, monkeypatch)
     result, report = project.run_report("--eval", "--eval-budget=$7.50", "-rs")
     # 30 trials at $0.25 reach $7.50: the 31st does not start.
     result.assert_outcomes(passed=30, skipped=70)
@@ -151,7 +151,7 @@ def test_a_budget_stops_the_run_and_resumes_afresh_until_every_trial_ran_once(
 def test_a_token_budget_counts_the_judges_tokens_too(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    setup(project, monkeypatch, judge=True)
+    make_project(project, monkeypatch, judge=True)
     # 400 tokens of the app and 100 of the judge per trial: 10 trials reach 5,000.
     result, report = project.run_report("--eval", "--eval-budget=5k tokens")
     result.assert_outcomes(passed=10, skipped=90)
@@ -168,7 +168,7 @@ def test_a_token_budget_counts_the_judges_tokens_too(
 def test_threads_overshoot_by_at_most_the_trials_in_flight(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    setup(project, monkeypatch, marker="task_threads=4,")
+    make_project(project, monkeypatch, marker="task_threads=4,")
     result, report = project.run_report("--eval", "--eval-budget=7.50")
     completed = len(project.completed())
     # The 30th trial reaches the budget; at most three others were in flight then.
@@ -184,7 +184,7 @@ def test_threads_overshoot_by_at_most_the_trials_in_flight(
 
 
 def test_xdist_workers_share_one_budget(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    setup(project, monkeypatch)
+    make_project(project, monkeypatch)
     result, report = project.run_report("--eval", "--eval-budget=7.50", "-p", "xdist", "-n", "2")
     completed = len(project.completed())
     # Shared, the budget stops both workers after 30 trials in all, give or take the other
@@ -208,7 +208,7 @@ def test_the_opik_backend_keeps_the_runs_budget_for_the_resume(
     any_backend: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = any_backend
-    setup(project, monkeypatch)
+    make_project(project, monkeypatch)
     project.dataset(
         [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:10]]
     )
@@ -229,7 +229,7 @@ def test_the_opik_backend_keeps_the_runs_budget_for_the_resume(
 def test_each_ci_shard_gets_its_share_of_the_budget(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    setup(project, monkeypatch)
+    make_project(project, monkeypatch)
     shard = ("--eval-run-id=ci-7", "--eval-shard=1/2", "--eval-store=shard1.db")
     result = project.run("--eval", *shard, "--eval-budget=5")
     # Its share of $5 is $2.50: 10 trials, of the share of about 50 it holds.
@@ -277,7 +277,7 @@ def test_a_budget_that_is_not_one_is_refused(given: str) -> None:
 
 
 def test_bad_budgets_name_the_option_and_the_forms(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
-    setup(project, monkeypatch)
+    make_project(project, monkeypatch)
     result = project.run("--eval", "--eval-budget=5 euros")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
