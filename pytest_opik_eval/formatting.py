@@ -3,6 +3,7 @@ a change or a rate the same way."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -33,6 +34,16 @@ def dollars(cost: float | None) -> str:
     if 0 < abs(cost) < 0.00005:
         return "<$0.0001"
     return f"${cost:.4f}"
+
+
+def budget_amount(amount: float, unit: str) -> str:
+    """A budget or a spend in its unit ("usd" or "tokens"): ``$5.00``, ``$0.0030``,
+    ``200,000 tokens``."""
+    if unit == "tokens":
+        return f"{math.floor(amount + 0.5):,} tokens"
+    if amount >= 1 or amount == 0:
+        return f"${amount:,.2f}"
+    return f"${amount:.4f}"
 
 
 def duration(seconds: float | None) -> str:

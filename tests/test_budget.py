@@ -7,6 +7,7 @@ import argparse
 import os
 import shlex
 from collections import Counter
+from xml.etree import ElementTree
 
 import pytest
 from conftest import Project
@@ -313,3 +314,32 @@ def test_an_ini_budget_and_a_budget_that_sees_no_spend(project: Project) -> None
             "eval budget: spent $0.00 of $1.00",
         ]
     )
+
+
+def test_the_step_summary_and_junit_carry_the_budget(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_project(project, monkeypatch)
+    summary = project.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = project.run("--eval", "--eval-budget=$2.50", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=10, skipped=90)
+    text = summary.read_text(encoding="utf-8")
+    # First, before the experiments: a run the budget stopped is incomplete.
+    assert text.startswith(
+        "💰 **eval budget reached:** spent $2.50 of $2.50 (90 trials not started, left pending)\n\n"
+        "Resume them with a fresh budget: `pytest --eval-resume="
+    ), text
+    root = ElementTree.parse(project.path / "junit.xml").getroot()
+    props = {
+        p.get("name"): p.get("value")
+        for p in root.iter("property")
+        if p.get("name", "").startswith("eval.budget")
+    }
+    assert props == {
+        "eval.budget.unit": "usd",
+        "eval.budget.limit": "2.5",
+        "eval.budget.spent": "2.5",
+        "eval.budget.reached": "true",
+        "eval.budget.not_started": "90",
+    }

@@ -17,7 +17,7 @@ import pytest
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import level
-from pytest_opik_eval.verdict.model import ConfidenceInterval, ExperimentSummary
+from pytest_opik_eval.verdict.model import BudgetReport, ConfidenceInterval, ExperimentSummary
 from pytest_opik_eval.verdict.results import ExperimentResult
 
 PREFIX = "eval."
@@ -75,6 +75,20 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
     # Experiment and metric names and gate details carry data; pytest escapes only what XML
     # forbids in values, so an ESC in a name would make the file unreadable.
     return [(escape_control(name), escape_control(value)) for name, value in properties]
+
+
+def budget_properties(budget: BudgetReport | None) -> list[tuple[str, str]]:
+    """``--eval-budget``: the session's budget and spend (USD or tokens), and the trials it kept
+    from starting."""
+    if budget is None:
+        return []
+    return [
+        ("eval.budget.unit", budget.unit),
+        ("eval.budget.limit", _num(budget.limit)),
+        ("eval.budget.spent", _num(budget.spent)),
+        ("eval.budget.reached", str(budget.reached).lower()),
+        ("eval.budget.not_started", str(budget.not_started)),
+    ]
 
 
 def add_suite_properties(config: pytest.Config, properties: Sequence[tuple[str, str]]) -> None:

@@ -11,6 +11,7 @@ from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
     bounds,
+    budget_amount,
     direction,
     dollars,
     duration,
@@ -21,6 +22,7 @@ from pytest_opik_eval.formatting import (
     signed,
 )
 from pytest_opik_eval.verdict.model import (
+    BudgetReport,
     ConfidenceInterval,
     ExperimentReport,
     FigureChange,
@@ -39,7 +41,24 @@ def step_summary(report: Report, resume_command: Callable[[str], str]) -> str:
     """Markdown for the job summary; ``resume_command(experiment_id)`` is the command that runs an
     experiment's pending trials."""
     blocks = ["\n".join(_experiment(e, resume_command)) for e in report.experiments]
-    return "\n\n".join(blocks or ["No experiment was evaluated."]) + "\n"
+    budget = _budget_lines(report.budget)
+    return "\n\n".join([*budget, *(blocks or ["No experiment was evaluated."])]) + "\n"
+
+
+def _budget_lines(budget: BudgetReport | None) -> list[str]:
+    """The budget first: a run it stopped is incomplete, whatever its experiments say."""
+    if budget is None:
+        return []
+    spent = f"spent {budget_amount(budget.spent, budget.unit)} of {budget_amount(budget.limit, budget.unit)}"
+    if not budget.reached:
+        return [f"💰 eval budget: {spent}"]
+    line = f"💰 **eval budget reached:** {spent}"
+    if not budget.not_started:
+        return [line + " (every trial had started)"]
+    line += f" ({budget.not_started} trials not started, left pending)"
+    if budget.resume_command:
+        line += f"\n\nResume them with a fresh budget: {_code(budget.resume_command)}"
+    return [line]
 
 
 def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> list[str]:

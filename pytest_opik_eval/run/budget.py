@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 
 from pytest_opik_eval.exceptions import StoreError
+from pytest_opik_eval.formatting import budget_amount
 from pytest_opik_eval.store.records import BudgetSetting, SpanRecord
 
 # Set on a test case whose trial the budget kept from starting: its report says so.
@@ -43,15 +44,6 @@ NOT_STARTED_ATTR = "eval_budget_not_started"
 # A spend within this share of the budget has reached it: a sum of costs such as 0.1 is
 # rarely exact in binary, and 30 trials at $0.10 should reach a budget of $3.
 _TOLERANCE = 1e-9
-
-
-def describe(amount: float, unit: str) -> str:
-    """``$5.00``, ``$0.0030``, ``200,000 tokens``."""
-    if unit == "tokens":
-        return f"{math.floor(amount + 0.5):,} tokens"
-    if amount >= 1 or amount == 0:
-        return f"${amount:,.2f}"
-    return f"${amount:.4f}"
 
 
 def ledger_path(store_path: Path, session_id: str) -> Path:
@@ -79,7 +71,7 @@ class Budget:
         )
 
     def describe(self, amount: float) -> str:
-        return describe(amount, self.unit)
+        return budget_amount(amount, self.unit)
 
     def spent(self) -> float:
         """What this session's trials spent, in every process that shares the ledger."""

@@ -20,7 +20,7 @@ from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
-from pytest_opik_eval.reports.junit import add_suite_properties, suite_properties
+from pytest_opik_eval.reports.junit import add_suite_properties, budget_properties, suite_properties
 from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
 from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
 from pytest_opik_eval.run.distributed import in_shard, is_controller
@@ -97,7 +97,9 @@ class Ending:
             )
         self._notice_unseen_spend()
         report = self._reports()
-        add_suite_properties(self.config, suite_properties(state.results))
+        add_suite_properties(
+            self.config, suite_properties(state.results) + budget_properties(self._budget_report())
+        )
         self._record_verdicts(report)
         self._set_exit_status(session)
         state.unsent = state.store().flush()
