@@ -328,6 +328,8 @@ def test_multi_trial_items_report_pass_at_k_and_pass_hat_k(project: Project) -> 
             "    pass@1 0.667  pass@3 1.000  pass^3 0.500",
         ]
     )
+    # Once: the items gate (pass_threshold) does not repeat them in its notes.
+    assert sum("pass@3" in line for line in result.outlines) == 1
 
 
 def test_opik_eval_gate_takes_the_mode_and_the_level(

@@ -180,15 +180,8 @@ def _items(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict
         f"{len(result.items) - len(failed_items)} of {len(result.items)} items passed "
         f"at least {settings.pass_threshold} of their trials"
     )
-    summary = result.summary
-    notes = []
-    if summary.pass_at_k:
-        k = max(summary.pass_at_k, key=int)
-        notes.append(
-            f"pass@{k} {score(summary.pass_at_k[k])}, pass^{k} {score(summary.pass_hat_k[k])}, "
-            f"pass@1 {score(summary.pass_at_k['1'])} (over items with no trial pending)"
-        )
-    return [_verdict("items", None, None, None, met, detail).model_copy(update={"notes": notes})]
+    # pass@k and pass^k are in the summary, shown beside the item counts: not repeated here.
+    return [_verdict("items", None, None, None, met, detail)]
 
 
 def _max_regression(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
