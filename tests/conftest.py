@@ -151,6 +151,15 @@ class Project:
             store.close()
 
 
+def offline_opik(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Opik SDK set up for a server that does not answer, and no user config file: the app's
+    spans stay in the trial's memory, and one that escaped would surface as an SDK error, never
+    as a hang (port 9, discard, on loopback refuses at once; the sandbox's proxy answers some
+    "unroutable" addresses)."""
+    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+
+
 @pytest.fixture(autouse=True)
 def hermetic(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Inner pytest runs load this plugin and only the others a test names with ``-p`` (such as

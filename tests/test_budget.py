@@ -10,7 +10,7 @@ from collections import Counter
 from xml.etree import ElementTree
 
 import pytest
-from conftest import Project
+from conftest import Project, offline_opik
 
 from pytest_opik_eval.options import budget
 
@@ -72,8 +72,7 @@ def make_project(
     project: Project, monkeypatch: pytest.MonkeyPatch, *, marker: str = "", judge: bool = False
 ) -> None:
     if os.environ.get("PYTEST_OPIK_EVAL_BACKEND") != "opik":  # the opik fixture's server, else none
-        monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-        monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+        offline_opik(project, monkeypatch)
     project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
     project.write("app.py", APP)
     metrics = "[Equals(), Judge('judge')]" if judge else "[Equals()]"

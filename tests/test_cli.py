@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Project, items
+from conftest import Project, items, offline_opik
 
 from pytest_opik_eval.cli import main
 from pytest_opik_eval.options import STORE_ENV
@@ -454,8 +454,7 @@ def agent(question):
 def test_show_a_trial_prints_its_span_tree(
     project: Project, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset(items("a", "b"))
     project.write("app.py", TRACED_APP)
     project.eval_test(imports="from app import agent", behaviour="return agent(item['input']['text'])")

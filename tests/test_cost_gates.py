@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-from conftest import Project
+from conftest import Project, offline_opik
 
 from pytest_opik_eval.cli import main as opik_eval
 
@@ -56,8 +56,7 @@ def rows(**extra: Any) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def app(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset(rows())
     project.write("app.py", APP)
     project.eval_test(imports="from app import agent", behaviour="agent(item)")

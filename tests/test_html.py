@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Project, items
+from conftest import Project, items, offline_opik
 from test_report import ab_runs
 
 from pytest_opik_eval.reports.html import render_html, write_html
@@ -746,8 +746,7 @@ def agent(question):
 @pytest.fixture
 def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
     """An app that makes spans with the Opik SDK (kept in memory: no server is reached)."""
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset(items("a", "b"))
     project.write("app.py", TRACED_APP)
     project.eval_test(imports="from app import agent", behaviour="return agent(item['input']['text'])")

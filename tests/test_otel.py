@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Project
+from conftest import Project, offline_opik
 from opik_server import OpikTestServer
+from test_tracing import tree
 
 # Imported once for the whole module, as the plugin imports it in each inner run: pytester drops
 # the modules a run imported when it ends, and a later run would meet the first run's module
@@ -22,7 +23,7 @@ otel = pytest.importorskip("pytest_opik_eval.run.otel")
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.util._once import Once  # noqa: E402
 
-from pytest_opik_eval.store.records import SpanRecord, TrialRecord  # noqa: E402
+from pytest_opik_eval.store.records import TrialRecord  # noqa: E402
 
 LABELS = [f"item-{i}" for i in range(8)]
 
@@ -183,15 +184,6 @@ def instrumented(project: Project) -> Project:
     project.write("app.py", APP)
     project.write("conftest.py", EXPORTED)
     return project
-
-
-def tree(spans: list[SpanRecord]) -> list[tuple[str | None, str | None, str]]:
-    """(span, parent span, type), by name."""
-    names = {span.id: span.name for span in spans}
-    return [
-        (span.name, names.get(span.parent_span_id) if span.parent_span_id else None, span.type)
-        for span in spans
-    ]
 
 
 def check_trial(trial: TrialRecord, *, llm_calls: int = 1) -> None:
@@ -455,8 +447,7 @@ def agent(question):
 def test_otel_spans_nest_under_opik_spans_once_the_app_sets_its_provider(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset(
         [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:3]]
     )

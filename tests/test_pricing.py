@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import Project
+from conftest import Project, offline_opik
 
 from pytest_opik_eval.run import pricing
 
@@ -42,8 +42,7 @@ def agent(question):
 
 @pytest.fixture
 def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in "abc"])
     project.write("app.py", APP)
     project.eval_test(imports="from app import agent", behaviour='agent(item["input"]["text"])')
@@ -122,8 +121,7 @@ def test_prompt_tokens_read_from_the_cache_are_priced_at_the_cache_price(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("genai_prices")
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset([{"id": "a", "input": {"text": "a"}, "expected_output": "a"}])
     project.write("app.py", CACHED_APP)
     project.eval_test(imports="from app import claude", behaviour='claude(item["input"]["text"])')

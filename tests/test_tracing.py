@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from conftest import Project
+from conftest import Project, offline_opik
 
 from pytest_opik_eval.store import journal
 from pytest_opik_eval.store.local import LocalStore
@@ -97,10 +97,7 @@ def pytest_sessionfinish(session):
 @pytest.fixture
 def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
     """A project whose app uses the Opik SDK, configured for a server that does not answer."""
-    # Port 9 (discard) on loopback refuses at once: a span sent there would surface as an SDK
-    # error, never as a hang (the sandbox's proxy answers some "unroutable" addresses).
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
     project.write("app.py", APP)
     project.write("conftest.py", NO_CLIENT)

@@ -8,7 +8,7 @@ import importlib.util
 import re
 
 import pytest
-from conftest import Project
+from conftest import Project, offline_opik
 
 from pytest_opik_eval.run.pricing import NOT_INSTALLED
 
@@ -72,8 +72,7 @@ def test_qa(eval_item):
 
 @pytest.fixture
 def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS])
     project.write("app.py", APP)
     project.write("test_eval.py", TEST)
@@ -200,8 +199,7 @@ def agent(question):
 
 @pytest.fixture
 def costly(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
-    monkeypatch.setenv("OPIK_URL_OVERRIDE", "http://127.0.0.1:9/api/")
-    monkeypatch.setenv("OPIK_CONFIG_PATH", str(project.path / "no-opik-config"))
+    offline_opik(project, monkeypatch)
     labels = ["a", "b", "c", "d", "e"]
     project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in labels])
     project.write("app.py", COSTLY_APP)
