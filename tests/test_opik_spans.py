@@ -26,6 +26,8 @@ LABELS = [f"item-{i}" for i in range(6)]
 SPANS_PER_TRIAL = 6
 
 APP = """
+import asyncio
+
 import opik
 from opik import opik_context
 
@@ -48,6 +50,12 @@ def retrieve(question):
 
 @opik.track
 def agent(question):
+    return fake_llm(retrieve(question)[0])
+
+
+@opik.track(name="agent")
+async def agent_async(question):
+    await asyncio.sleep(0)
     return fake_llm(retrieve(question)[0])
 """
 
@@ -172,6 +180,37 @@ def test_each_trials_spans_reach_the_server_under_its_trace(
     assert all(span.get("output") == {"output": labels[span["id"]]} for span in sent)
     if "xdist" not in args:
         assert len(sent) == len(labels)
+
+
+ASYNC_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Equals
+from app import agent_async
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+async def test_qa(eval_item):
+    return await agent_async(eval_item["input"]["text"])
+"""
+
+
+def test_async_trials_spans_reach_the_server_under_their_traces(
+    traced: Project, opik: OpikTestServer
+) -> None:
+    # pytest-asyncio runs each coroutine in a context it copied before this plugin's hooks ran:
+    # the trial's trace is entered inside the coroutine. Warnings shown, not errors: "-p asyncio"
+    # makes pytest warn that the module asyncio (the standard library's) is already imported.
+    traced.pytester.makeini(
+        "[pytest]\nfilterwarnings = default\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    traced.write("test_app.py", ASYNC_TEST)
+    traced.run("-p", "asyncio", "--eval").assert_outcomes(passed=len(LABELS))
+    found = spans_by_item(opik, traced.last_experiment_id())
+    assert sorted(found) == LABELS
+    for label, (trace_id, spans) in found.items():
+        check_tree(label, trace_id, spans)
+    assert set(opik.traces) == {trace_id for trace_id, _ in found.values()}
+    assert len(opik.spans) == SPANS_PER_TRIAL * len(LABELS)
 
 
 def test_a_failed_task_sends_its_spans_with_the_error(traced: Project, opik: OpikTestServer) -> None:
