@@ -269,7 +269,7 @@ def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
             passed = "-" if trial.passed is None else ("yes" if trial.passed else "no")
             row = f"  {trial.dataset_item_id:<20} {trial.trial:>5}  {trial.status:<9} {passed:<6}  {scores}"
             print(escape_control(row))  # item ids and score names are data
-        traced = next((t for t in result.trials if t.spans), None)
+        traced = next((t for t in result.trials if t.spans or t.usage is not None), None)
         if traced is not None:
             print(escape_control(f"  a trial's span tree: opik-eval show NODE_ID (e.g. {traced.node_id})"))
         print()
@@ -331,11 +331,11 @@ def _diff(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
 
 
 def _html(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
-    from pytest_opik_eval.reports.html import write_html
+    from pytest_opik_eval.reports.html import spans_of, write_html
 
     run_id, experiments, results = _results(store, args.id, resume)
     items = {e.id: e.items for e in experiments}
-    spans = {r.id: [t.spans for t in r.trials] for r in results}
+    spans = spans_of(store, results)
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
     write_html(report, items, Path(args.html), resume, spans)
     print(f"wrote {args.html}")

@@ -135,7 +135,7 @@ class Project:
                 _, experiments = store.find("last")
                 assert len(experiments) == 1, experiments
                 experiment_id = experiments[0].id
-            return store.trials(experiment_id)
+            return store.trials(experiment_id, spans=True)
         finally:
             store.close()
 

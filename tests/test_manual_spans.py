@@ -121,7 +121,7 @@ def test_manual_spans_nest_in_each_trial_with_their_usage(manual: Project, threa
 
     store = LocalStore(manual.store_path, create=False)
     _, experiments = store.find("last")
-    trials = [trial for experiment in experiments for trial in store.trials(experiment.id)]
+    trials = [trial for experiment in experiments for trial in store.trials(experiment.id, spans=True)]
     store.close()
     assert len(trials) == 8
     for trial in trials:

@@ -432,7 +432,7 @@ def test_spans_added_through_the_trace_without_the_opik_sdk(project: Project, th
     project.pytester.runpytest_subprocess("--eval", f"--eval-threads={threads}").assert_outcomes(passed=8)
     store = LocalStore(project.store_path, create=False)
     _, experiments = store.find("last")
-    trials = [trial for experiment in experiments for trial in store.trials(experiment.id)]
+    trials = [trial for experiment in experiments for trial in store.trials(experiment.id, spans=True)]
     store.close()
     assert len(trials) == 8
     for trial in trials:

@@ -5,12 +5,17 @@ the metric spans, apart); latency is measured for every trial, with or without t
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
+import sqlite3
+from typing import Any
 
 import pytest
 from conftest import Project, offline_opik
 
+from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.run.pricing import NOT_INSTALLED
+from pytest_opik_eval.store import local
 
 LABELS = ["a", "b", "c"]
 # Why the app's call that reports no cost has none: no price table knows its model, or there is
@@ -265,3 +270,63 @@ def test_junit_and_step_summary_carry_latency_tokens_and_cost(
         r"judges: 300 tokens in / 30 out, cost \$0\.0015",
         line,
     ), line
+
+
+class _CountingParse:
+    """The store's spans TypeAdapter, counting the JSON texts it parses."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self.parsed = 0
+
+    def validate_json(self, data: Any) -> Any:
+        self.parsed += 1
+        return self.adapter.validate_json(data)
+
+    def dump_json(self, *args: Any, **kwargs: Any) -> Any:
+        return self.adapter.dump_json(*args, **kwargs)
+
+
+APP_USAGE = {
+    "prompt_tokens": 45,
+    "completion_tokens": 9,
+    "total_tokens": 54,
+    "cost": pytest.approx(0.003),
+    "spans": 6,
+    "unpriced": {UNPRICED: 3},
+}
+
+
+def test_the_session_end_reads_no_spans_unless_the_html_report_shows_them(
+    traced: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The usage is summed when the spans are recorded: the end of a session (the verdict, the
+    # gates, the summary, the JSON report) reads the sums, not 100,000 trials' spans.
+    counting = _CountingParse(local._spans_json)
+    monkeypatch.setattr(local, "_spans_json", counting)
+    result, report = traced.run_report("--eval", "--eval-max-cost=1")
+    result.assert_outcomes(passed=3)
+    assert report["experiments"][0]["summary"]["usage"]["app"] == APP_USAGE
+    result.stdout.fnmatch_lines(["  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.0030"])
+    assert counting.parsed == 0
+    # The HTML report's span trees are the spans themselves.
+    traced.run("--eval", "--eval-html=report.html").assert_outcomes(passed=3)
+    assert counting.parsed == 3
+
+
+def test_a_store_without_usage_sums_has_its_usage_read_from_its_spans(
+    traced: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    traced.run("--eval").assert_outcomes(passed=3)
+    # As an earlier version wrote it: spans, and no sums (the table is made again, empty, when
+    # this version opens the store).
+    with sqlite3.connect(traced.store_path) as db:
+        db.execute("DROP TABLE IF EXISTS attempt_usage")
+    db.close()
+    capsys.readouterr()
+    assert opik_eval(["--store", str(traced.store_path), "export", "last"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    (experiment,) = exported["experiments"]
+    assert experiment["summary"]["usage"]["app"] == APP_USAGE
+    assert experiment["summary"]["usage"]["judge"]["prompt_tokens"] == 300
+    assert {t["usage"]["app"]["total_tokens"] for t in experiment["trials"]} == {18}

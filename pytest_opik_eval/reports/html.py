@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.formatting import (
@@ -52,6 +52,10 @@ from pytest_opik_eval.verdict.model import (
 Items = Mapping[str, Sequence[Mapping[str, Any]]]
 # experiment id -> each of its trials' spans, in the order of the report's trials
 Spans = Mapping[str, Sequence[Sequence[SpanRecord]]]
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.store.base import Store
+    from pytest_opik_eval.verdict.results import ExperimentResult
 
 SPAN_BUDGET = 4_000_000  # characters of span trees embedded in one report
 SPAN_FIELD_CHARS = 2_000  # characters of a span's input, output or error embedded
@@ -105,6 +109,16 @@ def render_html(
 </body>
 </html>
 """
+
+
+def spans_of(store: Store, results: Sequence[ExperimentResult]) -> Spans:
+    """Each experiment's trials' spans, in the order of its result's trials: read for the report
+    alone, since the verdict reads the trials without them (their usage is summed in the store)."""
+    spans: dict[str, list[list[SpanRecord]]] = {}
+    for result in results:
+        read = {t.id: t.spans for t in store.trials(result.id, spans=True)}
+        spans[result.id] = [read.get(t.id, t.spans) for t in result.trials]
+    return spans
 
 
 def write_html(

@@ -30,7 +30,7 @@ from pytest_opik_eval.verdict.model import (
     UsageTotals,
 )
 from pytest_opik_eval.verdict.results import ExperimentResult
-from pytest_opik_eval.verdict.usage import trial_usage
+from pytest_opik_eval.verdict.usage import usage_of
 
 _NAME = 24  # width of the metric column
 _LISTED = 10  # ids named in one line before "and N more"
@@ -109,7 +109,7 @@ def outlier_lines(experiment: ExperimentResult) -> list[str]:
     for trial in experiment.trials:
         if trial.task_seconds is not None:
             timed.append((trial.task_seconds, trial))
-        usage = trial_usage(trial.spans) if trial.spans else None
+        usage = usage_of(trial)
         if usage is not None and usage.app is not None and usage.app.cost is not None:
             costed.append((usage.app.cost, trial))
     lines = _top("slowest:", timed, duration, several) + _top("most expensive:", costed, dollars, several)

@@ -28,8 +28,9 @@ from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import tracing
 from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, Scorer, describe_failure
 from pytest_opik_eval.store.base import span_recorder, timings_recorder
-from pytest_opik_eval.store.records import ScoreRecord
+from pytest_opik_eval.store.records import ScoreRecord, Usage
 from pytest_opik_eval.verdict.results import TrialResult
+from pytest_opik_eval.verdict.usage import trial_usage
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.budget import Budget
@@ -192,7 +193,8 @@ def _record_spans(
                 notice(item.config, UNPRICED_SPEND)
         record = span_recorder(store)
         assert record is not None, "traced only for a store that records spans"
-        record(attempt, spans)
+        # Summed once, here, so that the end of the session need not read the spans back.
+        record(attempt, spans, trial_usage(spans) or Usage())
 
 
 def _record_timings(

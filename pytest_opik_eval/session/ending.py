@@ -214,11 +214,11 @@ class Ending:
             with self._writing("JSON report", self.options.report_path):
                 write_report(report, self.options.report_path)
         if self.options.html_path is not None:
-            from pytest_opik_eval.reports.html import write_html
+            from pytest_opik_eval.reports.html import spans_of, write_html
 
             with self._writing("HTML report", self.options.html_path):
                 items = {e.id: e.items for e in self.state.experiments}
-                spans = {r.id: [t.spans for t in r.trials] for r in self.state.results}
+                spans = spans_of(self.state.store(), self.state.results)
                 write_html(report, items, self.options.html_path, self.options.resume_command, spans)
         if step_summary:
             from pytest_opik_eval.reports.markdown import step_summary as markdown

@@ -22,6 +22,7 @@ from pytest_opik_eval.store.records import (
     SpanRecord,
     TrialRecord,
     TrialState,
+    Usage,
 )
 
 
@@ -87,8 +88,9 @@ class Store(Protocol):
         with only that experiment; ``last`` is the newest run. Raises ``ExperimentNotFound``."""
         ...
 
-    def trials(self, experiment_id: str) -> list[TrialRecord]:
-        """The experiment's planned trials in plan order, read fresh."""
+    def trials(self, experiment_id: str, *, spans: bool = False) -> list[TrialRecord]:
+        """The experiment's planned trials in plan order, read fresh, each with its attempt's
+        usage; with its spans only when ``spans`` (or when the store has no usage summed)."""
         ...
 
     def trial_states(self, experiment_id: str) -> list[TrialState]:
@@ -119,10 +121,11 @@ class StoreExtras(Protocol):
         Without it, the store holds no datasets."""
         ...
 
-    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
-        """The spans of the attempt's trace, its task span first, for ``trials`` to return with
-        the attempt. Without it, the app's spans are not captured: they go to the Opik SDK's own
-        client, as if this plugin were not there."""
+    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord], usage: Usage | None = None) -> None:
+        """The spans of the attempt's trace, its task span first, and their ``usage`` summed
+        (``verdict/usage.trial_usage``), for ``trials`` to return with the attempt. Without it,
+        the app's spans are not captured: they go to the Opik SDK's own client, as if this plugin
+        were not there."""
         ...
 
     def record_timings(
@@ -147,9 +150,11 @@ class StoreExtras(Protocol):
         ...
 
 
-def span_recorder(store: Store) -> Callable[[str, Sequence[SpanRecord]], None] | None:
+def span_recorder(store: Store) -> Callable[[str, Sequence[SpanRecord], Usage | None], None] | None:
     """The store's ``record_spans`` (see :meth:`StoreExtras.record_spans`), if it has one."""
-    method: Callable[[str, Sequence[SpanRecord]], None] | None = getattr(store, "record_spans", None)
+    method: Callable[[str, Sequence[SpanRecord], Usage | None], None] | None = getattr(
+        store, "record_spans", None
+    )
     return method
 
 

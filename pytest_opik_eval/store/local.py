@@ -42,6 +42,7 @@ from pytest_opik_eval.store.records import (
     Timings,
     TrialRecord,
     TrialState,
+    Usage,
 )
 
 SCHEMA_VERSION = 1
@@ -112,6 +113,19 @@ CREATE TABLE IF NOT EXISTS attempt_timings (
 )
 """
 
+# What an attempt's spans reported, summed when they were recorded (a Usage as JSON), so that the
+# end of a session and the reports read a few numbers per trial rather than every span. A table
+# of its own, made as attempt_spans is and for the same reasons, rather than a column of it:
+# earlier versions copy attempt_spans whole (``merge_from``: SELECT *), and write its rows with
+# two values. An attempt with spans and no row here (written by an earlier version) has its
+# spans read instead.
+_USAGE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS attempt_usage (
+    attempt_id TEXT PRIMARY KEY,  -- an attempts.id
+    usage TEXT NOT NULL
+)
+"""
+
 _BUSY_TIMEOUT = 60.0  # seconds to wait for another process's hold on the file
 
 _SHOWN = 120  # characters of an unreadable stored value quoted in a message
@@ -120,6 +134,7 @@ _FOREIGN = -1  # the application id we give a non-empty SQLite file that has non
 _scores_json = TypeAdapter(list[ScoreRecord])
 _spans_json = TypeAdapter(list[SpanRecord])
 _timings_json = TypeAdapter(Timings)
+_usage_json = TypeAdapter(Usage)
 _NO_TIMINGS = Timings()
 # Made once: json.dumps with options builds an encoder on every call. A value JSON cannot hold is
 # kept as its repr rather than losing the whole output.
@@ -206,17 +221,25 @@ _CAUSES = {
 }
 
 
+def _side_event(side: dict[str, list[Sequence[Any]]], kind: str, params: Sequence[Any]) -> None:
+    side[kind].append(params[:2])
+    # A "spans" event's third value, its usage summed: earlier versions read the first two.
+    if kind == "spans" and len(params) > 2 and params[2] is not None:
+        side["usage"].append((params[0], params[2]))
+
+
 def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
     """Write a batch of trial events: an attempt started in the batch is one row written once,
     and one applied again (a journal folded twice) keeps what it already had."""
     started: dict[Any, list[Any]] = {}
     later: dict[str, list[Sequence[Any]]] = {"output": [], "scores": []}  # attempts started earlier
     completed: list[tuple[Any, Any, Any]] = []
-    # [attempt, the spans' JSON], [attempt, the Timings' JSON] (of an attempt that never completes)
-    side: dict[str, list[Sequence[Any]]] = {"spans": [], "timings": []}
+    # [attempt, the spans' JSON], [attempt, the Timings' JSON] (of an attempt that never completes),
+    # [attempt, the spans' Usage as JSON]
+    side: dict[str, list[Sequence[Any]]] = {"spans": [], "timings": [], "usage": []}
     for kind, *params in events:
         if kind in side:
-            side[kind].append(params[:2])
+            _side_event(side, kind, params)
             continue
         attempt_id = params[-1] if kind in later else params[0]
         if kind == "start":
@@ -252,9 +275,15 @@ def _apply(db: sqlite3.Connection, events: Sequence[journal.Event]) -> None:
         " AND id = (SELECT trial_id FROM attempts WHERE id = ?3)",
         completed,
     )
+    _write_side(db, side)
+
+
+def _write_side(db: sqlite3.Connection, side: dict[str, list[Sequence[Any]]]) -> None:
     if side["spans"]:
         # The first record of an attempt's spans stands (a journal folded twice).
         db.executemany("INSERT OR IGNORE INTO attempt_spans (attempt_id, spans) VALUES (?, ?)", side["spans"])
+    if side["usage"]:
+        db.executemany("INSERT OR IGNORE INTO attempt_usage (attempt_id, usage) VALUES (?, ?)", side["usage"])
     if side["timings"]:
         db.executemany(
             "INSERT OR IGNORE INTO attempt_timings (attempt_id, timings) VALUES (?, ?)", side["timings"]
@@ -424,6 +453,7 @@ class LocalStore:
         self._immutable = False  # opened read-only, in a read-only folder
         self._has_spans = True  # the file has the attempt_spans table (see _SPANS_SCHEMA)
         self._has_timings = True  # the same for attempt_timings
+        self._has_usage = True  # and for attempt_usage
         if path.exists() or create:
             self._db = self._open(create)
 
@@ -483,11 +513,13 @@ class LocalStore:
             tables = {
                 row[0]
                 for row in db.execute(
-                    "SELECT name FROM sqlite_master WHERE name IN ('attempt_spans', 'attempt_timings')"
+                    "SELECT name FROM sqlite_master"
+                    " WHERE name IN ('attempt_spans', 'attempt_timings', 'attempt_usage')"
                 )
             }
             self._has_spans = "attempt_spans" in tables
             self._has_timings = "attempt_timings" in tables
+            self._has_usage = "attempt_usage" in tables
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
         except BaseException:
@@ -584,7 +616,7 @@ class LocalStore:
 
     def _create_extra_tables(self, db: sqlite3.Connection) -> None:
         # A statement whose table exists writes nothing, and needs no write access.
-        for schema in (_SPANS_SCHEMA, _TIMINGS_SCHEMA):
+        for schema in (_SPANS_SCHEMA, _TIMINGS_SCHEMA, _USAGE_SCHEMA):
             try:
                 db.execute(schema)
             except sqlite3.OperationalError as error:
@@ -661,10 +693,16 @@ class LocalStore:
         self._record(("scores", scores_text(scores), int(passed), attempt_id))
 
     @_writing
-    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
-        """The spans of the attempt's trace, its task span first (see ``run/tracing.py``)."""
+    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord], usage: Usage | None = None) -> None:
+        """The spans of the attempt's trace, its task span first (see ``run/tracing.py``), and
+        what they reported, summed (``verdict/usage.trial_usage``), returned by ``trials``
+        without the spans."""
         spans_text = _spans_json.dump_json(list(spans), exclude_none=True).decode()
-        self._record(("spans", attempt_id, spans_text), side=True)
+        if usage is None:
+            self._record(("spans", attempt_id, spans_text), side=True)
+        else:
+            usage_text = usage.model_dump_json(exclude_defaults=True)
+            self._record(("spans", attempt_id, spans_text, usage_text), side=True)
 
     @_writing
     def record_timings(
@@ -850,14 +888,11 @@ class LocalStore:
             with _transaction(db):
                 for table in ("runs", "experiments", "trials", "attempts"):
                     db.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM source.{table}")
-                if db.execute(
-                    "SELECT count(*) FROM source.sqlite_master WHERE name = 'attempt_spans'"
-                ).fetchone()[0]:
-                    db.execute("INSERT OR IGNORE INTO attempt_spans SELECT * FROM source.attempt_spans")
-                if db.execute(
-                    "SELECT count(*) FROM source.sqlite_master WHERE name = 'attempt_timings'"
-                ).fetchone()[0]:
-                    db.execute("INSERT OR IGNORE INTO attempt_timings SELECT * FROM source.attempt_timings")
+                for table in ("attempt_spans", "attempt_timings", "attempt_usage"):
+                    if db.execute(
+                        "SELECT count(*) FROM source.sqlite_master WHERE name = ?", (table,)
+                    ).fetchone()[0]:
+                        db.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM source.{table}")
                 db.execute(
                     "UPDATE trials SET completed_attempt = (SELECT s.completed_attempt FROM source.trials s"
                     " WHERE s.id = trials.id) WHERE completed_attempt IS NULL AND id IN"
@@ -945,7 +980,15 @@ class LocalStore:
         return [ExperimentRecord.model_validate_json(row[0]) for row in rows]
 
     @_locked
-    def trials(self, experiment_id: str) -> list[TrialRecord]:
+    def trials(self, experiment_id: str, *, spans: bool = False) -> list[TrialRecord]:
+        """The experiment's trials, with each attempt's usage summed; with its ``spans`` too when
+        asked, or when the store has no sum for them (written by an earlier version)."""
+        if not self._has_spans:
+            spans_column = "NULL"
+        elif spans or not self._has_usage:
+            spans_column = "s.spans"
+        else:
+            spans_column = "CASE WHEN u.usage IS NULL THEN s.spans END"  # not even read from the file
         with self._reading():
             if self._db is None:
                 return []
@@ -953,7 +996,7 @@ class LocalStore:
                 """
                 SELECT t.id, t.dataset_item_id, t.trial, t.node_id, t.completed_attempt,
                        (SELECT count(*) FROM attempts WHERE trial_id = t.id),
-                       a.session_id, a.output, a.scores, a.passed, {spans}, {timings}
+                       a.session_id, a.output, a.scores, a.passed, {spans}, {timings}, {usage}
                 FROM trials t
                 LEFT JOIN attempts a ON a.id = coalesce(
                     t.completed_attempt,
@@ -961,15 +1004,18 @@ class LocalStore:
                 )
                 {join_spans}
                 {join_timings}
+                {join_usage}
                 WHERE t.experiment_id = ? ORDER BY t.position
                 """.format(
                     # Joined on their primary keys: one index lookup per row each.
-                    spans="s.spans" if self._has_spans else "NULL",
+                    spans=spans_column,
                     timings="tm.timings" if self._has_timings else "NULL",
+                    usage="u.usage" if self._has_usage else "NULL",
                     join_spans="LEFT JOIN attempt_spans s ON s.attempt_id = a.id" if self._has_spans else "",
                     join_timings="LEFT JOIN attempt_timings tm ON tm.attempt_id = a.id"
                     if self._has_timings
                     else "",
+                    join_usage="LEFT JOIN attempt_usage u ON u.attempt_id = a.id" if self._has_usage else "",
                 ),
                 (experiment_id,),
             ).fetchall()
@@ -1002,6 +1048,11 @@ class LocalStore:
         except ValueError:
             timings = _NO_TIMINGS
             unreadable.append((row[3], f"timings {shorten(str(row[11]), _SHOWN)}"))
+        try:
+            usage = _usage_json.validate_json(row[12]) if row[12] else None
+        except ValueError:
+            usage = None  # computed from the spans instead, if they can be read
+            unreadable.append((row[3], f"usage {shorten(str(row[12]), _SHOWN)}"))
         return TrialRecord(
             id=row[0],
             experiment_id=experiment_id,
@@ -1018,6 +1069,7 @@ class LocalStore:
             spans=spans,
             task_seconds=timings.task_seconds,
             metric_seconds=dict(timings.metric_seconds),
+            usage=usage,
         )
 
     def _report_unreadable(self, experiment_id: str, rows: list[tuple[str, str]]) -> None:
@@ -1070,10 +1122,11 @@ class LocalStore:
                 ).fetchone()
         if row is None:
             return None
-        trial = next(t for t in self.trials(row[1]) if t.id == row[0])
+        trial = next(t for t in self.trials(row[1], spans=True) if t.id == row[0])
         if attempt is not None and (not trial.spans or trial.spans[0].trace_id != target):
             with contextlib.suppress(ValueError):  # unreadable: the trial's own spans stand
-                trial = dataclasses.replace(trial, spans=_spans_json.validate_json(attempt[0]))
+                spans = _spans_json.validate_json(attempt[0])
+                trial = dataclasses.replace(trial, spans=spans, usage=None)  # usage: of these spans
         return ExperimentRecord.model_validate_json(row[2]), trial
 
     @_locked

@@ -66,6 +66,35 @@ class SpanRecord(_Written):
         return None if self.usage is None else self.usage.get("total_tokens")
 
 
+class _Summed(BaseModel):
+    # Written with a trial's spans and in the JSON report (whose schema they are part of: see
+    # verdict/model.py): not frozen, as the report's models are not.
+    model_config = ConfigDict(extra="forbid")
+
+
+class UsageTotals(_Summed):
+    """The sums over some of a trial's spans (or an experiment's trials) of what they reported."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    # USD: the sum of the spans' costs, their own (set by the app or an integration) or, for a
+    # span with a model and tokens and no cost, genai-prices' estimate; None when none has one.
+    cost: float | None = None
+    spans: int = 0  # the spans that reported usage or a cost
+    # The spans with tokens and no cost, by why: {"unknown model 'foo-1'": 3}. Their cost is
+    # missing from ``cost``, which is then a floor.
+    unpriced: dict[str, int] = {}
+
+
+class Usage(_Summed):
+    """What the app's spans (under the task span) and the judges' (under the metric spans)
+    reported, apart: a judge's tokens are the eval's cost, not the app's."""
+
+    app: UsageTotals | None = None  # None: no span of the app reported usage
+    judge: UsageTotals | None = None
+
+
 class Timings(_Written):
     """How long an attempt's task and each of its metrics took (wall time, ``time.perf_counter``),
     measured for every trial, with or without the Opik SDK."""
@@ -203,8 +232,14 @@ class TrialRecord:
     scores: list[ScoreRecord]
     passed: bool | None
     # The spans of the attempt shown, the task span first: empty when the app made none (or the
-    # store was written by a version that did not record them).
+    # store was written by a version that did not record them), and, from a store that keeps
+    # ``usage``, unless they were asked for (``Store.trials(..., spans=True)``): the verdict and
+    # the reports need only ``usage``, and reading 100,000 trials' spans is most of a session's end.
     spans: list[SpanRecord] = field(default_factory=list)
+    # The spans' usage, summed when they were recorded (verdict/usage.trial_usage; an empty Usage
+    # when none reported any): None when the attempt has no spans, or when the store has no sum
+    # for them (written by an earlier version), in which case ``spans`` are read.
+    usage: Usage | None = None
     # The attempt's latency (see Timings): None and empty for a store that does not keep it.
     task_seconds: float | None = None
     metric_seconds: dict[str, float] = field(default_factory=dict)

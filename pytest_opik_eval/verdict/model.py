@@ -13,36 +13,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+# Usage and UsageTotals live with the store, which keeps each trial's usage summed with its spans.
 from pytest_opik_eval.store.records import GateMode, GateSettings, ScoreRecord
+from pytest_opik_eval.store.records import Usage as Usage
+from pytest_opik_eval.store.records import UsageTotals as UsageTotals
 
 SCHEMA_VERSION: Literal[3] = 3
 
 
 class _Report(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class UsageTotals(_Report):
-    """The sums over some of a trial's spans (or an experiment's trials) of what they reported."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    total_tokens: int = 0
-    # USD: the sum of the spans' costs, their own (set by the app or an integration) or, for a
-    # span with a model and tokens and no cost, genai-prices' estimate; None when none has one.
-    cost: float | None = None
-    spans: int = 0  # the spans that reported usage or a cost
-    # The spans with tokens and no cost, by why: {"unknown model 'foo-1'": 3}. Their cost is
-    # missing from ``cost``, which is then a floor.
-    unpriced: dict[str, int] = {}
-
-
-class Usage(_Report):
-    """What the app's spans (under the task span) and the judges' (under the metric spans)
-    reported, apart: a judge's tokens are the eval's cost, not the app's."""
-
-    app: UsageTotals | None = None  # None: no span of the app reported usage
-    judge: UsageTotals | None = None
 
 
 class Latency(_Report):

@@ -27,7 +27,7 @@ from pytest_opik_eval.verdict.model import (
     MetricSummary,
     TrialReport,
 )
-from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, trial_usage, usage_summary
+from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, usage_of, usage_summary
 
 
 class ScoredTrial(Protocol):
@@ -122,7 +122,7 @@ class ExperimentResult:
                 passed=t.passed,
                 scores=t.scores,
                 latency=trial_latency(t),
-                usage=trial_usage(t.spans),
+                usage=usage_of(t),
             )
             for t in self.trials
         ]
@@ -202,7 +202,7 @@ def experiment_result(
     level = settings.confidence if intervals else None
     summary = summarize(trials, settings.thresholds, level, values)
     summary.latency = latency_summary(trials)
-    summary.usage = usage_summary(trial_usage(t.spans) for t in trials)
+    summary.usage = usage_summary(usage_of(t) for t in trials)
     return ExperimentResult(
         experiment=experiment,
         settings=settings,

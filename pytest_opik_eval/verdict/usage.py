@@ -7,8 +7,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_opik_eval.store.records import SpanRecord, TrialRecord
-from pytest_opik_eval.verdict.model import Latency, LatencySummary, Usage, UsageTotals
+from pytest_opik_eval.store.records import SpanRecord, TrialRecord, Usage, UsageTotals
+from pytest_opik_eval.verdict.model import Latency, LatencySummary
 
 # The span the scoring runs in (see run/tracing.py): the spans under it are the judges'.
 _METRICS_SPAN = "metrics_calculation"
@@ -44,6 +44,14 @@ def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
     if not app and not judge:
         return None
     return Usage(app=_totals(app), judge=_totals(judge))
+
+
+def usage_of(trial: TrialRecord) -> Usage | None:
+    """The trial's usage: as the store summed it when the spans were recorded, or, from a store
+    written before it kept that sum, from the spans themselves."""
+    if trial.usage is None:
+        return trial_usage(trial.spans)
+    return trial.usage if trial.usage.app is not None or trial.usage.judge is not None else None
 
 
 def _root(span_id: str, parents: dict[str, str | None]) -> str | None:
@@ -156,7 +164,7 @@ def spend(trials: Iterable[TrialRecord]) -> Spend:
         if trial.status != "completed":
             continue
         result.trials += 1
-        usage = trial_usage(trial.spans)
+        usage = usage_of(trial)
         app = usage.app if usage is not None else None
         judge = usage.judge if usage is not None else None
         costs.setdefault(trial.dataset_item_id, []).append((app.cost or 0.0) if app else 0.0)

@@ -27,7 +27,7 @@ from pytest_opik_eval.store.local import (
     scores_text,
 )
 from pytest_opik_eval.store.opik.config import SYNC_COMMAND
-from pytest_opik_eval.store.records import ScoreRecord, SpanRecord
+from pytest_opik_eval.store.records import ScoreRecord, SpanRecord, Usage
 
 # A write for the server, kept in the same transaction as the local change it mirrors:
 # (kind, JSON payload).
@@ -77,10 +77,15 @@ class Spool(LocalStore):
             super().record_output(attempt_id, output)
 
     def record_spans(
-        self, attempt_id: str, spans: Sequence[SpanRecord], *, outbox: Sequence[Message] = ()
+        self,
+        attempt_id: str,
+        spans: Sequence[SpanRecord],
+        usage: Usage | None = None,
+        *,
+        outbox: Sequence[Message] = (),
     ) -> None:
         with self._sending(outbox):
-            super().record_spans(attempt_id, spans)
+            super().record_spans(attempt_id, spans, usage)
 
     def record_scores(
         self, attempt_id: str, scores: Sequence[ScoreRecord], passed: bool, *, outbox: Sequence[Message] = ()

@@ -54,6 +54,7 @@ from pytest_opik_eval.store.records import (
     SpanRecord,
     TrialRecord,
     TrialState,
+    Usage,
 )
 
 
@@ -226,14 +227,14 @@ class OpikStore:
             attempt_id, attempt, trial, project, completed=completed, replaced_by=replaced_by
         )
 
-    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord]) -> None:
+    def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord], usage: Usage | None = None) -> None:
         """The app's spans under the attempt's trace, the task span first (see ``run/tracing.py``),
         sent like the trace: through the outbox, committed with the local copy."""
         attempt = self._attempts[attempt_id]
         attempt.task_span = spans[0] if spans else None
         # The output is known here if the trial records its spans after it (metric spans too).
         outbox = [payloads.spans(spans, self.settings.project, task_output=attempt.output)] if spans else []
-        self.spool.record_spans(attempt_id, spans, outbox=outbox)
+        self.spool.record_spans(attempt_id, spans, usage, outbox=outbox)
         self.sender.wake()
 
     def record_output(self, attempt_id: str, output: Mapping[str, Any]) -> None:
@@ -372,8 +373,8 @@ class OpikStore:
         self._remember(experiments, trials, remotes)
         return run, experiments
 
-    def trials(self, experiment_id: str) -> list[TrialRecord]:
-        return self.spool.trials(experiment_id)
+    def trials(self, experiment_id: str, *, spans: bool = False) -> list[TrialRecord]:
+        return self.spool.trials(experiment_id, spans=spans)
 
     def trial_states(self, experiment_id: str) -> list[TrialState]:
         return self.spool.trial_states(experiment_id)
