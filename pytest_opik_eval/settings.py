@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import pytest
 
@@ -130,11 +131,7 @@ def _threads_option(config: pytest.Config) -> int:
 def _budget(config: pytest.Config) -> BudgetSetting | None:
     given: tuple[float, Literal["usd", "tokens"]] | None = config.getoption("eval_budget")
     if given is None:
-        ini = str(config.getini("eval_budget") or "").strip()
-        try:
-            given = budget(ini) if ini else None
-        except argparse.ArgumentTypeError as error:
-            raise pytest.UsageError(f"ini eval_budget: {error}") from None
+        given = _ini_value(config, "eval_budget", budget)
     return None if given is None else BudgetSetting(amount=given[0], unit=given[1])
 
 
@@ -158,6 +155,19 @@ def _sync_command(config: pytest.Config, store_path: Path, store_source: str) ->
     return sync_command(store_path)
 
 
+_Parsed = TypeVar("_Parsed")
+
+
+def _ini_value(config: pytest.Config, name: str, parse: Callable[[str], _Parsed]) -> _Parsed | None:
+    """The ini value ``name`` parsed as its command-line option is, or None when it is not set;
+    a bad one is a usage error that names the ini key."""
+    text = str(config.getini(name) or "").strip()
+    try:
+        return parse(text) if text else None
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini {name}: {error}") from None
+
+
 def _ini_gates(config: pytest.Config) -> GateOptions:
     def bounds(name: str) -> dict[str, float]:
         try:
@@ -165,32 +175,20 @@ def _ini_gates(config: pytest.Config) -> GateOptions:
         except argparse.ArgumentTypeError as error:
             raise pytest.UsageError(f"ini {name}: {error}") from None
 
-    rate_text = str(config.getini("eval_min_pass_rate") or "").strip()
-    try:
-        min_pass_rate = rate(rate_text) if rate_text else None
-    except argparse.ArgumentTypeError as error:
-        raise pytest.UsageError(f"ini eval_min_pass_rate: {error}") from None
+    min_pass_rate = _ini_value(config, "eval_min_pass_rate", rate)
     mode_text = str(config.getini("eval_gate_mode") or "").strip()
     if mode_text and mode_text not in GATE_MODES:
         raise pytest.UsageError(
             f"ini eval_gate_mode: expected one of {', '.join(GATE_MODES)}; got {mode_text!r}"
         )
     mode: GateMode | None = "strict" if mode_text == "strict" else "normal" if mode_text else None
-    level_text = str(config.getini("eval_confidence") or "").strip()
-    try:
-        level = confidence(level_text) if level_text else None
-    except argparse.ArgumentTypeError as error:
-        raise pytest.UsageError(f"ini eval_confidence: {error}") from None
+    level = _ini_value(config, "eval_confidence", confidence)
     try:
         # One per line; two on one line ("0.01/item 5/run") read the same.
         max_cost = dict(cost_limit(part) for line in config.getini("eval_max_cost") for part in line.split())
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_max_cost: {error}") from None
-    latency_text = str(config.getini("eval_max_latency") or "").strip()
-    try:
-        max_latency = latency_limit(latency_text) if latency_text else None
-    except argparse.ArgumentTypeError as error:
-        raise pytest.UsageError(f"ini eval_max_latency: {error}") from None
+    max_latency = _ini_value(config, "eval_max_latency", latency_limit)
     return GateOptions(
         fail_under=bounds("eval_fail_under"),
         min_pass_rate=min_pass_rate,
