@@ -119,7 +119,8 @@ def outlier_lines(experiment: ExperimentResult) -> list[str]:
 def _top(
     label: str, values: list[tuple[float, TrialRecord]], show: Callable[[float], str], several: bool
 ) -> list[str]:
-    if len(values) <= _OUTLIERS or min(v for v, _ in values) == max(v for v, _ in values):
+    # Only when it says something: more trials than it names, and not all shown alike ("0 ms").
+    if len(values) <= _OUTLIERS or show(min(v for v, _ in values)) == show(max(v for v, _ in values)):
         return []
     # sorted is stable: of equal values, the first planned is named first
     top = sorted(values, key=lambda pair: -pair[0])[:_OUTLIERS]
