@@ -18,6 +18,8 @@ BACKENDS = ("local", "opik")
 STORE_FOLDER = ".opik-eval"
 STORE_FILE = "store.db"
 GATE_MODES = ("normal", "strict")
+JUDGE_CACHE_ENV = "PYTEST_OPIK_EVAL_JUDGE_CACHE"
+JUDGE_CACHE_SETTINGS = ("auto", "on", "off")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -174,6 +176,14 @@ def add_options(parser: pytest.Parser) -> None:
         "AMOUNT tokens (200000tokens, 200k tokens); the rest stay pending for --eval-resume "
         "(ini eval_budget; with --eval-shard=K/N each shard gets AMOUNT/N)",
     )
+    group.addoption(
+        "--eval-judge-cache",
+        dest="eval_judge_cache",
+        choices=JUDGE_CACHE_SETTINGS,
+        help="Keep the LLM judges' scores, keyed by the metric's class, code, configuration and inputs, the "
+        f"item and the trial, and reuse them: on, off, or auto, on in strict replay (--eval-record=none) "
+        f"(env {JUDGE_CACHE_ENV}, ini eval_judge_cache; default: auto)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
@@ -192,6 +202,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_gate_mode", "How the gates decide: normal or strict", type="string")
     parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
     parser.addini("eval_budget", "The spend (5, $5, 200k tokens) after which no trial starts", type="string")
+    parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
 
 
 def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:

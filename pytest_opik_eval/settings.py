@@ -15,6 +15,8 @@ from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
     GATE_MODES,
+    JUDGE_CACHE_ENV,
+    JUDGE_CACHE_SETTINGS,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
@@ -66,6 +68,7 @@ class EvalOptions:
     sync_timeout: float  # with the opik backend: the budget for sending what is left at the end
     sync_command: str  # the command that sends what the end of the session could not
     budget: BudgetSetting | None  # --eval-budget, else ini eval_budget (a resume may use the run's)
+    judge_cache: str = "auto"  # "auto", "on" or "off": see judge_cache_enabled
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -100,6 +103,7 @@ class EvalOptions:
             sync_timeout=_sync_timeout(config),
             sync_command=_sync_command(config, store_path, store_source),
             budget=_budget(config),
+            judge_cache=_judge_cache(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -115,6 +119,27 @@ class EvalOptions:
         if self.shard is None:
             return command
         return f"{command} --eval-shard={self.shard[0]}/{self.shard[1]}"
+
+
+def judge_cache_enabled(setting: str, record_mode: str) -> bool:
+    """Whether the judge cache is on: ``on``, or ``auto`` in strict replay (record mode ``none``),
+    where a run is meant to repeat a recorded one and should pay for nothing again."""
+    return setting == "on" or (setting == "auto" and record_mode == "none")
+
+
+def _judge_cache(config: pytest.Config) -> str:
+    value = (
+        config.getoption("eval_judge_cache")
+        or os.environ.get(JUDGE_CACHE_ENV)
+        or str(config.getini("eval_judge_cache") or "")
+    )
+    value = value.strip().lower() or "auto"
+    if value not in JUDGE_CACHE_SETTINGS:
+        raise pytest.UsageError(
+            f"eval judge cache {value!r} (from env {JUDGE_CACHE_ENV} or ini eval_judge_cache) is not one of: "
+            + ", ".join(JUDGE_CACHE_SETTINGS)
+        )
+    return value
 
 
 def _threads_option(config: pytest.Config) -> int:

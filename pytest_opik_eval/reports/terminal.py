@@ -165,6 +165,11 @@ def _fill(parts: list[str], indent: str) -> list[str]:
     return lines
 
 
+def judge_cache_line(hits: int, scored: int) -> str:
+    """``--eval-judge-cache``: the judges' scores this session reused, and those it paid for."""
+    return f"eval judge cache: {hits} hit{'' if hits == 1 else 's'}, {scored} scored"
+
+
 def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
     """Per gate, met or not: a line with the experiment, the metric, the value, the bound; then,
     indented, what the decision rests on (the interval, what the gate can detect)."""

@@ -26,7 +26,13 @@ from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import tracing
-from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, Scorer, describe_failure
+from pytest_opik_eval.run.scoring import (
+    RETURNED_NONE,
+    Judged,
+    MissingScoreArguments,
+    Scorer,
+    describe_failure,
+)
 from pytest_opik_eval.store.base import span_recorder, timings_recorder
 from pytest_opik_eval.store.records import ScoreRecord, Usage
 from pytest_opik_eval.verdict.results import TrialResult
@@ -34,6 +40,7 @@ from pytest_opik_eval.verdict.usage import trial_usage
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.budget import Budget
+    from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.store import Store
 
 UNPRICED_SPEND = (
@@ -54,10 +61,12 @@ def run(
     session_id: str,
     task: Callable[[tracing.TrialTrace | None], Any] | None = None,
     budget: Budget | None = None,
+    judge_cache: JudgeCache | None = None,
 ) -> None:
     """Run the task and score it, recording each step: in the test's call phase, or ahead of it
     in a background thread, calling ``task`` with the attempt's trace (see ``concurrency`` and
-    ``threaded_task``); what its spans spent counts against ``budget``."""
+    ``threaded_task``); what its spans spent counts against ``budget``; the judges' scores come
+    from ``judge_cache`` when it has them."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
     case = trial.case
     # A rerun of the same test case (pytest-rerunfailures, pytest-retry) starts from scratch: it
@@ -97,7 +106,8 @@ def run(
 
             scorer = case.plan.scorer
             try:
-                scores = _score(scorer, case.item, output, trace, metric_seconds)
+                judged = None if judge_cache is None else Judged(judge_cache, case.item_id, case.trial)
+                scores = _score(scorer, case.item, output, trace, metric_seconds, judged)
             except MissingScoreArguments as error:
                 missing = str(error)
             else:
@@ -173,11 +183,12 @@ def _score(
     output: dict[str, Any],
     trace: tracing.TrialTrace | None,
     seconds: dict[str, float],
+    judged: Judged | None,
 ) -> list[ScoreRecord]:
     if trace is None:
-        return scorer.score(item, output, seconds=seconds)
+        return scorer.score(item, output, seconds=seconds, judged=judged)
     with trace.scoring():  # the "metrics_calculation" span, the metrics' spans under it
-        return scorer.score(item, output, trace, seconds)
+        return scorer.score(item, output, trace, seconds, judged)
 
 
 def _record_spans(

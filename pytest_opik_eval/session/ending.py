@@ -21,13 +21,14 @@ from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, budget_properties, suite_properties
-from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
+from pytest_opik_eval.reports.terminal import gate_lines, judge_cache_line, summary_lines, verdict_counts
 from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
 from pytest_opik_eval.run.distributed import in_shard, is_controller
+from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
-from pytest_opik_eval.verdict.model import BudgetReport, Report
+from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, Report
 from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
 
 
@@ -119,6 +120,7 @@ class Ending:
             resumed=None if resume is None else resume.resolved,
             experiments=[r.report() for r in self.state.results],
             budget=self._budget_report(),
+            judge_cache=self._judge_cache_report(),
         )
         self._write_reports(report, step_summary)
         return report
@@ -167,6 +169,10 @@ class Ending:
             resume_command=self._budget_resume_command(),
         )
 
+    def _judge_cache_report(self) -> JudgeCacheReport | None:
+        cache = self.state.judge_cache
+        return None if cache is None else JudgeCacheReport(hits=cache.counts.hits, scored=cache.counts.scored)
+
     def _budget_reached(self) -> bool:
         budget = self.state.budget
         return budget is not None and (bool(self.not_started) or self.spent >= budget.limit)
@@ -191,6 +197,10 @@ class Ending:
             f"eval budget reached: {spent} ({self.not_started} trials not started)",
             f"resume them with a fresh budget: {self._budget_resume_command()}",
         ]
+
+    def _judge_cache_lines(self) -> list[str]:
+        cache = self.state.judge_cache
+        return [] if cache is None else [judge_cache_line(cache.counts.hits, cache.counts.scored)]
 
     def _notice_unseen_spend(self) -> None:
         """A budget that counted nothing while trials ran cannot stop anything: say why."""
@@ -266,7 +276,7 @@ class Ending:
             terminalreporter.line(
                 f"resume all {pending_total} pending trials: {self.options.resume_command(run_id)}"
             )
-        for line in self._budget_lines():
+        for line in self._budget_lines() + self._judge_cache_lines():
             terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
         if self.state.unsent:
             terminalreporter.line(escape_control(self.state.unsent), yellow=True)
@@ -332,6 +342,8 @@ class WorkerEnding:
                 notice(state.config, str(error))
             state.take_store_notices()
         state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
+        if state.judge_cache is not None:
+            state.config.workeroutput[WORKER_JUDGE_COUNTS] = state.judge_cache.counts.to_json()  # type: ignore[attr-defined]
 
     def pytest_unconfigure(self) -> None:
         self.state.close_store()

@@ -96,7 +96,14 @@ class Running:
             if threads <= 1:
                 if budget is not None:
                     budget.check(pyfuncitem)
-                trial_life.run(pyfuncitem, trial, state.store(), state.session_id, budget=budget)
+                trial_life.run(
+                    pyfuncitem,
+                    trial,
+                    state.store(),
+                    state.session_id,
+                    budget=budget,
+                    judge_cache=state.judge_cache,
+                )
             else:
                 # Spent: nothing more is queued; a trial queued already is checked as it starts.
                 spent = budget is not None and budget.reached()
@@ -155,7 +162,14 @@ class Running:
         task = trial_life.threaded_task(ahead, trial, shared)
         budget = self.state.budget
         run = functools.partial(
-            trial_life.run, ahead, trial, self.state.store(), self.state.session_id, task, budget
+            trial_life.run,
+            ahead,
+            trial,
+            self.state.store(),
+            self.state.session_id,
+            task,
+            budget,
+            self.state.judge_cache,
         )
         if budget is None:
             return run

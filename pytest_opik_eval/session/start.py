@@ -98,7 +98,9 @@ class Start:
             # The budget the controller decided on (this command line's, or the resumed run's).
             "budget": None if self.state.budget is None else self.state.budget.given.model_dump(mode="json"),
         }
-        self.config.pluginmanager.register(Controller(self.config, handoff), CONTROLLER_PLUGIN)
+        self.config.pluginmanager.register(
+            Controller(self.config, handoff, self.state.judge_cache), CONTROLLER_PLUGIN
+        )
 
     def _check_writable(self) -> None:
         store = self.state.store()

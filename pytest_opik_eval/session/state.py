@@ -4,8 +4,6 @@ session's plugins are registered, read by each phase; no phase holds another.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pytest
 
 from pytest_opik_eval.collect.planning import TestPlan
@@ -16,14 +14,13 @@ from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run.budget import Budget, ledger_path
 from pytest_opik_eval.run.concurrency import Pool
 from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker
+from pytest_opik_eval.run.judge_cache import JUDGE_CACHE, JudgeCache
+from pytest_opik_eval.settings import EvalOptions, judge_cache_enabled
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.backends import backend
 from pytest_opik_eval.store.records import BudgetSetting
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines
-
-if TYPE_CHECKING:
-    from pytest_opik_eval.settings import EvalOptions
 
 # The names the session's plugins are registered under, in one place: ``register`` and
 # ``unregister`` use them, and the pytest-xdist controller drops the phases it does not run.
@@ -69,6 +66,11 @@ class SessionState:
         self.budget: Budget | None = None
         if handed and handed.get("budget") is not None:
             self.start_budget(BudgetSetting.model_validate(handed["budget"]))
+        # --eval-judge-cache: each process, the controller too (it adds up its workers' counts).
+        self.judge_cache: JudgeCache | None = None
+        record_mode = str(getattr(options, "record", "off"))  # TODO(lead): EvalOptions.record
+        if judge_cache_enabled(options.judge_cache, record_mode):
+            self.judge_cache = JudgeCache(options.store_path.parent / JUDGE_CACHE)
 
     def budget_setting(self) -> BudgetSetting | None:
         """The budget: given to this session (command line, then ini), else the one the resumed

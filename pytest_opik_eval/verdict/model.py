@@ -235,12 +235,20 @@ class BudgetReport(_Report):
     resume_command: str | None = None  # runs them, with a fresh budget
 
 
+class JudgeCacheReport(_Report):
+    """``--eval-judge-cache``: the judges' scores of this session, reused from the cache or scored."""
+
+    hits: int
+    scored: int  # by calling the judge (and then kept, unless the scoring failed)
+
+
 class Report(_Report):
     schema_version: Literal[3] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]
     budget: BudgetReport | None = None  # None: no --eval-budget
+    judge_cache: JudgeCacheReport | None = None  # None: the judge cache is off
 
 
 def json_schema() -> dict[str, Any]:
