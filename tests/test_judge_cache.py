@@ -4,11 +4,18 @@ one when the judge's prompt, code or model changed, and never a heuristic's."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Project, items, offline_opik
+
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from pytest_opik_eval.run.judge_cache import JudgeCache
+from pytest_opik_eval.run.scoring import Scorer
+from pytest_opik_eval.settings import judge_cache_enabled
+from pytest_opik_eval.store.records import ScoreRecord
 
 # A judge (our BaseMetric, judge = True) that logs each real call to judge.log, and gives each
 # call its own score (the count of calls ever), as a sampled LLM judge would; and a heuristic
@@ -83,7 +90,7 @@ def cache_files(project: Project) -> list[Path]:
     return sorted((project.path / ".opik-eval" / "judge-cache").rglob("*.json"))
 
 
-def test_a_rerun_reuses_the_judges_scores(project: Project) -> None:
+def test_a_rerun_reuses_the_judges_scores_never_a_heuristics(project: Project) -> None:
     judged_project(project)
     first, report = project.run_report("--eval", ON)
     first.assert_outcomes(passed=3)
@@ -97,8 +104,9 @@ def test_a_rerun_reuses_the_judges_scores(project: Project) -> None:
     assert judge_calls(project) == 0
     assert scores(replayed) == scores(report)
     assert replayed["judge_cache"] == {"hits": 3, "scored": 0}
+    assert judge_calls(project, "heuristic.log") == 6  # cheap and deterministic: run every time
 
-    # One file per judge score, keyed by content, readable: the class, the model, the library.
+    # One file per judge score (none for the heuristic), keyed by content, readable: the class, the model, the library.
     files = cache_files(project)
     assert len(files) == 3
     entry = json.loads(files[0].read_text())
@@ -107,14 +115,6 @@ def test_a_rerun_reuses_the_judges_scores(project: Project) -> None:
     assert entry["model"] == "judge-1"
     assert entry["results"][0]["name"] == "judge"
     assert "0x" not in files[0].read_text()
-
-
-def test_a_heuristic_metric_is_never_cached(project: Project) -> None:
-    judged_project(project)
-    project.run("--eval", ON).assert_outcomes(passed=3)
-    project.run("--eval", ON).assert_outcomes(passed=3)
-    assert judge_calls(project, "heuristic.log") == 6
-    assert all(json.loads(f.read_text())["name"] == "judge" for f in cache_files(project))
 
 
 @pytest.mark.parametrize(
@@ -263,3 +263,65 @@ def test_an_opik_llm_judge_is_cached_by_its_model_and_prompt(
     project.eval_test(metrics=f"[hallucination(examples={example})]", imports=imports)
     project.run("--eval", ON).stdout.fnmatch_lines(["eval judge cache: 0 hits, 2 scored"])
     assert judge_calls(project) == 4
+
+
+def test_threads_share_the_cache(project: Project) -> None:
+    judged_project(project, marker="task_threads=3,")
+    project.run("--eval", ON).assert_outcomes(passed=3)
+    assert judge_calls(project) == 3
+    project.run("--eval", ON).stdout.fnmatch_lines(["eval judge cache: 3 hits, 0 scored"])
+    assert judge_calls(project) == 0
+
+
+@pytest.mark.parametrize(
+    ("setting", "record_mode", "enabled"),
+    [
+        ("auto", "none", True),
+        ("auto", "off", False),
+        ("auto", "new_episodes", False),
+        ("on", "off", True),
+        ("off", "none", False),
+    ],
+)
+def test_when_the_judge_cache_is_on(setting: str, record_mode: str, enabled: bool) -> None:
+    assert judge_cache_enabled(setting, record_mode) is enabled
+
+
+class _Client:
+    """Stands for an SDK client: a lock, a connection-like object, an API key, a back reference."""
+
+    def __init__(self, owner: object, api_key: str) -> None:
+        self.lock = threading.Lock()
+        self.handle = object()
+        self.api_key = api_key
+        self.owner = owner
+
+
+class _Judge(BaseMetric):
+    judge = True
+
+    def __init__(self, prompt: str, api_key: str = "sk-one-1234567890") -> None:
+        super().__init__(name="judge")
+        self.prompt = prompt
+        self.client = _Client(self, api_key)
+        self.nested: list[Any] = [[[[[[[[[[[[[[prompt]]]]]]]]]]]]]]
+
+    def score(self, output: str, **ignored: Any) -> ScoreResult:
+        return ScoreResult(name=self.name, value=len(output) / 10)
+
+
+def test_a_key_holds_no_address_and_no_secret(tmp_path: Path) -> None:
+    # Another process builds its own metric objects, at other addresses, with its own API key,
+    # and a cyclic client: the same judge gets the same key, and a new prompt another one.
+    def scored(cache: JudgeCache, metric: _Judge) -> list[ScoreRecord]:
+        return cache.score(metric, {"output": "abc"}, "q1", 0, lambda: Scorer._run(metric, {"output": "abc"}))
+
+    first = JudgeCache(tmp_path)
+    scored(first, _Judge("Rate {output}"))
+    assert (first.counts.hits, first.counts.scored) == (0, 1)
+    other = JudgeCache(tmp_path)
+    scored(other, _Judge("Rate {output}", api_key="sk-two-0987654321"))
+    scored(other, _Judge("Rate {output} from 1 to 5"))
+    assert (other.counts.hits, other.counts.scored) == (1, 1)
+    stored = "".join(path.read_text() for path in tmp_path.rglob("*.json"))
+    assert "0x" not in stored and "sk-one" not in stored
