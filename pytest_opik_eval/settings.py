@@ -68,7 +68,7 @@ class EvalOptions:
     sync_timeout: float  # with the opik backend: the budget for sending what is left at the end
     sync_command: str  # the command that sends what the end of the session could not
     budget: BudgetSetting | None  # --eval-budget, else ini eval_budget (a resume may use the run's)
-    judge_cache: str = "auto"  # "auto", "on" or "off": see judge_cache_enabled
+    judge_cache: str  # "auto", "on" or "off": see judge_cache_enabled
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:

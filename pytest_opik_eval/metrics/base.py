@@ -59,7 +59,7 @@ class BaseMetric(abc.ABC):
 
     Example::
 
-        from typing import Any, ClassVar
+        from typing import Any
 
         from pytest_opik_eval.metrics import BaseMetric, ScoreResult
 
