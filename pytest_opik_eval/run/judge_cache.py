@@ -308,6 +308,13 @@ class _Fingerprint:
         cls = type(value)
         if cls.__module__.split(".")[0] in _PROCESS_LIBRARIES:
             return {"object": _qualified(cls)}
+        try:  # an array (numpy's, array.array): its content, which no attribute shows
+            view = memoryview(value)
+        except TypeError:
+            pass
+        else:
+            content = hashlib.sha256(view.tobytes()).hexdigest()
+            return {"object": _qualified(cls), "buffer": [view.format, list(view.shape or ()), content]}
         attributes = _attributes(value)
         return {
             "object": _qualified(cls),
