@@ -36,6 +36,23 @@ def add_options(parser: pytest.Parser) -> None:
         help="Rerun only the pending trials of an experiment or run (an id, or 'last'); implies --eval",
     )
     group.addoption(
+        "--eval-rescore",
+        metavar="ID",
+        dest="eval_rescore",
+        type=_resume_id,
+        help="Score the stored outputs of an experiment or run (an id, or 'last') again, without "
+        "calling the task, as a new run linked to it; implies --eval",
+    )
+    group.addoption(
+        "--eval-metric",
+        metavar="SPEC",
+        dest="eval_metric",
+        action="append",
+        type=metric_spec,
+        help="With --eval-rescore, score with this metric instead of the marker's (repeatable): "
+        f"{METRIC_FORMS}",
+    )
+    group.addoption(
         "--eval-store",
         metavar="PATH",
         dest="eval_store",
@@ -200,6 +217,23 @@ def resume_command(target: str, *, store: Path | None = None, paths: Sequence[st
     paths given."""
     store_option = [] if store is None else [f"--eval-store={store}"]
     return shlex.join(["pytest", f"--eval-resume={target}", *store_option, *paths])
+
+
+METRICS_MODULE = "pytest_opik_eval.metrics"  # a bare metric name is one of these
+METRIC_FORMS = (
+    "package.module:NAME, where NAME is a metric instance, or a class or factory called without "
+    f"arguments; or the name of a metric of {METRICS_MODULE}, such as Equals"
+)
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def metric_spec(value: str) -> str:
+    """``--eval-metric``: the form only; the metric is imported when the session starts."""
+    text = value.strip()
+    module, sep, name = text.rpartition(":")
+    if not _DOTTED.fullmatch(name) or (sep and not _DOTTED.fullmatch(module)) or (not sep and "." in name):
+        raise argparse.ArgumentTypeError(f"expected {METRIC_FORMS}; got {value!r}")
+    return text
 
 
 def seconds(value: str) -> float:

@@ -96,7 +96,8 @@ class Running:
             if threads <= 1:
                 if budget is not None:
                     budget.check(pyfuncitem)
-                trial_life.run(pyfuncitem, trial, state.store(), state.session_id, budget=budget)
+                task = trial_life.stored_task(trial)
+                trial_life.run(pyfuncitem, trial, state.store(), state.session_id, task, budget)
             else:
                 # Spent: nothing more is queued; a trial queued already is checked as it starts.
                 spent = budget is not None and budget.reached()
@@ -152,7 +153,7 @@ class Running:
     def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
-        task = trial_life.threaded_task(ahead, trial, shared)
+        task = trial_life.stored_task(trial) or trial_life.threaded_task(ahead, trial, shared)
         budget = self.state.budget
         run = functools.partial(
             trial_life.run, ahead, trial, self.state.store(), self.state.session_id, task, budget
