@@ -178,8 +178,8 @@ def test_a_trial_that_never_completed_is_not_rescored_and_the_summary_says_why(p
     result.stdout.fnmatch_lines(
         [
             "eval: rescoring run *: 2 trials from stored outputs, the task is not called",
-            f"*eval rescore: 1 trials of run {run_id} never completed, so they have no stored output and "
-            f"were not rescored; resume the original first (pytest --eval-resume={run_id}), then rescore it",
+            f"*eval rescore: 1 trial of run {run_id} never completed: no stored output to score, not "
+            f"rescored; resume the original first (pytest --eval-resume={run_id}), then rescore it",
         ]
     )
     assert sorted(t["dataset_item_id"] for t in report["experiments"][0]["trials"]) == ["a", "c"]
@@ -220,6 +220,36 @@ def test_a_rescore_is_gated_like_any_run(project: Project) -> None:
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["NOT MET*levenshtein_ratio_metric*0.99*"])
+    assert project.calls() == []
+
+
+def test_the_apps_latency_and_cost_gates_are_left_to_the_original_run(project: Project) -> None:
+    # The app does not run: its latency and cost are not measured, and would fail their gates.
+    recorded(project)
+    result, report = project.run_report(
+        "--eval-rescore=last", "--eval-soft", "--eval-max-latency=1ms", "--eval-max-cost=0.000001/item"
+    )
+    assert result.ret == pytest.ExitCode.OK
+    [experiment] = report["experiments"]
+    assert experiment["gates"] == [] and experiment["gates_met"] is True
+    assert (
+        experiment["settings"]["max_latency"] is None and experiment["settings"]["max_cost_per_item"] is None
+    )
+
+
+def test_a_rescore_is_not_resumed_as_that_would_call_the_task(project: Project) -> None:
+    original = recorded(project)
+    project.run("--eval-rescore=last")
+    rescore = project.last_experiment_id()
+    result = project.run(f"--eval-resume={rescore}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f"ERROR: --eval-resume={rescore}: experiment {rescore} is a rescore of experiment {original}, "
+            f"whose outputs it scored without calling the task; rescore that one again instead: "
+            f"pytest --eval-rescore={original}"
+        ]
+    )
     assert project.calls() == []
 
 

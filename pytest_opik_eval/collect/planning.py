@@ -214,10 +214,11 @@ def plan_rescored(
 ) -> TestPlan:
     """Score the stored experiments' outputs again: their items as stored, and everything else
     as a new experiment of the test would have it (the marker's metrics and thresholds, and the
-    gates of the marker, the command line and the ini file), so that the rescore gives what a
-    rerun scored the same way would."""
+    gates of the marker, the command line and the ini file, but those on the app's latency and
+    cost), so that the rescore gives what a rerun scored the same way would."""
     stored = experiments[0]
     scorer = Scorer(spec)
+    gates = settings_for_new(spec, scorer, options.ini_gates, options.cli_gates)
     return TestPlan(
         test=definition.nodeid,
         name=definition.name,
@@ -226,7 +227,9 @@ def plan_rescored(
         dataset=stored.dataset,
         selection=stored.selection,
         items=stored.items,
-        gates=settings_for_new(spec, scorer, options.ini_gates, options.cli_gates),
+        # The app does not run: its latency and its cost per item are not measured, and their
+        # gates (the original run's to meet) would fail as such. The run's spend, the judges', counts.
+        gates=gates.model_copy(update={"max_latency": None, "max_cost_per_item": None}),
         threads=spec.task_threads or options.threads,
         rescore_of={e.params: e.id for e in experiments},
         where=where,

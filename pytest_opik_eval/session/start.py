@@ -77,6 +77,14 @@ class Start:
             self.state.resume = load_target(self.state.existing_store(), self.options.resume)
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-resume={self.options.resume}: {error}") from None
+        rescore = next((e for e in self.state.resume.experiments if e.rescore_of is not None), None)
+        if rescore is not None:
+            # Its outputs are the original's: resuming it would call the task for them.
+            raise pytest.UsageError(
+                f"--eval-resume={self.options.resume}: experiment {rescore.id} is a rescore of experiment "
+                f"{rescore.rescore_of}, whose outputs it scored without calling the task; rescore that "
+                f"one again instead: pytest --eval-rescore={rescore.rescore_of}"
+            )
         self.state.run_id = self.state.resume.run.id
         self.state.experiments = self.state.resume.experiments  # the same list: tests get bound to it
 
@@ -89,12 +97,14 @@ class Start:
             rescore = self.state.rescore = load_rescore_target(self.state.existing_store(), requested)
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-rescore={requested}: {error}") from None
-        if rescore.never_completed:
+        missing = rescore.never_completed
+        if missing:
             run = rescore.original.run.id
+            trials = f"{missing} trial{'s' if missing > 1 else ''} of run {run}"
             notice(
                 self.config,
-                f"eval rescore: {rescore.never_completed} trials of run {run} never completed, so they "
-                "have no stored output and were not rescored; resume the original first "
+                f"eval rescore: {trials} never completed: no stored output to score, not rescored; "
+                "resume the original first "
                 f"({self.options.resume_command(rescore.original.resolved)}), then rescore it",
             )
 
