@@ -211,12 +211,14 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_budget", "The spend (5, $5, 200k tokens) after which no trial starts", type="string")
 
 
-def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
-    """The pytest command that runs the pending trials of ``target`` (an experiment or run id):
-    with ``--eval-store`` when the store is not the one pytest finds by itself, and with the test
-    paths given."""
+def resume_command(
+    target: str, *, store: Path | None = None, paths: Sequence[str] = (), option: str = "--eval-resume"
+) -> str:
+    """The pytest command that runs the pending trials of ``target`` (an experiment or run id),
+    or with ``option="--eval-rescore"`` rescores it: with ``--eval-store`` when the store is not
+    the one pytest finds by itself, and with the test paths given."""
     store_option = [] if store is None else [f"--eval-store={store}"]
-    return shlex.join(["pytest", f"--eval-resume={target}", *store_option, *paths])
+    return shlex.join(["pytest", f"{option}={target}", *store_option, *paths])
 
 
 METRICS_MODULE = "pytest_opik_eval.metrics"  # a bare metric name is one of these

@@ -213,13 +213,26 @@ def test_the_new_experiment_links_to_the_original_which_is_untouched(
 
 
 def test_a_rescore_is_gated_like_any_run(project: Project) -> None:
-    recorded(project)
+    original = recorded(project)
     project.eval_test("trial_count=2,", metrics=ADDED, behaviour=BEHAVIOUR, imports=IMPORTS)
     result = project.run(
         "--eval-rescore=last", "--eval-soft", "--eval-fail-under=levenshtein_ratio_metric=0.99"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["NOT MET*levenshtein_ratio_metric*0.99*"])
+
+    # Against the original as its baseline: the metric both scored is where it was.
+    result, report = project.run_report(
+        f"--eval-rescore={original}",
+        "--eval-soft",
+        f"--eval-baseline={original}",
+        "--eval-max-regression=equals_metric=0.1",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    [experiment] = report["experiments"]
+    assert experiment["baseline"]["experiment_id"] == original
+    assert experiment["baseline"]["metrics"]["equals_metric"]["delta"] == 0.0
+    assert [(g["kind"], g["met"]) for g in experiment["gates"]] == [("max_regression", True)]
     assert project.calls() == []
 
 
@@ -271,14 +284,16 @@ def test_an_unknown_id_is_a_usage_error_as_for_resume(project: Project) -> None:
     )
 
 
-def opik_eval_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """opik-eval in its own process, from the project folder (it runs pytest in its process)."""
+def opik_eval_process(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    """opik-eval in its own process, from the project folder unless ``cwd`` says another (it
+    runs pytest in its process)."""
     return subprocess.run(
         [sys.executable, "-m", "pytest_opik_eval.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
         env=os.environ.copy(),
+        cwd=cwd,
     )
 
 
@@ -300,6 +315,14 @@ def test_opik_eval_rescore_last_from_the_project_folder(project: Project) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
     assert project.calls() == []
     assert "6 passed" in done.stdout
+
+    # From a folder below the project: the store and the tests are found from there too.
+    below = project.path / "notes"
+    below.mkdir()
+    done = opik_eval_process("rescore", "last", "-q", cwd=str(below))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert project.calls() == []
+    assert "2 failed, 4 passed" in done.stdout
 
     done = opik_eval_process("rescore", "nope")
     assert done.returncode == pytest.ExitCode.USAGE_ERROR

@@ -71,10 +71,11 @@ class ResumeTarget:
             if experiment.test or not tests:
                 continue
             if len(tests) > 1:
+                command = resume_command(self.requested, paths=tests[:1], option=self.option)
                 raise pytest.UsageError(
                     f"{self.option}={self.requested}: experiment {experiment.id} on dataset "
                     f"{experiment.dataset.source} matches several eval tests: {', '.join(tests)}; name the "
-                    f"one to run on the command line: {resume_command(self.requested, paths=tests[:1])}"
+                    f"one to run on the command line: {command}"
                 )
             self.experiments[position] = experiment.model_copy(update={"test": tests[0]})
 
