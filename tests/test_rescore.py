@@ -25,10 +25,10 @@ IMPORTS = "from pytest_opik_eval.metrics import LevenshteinRatio"
 BEHAVIOUR = 'if item["id"] == "b":\n        return {"output": "bee"}'
 
 
-def recorded(project: Project, **marker: str) -> str:
+def recorded(project: Project, marker: str = "") -> str:
     """A first run of three items, two trials each, scored with Equals; its experiment id."""
     project.dataset(items("a", "b", "c"))
-    project.eval_test("trial_count=2," + marker.get("extra", ""), behaviour=BEHAVIOUR, imports=IMPORTS)
+    project.eval_test("trial_count=2," + marker, behaviour=BEHAVIOUR, imports=IMPORTS)
     project.run("--eval").assert_outcomes(passed=4, failed=2)
     assert len(project.calls()) == 6
     return project.last_experiment_id()
@@ -95,7 +95,8 @@ def test_under_xdist_the_workers_score_the_stored_outputs(project: Project) -> N
 
 
 def test_eval_metric_replaces_the_markers_metrics(project: Project) -> None:
-    recorded(project)
+    # The marker's threshold and gate on Equals go with it: they would fail every trial as unscored.
+    recorded(project, 'thresholds={"equals_metric": 1.0}, fail_under={"equals_metric": 0.9},')
     project.write(
         "my_metrics.py",
         """
@@ -118,7 +119,12 @@ def test_eval_metric_replaces_the_markers_metrics(project: Project) -> None:
     )
     assert project.calls() == []
     result.assert_outcomes(passed=6)  # neither metric has a threshold that fails a trial
+    assert result.ret == pytest.ExitCode.OK
     [experiment] = report["experiments"]
+    assert experiment["gates"] == [] and experiment["settings"]["thresholds"] == {
+        "levenshtein_ratio_metric": None,
+        "short": None,
+    }
     scores = {
         (t["dataset_item_id"], s["name"]): s["value"] for t in experiment["trials"] for s in t["scores"]
     }

@@ -3,11 +3,13 @@ on the command line as ``package.module:NAME`` or by the name of one of this plu
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from pytest_opik_eval.collect.marker import EvalSpec
 from pytest_opik_eval.options import METRIC_FORMS, METRICS_MODULE
 
 
@@ -29,6 +31,19 @@ def load_metrics(specs: Sequence[str]) -> tuple[Any, ...]:
         names[metric.name] = spec
         metrics.append(metric)
     return tuple(metrics)
+
+
+def with_metrics(spec: EvalSpec, metrics: tuple[Any, ...]) -> EvalSpec:
+    """The marker with ``metrics`` in place of its own. Its thresholds and ``fail_under`` on
+    metrics it no longer has are left out: they would fail every trial, and the experiment, as
+    unscored."""
+    names = {metric.name for metric in metrics}
+    return dataclasses.replace(
+        spec,
+        metrics=metrics,
+        thresholds={name: value for name, value in spec.thresholds.items() if name in names},
+        fail_under={name: value for name, value in spec.fail_under.items() if name in names},
+    )
 
 
 def load_metric(spec: str) -> Any:

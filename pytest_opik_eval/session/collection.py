@@ -8,7 +8,6 @@ controller does not collect).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from pytest_opik_eval._compat import fixture_definition
 from pytest_opik_eval.collect.datasets import Dataset, DatasetError, content_hash, load_dataset
 from pytest_opik_eval.collect.marker import MARKER, EvalSpec, read_spec
+from pytest_opik_eval.collect.metric_specs import with_metrics
 from pytest_opik_eval.collect.planning import (
     CASE_ARG,
     OWN_ARGS,
@@ -57,7 +57,7 @@ class Collection:
         where = f"{definition.nodeid} ({path}:{(lineno or 0) + 1})"
         spec = read_spec(marker, where)
         if self.state.metrics is not None:
-            spec = dataclasses.replace(spec, metrics=self.state.metrics)
+            spec = with_metrics(spec, self.state.metrics)
         rescore = self.state.rescore
         target = self.state.resume or (rescore.original if rescore is not None else None)
         if target is None:
