@@ -1,4 +1,5 @@
-"""The ``opik-eval`` command: list runs, show an experiment or run, export it as JSON."""
+"""The ``opik-eval`` command: list runs, show an experiment or run, export it as JSON, score its
+stored outputs again."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
     GATE_MODES,
+    METRIC_FORMS,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
@@ -26,6 +28,7 @@ from pytest_opik_eval.options import (
     cost_limit,
     latency_limit,
     metric_bound,
+    metric_spec,
     rate,
     resume_command,
     seconds,
@@ -34,7 +37,7 @@ from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.spans import tree_lines
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions
-from pytest_opik_eval.store import ExperimentRecord, Store, TrialRecord
+from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialRecord
 from pytest_opik_eval.store.base import find_trial
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
@@ -43,10 +46,16 @@ from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    # Only rescore takes arguments of its own beyond ours: those it hands to pytest.
+    args, pytest_args = parser.parse_known_args(argv)
+    if pytest_args and args.command != "rescore":
+        parser.error(f"unrecognized arguments: {' '.join(pytest_args)}")
     store_path = _store_path(args.store)
     if args.command == "sync":
         return _sync(store_path, args.timeout)
+    if args.command == "rescore":
+        return _rescore(store_path, args, pytest_args)
     try:
         store = _open(store_path, args.backend, create=args.command == "merge")
     except StoreError as error:
@@ -122,6 +131,23 @@ def _parser() -> argparse.ArgumentParser:
         default=300.0,
         help="give up after this long; what is left waits for the next sync (default: 300)",
     )
+    rescore = commands.add_parser(
+        "rescore",
+        help="score the stored outputs of an experiment or run again, without calling the task: "
+        "runs pytest --eval-rescore=ID on the run's tests; the other arguments go to pytest",
+        usage="opik-eval rescore [-h] [--metric SPEC]... ID [PYTEST ARGS...]",
+        # A pytest option must not pass for an abbreviation of ours.
+        allow_abbrev=False,
+    )
+    rescore.add_argument("id", help="an experiment id, a run id or name, or 'last'")
+    rescore.add_argument(
+        "--metric",
+        metavar="SPEC",
+        action="append",
+        type=metric_spec,
+        default=[],
+        help=f"score with this metric instead of the marker's (repeatable): {METRIC_FORMS}",
+    )
     merge = commands.add_parser("merge", help="copy the runs of other stores (CI shards) into this one")
     merge.add_argument("sources", nargs="+", metavar="STORE", help="the store files to merge in")
     gate = commands.add_parser(
@@ -185,6 +211,51 @@ def _sync(store_path: Path, timeout: float) -> int:
         print(f"opik-eval: {escape_control(str(failure))}", file=sys.stderr)
     print(escape_control(left) if left else f"everything in {store_path} has reached the Opik server")
     return 1 if left else 0
+
+
+def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str]) -> int:
+    """pytest, in this process, rescoring ``args.id`` on the tests of its experiments; pytest says
+    what is wrong with an id it cannot find, as for ``--eval-rescore`` (exit code 4)."""
+    import pytest
+
+    target, tests = args.id, []
+    try:
+        store = _open(store_path, args.backend, create=False)
+    except StoreError:
+        pass  # pytest opens it again, and says why it cannot
+    else:
+        try:
+            run, experiments = store.find(args.id)
+        except (ExperimentNotFound, StoreError):
+            pass
+        else:
+            # "last" named now: a run that starts meanwhile is not the one rescored.
+            target = run.id if args.id == "last" else args.id
+            tests = _tests_of(run, experiments)
+        finally:
+            store.close()
+    command = [
+        f"--eval-rescore={target}",
+        f"--eval-store={store_path.resolve()}",
+        f"--eval-backend={args.backend}",
+        *(f"--eval-metric={spec}" for spec in args.metric),
+        *tests,
+        *pytest_args,
+    ]
+    return int(pytest.main(command))
+
+
+def _tests_of(run: RunRecord, experiments: Sequence[ExperimentRecord]) -> list[str]:
+    """The node ids of the experiments' test functions, to collect only them: relative to the
+    run's rootdir, from where they are given as is, and absolute from anywhere else. None for
+    an experiment started outside pytest: its test is found at collection, by its dataset."""
+    if any(not e.test for e in experiments):
+        return []
+    tests = list(dict.fromkeys(e.test for e in experiments))
+    root = Path(run.rootdir) if run.rootdir else None
+    if root is None or root.resolve() == Path.cwd().resolve():
+        return tests
+    return [str(root / test) for test in tests]
 
 
 def _store_path(given: str | None) -> Path:

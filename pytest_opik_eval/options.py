@@ -38,6 +38,23 @@ def add_options(parser: pytest.Parser) -> None:
         help="Rerun only the pending trials of an experiment or run (an id, or 'last'); implies --eval",
     )
     group.addoption(
+        "--eval-rescore",
+        metavar="ID",
+        dest="eval_rescore",
+        type=_resume_id,
+        help="Score the stored outputs of an experiment or run (an id, or 'last') again, without "
+        "calling the task, as a new run linked to it; implies --eval",
+    )
+    group.addoption(
+        "--eval-metric",
+        metavar="SPEC",
+        dest="eval_metric",
+        action="append",
+        type=metric_spec,
+        help="With --eval-rescore, score with this metric instead of the marker's (repeatable): "
+        f"{METRIC_FORMS}",
+    )
+    group.addoption(
         "--eval-store",
         metavar="PATH",
         dest="eval_store",
@@ -205,12 +222,31 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
 
 
-def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
-    """The pytest command that runs the pending trials of ``target`` (an experiment or run id):
-    with ``--eval-store`` when the store is not the one pytest finds by itself, and with the test
-    paths given."""
+def resume_command(
+    target: str, *, store: Path | None = None, paths: Sequence[str] = (), option: str = "--eval-resume"
+) -> str:
+    """The pytest command that runs the pending trials of ``target`` (an experiment or run id),
+    or with ``option="--eval-rescore"`` rescores it: with ``--eval-store`` when the store is not
+    the one pytest finds by itself, and with the test paths given."""
     store_option = [] if store is None else [f"--eval-store={store}"]
-    return shlex.join(["pytest", f"--eval-resume={target}", *store_option, *paths])
+    return shlex.join(["pytest", f"{option}={target}", *store_option, *paths])
+
+
+METRICS_MODULE = "pytest_opik_eval.metrics"  # a bare metric name is one of these
+METRIC_FORMS = (
+    "package.module:NAME, where NAME is a metric instance, or a class or factory called without "
+    f"arguments; or the name of a metric of {METRICS_MODULE}, such as Equals"
+)
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def metric_spec(value: str) -> str:
+    """``--eval-metric``: the form only; the metric is imported when the session starts."""
+    text = value.strip()
+    module, sep, name = text.rpartition(":")
+    if not _DOTTED.fullmatch(name) or (sep and not _DOTTED.fullmatch(module)) or (not sep and "." in name):
+        raise argparse.ArgumentTypeError(f"expected {METRIC_FORMS}; got {value!r}")
+    return text
 
 
 def seconds(value: str) -> float:

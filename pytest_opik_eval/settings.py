@@ -53,6 +53,8 @@ class EvalOptions:
     """The options of one session, resolved to absolute paths, with where each came from."""
 
     resume: str | None
+    rescore: str | None  # --eval-rescore: the experiment or run whose stored outputs are scored again
+    metric_specs: tuple[str, ...]  # --eval-metric: with a rescore, the metrics instead of the marker's
     backend: str  # "local" or "opik"
     store_path: Path  # the store, or with the opik backend the local spool
     store_source: str  # "--eval-store", "env PYTEST_OPIK_EVAL_STORE", "ini eval_store" or "default"
@@ -73,11 +75,16 @@ class EvalOptions:
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
         resume: str | None = config.getoption("eval_resume")
+        rescore: str | None = config.getoption("eval_rescore")
+        metric_specs = tuple(config.getoption("eval_metric") or ())
+        _check_rescore(resume, rescore, metric_specs)
         store_path, store_source = _store(config)
         backend = _backend(config)
         report_path = _path_option(config, "eval_report")
         return cls(
             resume=resume,
+            rescore=rescore,
+            metric_specs=metric_specs,
             backend=backend,
             store_path=store_path,
             store_source=store_source,
@@ -140,6 +147,20 @@ def _judge_cache(config: pytest.Config) -> str:
             + ", ".join(JUDGE_CACHE_SETTINGS)
         )
     return value
+
+
+def _check_rescore(resume: str | None, rescore: str | None, metric_specs: tuple[str, ...]) -> None:
+    if resume is not None and rescore is not None:
+        raise pytest.UsageError(
+            f"--eval-resume={resume} and --eval-rescore={rescore} cannot be combined: resume runs the "
+            "task for the pending trials, rescore scores the completed ones again without it; "
+            "resume first, then rescore"
+        )
+    if metric_specs and rescore is None:
+        raise pytest.UsageError(
+            f"--eval-metric={metric_specs[0]} replaces the marker's metrics in a rescore: give "
+            "--eval-rescore=ID with it (a new run scores with the metrics of its marker)"
+        )
 
 
 def _threads_option(config: pytest.Config) -> int:

@@ -58,6 +58,9 @@ def experiment_lines(
         f"  experiment {experiment.id}  run {experiment.run_id}",
         f"  trials: {s.trials} planned, {s.completed} completed ({verdicts}), {s.pending} pending",
     ]
+    rescore_of = experiment.experiment.rescore_of
+    if rescore_of is not None:
+        lines.insert(2, f"  rescore of experiment {rescore_of}: its stored outputs scored again")
     if resumed:
         earlier = sum(
             1 for t in experiment.trials if t.status == "completed" and not experiment.ran_this_session(t)

@@ -88,8 +88,9 @@ def run(
                     _call_task(item, task_args(item, trial, item), trace) if task is None else task(trace)
                 )
             finally:
-                # A task that raised took its time too: its latency is kept with its attempt.
-                task_seconds = time.perf_counter() - started
+                # A task that raised took its time too: its latency is kept with its attempt. A
+                # stored output took none: a rescore measures no latency rather than a false one.
+                task_seconds = None if isinstance(task, StoredOutput) else time.perf_counter() - started
             if returned is None:
                 notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
             output = _as_output(returned)
@@ -145,6 +146,23 @@ def run(
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)
+
+
+class StoredOutput:
+    """A rescore's task (see ``collect/rescore.py``): returns the output the original trial
+    stored, a fresh copy each time (a metric may change what it is given); the task itself is
+    not called."""
+
+    def __init__(self, output: dict[str, Any]) -> None:
+        self.output = output
+
+    def __call__(self, trace: tracing.TrialTrace | None) -> dict[str, Any]:
+        return fresh_copy(self.output)
+
+
+def stored_task(trial: Trial) -> StoredOutput | None:
+    """The task that stands for a rescored trial's, or None for a trial whose task runs."""
+    return None if trial.stored_output is None else StoredOutput(trial.stored_output)
 
 
 def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:

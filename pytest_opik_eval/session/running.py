@@ -101,8 +101,9 @@ class Running:
                     trial,
                     state.store(),
                     state.session_id,
-                    budget=budget,
-                    judge_cache=state.judge_cache,
+                    trial_life.stored_task(trial),
+                    budget,
+                    state.judge_cache,
                 )
             else:
                 # Spent: nothing more is queued; a trial queued already is checked as it starts.
@@ -159,7 +160,7 @@ class Running:
     def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
-        task = trial_life.threaded_task(ahead, trial, shared)
+        task = trial_life.stored_task(trial) or trial_life.threaded_task(ahead, trial, shared)
         budget = self.state.budget
         run = functools.partial(
             trial_life.run,

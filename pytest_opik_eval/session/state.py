@@ -4,9 +4,13 @@ session's plugins are registered, read by each phase; no phase holds another.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from pytest_opik_eval.collect.metric_specs import MetricSpecError, load_metrics
 from pytest_opik_eval.collect.planning import TestPlan
+from pytest_opik_eval.collect.rescore import RescoreTarget
 from pytest_opik_eval.collect.resume import ResumeTarget
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
@@ -47,6 +51,17 @@ class SessionState:
         self.resume: ResumeTarget | None = None
         if handed and handed["resume"] is not None:
             self.resume = ResumeTarget.from_json(handed["resume"])
+        self.rescore: RescoreTarget | None = None  # --eval-rescore: loaded at the start
+        if handed and handed.get("rescore") is not None:
+            self.rescore = RescoreTarget.from_json(handed["rescore"])
+        # --eval-metric: the metrics a rescore scores with instead of each marker's. Every
+        # process imports them (they are code): a bad spec stops the session before it starts.
+        self.metrics: tuple[Any, ...] | None = None
+        if options.metric_specs:
+            try:
+                self.metrics = load_metrics(options.metric_specs)
+            except MetricSpecError as error:
+                raise pytest.UsageError(str(error)) from None
         if handed:
             self.run_id: str = handed["run_id"]
         else:

@@ -221,6 +221,7 @@ class ExperimentReport(_Report):
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
+    rescore_of: str | None = None  # a rescore's: the experiment whose stored outputs it scored again
 
 
 class BudgetReport(_Report):
