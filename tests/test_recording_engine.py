@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
+import importlib.util
 import http.server
 import json
 import re
@@ -63,8 +64,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         prompt = request["messages"][0]["content"]
         if self.path.startswith("/stream"):
             events = [
-                {"model": "gpt-test", "choices": [{"delta": {"content": f"answer {n}"}}]},
-                {"model": "gpt-test", "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3}},
+                {"model": "gpt-4o-mini", "choices": [{"delta": {"content": f"answer {n}"}}]},
+                {
+                    "model": "gpt-4o-mini",
+                    "choices": [],
+                    "usage": {"prompt_tokens": 7, "completion_tokens": 3},
+                },
             ]
             body = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode() + b"data: [DONE]\n\n"
             self._send(body, {"content-type": "text/event-stream"})
@@ -95,7 +100,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[FakeLLM]:
     fake = FakeLLM()
-    thread = threading.Thread(target=fake.serve_forever, daemon=True)
+    thread = threading.Thread(target=fake.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield fake
     fake.shutdown()
@@ -244,6 +249,42 @@ def test_each_trial_keeps_its_answers_in_the_order_they_came(tmp_path: Path, ser
     assert occurrences == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
+def test_threaded_and_async_trials_each_get_their_own_answers(tmp_path: Path, server: FakeLLM) -> None:
+    # As --eval-threads and async tasks run them: several trials at once in one process.
+    def threaded(recorder: Recorder) -> dict[int, str]:
+        answers: dict[int, str] = {}
+
+        def task(trial: int) -> None:
+            answers[trial] = content(chat("httpx", server.url, f"t{trial}")[1])
+
+        scopes = [recorder.scope(TrialKey(TEST, "threads", trial)) for trial in range(4)]
+        threads = [threading.Thread(target=scope.wrap(task), args=(n,)) for n, scope in enumerate(scopes)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return answers
+
+    def concurrent(recorder: Recorder) -> list[str]:
+        async def task(trial: int) -> str:
+            async with httpx.AsyncClient() as client:
+                payload = {"messages": [{"content": f"a{trial}"}]}
+                return content((await client.post(f"{server.url}/v1", json=payload)).json())
+
+        async def trials() -> list[str]:
+            tasks = [recorder.scope(TrialKey(TEST, "async", n)).wrap(task)(n) for n in range(4)]
+            return list(await asyncio.gather(*tasks))
+
+        return asyncio.run(trials())
+
+    with session(tmp_path, "new_episodes") as recorder:
+        recorded = (threaded(recorder), concurrent(recorder))
+    with session(tmp_path, "none") as recorder:
+        replayed = (threaded(recorder), concurrent(recorder))
+    assert replayed == recorded and recorder.counts().replayed == 8 and server.hits == 8
+    assert len({*recorded[0].values(), *recorded[1]}) == 8  # each trial had an answer of its own
+
+
 def test_a_strict_miss_answers_400_and_keeps_a_diff(tmp_path: Path, server: FakeLLM) -> None:
     with session(tmp_path, "new_episodes") as recorder:
         run_trial(recorder, "q1", 0, "hello", url=server.url)
@@ -326,8 +367,10 @@ def test_bodies_are_stored_readable_and_replays_count_the_tokens_saved(
     # No content-encoding, content-length, set-cookie, x-api-key.
     assert sorted(gzipped.response.headers) == ["content-type", "date", "server"]
     assert stream.response.body == {"text": streamed}
-    assert (stream.usage and stream.usage.model, stream.usage and stream.usage.output_tokens) == (
-        "gpt-test",
+    assert stream.usage is not None
+    assert (stream.usage.model, stream.usage.input_tokens, stream.usage.output_tokens) == (
+        "gpt-4o-mini",
+        7,
         3,
     )
 
@@ -342,6 +385,9 @@ def test_bodies_are_stored_readable_and_replays_count_the_tokens_saved(
     assert (again, "".join(chunks)) == (zipped, streamed)
     counts = recorder.counts()
     assert (counts.replayed, counts.saved_input_tokens, counts.saved_output_tokens) == (2, 17, 8)
+    # Priced from the table when recorded: the stream's model is known, "gpt-test" is not.
+    priced = importlib.util.find_spec("genai_prices") is not None
+    assert (counts.saved_cost is not None and counts.saved_cost > 0) == priced
 
 
 # -- writing without clashes -----------------------------------------------------------------

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pytest_opik_eval.run import requests
-from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, load
+from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 MODES = ("off", "once", "new_episodes", "none", "all")
 MISS_TYPE = "opik_eval_no_recording"
@@ -65,8 +65,12 @@ class RecordingCounts:
     saved_cost: float | None = None  # USD, of the replayed calls the price table knows
 
     def add(self, other: RecordingCounts) -> None:
-        for name in ("replayed", "recorded", "missed", "passed_through", "saved_input_tokens"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        """Add ``other``'s counts (a request's, another worker's)."""
+        self.replayed += other.replayed
+        self.recorded += other.recorded
+        self.missed += other.missed
+        self.passed_through += other.passed_through
+        self.saved_input_tokens += other.saved_input_tokens
         self.saved_output_tokens += other.saved_output_tokens
         if other.saved_cost is not None:
             self.saved_cost = (self.saved_cost or 0.0) + other.saved_cost
@@ -130,10 +134,11 @@ class Recorder:
                 )
             return self._recorded[test]
 
-    def tally(self, scope: TrialScope | None, **added: int) -> None:
-        for counts in (self._totals, *([scope.counts] if scope else [])):
-            for name, value in added.items():
-                setattr(counts, name, getattr(counts, name) + value)
+    def tally(self, scope: TrialScope | None, added: RecordingCounts) -> None:
+        """Add to this process's counts and the scope's (the caller holds ``lock``)."""
+        self._totals.add(added)
+        if scope is not None:
+            scope.counts.add(added)
 
 
 class TrialScope:
@@ -199,20 +204,21 @@ class TrialScope:
             self._seen[request.key()] += 1
             found = self._find(request, times)
             if found is not None:
-                usage = found.usage
-                self.recorder.tally(
-                    self,
+                usage = found.usage or RecordedUsage()
+                saved = RecordingCounts(
                     replayed=1,
-                    saved_input_tokens=usage.input_tokens if usage else 0,
-                    saved_output_tokens=usage.output_tokens if usage else 0,
+                    saved_input_tokens=usage.input_tokens,
+                    saved_output_tokens=usage.output_tokens,
+                    saved_cost=usage.cost,
                 )
+                self.recorder.tally(self, saved)
                 return _vcr_response(
                     found.response.status,
                     found.response.reason,
                     found.response.headers,
                     requests.body_bytes(found.response.body),
                 )
-            self.recorder.tally(self, missed=1)
+            self.recorder.tally(self, RecordingCounts(missed=1))
             self.misses.append(Miss(requests.one_line(request), self._diff(request, times)))
         message = (
             f"opik-eval: no recording for {requests.one_line(request)} in trial {self.key.trial} of item "
@@ -236,6 +242,7 @@ class TrialScope:
             response["body"].get("string") or b"",
             scrubber,
         )
+        usage = _priced(requests.usage_of(stored))
         key = self.key
         with self.recorder.lock:
             times = self._seen[request.key()]
@@ -246,17 +253,17 @@ class TrialScope:
                 occurrence=times,
                 request=request,
                 response=stored,
-                usage=requests.usage_of(stored),
+                usage=usage,
             )
             if self._reset:
                 self.recorder.journal.reset(key.test, key.item_id, key.trial)
                 self._reset = False
             self.recorder.journal.add(key.test, interaction)
-            self.recorder.tally(self, recorded=1)
+            self.recorder.tally(self, RecordingCounts(recorded=1))
 
     def blocked(self, address: Any) -> None:
         with self.recorder.lock:
-            self.recorder.tally(self, missed=1)
+            self.recorder.tally(self, RecordingCounts(missed=1))
             self.misses.append(
                 Miss(
                     f"CONNECT {address}",
@@ -304,7 +311,7 @@ class _Cassette:
         scope = _current.get()
         if scope is None:
             with self.recorder.lock:
-                self.recorder.tally(None, passed_through=1)
+                self.recorder.tally(None, RecordingCounts(passed_through=1))
             return
         scrubber = requests.Scrubber()
         scope.record(_canonical(request, scrubber), response, scrubber)
@@ -320,6 +327,18 @@ class _Cassette:
 def _canonical(request: Any, scrubber: requests.Scrubber) -> RecordedRequest:
     content_type = next((str(v) for k, v in request.headers.items() if k.lower() == "content-type"), None)
     return requests.canonical_request(request.method, request.uri, request.body, content_type, scrubber)
+
+
+def _priced(usage: RecordedUsage | None) -> RecordedUsage | None:
+    """The usage with its cost from the price table (``run/pricing.py``), when it has one."""
+    if usage is None or usage.model is None:
+        return usage
+    from pytest_opik_eval.run.pricing import priced
+    from pytest_opik_eval.store.records import SpanRecord
+
+    tokens = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens}
+    (span,) = priced([SpanRecord(id="recorded", trace_id="recorded", model=usage.model, usage=tokens)])
+    return usage.model_copy(update={"cost": span.cost})
 
 
 def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body: bytes) -> dict[str, Any]:

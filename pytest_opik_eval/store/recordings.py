@@ -75,6 +75,9 @@ class RecordedUsage(_Recorded):
     model: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    # USD, priced from the price table when recorded (as it stood when the call was paid for);
+    # None when the table is not installed or does not know the model.
+    cost: float | None = None
 
 
 class Interaction(_Recorded):
