@@ -212,13 +212,26 @@ def test_a_recorded_trial_replays_with_the_server_down(tmp_path: Path, server: F
     assert (scope.misses, scope.counts.replayed) == ([], 1)  # the guard saw no connection either
 
 
+def test_mode_none_refuses_other_connections_inside_a_trial_only(tmp_path: Path, server: FakeLLM) -> None:
+    address = ("127.0.0.1", server.server_address[1])
+
+    async def open_asyncio() -> None:
+        await asyncio.open_connection(*address)
+
+    with session(tmp_path, "none") as recorder:
+        scope = recorder.scope(TrialKey(TEST, "q1", 0))
+        with scope.entered(), pytest.raises(ConnectionRefusedError, match="--eval-record=none blocks"):
+            socket.create_connection(address)
+        with pytest.raises(ConnectionRefusedError):
+            scope.wrap(asyncio.run)(open_asyncio())
+        socket.create_connection(address).close()  # outside the trial
+    assert [miss.request for miss in scope.misses] == [f"CONNECT {address}"] * 2
+    assert recorder.counts().missed == 2
+
+
 def test_a_request_outside_any_trial_passes_through_unrecorded(tmp_path: Path, server: FakeLLM) -> None:
     with session(tmp_path, "none") as recorder:
         status, answer = chat("httpx", server.url, "from a fixture")
-        with socket.create_connection(
-            ("127.0.0.1", server.server_address[1])
-        ):  # the guard leaves it alone too
-            pass
     assert (status, content(answer)) == (200, "answer 1 to from a fixture")
     assert recorder.counts() == RecordingCounts(passed_through=1)
     assert not (tmp_path / "tests").exists()
