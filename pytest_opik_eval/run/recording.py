@@ -11,6 +11,14 @@ any scope (a fixture, a metric, the Opik backend's sender thread) goes to the ne
 Interactions are keyed by (test, item, trial, canonical request, occurrence), so each trial of an
 item keeps its own answers and a retry loop replays its answers in order. New ones are journaled
 at once (``store/recordings.py``); what a session replays is what the files held when it began.
+
+Limits, as for the trial's spans (``run/tracing.py``): code the task runs in a thread of its own
+(a bare ``threading.Thread``, ``ThreadPoolExecutor.submit``) starts with an empty context, so its
+requests are outside the trial and pass through unrecorded (``asyncio`` tasks, ``to_thread`` and
+``copy_context().run`` carry the trial). And vcrpy's http.client stub (requests, urllib3) swaps
+the real connection classes back for an instant while it opens a real connection, process-wide:
+with threaded trials, another thread's connection opened in that instant is not patched (mode
+``none`` then refuses it and counts a miss). httpx and aiohttp are not affected.
 """
 
 from __future__ import annotations

@@ -122,10 +122,8 @@ def recordings_folder(store_folder: Path) -> Path:
 def test_file(folder: Path, test: str) -> Path:
     """The file of ``test`` (a node id without its parametrization): one folder per part of the
     node id, each part percent-escaped so that no id makes a path outside ``folder``."""
-    parts = test.replace("::", "/").split("/")
-    return folder.joinpath(*[_escaped(part) for part in parts if part]).with_name(
-        _escaped(parts[-1]) + ".json"
-    )
+    parts = [_escaped(part) for part in test.replace("::", "/").split("/") if part]
+    return folder.joinpath(*parts[:-1], parts[-1] + ".json")
 
 
 test_file.__test__ = False  # type: ignore[attr-defined]  # not a test, for pytest's collection
