@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gzip
-import importlib.util
 import http.server
+import importlib.util
 import json
 import re
 import socket
