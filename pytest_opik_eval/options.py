@@ -18,6 +18,15 @@ BACKENDS = ("local", "opik")
 STORE_FOLDER = ".opik-eval"
 STORE_FILE = "store.db"
 GATE_MODES = ("normal", "strict")
+RECORD_ENV = "PYTEST_OPIK_EVAL_RECORD"
+# The record modes, named as vcrpy's (and pytest-recording's), which many pytest users know.
+RECORD_MODES = {
+    "off": "nothing recorded or replayed",
+    "once": "a trial with recordings replays them, one without records",
+    "new_episodes": "replay what is recorded, record the rest",
+    "none": "replay only, no network: a request without a recording fails its trial",
+    "all": "record every call again",
+}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -174,6 +183,15 @@ def add_options(parser: pytest.Parser) -> None:
         "AMOUNT tokens (200000tokens, 200k tokens); the rest stay pending for --eval-resume "
         "(ini eval_budget; with --eval-shard=K/N each shard gets AMOUNT/N)",
     )
+    group.addoption(
+        "--eval-record",
+        metavar="MODE",
+        dest="eval_record",
+        type=record_mode,
+        help="Record the app's HTTP calls per trial, and replay them: "
+        + "; ".join(f"{mode}: {meaning}" for mode, meaning in RECORD_MODES.items())
+        + f" (env {RECORD_ENV}, ini eval_record; default: off)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
@@ -192,6 +210,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_gate_mode", "How the gates decide: normal or strict", type="string")
     parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
     parser.addini("eval_budget", "The spend (5, $5, 200k tokens) after which no trial starts", type="string")
+    parser.addini(
+        "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"
+    )
 
 
 def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
@@ -336,6 +357,13 @@ def budget(value: str) -> tuple[float, Literal["usd", "tokens"]]:
             f"the budget must be more than 0, such as 5 or 200k tokens; got {value!r}"
         )
     return amount, unit
+
+
+def record_mode(value: str) -> str:
+    mode = value.strip().lower()
+    if mode not in RECORD_MODES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(RECORD_MODES)}; got {value!r}")
+    return mode
 
 
 def threads_count(value: str) -> int:

@@ -15,6 +15,7 @@ from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
     GATE_MODES,
+    RECORD_ENV,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
@@ -24,6 +25,7 @@ from pytest_opik_eval.options import (
     latency_limit,
     metric_bound,
     rate,
+    record_mode,
     resume_command,
     seconds,
     threads_count,
@@ -66,6 +68,8 @@ class EvalOptions:
     sync_timeout: float  # with the opik backend: the budget for sending what is left at the end
     sync_command: str  # the command that sends what the end of the session could not
     budget: BudgetSetting | None  # --eval-budget, else ini eval_budget (a resume may use the run's)
+    record_mode: str  # --eval-record: one of options.RECORD_MODES ("off" by default)
+    record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -73,6 +77,7 @@ class EvalOptions:
         store_path, store_source = _store(config)
         backend = _backend(config)
         report_path = _path_option(config, "eval_report")
+        record, record_source = _record(config)
         return cls(
             resume=resume,
             backend=backend,
@@ -100,6 +105,8 @@ class EvalOptions:
             sync_timeout=_sync_timeout(config),
             sync_command=_sync_command(config, store_path, store_source),
             budget=_budget(config),
+            record_mode=record,
+            record_source=record_source,
         )
 
     def resume_command(self, target: str) -> str:
@@ -214,6 +221,23 @@ def _backend(config: pytest.Config) -> str:
             + ", ".join(BACKENDS)
         )
     return value
+
+
+def _record(config: pytest.Config) -> tuple[str, str]:
+    """--eval-record's mode, and where it came from."""
+    cli: str | None = config.getoption("eval_record")
+    if cli:
+        return cli, "--eval-record"
+    env = os.environ.get(RECORD_ENV, "").strip()
+    if env:
+        try:
+            return record_mode(env), f"env {RECORD_ENV}"
+        except argparse.ArgumentTypeError as error:
+            raise pytest.UsageError(f"env {RECORD_ENV}: {error}") from None
+    ini = _ini_value(config, "eval_record", record_mode)
+    if ini:
+        return ini, "ini eval_record"
+    return "off", "default"
 
 
 def _store(config: pytest.Config) -> tuple[Path, str]:

@@ -4,6 +4,7 @@ session's plugins are registered, read by each phase; no phase holds another.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -15,7 +16,7 @@ from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run.budget import Budget, ledger_path
 from pytest_opik_eval.run.concurrency import Pool
-from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker
+from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker, worker_id
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.backends import backend
 from pytest_opik_eval.store.records import BudgetSetting
@@ -23,6 +24,7 @@ from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines
 
 if TYPE_CHECKING:
+    from pytest_opik_eval.run.recording import Recorder, RecordingCounts
     from pytest_opik_eval.settings import EvalOptions
 
 # The names the session's plugins are registered under, in one place: ``register`` and
@@ -69,6 +71,36 @@ class SessionState:
         self.budget: Budget | None = None
         if handed and handed.get("budget") is not None:
             self.start_budget(BudgetSetting.model_validate(handed["budget"]))
+        self.recorder: Recorder | None = None  # --eval-record, where trials run: see start_recording
+
+    def recordings_folder(self) -> Path:
+        """Where --eval-record keeps its files: ``recordings/`` in the store's folder."""
+        from pytest_opik_eval.store.recordings import recordings_folder
+
+        return recordings_folder(self.options.store_path.parent)
+
+    def start_recording(self) -> None:
+        """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
+        trials run (a single process, or each pytest-xdist worker), before the first one."""
+        if self.options.record_mode == "off" or self.recorder is not None:
+            return
+        from pytest_opik_eval.run.recording import Recorder
+
+        self.recorder = Recorder(
+            mode=self.options.record_mode,
+            folder=self.recordings_folder(),
+            session_id=self.session_id,
+            worker=worker_id(self.config),
+        )
+        self.recorder.start()
+
+    def stop_recording(self) -> RecordingCounts | None:
+        """The recorder unpatched and its journal closed (the process that ends the session folds
+        the journals); what it counted, or None where none ran."""
+        if self.recorder is None:
+            return None
+        self.recorder.stop()
+        return self.recorder.counts()
 
     def budget_setting(self) -> BudgetSetting | None:
         """The budget: given to this session (command line, then ini), else the one the resumed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -235,12 +236,39 @@ class BudgetReport(_Report):
     resume_command: str | None = None  # runs them, with a fresh budget
 
 
+class RecordingReport(_Report):
+    """``--eval-record``: what became of the requests the app made in this session's trials, in
+    every process (a worker's counts reach its controller as JSON)."""
+
+    mode: str  # once, new_episodes, none or all
+    replayed: int = 0  # answered from a recording
+    recorded: int = 0  # sent, and their answer recorded
+    missed: int = 0  # no recording to replay, or a connection blocked, where the network is not used
+    missed_trials: int = 0  # trial attempts failed by a miss: pending, for --eval-resume
+    saved_input_tokens: int = 0  # the usage of the replayed answers: not paid again
+    saved_output_tokens: int = 0
+    saved_cost: float | None = None  # in USD; None: no replayed answer had a price
+
+    def plus(self, counts: Mapping[str, Any]) -> RecordingReport:
+        """These totals with one process's counts added (``run.recording.RecordingCounts`` as
+        JSON; what it counts beyond these fields is left out)."""
+        summed: dict[str, Any] = {name: getattr(self, name) + int(counts.get(name) or 0) for name in _COUNTED}
+        cost = counts.get("saved_cost")
+        if cost is not None:
+            summed["saved_cost"] = (self.saved_cost or 0.0) + float(cost)
+        return self.model_copy(update=summed)
+
+
+_COUNTED = ("replayed", "recorded", "missed", "saved_input_tokens", "saved_output_tokens")
+
+
 class Report(_Report):
     schema_version: Literal[3] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]
     budget: BudgetReport | None = None  # None: no --eval-budget
+    recordings: RecordingReport | None = None  # None: --eval-record=off
 
 
 def json_schema() -> dict[str, Any]:
