@@ -33,10 +33,14 @@ REDACTED = "REDACTED"
 # Environment variables whose values are secrets, wherever they appear (URL, bodies, headers).
 _SECRET_NAME = re.compile(r".*(_KEY|_TOKEN|_SECRET|_PASSWORD)$|.*API_KEY.*", re.IGNORECASE)
 _SECRET_MIN_CHARS = 8  # shorter values ("1", "true") would be replaced everywhere
-# Response headers never stored: credentials and cookies, and what replay makes untrue (the body
-# is stored decoded, whole).
+# Response headers never stored: credentials and cookies; what replay makes untrue (the body is
+# stored decoded, whole); and what changes on every call (dates, request ids, timings, rate
+# limits), which no client needs again and which would make each re-recording a diff.
 _DROPPED_HEADER = re.compile(
-    r"set-cookie|cookie|content-length|transfer-encoding|.*(auth|token|secret|api-?key|password).*",
+    r"set-cookie|cookie|content-length|transfer-encoding|.*(auth|token|secret|api-?key|password).*"
+    r"|date|age|expires|via|alt-svc|server-timing|traceparent|tracestate|cf-ray|cf-cache-status"
+    r"|.*request-id|.*trace-id|x-amzn?-.*id.*|x-cloud-trace-context|x-envoy-upstream-service-time"
+    r"|openai-processing-ms|.*ratelimit.*",
     re.IGNORECASE,
 )
 _BOUNDARY = re.compile(r"multipart/.*;\s*boundary=([^;]+)", re.IGNORECASE)
@@ -155,11 +159,11 @@ def recorded_response(
     """The response to store: its body decoded (gzip, deflate) and kept as JSON, text or base64
     by its content type; credentials, cookies and framing headers dropped."""
     data, encoding = _decoded(body, _header(headers, "content-encoding"))
-    kept = {
-        name: [scrubber.text(str(v)) for v in values]
-        for name, values in headers.items()
-        if not _DROPPED_HEADER.fullmatch(name) and name.lower() != "content-encoding"
-    }
+    kept: dict[str, list[str]] = {}
+    for name, values in headers.items():
+        if not _DROPPED_HEADER.fullmatch(name) and name.lower() != "content-encoding":
+            # Lower case, as HTTP/2 sends them: the same file whichever client recorded it.
+            kept.setdefault(name.lower(), []).extend(scrubber.text(str(v)) for v in values)
     if encoding:  # one the plugin cannot decode (br without the brotli package): kept encoded
         kept["content-encoding"] = [encoding]
     content_type = (_header(headers, "content-type") or "").lower()
