@@ -353,17 +353,23 @@ def test_no_secret_reaches_any_file(tmp_path: Path, server: FakeLLM, monkeypatch
     with scope.entered():
         httpx.post(
             f"{server.url}/v1/chat/completions?key={SECRET}&b=1",
-            json={"messages": [{"content": SECRET}]},
+            json={"messages": [{"content": SECRET}], "auth": {"api_key": "not-in-the-environment"}},
             headers={"authorization": f"Bearer {SECRET}"},
         )
     recorder.stop()
     journaled = [path.read_text() for path in tmp_path.rglob("*") if path.is_file()]
     fold(tmp_path)
     written = [path.read_text() for path in tmp_path.rglob("*") if path.is_file()]
-    assert [text for text in journaled + written if SECRET in text or "abc" in text] == []
+    assert [
+        text
+        for text in journaled + written
+        if any(s in text for s in (SECRET, "session=abc", "not-in-the-environment"))
+    ] == []
     (interaction,) = load_recordings(tmp_path, TEST)
     assert interaction.request.url == f"{server.url}/v1/chat/completions?b=1&key=REDACTED"
-    assert interaction.request.body == {"json": {"messages": [{"content": "<OPENAI_API_KEY>"}]}}
+    assert interaction.request.body == {
+        "json": {"messages": [{"content": "<OPENAI_API_KEY>"}], "auth": {"api_key": "REDACTED"}}
+    }
     assert interaction.response.body["json"]["echo"] == "Bearer <OPENAI_API_KEY>"  # type: ignore[index]
 
 

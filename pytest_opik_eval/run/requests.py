@@ -29,6 +29,11 @@ VOLATILE_FIELDS = frozenset({"user", "safety_identifier", "prompt_cache_key", "m
 SECRET_PARAMS = frozenset(
     {"key", "api_key", "apikey", "api-key", "access_token", "token", "sig", "signature", "code"}
 )
+# Fields of a JSON body (request or response, at any depth) whose values are credentials: some
+# APIs take the key in the body, an OAuth exchange answers with a token.
+SECRET_FIELDS = frozenset(
+    {"api_key", "apikey", "api-key", "access_token", "refresh_token", "id_token", "client_secret", "password"}
+)
 REDACTED = "REDACTED"
 # Environment variables whose values are secrets, wherever they appear (URL, bodies, headers).
 _SECRET_NAME = re.compile(r".*(_KEY|_TOKEN|_SECRET|_PASSWORD)$|.*API_KEY.*", re.IGNORECASE)
@@ -72,13 +77,16 @@ class Scrubber:
         return text
 
     def value(self, value: Any) -> Any:
-        """A JSON value with every string (and key) scrubbed."""
+        """A JSON value with every string (and key) scrubbed, and credential fields redacted."""
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, list):
             return [self.value(v) for v in value]
         if isinstance(value, dict):
-            return {self.text(str(k)): self.value(v) for k, v in value.items()}
+            return {
+                self.text(str(k)): REDACTED if str(k).lower() in SECRET_FIELDS and v else self.value(v)
+                for k, v in value.items()
+            }
         return value
 
 
