@@ -193,7 +193,12 @@ from app import {ask}
 
 
 def write_project(
-    project: Project, *, threads: int | None = None, asynchronous: bool = False, suffix: str = ""
+    project: Project,
+    *,
+    threads: int | None = None,
+    asynchronous: bool = False,
+    marker: str = "",
+    suffix: str = "",
 ) -> None:
     rows = [{"id": q, "input": {"question": q}, "expected_output": "answer 1"} for q in QUESTIONS]
     project.dataset(rows)
@@ -203,7 +208,7 @@ def write_project(
         "test_app.py",
         EVAL_TEST.format(
             ask="ask_async" if asynchronous else "ask",
-            marker="",
+            marker=marker,
             options=f"task_threads={threads}," if threads else "",
             define="async def" if asynchronous else "def",
             call="await ask_async" if asynchronous else "ask",
@@ -252,7 +257,7 @@ def interactions(project: Project) -> list[dict[str, Any]]:
 
 
 def test_a_recorded_run_replays_offline_with_the_same_outputs_and_verdicts(
-    project: Project, llm: FakeLLM
+    project: Project, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_project(project)
     result, recorded = project.run_report("--eval", "--eval-record=new_episodes")
@@ -278,10 +283,15 @@ def test_a_recorded_run_replays_offline_with_the_same_outputs_and_verdicts(
     assert list(recorded_files(project)) == ["test_app.py/test_answer.json"]
 
     llm.stop()
+    step_summary = project.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     result, replayed = project.run_report("--eval", "--eval-record=none")
     result.assert_outcomes(passed=3, failed=3)
     assert trials(replayed) == trials(recorded)
     assert connections(project) == 0
+    assert "📼 eval recordings (--eval-record=none): 6 replayed, 0 recorded, 0 missed; saved 90 tokens" in (
+        step_summary.read_text(encoding="utf-8")
+    )
     result.stdout.fnmatch_lines(
         ["eval recordings (--eval-record=none): 6 replayed, 0 recorded, 0 missed; saved 90 tokens*"]
     )
@@ -396,14 +406,27 @@ asyncio_mode = auto
 """
 
 
-@pytest.mark.parametrize("threads", [None, 4], ids=["in-order", "threads"])
-def test_async_tests_record_and_replay(project: Project, llm: FakeLLM, threads: int | None) -> None:
-    project.pytester.makeini(ASYNCIO_INI)
-    write_project(project, asynchronous=True, threads=threads)
-    _, recorded = project.run_report("--eval", "-p", "asyncio", "--eval-record=new_episodes")
-    assert connections(project) > 0
+# Where an async test's trials run: on pytest-asyncio's loop (its replacement of the test
+# function), on anyio's, on an event loop of their own without either plugin, and on threads.
+ASYNC_RUNNERS = [
+    pytest.param(("-p", "asyncio"), "", None, id="pytest-asyncio"),
+    pytest.param(("-p", "asyncio"), "", 4, id="pytest-asyncio-threads"),
+    pytest.param(("-p", "anyio"), "@pytest.mark.anyio", None, id="anyio"),
+    pytest.param((), "", None, id="own-loop"),
+]
+
+
+@pytest.mark.parametrize(("plugin", "marker", "threads"), ASYNC_RUNNERS)
+def test_async_tests_record_and_replay(
+    project: Project, llm: FakeLLM, plugin: tuple[str, ...], marker: str, threads: int | None
+) -> None:
+    if plugin == ("-p", "asyncio"):
+        project.pytester.makeini(ASYNCIO_INI)
+    write_project(project, asynchronous=True, marker=marker, threads=threads)
+    _, recorded = project.run_report("--eval", *plugin, "--eval-record=new_episodes")
+    assert connections(project) > 0 and len(interactions(project)) == 6
     llm.stop()
-    result, replayed = project.run_report("--eval", "-p", "asyncio", "--eval-record=none")
+    result, replayed = project.run_report("--eval", *plugin, "--eval-record=none")
     result.assert_outcomes(passed=3, failed=3)
     assert trials(replayed) == trials(recorded)
     assert connections(project) == 0
