@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -224,7 +225,18 @@ def _backend(config: pytest.Config) -> str:
 
 
 def _record(config: pytest.Config) -> tuple[str, str]:
-    """--eval-record's mode, and where it came from."""
+    """--eval-record's mode, and where it came from; a mode that records needs vcrpy (the
+    record extra), said before anything runs."""
+    mode, source = _record_setting(config)
+    if mode != "off" and importlib.util.find_spec("vcr") is None:
+        raise pytest.UsageError(
+            f"--eval-record={mode} (from {source}) records the app's calls with vcrpy, which is not "
+            "installed: pip install 'pytest-opik-eval[record]'"
+        )
+    return mode, source
+
+
+def _record_setting(config: pytest.Config) -> tuple[str, str]:
     cli: str | None = config.getoption("eval_record")
     if cli:
         return cli, "--eval-record"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -592,6 +593,31 @@ def test_the_command_line_wins_over_the_environment_which_wins_over_the_ini_file
     result.assert_outcomes(passed=3, failed=3)  # replayed what the ini's mode recorded
     result = project.run("--eval", "--eval-record=off")
     assert "eval recordings" not in result.stdout.str()
+
+
+def test_collecting_records_nothing(project: Project, llm: FakeLLM) -> None:
+    write_project(project)
+    result = project.run("--eval", "--co", "--eval-record=new_episodes")
+    result.stdout.fnmatch_lines(["*6 tests collected*"])
+    assert not recordings(project).exists() and llm.requests == 0
+
+
+def test_without_vcrpy_a_recording_mode_is_a_usage_error_naming_the_extra(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_project(project)
+    monkeypatch.setitem(sys.modules, "vcr", None)  # as if it were not installed
+    monkeypatch.setenv("PYTEST_OPIK_EVAL_RECORD", "none")
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--eval-record=none (from env PYTEST_OPIK_EVAL_RECORD) records the app's calls with vcrpy, "
+            "which is not installed: pip install 'pytest-opik-eval[[]record[]]'"
+        ]
+    )
+    monkeypatch.delenv("PYTEST_OPIK_EVAL_RECORD")
+    assert project.run("--eval", "--co").ret == pytest.ExitCode.OK  # off: vcrpy is not needed
 
 
 def test_without_eval_record_nothing_is_patched(project: Project, llm: FakeLLM) -> None:
