@@ -191,7 +191,7 @@ def test_vcrpy_uses_of_the_cassette_are_those_our_dispatcher_implements() -> Non
     # cassette.name, self._cassette.name, getattr(self._cassette, "name", default)
     use = re.compile(r"\b_?cassette\.(\w+)|getattr\((?:self\.)?_?cassette, \"(\w+)\"")
     used = {"".join(found) for source in sources for found in use.findall(source.read_text(encoding="utf-8"))}
-    assert used == VCRPY_SURFACE
+    assert used - VCRPY_SURFACE == set()  # older releases use less (no skip_patchers before 9)
     assert [name for name in sorted(used) if not hasattr(recording._Cassette, name)] == []
 
 
