@@ -161,10 +161,6 @@ def _scope(recorder: Recorder | None, trial: Trial) -> TrialScope | None:
     return recorder.scope(TrialKey(test=case.plan.test, item_id=case.item_id, trial=case.trial))
 
 
-# The requests without a recording named in a trial's failure; the rest are counted.
-_MISSES_SHOWN = 3
-
-
 def _task_output(
     item: pytest.Function,
     trial: Trial,
@@ -190,6 +186,10 @@ def _fail_on_misses(item: pytest.Function, trial: Trial, scope: TrialScope | Non
     if scope is not None and scope.misses:
         item.stash[RECORDING_MISSED] = True
         pytest.fail(missed_message(trial.case.item_id, trial.case.trial, scope), pytrace=False)
+
+
+# The requests without a recording named in a trial's failure; the rest are counted.
+_MISSES_SHOWN = 3
 
 
 def missed_message(item_id: str, trial: int, scope: TrialScope) -> str:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -33,6 +33,9 @@ from pytest_opik_eval.store.base import end_begins
 from pytest_opik_eval.verdict.model import BudgetReport, RecordingReport, Report
 from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
 
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.recording import RecordingCounts
+
 
 class Ending:
     """Judges the session's experiments, writes the reports, and sets the exit status."""
@@ -43,8 +46,8 @@ class Ending:
         self.options = state.options
         self.not_started = 0  # trials the budget kept from starting, in every process
         self.spent = 0.0
-        # --eval-record: what each process's recorder counted (JSON), and the trials a miss failed.
-        self.recording_counts: list[dict[str, Any]] = []
+        # --eval-record: what each process's recorder counted, and the trials a miss failed.
+        self.recording_counts: list[RecordingCounts] = []
         self.missed_trials = 0
         self.recordings: RecordingReport | None = None  # their totals, at the end
 
@@ -58,7 +61,9 @@ class Ending:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         counts = getattr(node, "workeroutput", {}).get(WORKER_RECORDINGS)
         if counts is not None:
-            self.recording_counts.append(counts)
+            from pytest_opik_eval.run.recording import RecordingCounts
+
+            self.recording_counts.append(RecordingCounts(**counts))
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -91,20 +96,30 @@ class Ending:
         workers have ended) folded into the recordings' files, and what they all counted summed."""
         if self.options.record_mode == "off":
             return
+        from pytest_opik_eval.run.recording import RecordingCounts
         from pytest_opik_eval.store.recordings import fold
 
         counted = self.state.stop_recording()
         if counted is not None:
-            self.recording_counts.append(dataclasses.asdict(counted))
+            self.recording_counts.append(counted)
         folder = self.state.recordings_folder()
         try:
             fold(folder)
         except OSError as error:  # a full disk, a read-only folder, a lock held too long
             notice(self.config, f"--eval-record: could not save the recordings in {folder}: {error}")
-        totals = RecordingReport(mode=self.options.record_mode, missed_trials=self.missed_trials)
+        total = RecordingCounts()
         for counts in self.recording_counts:
-            totals = totals.plus(counts)
-        self.recordings = totals
+            total.add(counts)
+        self.recordings = RecordingReport(
+            mode=self.options.record_mode,
+            replayed=total.replayed,
+            recorded=total.recorded,
+            missed=total.missed,
+            missed_trials=self.missed_trials,
+            saved_input_tokens=total.saved_input_tokens,
+            saved_output_tokens=total.saved_output_tokens,
+            saved_cost=total.saved_cost,
+        )
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""

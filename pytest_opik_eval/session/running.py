@@ -156,8 +156,8 @@ class Running:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
         task = trial_life.threaded_task(ahead, trial, shared)
-        budget = self.state.budget
         state = self.state
+        budget = state.budget
         run = functools.partial(
             trial_life.run, ahead, trial, state.store(), state.session_id, task, budget, state.recorder
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -248,18 +247,6 @@ class RecordingReport(_Report):
     saved_input_tokens: int = 0  # the usage of the replayed answers: not paid again
     saved_output_tokens: int = 0
     saved_cost: float | None = None  # in USD; None: no replayed answer had a price
-
-    def plus(self, counts: Mapping[str, Any]) -> RecordingReport:
-        """These totals with one process's counts added (``run.recording.RecordingCounts`` as
-        JSON; what it counts beyond these fields is left out)."""
-        summed: dict[str, Any] = {name: getattr(self, name) + int(counts.get(name) or 0) for name in _COUNTED}
-        cost = counts.get("saved_cost")
-        if cost is not None:
-            summed["saved_cost"] = (self.saved_cost or 0.0) + float(cost)
-        return self.model_copy(update=summed)
-
-
-_COUNTED = ("replayed", "recorded", "missed", "saved_input_tokens", "saved_output_tokens")
 
 
 class Report(_Report):
