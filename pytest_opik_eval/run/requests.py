@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import difflib
-import io
 import json
 import os
 import re
@@ -57,14 +56,14 @@ _DECODERS = {
 
 
 class Scrubber:
-    """Replaces the values of secret-looking environment variables by ``<NAME>``. Read from the
-    environment on each use: tests set keys with ``monkeypatch.setenv``."""
+    """Replaces the values of secret-looking environment variables by ``<NAME>``. The recorder
+    makes one per request, from the environment as it is then: tests set keys with
+    ``monkeypatch.setenv``."""
 
-    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
-        environ = os.environ if environ is None else environ
+    def __init__(self) -> None:
         found = {
             value: f"<{name}>"
-            for name, value in sorted(environ.items())
+            for name, value in sorted(os.environ.items())
             if len(value) >= _SECRET_MIN_CHARS and _SECRET_NAME.fullmatch(name)
         }
         # The longest first: a key that contains another is replaced whole.
@@ -135,7 +134,7 @@ def _bytes(body: Any) -> bytes:
         return body.encode()
     if isinstance(body, (bytes, bytearray, memoryview)):
         return bytes(body)
-    if isinstance(body, io.IOBase) or hasattr(body, "read"):
+    if hasattr(body, "read"):
         data = body.read()
         return data.encode() if isinstance(data, str) else bytes(data)
     return b"".join(_bytes(chunk) for chunk in body)
