@@ -482,3 +482,13 @@ def test_merge_adds_the_shards_recordings_and_keeps_its_own(tmp_path: Path) -> N
         ("only1", {"json": {"answer": "a"}}),
         ("q1", {"json": {"answer": "shard 0"}}),
     ]
+
+
+def test_a_damaged_file_is_named_with_what_to_do(tmp_path: Path) -> None:
+    path = file_of(tmp_path, TEST)
+    path.parent.mkdir(parents=True)
+    path.write_text('<<<<<<< HEAD\n{"version": 1}\n')
+    with pytest.raises(
+        ValueError, match=r"test_answer.json is not a recording file .* \(a merge conflict\?\)"
+    ):
+        Recorder(mode="none", folder=tmp_path, session_id="s", worker="main").scope(TrialKey(TEST, "q1", 0))

@@ -142,10 +142,20 @@ def load(folder: Path, test: str) -> list[Interaction]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
+    return _parsed(path, text).interactions
+
+
+def _parsed(path: Path, text: str) -> RecordingFile:
     try:
-        return RecordingFile.model_validate_json(text).interactions
+        return RecordingFile.model_validate_json(text)
     except ValidationError as error:
-        raise ValueError(f"{path} is not a recording file of this version: {error}") from error
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        why = f"{where}: {first['msg']}" if where else first["msg"]
+        raise ValueError(
+            f"{path} is not a recording file this plugin reads ({why}): "
+            "fix it (a merge conflict?), or delete it to record its calls again"
+        ) from None
 
 
 def _write(folder: Path, test: str, interactions: Iterable[Interaction]) -> None:
@@ -275,11 +285,13 @@ def merge(folder: Path, sources: Sequence[Path]) -> int:
     journals left by a killed shard are folded into it first."""
     added = 0
     for source in sources:
+        if source.resolve() == folder.resolve():
+            continue
         fold(source)
         for path in sorted(source.rglob("*.json")):
             if _JOURNALS in path.relative_to(source).parts:
                 continue
-            recorded = RecordingFile.model_validate_json(path.read_text(encoding="utf-8"))
+            recorded = _parsed(path, path.read_text(encoding="utf-8"))
             mine = {i.key(): i for i in load(folder, recorded.test)}
             new = [i for i in recorded.interactions if i.key() not in mine]
             if new:
