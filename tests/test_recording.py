@@ -229,8 +229,12 @@ def connections(project: Project) -> int:
 
 
 def trials(report: dict[str, Any]) -> dict[tuple[str, int], tuple[Any, bool | None]]:
-    """Each trial's output and verdict, by (item id, trial)."""
+    """Each trial's output and verdict, by (item id, trial), of the report's one experiment."""
     [experiment] = report["experiments"]
+    return experiment_trials(experiment)
+
+
+def experiment_trials(experiment: dict[str, Any]) -> dict[tuple[str, int], tuple[Any, bool | None]]:
     return {(t["dataset_item_id"], t["trial"]): (t["output"], t["passed"]) for t in experiment["trials"]}
 
 
@@ -478,6 +482,31 @@ def test_recording_again_gives_the_same_bytes(project: Project, llm: FakeLLM) ->
     result.stdout.fnmatch_lines(["eval recordings (--eval-record=all): 0 replayed, 6 recorded, 0 missed"])
     assert recorded_files(project) == first
     assert first["test_app.py/test_answer.json"].endswith(b"}\n")
+
+
+def test_each_parametrization_of_a_test_keeps_its_own_recordings(project: Project, llm: FakeLLM) -> None:
+    write_project(project)
+    source = (project.path / "test_app.py").read_text()
+    # Two experiments that ask the same questions: their trials are not each other's.
+    source = source.replace("def test_answer(eval_item):", "def test_answer(eval_item, style):")
+    source = source.replace(
+        "\n@pytest.mark.eval(", '\n@pytest.mark.parametrize("style", ["short", "long"])\n@pytest.mark.eval('
+    )
+    (project.path / "test_app.py").write_text(source)
+    _, recorded = project.run_report("--eval", "--eval-record=all")
+    assert sorted(recorded_files(project)) == [
+        "test_app.py/test_answer[long].json",
+        "test_app.py/test_answer[short].json",
+    ]
+    llm.stop()
+    result, replayed = project.run_report("--eval", "--eval-record=none")
+    result.stdout.fnmatch_lines(["eval recordings (--eval-record=none): 12 replayed, 0 recorded, 0 missed*"])
+    replayed_trials = {e["name"]: experiment_trials(e) for e in replayed["experiments"]}
+    assert replayed_trials == {e["name"]: experiment_trials(e) for e in recorded["experiments"]}
+    # The server answered each question four times: each experiment replays its own two answers.
+    assert {output["output"] for output, _ in replayed_trials["test_answer[long]"].values()} != {
+        output["output"] for output, _ in replayed_trials["test_answer[short]"].values()
+    }
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")

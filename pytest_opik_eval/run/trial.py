@@ -152,13 +152,15 @@ def run(
 def _scope(recorder: Recorder | None, trial: Trial) -> TrialScope | None:
     """The attempt's recording scope (None without --eval-record: nothing wraps the task): a
     fresh one for each attempt, which counts the app's requests from the first again (as a rerun
-    by pytest-rerunfailures sends them again)."""
+    by pytest-rerunfailures sends them again). Keyed by the experiment: the test with its own
+    parametrize ids (``test_qa[gpt-4o]``), whose trials of an item are not those of another."""
     if recorder is None:
         return None
     from pytest_opik_eval.run.recording import TrialKey
 
     case = trial.case
-    return recorder.scope(TrialKey(test=case.plan.test, item_id=case.item_id, trial=case.trial))
+    test = f"{case.plan.test}[{trial.params}]" if trial.params else case.plan.test
+    return recorder.scope(TrialKey(test=test, item_id=case.item_id, trial=case.trial))
 
 
 def _task_output(
