@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from pytest_opik_eval.run.recording import Recorder, RecordingCounts, TrialKey, TrialScope
+from pytest_opik_eval.run.requests import usage_of
 from pytest_opik_eval.store.recordings import (
     Interaction,
     Journal,
@@ -492,3 +493,34 @@ def test_a_damaged_file_is_named_with_what_to_do(tmp_path: Path) -> None:
         ValueError, match=r"test_answer.json is not a recording file .* \(a merge conflict\?\)"
     ):
         Recorder(mode="none", folder=tmp_path, session_id="s", worker="main").scope(TrialKey(TEST, "q1", 0))
+
+
+def sse(*events: dict[str, Any]) -> dict[str, Any]:
+    return {"text": "".join(f"event: x\ndata: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"json": {"model": "m", "usage": {"prompt_tokens": 11, "completion_tokens": 4}}},  # OpenAI chat
+        {"json": {"model": "m", "usage": {"input_tokens": 11, "output_tokens": 4}}},  # Anthropic, responses
+        {"json": {"modelVersion": "m", "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 4}}},
+        sse(  # Anthropic's stream: the input at the start, the output as it grows
+            {
+                "type": "message_start",
+                "message": {"model": "m", "usage": {"input_tokens": 11, "output_tokens": 1}},
+            },
+            {"type": "message_delta", "usage": {"output_tokens": 4}},
+        ),
+        sse(
+            {
+                "type": "response.completed",
+                "response": {"model": "m", "usage": {"input_tokens": 11, "output_tokens": 4}},
+            }
+        ),
+    ],
+    ids=["openai", "anthropic", "gemini", "anthropic-stream", "responses-stream"],
+)
+def test_the_usage_of_each_providers_response_is_read(body: dict[str, Any]) -> None:
+    usage = usage_of(RecordedResponse(status=200, body=body))
+    assert usage is not None and (usage.model, usage.input_tokens, usage.output_tokens) == ("m", 11, 4)
