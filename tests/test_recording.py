@@ -469,6 +469,16 @@ def test_xdist_workers_with_threads_record_every_trial_and_replay_strictly(
     assert trials(replayed) == trials(recorded)
     assert connections(project) == 0 and llm.requests == asked
 
+    # The workers' misses reach the controller's summary and report.
+    write_project(project, suffix="?")
+    result, missed = project.run_report("--eval", *xdist, "--eval-record=none")
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(
+        ["eval recordings (--eval-record=none): 0 replayed, 0 recorded, 6 missed (6 trials failed)"]
+    )
+    assert missed["recordings"]["missed_trials"] == 6
+    assert connections(project) == 0 and llm.requests == asked
+
 
 # -- the files -------------------------------------------------------------------------------
 
