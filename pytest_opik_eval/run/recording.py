@@ -200,8 +200,6 @@ class TrialScope:
     def answers(self, request: RecordedRequest) -> bool:
         """Whether the request gets its answer here (a recording, or the strict miss response)
         rather than from the network. Asked more than once per request: counts nothing."""
-        if not self.replays:
-            return False
         with self.recorder.lock:
             found = self._find(request, self._seen[request.key()]) is not None
         return found or self.strict
@@ -308,7 +306,9 @@ class _Cassette:
 
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
-        return scope is not None and scope.answers(_canonical(request, requests.Scrubber()))
+        if scope is None or not scope.replays:  # outside any trial, or a trial that only records
+            return False
+        return scope.answers(_canonical(request, requests.Scrubber()))
 
     def play_response(self, request: Any) -> dict[str, Any]:
         scope = _current.get()
