@@ -333,14 +333,15 @@ def test_mode_once_replays_a_recorded_trial_strictly_and_records_a_new_one(
     assert (len(recorded.misses), new.counts.recorded, server.hits) == (1, 1, 2)
 
 
-def test_mode_all_replaces_a_trials_interactions(tmp_path: Path, server: FakeLLM) -> None:
+def test_mode_all_replaces_the_interactions_of_the_trials_it_runs(tmp_path: Path, server: FakeLLM) -> None:
     with session(tmp_path, "new_episodes") as recorder:
-        run_trial(recorder, "q1", 0, "hi", "again", url=server.url)
-        run_trial(recorder, "q2", 0, "hi", url=server.url)
+        for item, prompts in {"q1": ("hi", "again"), "q2": ("hi",), "q3": ("hi",)}.items():
+            run_trial(recorder, item, 0, *prompts, url=server.url)
     with session(tmp_path, "all") as recorder:
         run_trial(recorder, "q1", 0, "hi", url=server.url)
+        run_trial(recorder, "q3", 0, url=server.url)  # it makes no request now; q2 does not run
     kept = [(i.item_id, content(i.response.body["json"])) for i in load_recordings(tmp_path, TEST)]  # type: ignore[index]
-    assert kept == [("q1", "answer 4 to hi"), ("q2", "answer 3 to hi")]
+    assert kept == [("q1", "answer 5 to hi"), ("q2", "answer 3 to hi")]
 
 
 # -- what is stored ------------------------------------------------------------------------

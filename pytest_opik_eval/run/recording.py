@@ -166,10 +166,17 @@ class TrialScope:
         self.strict = mode == "none" or (mode == "once" and has_recordings)
         self.replays = mode in ("none", "new_episodes") or self.strict
         self.blocks_network = mode == "none"
-        self._reset = mode == "all"  # journal a reset before this attempt's first interaction
+        # Mode all: the trial's recordings become what this attempt makes, none if it makes no
+        # request; a reset is journaled when its task starts (a trial that never runs keeps its).
+        self._reset = mode == "all"
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
+        if self._reset:
+            with self.recorder.lock:
+                if self._reset:
+                    self.recorder.journal.reset(self.key.test, self.key.item_id, self.key.trial)
+                    self._reset = False
         token = _current.set(self)
         try:
             yield
@@ -261,9 +268,6 @@ class TrialScope:
                 response=stored,
                 usage=usage,
             )
-            if self._reset:
-                self.recorder.journal.reset(key.test, key.item_id, key.trial)
-                self._reset = False
             self.recorder.journal.add(key.test, interaction)
             self.recorder.tally(self, RecordingCounts(recorded=1))
 
