@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.run import requests
 from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
-MODES = ("off", "once", "new_episodes", "none", "all")
 MISS_TYPE = "opik_eval_no_recording"
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
@@ -98,8 +98,8 @@ class Recorder:
     :meth:`start`."""
 
     def __init__(self, *, mode: str, folder: Path, session_id: str, worker: str) -> None:
-        if mode not in MODES:
-            raise ValueError(f"unknown recording mode {mode!r}: use one of {', '.join(MODES)}")
+        if mode not in RECORD_MODES:
+            raise ValueError(f"unknown recording mode {mode!r}: use one of {', '.join(RECORD_MODES)}")
         self.mode = mode
         self.folder = folder
         self.journal = Journal(folder, session_id, worker)
