@@ -138,7 +138,7 @@ class Recorder:
             if test not in self._recorded:
                 interactions = load(self.folder, test) if self.mode != "all" else []
                 self._recorded[test] = _Recorded(
-                    {i.key(): i for i in interactions}, {(i.item_id, i.trial) for i in interactions}
+                    {i.key: i for i in interactions}, {(i.item_id, i.trial) for i in interactions}
                 )
             return self._recorded[test]
 
@@ -208,13 +208,13 @@ class TrialScope:
         """Whether the request gets its answer here (a recording, or the strict miss response)
         rather than from the network. Asked more than once per request: counts nothing."""
         with self.recorder.lock:
-            found = self._find(request, self._seen[request.key()]) is not None
+            found = self._find(request, self._seen[request.key]) is not None
         return found or self.strict
 
     def play(self, request: RecordedRequest) -> dict[str, Any]:
         with self.recorder.lock:
-            times = self._seen[request.key()]
-            self._seen[request.key()] += 1
+            times = self._seen[request.key]
+            self._seen[request.key] += 1
             found = self._find(request, times)
             if found is not None:
                 usage = found.usage or RecordedUsage()
@@ -258,8 +258,8 @@ class TrialScope:
         usage = _priced(requests.usage_of(stored))
         key = self.key
         with self.recorder.lock:
-            times = self._seen[request.key()]
-            self._seen[request.key()] += 1
+            times = self._seen[request.key]
+            self._seen[request.key] += 1
             interaction = Interaction(
                 item_id=key.item_id,
                 trial=key.trial,
@@ -284,7 +284,7 @@ class TrialScope:
 
     def _find(self, request: RecordedRequest, times: int) -> Interaction | None:
         key = self.key
-        return self._recorded.by_key.get((key.item_id, key.trial, request.key(), times))
+        return self._recorded.by_key.get((key.item_id, key.trial, request.key, times))
 
     def _diff(self, request: RecordedRequest, times: int) -> str:
         recorded = self._recorded.by_key.values()

@@ -244,7 +244,7 @@ def miss_diff(
 ) -> str:
     """Why ``request`` (made ``times`` times before in the attempt) has no recording: a diff
     against the closest recorded request of the same trial, else of the same test."""
-    if any(r.key() == request.key() for r in same_trial):
+    if any(r.key == request.key for r in same_trial):
         return (
             f"this request was recorded {times} time(s) for this trial; the app made it once more "
             "(a retry, or a loop that ran longer)"
@@ -261,7 +261,7 @@ def miss_diff(
 
 
 def _distinct(requests: Iterable[RecordedRequest]) -> list[RecordedRequest]:
-    return list({r.key(): r for r in requests}.values())
+    return list({r.key: r for r in requests}.values())
 
 
 def usage_of(response: RecordedResponse) -> RecordedUsage | None:

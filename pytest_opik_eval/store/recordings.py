@@ -18,6 +18,7 @@ import json
 import os
 import threading
 from collections.abc import Iterable, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,6 +59,7 @@ class RecordedRequest(_Bodied):
     url: str
     content_type: str | None = None  # the one request header kept, for a reader
 
+    @cached_property  # a big prompt makes a long text: made once per request
     def key(self) -> str:
         """The request's part of an interaction's key: its canonical JSON without the header."""
         return canonical_json({"method": self.method, "url": self.url, "body": self.body})
@@ -90,8 +92,9 @@ class Interaction(_Recorded):
     response: RecordedResponse
     usage: RecordedUsage | None = None
 
+    @property
     def key(self) -> tuple[str, int, str, int]:
-        return (self.item_id, self.trial, self.request.key(), self.occurrence)
+        return (self.item_id, self.trial, self.request.key, self.occurrence)
 
 
 class RecordingFile(_Recorded):
@@ -161,7 +164,7 @@ def _parsed(path: Path, text: str) -> RecordingFile:
 def _write(folder: Path, test: str, interactions: Iterable[Interaction]) -> None:
     """Write the file atomically (a reader never sees half of it), in the stable order."""
     path = test_file(folder, test)
-    ordered = sorted(interactions, key=Interaction.key)
+    ordered = sorted(interactions, key=lambda interaction: interaction.key)
     if not ordered:
         path.unlink(missing_ok=True)
         return
@@ -270,13 +273,13 @@ def _apply(
 ) -> None:
     for line in lines:
         if line.test not in tests:
-            tests[line.test] = {i.key(): i for i in load(folder, line.test)}
+            tests[line.test] = {i.key: i for i in load(folder, line.test)}
         interactions = tests[line.test]
         if isinstance(line, _Reset):
             for key in [k for k in interactions if k[:2] == (line.item_id, line.trial)]:
                 del interactions[key]
         else:
-            interactions[line.interaction.key()] = line.interaction
+            interactions[line.interaction.key] = line.interaction
 
 
 def merge(folder: Path, sources: Sequence[Path]) -> int:
@@ -292,8 +295,8 @@ def merge(folder: Path, sources: Sequence[Path]) -> int:
             if _JOURNALS in path.relative_to(source).parts:
                 continue
             recorded = _parsed(path, path.read_text(encoding="utf-8"))
-            mine = {i.key(): i for i in load(folder, recorded.test)}
-            new = [i for i in recorded.interactions if i.key() not in mine]
+            mine = {i.key: i for i in load(folder, recorded.test)}
+            new = [i for i in recorded.interactions if i.key not in mine]
             if new:
                 _write(folder, recorded.test, [*mine.values(), *new])
                 added += len(new)
