@@ -109,9 +109,9 @@ def server() -> Iterator[FakeLLM]:
 
 
 @contextlib.contextmanager
-def session(folder: Path, mode: str, worker: str = "main") -> Iterator[Recorder]:
+def session(folder: Path, mode: str) -> Iterator[Recorder]:
     """One pytest session's recorder, as the wiring runs it: started, stopped, folded."""
-    recorder = Recorder(mode=mode, folder=folder, session_id="s1", worker=worker)
+    recorder = Recorder(mode=mode, folder=folder, session_id="s1", worker="main")
     recorder.start()
     try:
         yield recorder
@@ -120,8 +120,9 @@ def session(folder: Path, mode: str, worker: str = "main") -> Iterator[Recorder]
         fold(folder)
 
 
-def chat(kind: str, url: str, prompt: str, path: str = "/v1/chat/completions") -> tuple[int, Any]:
+def chat(kind: str, url: str, prompt: str) -> tuple[int, Any]:
     """One chat completion with one of the HTTP clients LLM SDKs use: (status, JSON body)."""
+    path = "/v1/chat/completions"
     payload = {"model": "gpt-test", "messages": [{"content": prompt}], "user": "volatile"}
     headers = {"authorization": f"Bearer {SECRET}"}
     if kind == "httpx":
@@ -193,7 +194,7 @@ def test_vcrpy_uses_of_the_cassette_are_those_our_dispatcher_implements() -> Non
     use = re.compile(r"\b_?cassette\.(\w+)|getattr\((?:self\.)?_?cassette, \"(\w+)\"")
     used = {"".join(found) for source in sources for found in use.findall(source.read_text(encoding="utf-8"))}
     assert used - VCRPY_SURFACE == set()  # older releases use less (no skip_patchers before 9)
-    assert [name for name in sorted(used) if not hasattr(recording._Cassette, name)] == []
+    assert [name for name in sorted(VCRPY_SURFACE) if not hasattr(recording._Cassette, name)] == []
 
 
 # -- record and replay -------------------------------------------------------------------
@@ -308,7 +309,7 @@ def test_a_strict_miss_answers_400_and_keeps_a_diff(tmp_path: Path, server: Fake
             status, answer = chat("httpx", server.url, "hullo")
             chat("httpx", server.url, "hello")
             chat("httpx", server.url, "hello")  # once more than recorded
-        _, _ = run_trial(recorder, "q2", 0, "hello", url=server.url)
+        other_item, _ = run_trial(recorder, "q2", 0, "hello", "hullo", url=server.url)
         elsewhere = recorder.scope(TrialKey("tests/test_app.py::test_other", "q1", 0))
         with elsewhere.entered():
             chat("httpx", server.url, "hello")
@@ -318,8 +319,11 @@ def test_a_strict_miss_answers_400_and_keeps_a_diff(tmp_path: Path, server: Fake
     assert first.request == f"POST {server.url}/v1/chat/completions"
     assert '-          "content": "hello"\n+          "content": "hullo"\n' in first.diff
     assert repeated.diff.startswith("this request was recorded 1 time(s) for this trial")
+    # Another item's trial made the same request: nothing to diff, but where it was recorded.
+    assert other_item.misses[0].diff.startswith("this request was recorded for item 'q1' (trial 0), not")
+    assert other_item.misses[1].diff.startswith("--- recorded (closest in this test)\n")
     assert "no recordings for this test" in elsewhere.misses[0].diff
-    assert recorder.counts().missed == 4
+    assert recorder.counts().missed == 5
 
 
 def test_mode_once_replays_a_recorded_trial_strictly_and_records_a_new_one(

@@ -287,11 +287,8 @@ class TrialScope:
         return self._recorded.by_key.get((key.item_id, key.trial, request.key, times))
 
     def _diff(self, request: RecordedRequest, times: int) -> str:
-        recorded = self._recorded.by_key.values()
-        same_trial = [
-            i.request for i in recorded if (i.item_id, i.trial) == (self.key.item_id, self.key.trial)
-        ]
-        return requests.miss_diff(request, times, same_trial, [i.request for i in recorded])
+        trial = (self.key.item_id, self.key.trial)
+        return requests.miss_diff(request, times, trial, list(self._recorded.by_key.values()))
 
 
 class _Cassette:

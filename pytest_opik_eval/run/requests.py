@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pytest_opik_eval.store.recordings import RecordedRequest, RecordedResponse, RecordedUsage
+from pytest_opik_eval.store.recordings import Interaction, RecordedRequest, RecordedResponse, RecordedUsage
 
 # Fields of a JSON request body (top level) that SDKs fill with per-call values: a request that
 # differs only there is the same request.
@@ -237,19 +237,26 @@ def pretty(request: RecordedRequest) -> list[str]:
 
 
 def miss_diff(
-    request: RecordedRequest,
-    times: int,
-    same_trial: Sequence[RecordedRequest],
-    same_test: Sequence[RecordedRequest],
+    request: RecordedRequest, times: int, trial: tuple[str, int], recorded: Sequence[Interaction]
 ) -> str:
-    """Why ``request`` (made ``times`` times before in the attempt) has no recording: a diff
-    against the closest recorded request of the same trial, else of the same test."""
+    """Why ``request`` (made ``times`` times before in the attempt of ``trial``, an (item id, trial
+    index)) has no recording among the test's: a diff against the closest recorded request of the
+    same trial, else of the same test."""
+    same_trial = [i.request for i in recorded if (i.item_id, i.trial) == trial]
     if any(r.key == request.key for r in same_trial):
         return (
             f"this request was recorded {times} time(s) for this trial; the app made it once more "
             "(a retry, or a loop that ran longer)"
         )
-    candidates, where = (same_trial, "this trial") if same_trial else (same_test, "this test")
+    elsewhere = next((i for i in recorded if i.request.key == request.key), None)
+    if elsewhere is not None:
+        return (
+            f"this request was recorded for item {elsewhere.item_id!r} (trial {elsewhere.trial}), not for "
+            "this trial: record it with --eval-record=new_episodes"
+        )
+    candidates, where = (
+        (same_trial, "this trial") if same_trial else ([i.request for i in recorded], "this test")
+    )
     if not candidates:
         return "no recordings for this test: record them with --eval-record=new_episodes (or once)"
     lines = pretty(request)
