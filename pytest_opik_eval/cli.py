@@ -148,7 +148,10 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help=f"score with this metric instead of the marker's (repeatable): {METRIC_FORMS}",
     )
-    merge = commands.add_parser("merge", help="copy the runs of other stores (CI shards) into this one")
+    merge = commands.add_parser(
+        "merge",
+        help="copy the runs of other stores (CI shards), and the recordings beside them, into this one",
+    )
     merge.add_argument("sources", nargs="+", metavar="STORE", help="the store files to merge in")
     gate = commands.add_parser(
         "gate", help="gate an experiment or run (all its shards) as pytest would: exit 1 when it fails"
@@ -420,7 +423,23 @@ def _merge(store: Store, args: argparse.Namespace) -> int:
     for source in args.sources:
         runs = store.merge_from(Path(source))
         print(f"merged {runs} run(s) from {source} into {store.location}")
+        _merge_recordings(store.path.parent, Path(source).parent)
     return 0
+
+
+def _merge_recordings(target_folder: Path, source_folder: Path) -> None:
+    """The recordings of the app's calls (--eval-record) beside a shard's store, added to those
+    beside this store: the shards of one run recorded its trials between them."""
+    from pytest_opik_eval.store.recordings import merge, recordings_folder
+
+    source, target = recordings_folder(source_folder), recordings_folder(target_folder)
+    if not source.is_dir() or source.resolve() == target.resolve():
+        return
+    try:
+        added = merge(target, [source])
+    except (OSError, ValueError) as error:  # a file that cannot be read, written or parsed
+        raise StoreError(f"could not merge the recordings of {source} into {target}: {error}") from None
+    print(f"merged {added} recorded call(s) from {source} into {target}")
 
 
 def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:

@@ -20,6 +20,15 @@ STORE_FILE = "store.db"
 GATE_MODES = ("normal", "strict")
 JUDGE_CACHE_ENV = "PYTEST_OPIK_EVAL_JUDGE_CACHE"
 JUDGE_CACHE_SETTINGS = ("auto", "on", "off")
+RECORD_ENV = "PYTEST_OPIK_EVAL_RECORD"
+# The record modes, named as vcrpy's (and pytest-recording's), which many pytest users know.
+RECORD_MODES = {
+    "off": "nothing recorded or replayed",
+    "once": "a trial with recordings replays them, one without records",
+    "new_episodes": "replay what is recorded, record the rest",
+    "none": "replay only, no network: a request without a recording fails its trial",
+    "all": "record every call again",
+}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -201,6 +210,15 @@ def add_options(parser: pytest.Parser) -> None:
         f"item and the trial, and reuse them: on, off, or auto, on in strict replay (--eval-record=none) "
         f"(env {JUDGE_CACHE_ENV}, ini eval_judge_cache; default: auto)",
     )
+    group.addoption(
+        "--eval-record",
+        metavar="MODE",
+        dest="eval_record",
+        type=record_mode,
+        help="Record the app's HTTP calls per trial, and replay them: "
+        + "; ".join(f"{mode}: {meaning}" for mode, meaning in RECORD_MODES.items())
+        + f" (env {RECORD_ENV}, ini eval_record; default: off)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
@@ -220,6 +238,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
     parser.addini("eval_budget", "The spend (5, $5, 200k tokens) after which no trial starts", type="string")
     parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
+    parser.addini(
+        "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"
+    )
 
 
 def resume_command(
@@ -383,6 +404,13 @@ def budget(value: str) -> tuple[float, Literal["usd", "tokens"]]:
             f"the budget must be more than 0, such as 5 or 200k tokens; got {value!r}"
         )
     return amount, unit
+
+
+def record_mode(value: str) -> str:
+    mode = value.strip().lower()
+    if mode not in RECORD_MODES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(RECORD_MODES)}; got {value!r}")
+    return mode
 
 
 def threads_count(value: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pytest_opik_eval.options import (
     GATE_MODES,
     JUDGE_CACHE_ENV,
     JUDGE_CACHE_SETTINGS,
+    RECORD_ENV,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
@@ -26,6 +28,7 @@ from pytest_opik_eval.options import (
     latency_limit,
     metric_bound,
     rate,
+    record_mode,
     resume_command,
     seconds,
     threads_count,
@@ -71,6 +74,8 @@ class EvalOptions:
     sync_command: str  # the command that sends what the end of the session could not
     budget: BudgetSetting | None  # --eval-budget, else ini eval_budget (a resume may use the run's)
     judge_cache: str  # "auto", "on" or "off": see judge_cache_enabled
+    record_mode: str  # --eval-record: one of options.RECORD_MODES ("off" by default)
+    record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -81,6 +86,7 @@ class EvalOptions:
         store_path, store_source = _store(config)
         backend = _backend(config)
         report_path = _path_option(config, "eval_report")
+        record, record_source = _record(config)
         return cls(
             resume=resume,
             rescore=rescore,
@@ -111,6 +117,8 @@ class EvalOptions:
             sync_command=_sync_command(config, store_path, store_source),
             budget=_budget(config),
             judge_cache=_judge_cache(config),
+            record_mode=record,
+            record_source=record_source,
         )
 
     def resume_command(self, target: str) -> str:
@@ -260,6 +268,34 @@ def _backend(config: pytest.Config) -> str:
             + ", ".join(BACKENDS)
         )
     return value
+
+
+def _record(config: pytest.Config) -> tuple[str, str]:
+    """--eval-record's mode, and where it came from; a mode that records needs vcrpy (the
+    record extra), said before anything runs."""
+    mode, source = _record_setting(config)
+    if mode != "off" and importlib.util.find_spec("vcr") is None:
+        raise pytest.UsageError(
+            f"--eval-record={mode} (from {source}) records the app's calls with vcrpy, which is not "
+            "installed: pip install 'pytest-opik-eval[record]'"
+        )
+    return mode, source
+
+
+def _record_setting(config: pytest.Config) -> tuple[str, str]:
+    cli: str | None = config.getoption("eval_record")
+    if cli:
+        return cli, "--eval-record"
+    env = os.environ.get(RECORD_ENV, "").strip()
+    if env:
+        try:
+            return record_mode(env), f"env {RECORD_ENV}"
+        except argparse.ArgumentTypeError as error:
+            raise pytest.UsageError(f"env {RECORD_ENV}: {error}") from None
+    ini = _ini_value(config, "eval_record", record_mode)
+    if ini:
+        return ini, "ini eval_record"
+    return "off", "default"
 
 
 def _store(config: pytest.Config) -> tuple[Path, str]:

@@ -20,6 +20,7 @@ from opik_server import OpikTestServer
 # trial``, which takes the package's attribute, left pointing at the first run's module, while other
 # modules import the next run's fresh copy (so trial.py's notices went to a stash key the session
 # never read). Imported here once, each module is one object in every run.
+import pytest_opik_eval.run.recording  # noqa: F401  (--eval-record: its models, one class in every run)
 import pytest_opik_eval.run.trial  # noqa: F401
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.records import TrialRecord

@@ -27,6 +27,7 @@ from pytest_opik_eval.verdict.model import (
     ExperimentSummary,
     FigureChange,
     GateVerdict,
+    RecordingReport,
     UsageTotals,
 )
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -171,6 +172,25 @@ def _fill(parts: list[str], indent: str) -> list[str]:
 def judge_cache_line(hits: int, scored: int) -> str:
     """``--eval-judge-cache``: the judges' scores this session reused, and those it paid for."""
     return f"eval judge cache: {hits} hit{'' if hits == 1 else 's'}, {scored} scored"
+
+
+def recording_line(recordings: RecordingReport) -> str:
+    """``--eval-record``'s counts in one line (the Markdown summary shows the same):
+    ``eval recordings (--eval-record=none): 12 replayed, 0 recorded, 1 missed (1 trial failed);
+    saved 4,210 tokens ($0.0123)``."""
+    r = recordings
+    line = (
+        f"eval recordings (--eval-record={r.mode}): "
+        f"{r.replayed} replayed, {r.recorded} recorded, {r.missed} missed"
+    )
+    if r.missed_trials:
+        line += f" ({r.missed_trials} trial{'s' if r.missed_trials > 1 else ''} failed)"
+    tokens = r.saved_input_tokens + r.saved_output_tokens
+    if tokens:
+        line += f"; saved {tokens:,} tokens" + ("" if r.saved_cost is None else f" ({dollars(r.saved_cost)})")
+    elif r.saved_cost:
+        line += f"; saved {dollars(r.saved_cost)}"
+    return line
 
 
 def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:

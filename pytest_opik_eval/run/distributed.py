@@ -21,12 +21,21 @@ from pytest_opik_eval.notices import WORKER_NOTICES, notice
 from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS, JudgeCache
 
 HANDOFF = "opik_eval"  # the key in workerinput
+# The key in a worker's workeroutput that carries what its --eval-record recorder counted.
+WORKER_RECORDINGS = "opik_eval_recordings"
 
 
 def handed_to_worker(config: pytest.Config) -> dict[str, Any] | None:
     """What the controller handed this worker, or None outside a pytest-xdist worker."""
     workerinput = getattr(config, "workerinput", None)
     return None if workerinput is None else workerinput.get(HANDOFF)
+
+
+def worker_id(config: pytest.Config) -> str:
+    """This process's name among the session's: its pytest-xdist worker id (``gw0``), or
+    ``main`` outside a worker."""
+    workerinput = getattr(config, "workerinput", None)
+    return "main" if workerinput is None else str(workerinput["workerid"])
 
 
 def is_controller(config: pytest.Config) -> bool:

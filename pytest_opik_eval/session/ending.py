@@ -8,9 +8,11 @@ notices handed to the controller, which decides.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,15 +23,25 @@ from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, budget_properties, suite_properties
-from pytest_opik_eval.reports.terminal import gate_lines, judge_cache_line, summary_lines, verdict_counts
+from pytest_opik_eval.reports.terminal import (
+    gate_lines,
+    judge_cache_line,
+    recording_line,
+    summary_lines,
+    verdict_counts,
+)
 from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
-from pytest_opik_eval.run.distributed import in_shard, is_controller
+from pytest_opik_eval.run.distributed import WORKER_RECORDINGS, in_shard, is_controller
 from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS
+from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
-from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, Report
+from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.recording import RecordingCounts
 
 
 class Ending:
@@ -41,15 +53,30 @@ class Ending:
         self.options = state.options
         self.not_started = 0  # trials the budget kept from starting, in every process
         self.spent = 0.0
+        # --eval-record: what each process's recorder counted, and the trials a miss failed.
+        self.recording_counts: list[RecordingCounts] = []
+        self.missed_trials = 0
+        self.recordings: RecordingReport | None = None  # their totals, at the end
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.state.budget is not None and getattr(report, NOT_STARTED_ATTR, False):
             self.not_started += 1
+        if getattr(report, RECORDING_MISSED_ATTR, False):
+            self.missed_trials += 1
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        counts = getattr(node, "workeroutput", {}).get(WORKER_RECORDINGS)
+        if counts is not None:
+            from pytest_opik_eval.run.recording import RecordingCounts
+
+            self.recording_counts.append(RecordingCounts(**counts))
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         state = self.state
         state.pool.stop()
+        self._end_recording()
         if state.budget is not None:
             try:
                 self.spent = state.budget.spent()
@@ -70,6 +97,36 @@ class Ending:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         state.take_store_notices()
+
+    def _end_recording(self) -> None:
+        """--eval-record: this process's recorder stopped, the journals of every process (the
+        workers have ended) folded into the recordings' files, and what they all counted summed."""
+        if self.options.record_mode == "off":
+            return
+        from pytest_opik_eval.run.recording import RecordingCounts
+        from pytest_opik_eval.store.recordings import fold
+
+        counted = self.state.stop_recording()
+        if counted is not None:
+            self.recording_counts.append(counted)
+        folder = self.state.recordings_folder()
+        try:
+            fold(folder)
+        except OSError as error:  # a full disk, a read-only folder, a lock held too long
+            notice(self.config, f"--eval-record: could not save the recordings in {folder}: {error}")
+        total = RecordingCounts()
+        for counts in self.recording_counts:
+            total.add(counts)
+        self.recordings = RecordingReport(
+            mode=self.options.record_mode,
+            replayed=total.replayed,
+            recorded=total.recorded,
+            missed=total.missed,
+            missed_trials=self.missed_trials,
+            saved_input_tokens=total.saved_input_tokens,
+            saved_output_tokens=total.saved_output_tokens,
+            saved_cost=total.saved_cost,
+        )
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
@@ -121,6 +178,7 @@ class Ending:
             experiments=[r.report() for r in self.state.results],
             budget=self._budget_report(),
             judge_cache=self._judge_cache_report(),
+            recordings=self.recordings,
         )
         self._write_reports(report, step_summary)
         return report
@@ -276,15 +334,21 @@ class Ending:
             terminalreporter.line(
                 f"resume all {pending_total} pending trials: {self.options.resume_command(run_id)}"
             )
-        for line in self._budget_lines() + self._judge_cache_lines():
-            terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
-        if self.state.unsent:
-            terminalreporter.line(escape_control(self.state.unsent), yellow=True)
+        self._session_lines(terminalreporter)
         gates = gate_lines(results)
         if gates:
             terminalreporter.section("eval gates")
             for line in gates:
                 terminalreporter.line(line, red=line.startswith("NOT MET"), green=line.startswith("met"))
+
+    def _session_lines(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """What the session spent and saved, and what it could not send."""
+        for line in self._budget_lines() + self._judge_cache_lines():
+            terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
+        if self.recordings is not None:
+            terminalreporter.line(recording_line(self.recordings), yellow=bool(self.recordings.missed))
+        if self.state.unsent:
+            terminalreporter.line(escape_control(self.state.unsent), yellow=True)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
     def pytest_terminal_summary_verdict(self, terminalreporter: pytest.TerminalReporter) -> Generator[None]:
@@ -332,6 +396,9 @@ class WorkerEnding:
     def pytest_sessionfinish(self) -> None:
         state = self.state
         state.pool.stop()
+        counted = state.stop_recording()
+        if counted is not None:  # the controller sums the counts, and folds the journals
+            state.config.workeroutput[WORKER_RECORDINGS] = dataclasses.asdict(counted)  # type: ignore[attr-defined]
         if state.budget is not None:
             state.budget.close()
         store = state.opened_store()

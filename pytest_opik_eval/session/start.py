@@ -13,6 +13,7 @@ from pytest_opik_eval.collect.rescore import load_rescore_target
 from pytest_opik_eval.collect.resume import load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.notices import notice
+from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.run.distributed import Controller, is_controller
 from pytest_opik_eval.session.state import COLLECTION_PLUGIN, CONTROLLER_PLUGIN, RUNNING_PLUGIN, SessionState
 from pytest_opik_eval.store.backends import backend
@@ -48,6 +49,12 @@ class Start:
             )
             afresh = " (the run's, counted afresh)" if resume is not None and not self.options.budget else ""
             lines.append(f"eval budget: {budget.describe(budget.limit)}{share}{afresh}")
+        if self.options.record_mode != "off":
+            mode = self.options.record_mode
+            lines.append(
+                f"eval recordings: {self.state.recordings_folder()} (mode {mode}, from "
+                f"{self.options.record_source}: {RECORD_MODES[mode]})"
+            )
         return lines
 
     def pytest_sessionstart(self) -> None:

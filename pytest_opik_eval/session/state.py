@@ -4,7 +4,8 @@ session's plugins are registered, read by each phase; no phase holds another.
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,14 +18,18 @@ from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run.budget import Budget, ledger_path
 from pytest_opik_eval.run.concurrency import Pool
-from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker
+from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker, worker_id
 from pytest_opik_eval.run.judge_cache import JUDGE_CACHE, JudgeCache
-from pytest_opik_eval.settings import EvalOptions, judge_cache_enabled
+from pytest_opik_eval.settings import judge_cache_enabled
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.backends import backend
 from pytest_opik_eval.store.records import BudgetSetting
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.recording import Recorder, RecordingCounts
+    from pytest_opik_eval.settings import EvalOptions
 
 # The names the session's plugins are registered under, in one place: ``register`` and
 # ``unregister`` use them, and the pytest-xdist controller drops the phases it does not run.
@@ -83,9 +88,38 @@ class SessionState:
             self.start_budget(BudgetSetting.model_validate(handed["budget"]))
         # --eval-judge-cache: each process, the controller too (it adds up its workers' counts).
         self.judge_cache: JudgeCache | None = None
-        record_mode = str(getattr(options, "record", "off"))  # TODO(lead): EvalOptions.record
-        if judge_cache_enabled(options.judge_cache, record_mode):
+        if judge_cache_enabled(options.judge_cache, options.record_mode):
             self.judge_cache = JudgeCache(options.store_path.parent / JUDGE_CACHE)
+        self.recorder: Recorder | None = None  # --eval-record, where trials run: see start_recording
+
+    def recordings_folder(self) -> Path:
+        """Where --eval-record keeps its files: ``recordings/`` in the store's folder."""
+        from pytest_opik_eval.store.recordings import recordings_folder
+
+        return recordings_folder(self.options.store_path.parent)
+
+    def start_recording(self) -> None:
+        """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
+        trials run (a single process, or each pytest-xdist worker), before the first one."""
+        if self.options.record_mode == "off" or self.recorder is not None:
+            return
+        from pytest_opik_eval.run.recording import Recorder
+
+        self.recorder = Recorder(
+            mode=self.options.record_mode,
+            folder=self.recordings_folder(),
+            session_id=self.session_id,
+            worker=worker_id(self.config),
+        )
+        self.recorder.start()
+
+    def stop_recording(self) -> RecordingCounts | None:
+        """The recorder unpatched and its journal closed (the process that ends the session folds
+        the journals); what it counted, or None where none ran."""
+        if self.recorder is None:
+            return None
+        self.recorder.stop()
+        return self.recorder.counts()
 
     def budget_setting(self) -> BudgetSetting | None:
         """The budget: given to this session (command line, then ini), else the one the resumed
