@@ -1,4 +1,4 @@
-"""The recording engine on its own (run/recording.py, run/requests.py, store/recordings.py),
+"""The recording engine on its own (run/recording.py, run/http_calls.py, store/recordings.py),
 driven directly as the library layer it is, against a real local HTTP server: what the wiring's
 end-to-end tests rely on. The pytest-facing behaviour is tested end to end elsewhere."""
 
@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from pytest_opik_eval.run.recording import Recorder, RecordingCounts, TrialKey, TrialScope
-from pytest_opik_eval.run.requests import usage_of
+from pytest_opik_eval.run.http_calls import usage_of
 from pytest_opik_eval.store.recordings import (
     Interaction,
     Journal,

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pytest_opik_eval.options import RECORD_MODES
-from pytest_opik_eval.run import requests
+from pytest_opik_eval.run import http_calls
 from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 MISS_TYPE = "opik_eval_no_recording"
@@ -229,33 +229,35 @@ class TrialScope:
                     found.response.status,
                     found.response.reason,
                     found.response.headers,
-                    requests.body_bytes(found.response.body),
+                    http_calls.body_bytes(found.response.body),
                 )
             self.recorder.tally(self, RecordingCounts(missed=1))
-            self.misses.append(Miss(requests.one_line(request), self._diff(request, times)))
+            self.misses.append(Miss(http_calls.one_line(request), self._diff(request, times)))
         message = (
-            f"opik-eval: no recording for {requests.one_line(request)} in trial {self.key.trial} of item "
+            f"opik-eval: no recording for {http_calls.one_line(request)} in trial {self.key.trial} of item "
             f"{self.key.item_id!r} (--eval-record={self.recorder.mode}); the trial fails with a diff"
         )
         body = {"error": {"message": message, "type": MISS_TYPE}}
         return _vcr_response(
-            400, "Bad Request", {"content-type": ["application/json"]}, requests.body_bytes({"json": body})
+            400, "Bad Request", {"content-type": ["application/json"]}, http_calls.body_bytes({"json": body})
         )
 
-    def record(self, request: RecordedRequest, response: dict[str, Any], scrubber: requests.Scrubber) -> None:
+    def record(
+        self, request: RecordedRequest, response: dict[str, Any], scrubber: http_calls.Scrubber
+    ) -> None:
         status = int(response["status"]["code"])
         # A transient failure is not recorded: its replay would repeat the SDK's backoff sleep.
         # The retry that succeeds takes its place (same occurrence).
         if status == 429 or status >= 500:
             return
-        stored = requests.recorded_response(
+        stored = http_calls.recorded_response(
             status,
             response["status"].get("message") or "",
             response["headers"],
             response["body"].get("string") or b"",
             scrubber,
         )
-        usage = _priced(requests.usage_of(stored))
+        usage = _priced(http_calls.usage_of(stored))
         key = self.key
         with self.recorder.lock:
             times = self._seen[request.key]
@@ -288,7 +290,7 @@ class TrialScope:
 
     def _diff(self, request: RecordedRequest, times: int) -> str:
         trial = (self.key.item_id, self.key.trial)
-        return requests.miss_diff(request, times, trial, list(self._recorded.by_key.values()))
+        return http_calls.miss_diff(request, times, trial, list(self._recorded.by_key.values()))
 
 
 class _Cassette:
@@ -309,12 +311,12 @@ class _Cassette:
         scope = _current.get()
         if scope is None or not scope.replays:  # outside any trial, or a trial that only records
             return False
-        return scope.answers(_canonical(request, requests.Scrubber()))
+        return scope.answers(_canonical(request, http_calls.Scrubber()))
 
     def play_response(self, request: Any) -> dict[str, Any]:
         scope = _current.get()
         assert scope is not None, "vcrpy plays a response only after can_play_response_for"
-        return scope.play(_canonical(request, requests.Scrubber()))
+        return scope.play(_canonical(request, http_calls.Scrubber()))
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
@@ -322,7 +324,7 @@ class _Cassette:
             with self.recorder.lock:
                 self.recorder.tally(None, RecordingCounts(passed_through=1))
             return
-        scrubber = requests.Scrubber()
+        scrubber = http_calls.Scrubber()
         scope.record(_canonical(request, scrubber), response, scrubber)
 
     def filter_request(self, request: Any) -> Any:
@@ -333,9 +335,9 @@ class _Cassette:
         return [(request, [], [])]
 
 
-def _canonical(request: Any, scrubber: requests.Scrubber) -> RecordedRequest:
+def _canonical(request: Any, scrubber: http_calls.Scrubber) -> RecordedRequest:
     content_type = next((str(v) for k, v in request.headers.items() if k.lower() == "content-type"), None)
-    return requests.canonical_request(request.method, request.uri, request.body, content_type, scrubber)
+    return http_calls.canonical_request(request.method, request.uri, request.body, content_type, scrubber)
 
 
 def _priced(usage: RecordedUsage | None) -> RecordedUsage | None:
