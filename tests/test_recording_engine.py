@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from pytest_opik_eval.run.recording import Recorder, RecordingCounts, TrialKey, TrialScope
 from pytest_opik_eval.run.http_calls import usage_of
+from pytest_opik_eval.run.recording import Recorder, RecordingCounts, TrialKey, TrialScope
 from pytest_opik_eval.store.recordings import (
     Interaction,
     Journal,
