@@ -19,24 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from pytest_opik_eval.masking import env_secrets, is_credential, is_secret_param, mask
 from pytest_opik_eval.store.recordings import Interaction, RecordedRequest, RecordedResponse, RecordedUsage
 
 # Fields of a JSON request body (top level) that SDKs fill with per-call values: a request that
 # differs only there is the same request.
 VOLATILE_FIELDS = frozenset({"user", "safety_identifier", "prompt_cache_key", "metadata"})
-# Query parameters that carry credentials (Gemini's ``?key=``, signed URLs, OAuth codes).
-SECRET_PARAMS = frozenset(
-    {"key", "api_key", "apikey", "api-key", "access_token", "token", "sig", "signature", "code"}
-)
-# Fields of a JSON body (request or response, at any depth) whose values are credentials: some
-# APIs take the key in the body, an OAuth exchange answers with a token.
-SECRET_FIELDS = frozenset(
-    {"api_key", "apikey", "api-key", "access_token", "refresh_token", "id_token", "client_secret", "password"}
-)
-REDACTED = "REDACTED"
-# Environment variables whose values are secrets, wherever they appear (URL, bodies, headers).
-_SECRET_NAME = re.compile(r".*(_KEY|_TOKEN|_SECRET|_PASSWORD)$|.*API_KEY.*", re.IGNORECASE)
-_SECRET_MIN_CHARS = 8  # shorter values ("1", "true") would be replaced everywhere
+REDACTED = "REDACTED"  # the value of a credential query parameter or JSON field (see masking)
 # Response headers never stored: credentials and cookies; what replay makes untrue (the body is
 # stored decoded, whole); and what changes on every call (dates, request ids, timings, rate
 # limits), which no client needs again and which would make each re-recording a diff.
@@ -56,24 +45,15 @@ _DECODERS = {
 
 
 class Scrubber:
-    """Replaces the values of secret-looking environment variables by ``<NAME>``. The recorder
-    makes one per request, from the environment as it is then: tests set keys with
-    ``monkeypatch.setenv``."""
+    """Replaces the values of secret-looking environment variables by ``<NAME>`` (see
+    ``masking``). The recorder makes one per request, from the environment as it is then: tests
+    set keys with ``monkeypatch.setenv``."""
 
     def __init__(self) -> None:
-        found = {
-            value: f"<{name}>"
-            for name, value in sorted(os.environ.items())
-            if len(value) >= _SECRET_MIN_CHARS and _SECRET_NAME.fullmatch(name)
-        }
-        # The longest first: a key that contains another is replaced whole.
-        self._secrets = sorted(found.items(), key=lambda pair: -len(pair[0]))
+        self._secrets = env_secrets(os.environ)
 
     def text(self, text: str) -> str:
-        for value, placeholder in self._secrets:
-            if value in text:
-                text = text.replace(value, placeholder)
-        return text
+        return mask(text, self._secrets)
 
     def value(self, value: Any) -> Any:
         """A JSON value with every string (and key) scrubbed, and credential fields redacted."""
@@ -82,8 +62,11 @@ class Scrubber:
         if isinstance(value, list):
             return [self.value(v) for v in value]
         if isinstance(value, dict):
+            # A credential field's string is redacted; a dict under it ("credentials") is walked.
             return {
-                self.text(str(k)): REDACTED if str(k).lower() in SECRET_FIELDS and v else self.value(v)
+                self.text(str(k)): REDACTED
+                if v and isinstance(v, str) and is_credential(str(k))
+                else self.value(v)
                 for k, v in value.items()
             }
         return value
@@ -108,7 +91,7 @@ def canonical_url(url: str, scrubber: Scrubber) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]  # user:password@ never stored
     query = sorted(
-        (name, REDACTED if name.lower() in SECRET_PARAMS else value)
+        (name, REDACTED if is_secret_param(name) else value)
         for name, value in parse_qsl(parts.query, keep_blank_values=True)
     )
     return scrubber.text(urlunsplit((parts.scheme.lower(), netloc.lower(), parts.path, urlencode(query), "")))
