@@ -15,6 +15,7 @@ from pathlib import Path
 from pytest_opik_eval.collect.planning import settings_for_resume
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.formatting import duration
 from pytest_opik_eval.options import (
     BACKEND_ENV,
@@ -33,7 +34,6 @@ from pytest_opik_eval.options import (
     resume_command,
     seconds,
 )
-from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.spans import tree_lines
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions

@@ -494,6 +494,32 @@ def test_recording_again_gives_the_same_bytes(project: Project, llm: FakeLLM) ->
     assert first["test_app.py/test_answer.json"].endswith(b"}\n")
 
 
+def test_a_damaged_recording_file_is_set_aside_and_the_new_recordings_kept(
+    project: Project, llm: FakeLLM
+) -> None:
+    write_project(project)
+    project.run("--eval", "--eval-record=all").assert_outcomes(passed=3, failed=3)
+    path = recordings(project) / "test_app.py" / "test_answer.json"
+    damaged = "<<<<<<< HEAD\n" + path.read_text(encoding="utf-8")  # a merge conflict left in it
+    path.write_text(damaged, encoding="utf-8")
+
+    # Re-recording over it, as a user fixes it: the session ends as usual and says what it did.
+    llm.reset()
+    result = project.run("--eval", "--eval-record=all")
+    result.assert_outcomes(passed=3, failed=3)
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(
+        [f"*--eval-record: {path} is not a recording file this plugin reads*it is kept as {path}.damaged*"]
+    )
+    assert path.with_name("test_answer.json.damaged").read_text(encoding="utf-8") == damaged
+    assert len(json.loads(path.read_text(encoding="utf-8"))["interactions"]) == 6
+
+    llm.stop()
+    connections(project)  # the count starts again
+    project.run("--eval", "--eval-record=none").assert_outcomes(passed=3, failed=3)
+    assert connections(project) == 0
+
+
 def test_each_parametrization_of_a_test_keeps_its_own_recordings(project: Project, llm: FakeLLM) -> None:
     write_project(project)
     source = (project.path / "test_app.py").read_text()
@@ -632,13 +658,6 @@ def test_the_command_line_wins_over_the_environment_which_wins_over_the_ini_file
     result.assert_outcomes(passed=3, failed=3)  # replayed what the ini's mode recorded
     result = project.run("--eval", "--eval-record=off")
     assert "eval recordings" not in result.stdout.str()
-
-
-def test_collecting_records_nothing(project: Project, llm: FakeLLM) -> None:
-    write_project(project)
-    result = project.run("--eval", "--co", "--eval-record=new_episodes")
-    result.stdout.fnmatch_lines(["*6 tests collected*"])
-    assert not recordings(project).exists() and llm.requests == 0
 
 
 def test_without_vcrpy_a_recording_mode_is_a_usage_error_naming_the_extra(

@@ -28,7 +28,7 @@ class RescoreTarget:
     @property
     def never_completed(self) -> int:
         """The original's trials with no stored output to score: they never completed."""
-        return len(self.original.trials) - len(self.outputs)
+        return sum(not trial.completed for trial in self.original.trials.values())
 
     def to_json(self) -> dict[str, Any]:
         """JSON-safe, to hand to pytest-xdist workers."""

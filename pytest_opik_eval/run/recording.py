@@ -49,7 +49,7 @@ _current: ContextVar[TrialScope | None] = ContextVar("pytest_opik_eval_recording
 
 @dataclass(frozen=True)
 class TrialKey:
-    test: str  # the node id without its parametrization
+    test: str  # the node id of the test, with its own parametrize ids but not the trial's
     item_id: str
     trial: int
 
@@ -67,7 +67,6 @@ class RecordingCounts:
     replayed: int = 0
     recorded: int = 0
     missed: int = 0
-    passed_through: int = 0  # requests made outside any trial, left alone
     saved_input_tokens: int = 0
     saved_output_tokens: int = 0
     saved_cost: float | None = None  # USD, of the replayed calls the price table knows
@@ -77,7 +76,6 @@ class RecordingCounts:
         self.replayed += other.replayed
         self.recorded += other.recorded
         self.missed += other.missed
-        self.passed_through += other.passed_through
         self.saved_input_tokens += other.saved_input_tokens
         self.saved_output_tokens += other.saved_output_tokens
         if other.saved_cost is not None:
@@ -142,11 +140,10 @@ class Recorder:
                 )
             return self._recorded[test]
 
-    def tally(self, scope: TrialScope | None, added: RecordingCounts) -> None:
+    def tally(self, scope: TrialScope, added: RecordingCounts) -> None:
         """Add to this process's counts and the scope's (the caller holds ``lock``)."""
         self._totals.add(added)
-        if scope is not None:
-            scope.counts.add(added)
+        scope.counts.add(added)
 
 
 class TrialScope:
@@ -320,9 +317,7 @@ class _Cassette:
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
-        if scope is None:
-            with self.recorder.lock:
-                self.recorder.tally(None, RecordingCounts(passed_through=1))
+        if scope is None:  # outside any trial (a fixture, a metric, the Opik backend): left alone
             return
         scrubber = http_calls.Scrubber()
         scope.record(_canonical(request, scrubber), response, scrubber)

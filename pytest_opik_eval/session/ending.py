@@ -111,9 +111,14 @@ class Ending:
             self.recording_counts.append(counted)
         folder = self.state.recordings_folder()
         try:
-            fold(folder)
-        except OSError as error:  # a full disk, a read-only folder, a lock held too long
-            notice(self.config, f"--eval-record: could not save the recordings in {folder}: {error}")
+            for damaged in fold(folder):
+                notice(self.config, f"--eval-record: {damaged}")
+        except OSError as error:  # a full disk, a read-only folder: the journals wait for the next fold
+            notice(
+                self.config,
+                f"--eval-record: could not save the recordings in {folder}: {error}; what this session "
+                "recorded is kept in its journals, and the next session that records folds them in",
+            )
         total = RecordingCounts()
         for counts in self.recording_counts:
             total.add(counts)

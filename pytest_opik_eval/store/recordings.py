@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.ids import canonical_json
 
 RECORDINGS = "recordings"
@@ -123,8 +124,9 @@ def recordings_folder(store_folder: Path) -> Path:
 
 
 def test_file(folder: Path, test: str) -> Path:
-    """The file of ``test`` (a node id without its parametrization): one folder per part of the
-    node id, each part percent-escaped so that no id makes a path outside ``folder``."""
+    """The file of ``test`` (a node id with its own parametrize ids, not the trial's): one folder
+    per part of the node id, each part percent-escaped so that no id makes a path outside
+    ``folder``."""
     parts = [_escaped(part) for part in test.replace("::", "/").split("/") if part]
     return folder.joinpath(*parts[:-1], parts[-1] + ".json")
 
@@ -170,10 +172,7 @@ def _write(folder: Path, test: str, interactions: Iterable[Interaction]) -> None
         return
     content = RecordingFile(test=test, interactions=ordered).model_dump(mode="json", exclude_none=False)
     text = json.dumps(content, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+    write_atomically(path, text)
 
 
 class Journal:
@@ -219,13 +218,14 @@ class Journal:
                 self._file = self._held = None
 
 
-def fold(folder: Path) -> int:
-    """Fold every journal no live process holds into the per-test files, then delete it; the
-    number of journals folded. Journals apply oldest first, each line in order: a ``reset``
-    drops the trial's interactions so far, an ``add`` replaces one with the same key."""
+def fold(folder: Path) -> list[str]:
+    """Fold every journal no live process holds into the per-test files, then delete it; what
+    went wrong with a damaged file, set aside (see ``_loaded_or_set_aside``). Journals apply
+    oldest first, each line in order: a ``reset`` drops the trial's interactions so far, an
+    ``add`` replaces one with the same key."""
     journals = folder / _JOURNALS
     if not journals.is_dir():
-        return 0
+        return []
     from filelock import FileLock, Timeout
 
     with FileLock(f"{journals / '.fold'}.lock", thread_local=False):
@@ -238,15 +238,16 @@ def fold(folder: Path) -> int:
                 continue  # its process is alive and may still append
             taken.append((path, lock))
         tests: dict[str, dict[tuple[str, int, str, int], Interaction]] = {}
+        damaged: list[str] = []
         for path, _ in taken:
-            _apply(folder, _lines(path), tests)
+            _apply(folder, _lines(path), tests, damaged)
         for test, interactions in tests.items():
             _write(folder, test, interactions.values())
         for path, lock in taken:
             path.unlink(missing_ok=True)
             lock.release()
             Path(lock.lock_file).unlink(missing_ok=True)
-    return len(taken)
+    return damaged
 
 
 def _age(path: Path) -> tuple[float, str]:
@@ -270,16 +271,31 @@ def _apply(
     folder: Path,
     lines: Sequence[_Added | _Reset],
     tests: dict[str, dict[tuple[str, int, str, int], Interaction]],
+    damaged: list[str],
 ) -> None:
     for line in lines:
         if line.test not in tests:
-            tests[line.test] = {i.key: i for i in load(folder, line.test)}
+            tests[line.test] = {i.key: i for i in _loaded_or_set_aside(folder, line.test, damaged)}
         interactions = tests[line.test]
         if isinstance(line, _Reset):
             for key in [k for k in interactions if k[:2] == (line.item_id, line.trial)]:
                 del interactions[key]
         else:
             interactions[line.interaction.key] = line.interaction
+
+
+def _loaded_or_set_aside(folder: Path, test: str, damaged: list[str]) -> list[Interaction]:
+    """The test's recorded interactions; a file this plugin cannot read (a merge conflict left in
+    it) is renamed aside, kept for its owner to look at, and the test's recordings start again
+    from this session's: what the session recorded is never lost to a damaged file."""
+    try:
+        return load(folder, test)
+    except ValueError as error:
+        path = test_file(folder, test)
+        aside = path.with_name(f"{path.name}.damaged")
+        os.replace(path, aside)
+        damaged.append(f"{error}; it is kept as {aside}, and the test's new recordings are in {path}")
+        return []
 
 
 def merge(folder: Path, sources: Sequence[Path]) -> int:
