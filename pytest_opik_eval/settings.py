@@ -137,9 +137,10 @@ class EvalOptions:
 
 
 def judge_cache_enabled(setting: str, record_mode: str) -> bool:
-    """Whether the judge cache is on: ``on``, or ``auto`` in strict replay (record mode ``none``),
-    where a run is meant to repeat a recorded one and should pay for nothing again."""
-    return setting == "on" or (setting == "auto" and record_mode == "none")
+    """Whether the judge cache is on: ``on``, or ``auto`` with ``--eval-record`` (any mode but
+    ``off``): the recording modes fill it as they record the app's calls, and strict replay
+    (``none``) needs it, since judges run outside the recording and would reach the network."""
+    return setting == "on" or (setting == "auto" and record_mode != "off")
 
 
 def _judge_cache(config: pytest.Config) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import test_recording as recording
 from conftest import Project, items, offline_opik
 
 from pytest_opik_eval.metrics import BaseMetric, ScoreResult
@@ -96,14 +97,14 @@ def test_a_rerun_reuses_the_judges_scores_never_a_heuristics(project: Project) -
     first.assert_outcomes(passed=3)
     first.stdout.fnmatch_lines(["eval judge cache: 0 hits, 3 scored"])
     assert judge_calls(project) == 3
-    assert report["judge_cache"] == {"hits": 0, "scored": 3}
+    assert report["judge_cache"] == {"hits": 0, "scored": 3, "missed": 0, "strict": False}
 
     again, replayed = project.run_report("--eval", ON)
     again.assert_outcomes(passed=3)
     again.stdout.fnmatch_lines(["eval judge cache: 3 hits, 0 scored"])
     assert judge_calls(project) == 0
     assert scores(replayed) == scores(report)
-    assert replayed["judge_cache"] == {"hits": 3, "scored": 0}
+    assert replayed["judge_cache"] == {"hits": 3, "scored": 0, "missed": 0, "strict": False}
     assert judge_calls(project, "heuristic.log") == 6  # cheap and deterministic: run every time
 
     # One file per judge score (none for the heuristic), keyed by content, readable: the class, the model, the library.
@@ -209,7 +210,7 @@ def test_xdist_workers_write_the_cache_and_hit_it(project: Project) -> None:
     again.stdout.fnmatch_lines(["eval judge cache: 6 hits, 0 scored"])
     assert judge_calls(project) == 0
     assert scores(replayed) == scores(report)
-    assert replayed["judge_cache"] == {"hits": 6, "scored": 0}
+    assert replayed["judge_cache"] == {"hits": 6, "scored": 0, "missed": 0, "strict": False}
 
 
 # An Opik SDK LLM-judge metric, its model a local OpikBaseModel that logs each call: detected
@@ -276,11 +277,15 @@ def test_threads_share_the_cache(project: Project) -> None:
 @pytest.mark.parametrize(
     ("setting", "record_mode", "enabled"),
     [
+        # The recording modes fill it; strict replay reads it.
         ("auto", "none", True),
+        ("auto", "new_episodes", True),
+        ("auto", "once", True),
+        ("auto", "all", True),
         ("auto", "off", False),
-        ("auto", "new_episodes", False),
         ("on", "off", True),
         ("off", "none", False),
+        ("off", "new_episodes", False),
     ],
 )
 def test_when_the_judge_cache_is_on(setting: str, record_mode: str, enabled: bool) -> None:
@@ -325,3 +330,135 @@ def test_a_key_holds_no_address_and_no_secret(tmp_path: Path) -> None:
     assert (other.counts.hits, other.counts.scored) == (1, 1)
     stored = "".join(path.read_text() for path in tmp_path.rglob("*.json"))
     assert "0x" not in stored and "sk-one" not in stored
+
+
+# -- with --eval-record: the judges of a recorded suite replay offline too ---------------------
+
+# A judge of our own that asks the fake LLM server (tests/test_recording.py) over HTTP, as an
+# LLM judge would: outside the recording of the app's calls, which covers the task only.
+HTTP_JUDGE = """
+import os
+import httpx
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class AskJudge(BaseMetric):
+    judge = True
+
+    def __init__(self, prompt="Is this right? {output}"):
+        super().__init__(name="ask_judge", threshold=0.0)
+        self.prompt = prompt
+
+    def score(self, output, **ignored):
+        with httpx.Client(trust_env=False, timeout=10) as client:
+            response = client.post(
+                os.environ["FAKE_LLM_URL"] + "/v1/chat/completions",
+                headers={"Authorization": "Bearer " + os.environ["FAKE_LLM_API_KEY"]},
+                json={"model": "judge-1", "messages": [{"role": "user", "content": self.prompt.format(output=output)}]},
+            )
+        response.raise_for_status()
+        verdict = response.json()["choices"][0]["message"]["content"]
+        return ScoreResult(name=self.name, value=0.5, reason=verdict)
+"""
+
+# Trial 0 of each item passes (the server's first answer), trial 1 fails, as in test_recording.
+JUDGED_APP_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Contains
+from app import ask
+from http_judge import AskJudge
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl",
+    metrics=[Contains(), AskJudge({prompt})],
+    scoring_key_mapping={{"reference": "expected_output"}},
+    trial_count=2,
+)
+def test_answer(eval_item):
+    return ask(eval_item["input"]["question"])
+"""
+
+
+# The fake LLM server's fixture, under a name of this module's.
+fake_llm = recording.llm
+
+
+def judged_app(project: Project, prompt: str = "") -> None:
+    project.dataset(
+        {"id": q, "input": {"question": q}, "expected_output": "answer 1"} for q in ("capital", "colour")
+    )
+    project.write("app.py", recording.APP)
+    project.write("conftest.py", recording.CONFTEST)  # counts the process's connections to the server
+    project.write("http_judge.py", HTTP_JUDGE)
+    project.write("test_app.py", JUDGED_APP_TEST.format(prompt=prompt))
+
+
+def trial_results(report: dict[str, Any]) -> dict[tuple[str, int], tuple[Any, ...]]:
+    return {key: (trial["status"], trial["output"], *result) for key, trial, result in _trials(report)}
+
+
+def _trials(report: dict[str, Any]) -> list[tuple[tuple[str, int], dict[str, Any], tuple[Any, ...]]]:
+    judged = scores(report)
+    return [
+        ((t["dataset_item_id"], t["trial"]), t, judged[(t["dataset_item_id"], t["trial"])])
+        for e in report["experiments"]
+        for t in e["trials"]
+    ]
+
+
+def test_a_recorded_suite_replays_its_judges_offline_and_a_changed_judge_fails_strict_replay(
+    project: Project, fake_llm: recording.FakeLLM
+) -> None:
+    judged_app(project)
+    # Recording (the README's advice) fills the judge cache: auto is on with any --eval-record.
+    result, recorded = project.run_report("--eval", "--eval-record=new_episodes")
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["eval judge cache: 0 hits, 4 scored"])
+    assert fake_llm.requests == 8  # the app's 4 and the judge's 4
+    assert recording.connections(project) == 8
+
+    fake_llm.stop()
+    result, replayed = project.run_report("--eval", "--eval-record=none")
+    result.assert_outcomes(passed=2, failed=2)
+    assert trial_results(replayed) == trial_results(recorded)
+    assert recording.connections(project) == 0
+    result.stdout.fnmatch_lines(["eval judge cache: 4 hits, 0 scored, 0 missed (strict)"])
+    assert replayed["judge_cache"] == {"hits": 4, "scored": 0, "missed": 0, "strict": True}
+
+    # A new judge prompt has no cached score: strict replay fails its trials, never the network.
+    judged_app(project, prompt='"Is this correct? {output}"')
+    result, changed = project.run_report("--eval", "--eval-record=none")
+    result.assert_outcomes(failed=4)
+    assert recording.connections(project) == 0
+    result.stdout.fnmatch_lines(
+        [
+            "*item capital (trial 0): judge 'ask_judge' (http_judge.AskJudge) has no cached score, and "
+            "strict replay (--eval-record=none) keeps judges off the network.",
+            "  fix: record it with --eval-record=new_episodes (or --eval-judge-cache=on) while the judge's "
+            "model can be reached, or let judges run live in strict replay with --eval-judge-cache=off "
+            "(the trial stays pending)",
+        ]
+    )
+    assert "ConnectError" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["eval judge cache: 0 hits, 0 scored, 4 missed (strict)"])
+    assert changed["judge_cache"] == {"hits": 0, "scored": 0, "missed": 4, "strict": True}
+    assert {t["status"] for e in changed["experiments"] for t in e["trials"]} == {"pending"}
+
+    # The workers' misses reach the controller's summary and report.
+    result, distributed = project.run_report("--eval", "--eval-record=none", "-p", "xdist", "-n", "2")
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["eval judge cache: 0 hits, 0 scored, 4 missed (strict)"])
+    assert distributed["judge_cache"]["missed"] == 4
+
+
+def test_strict_replay_with_the_judge_cache_off_runs_the_judges_live(
+    project: Project, fake_llm: recording.FakeLLM
+) -> None:
+    judged_app(project)
+    project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=2, failed=2)
+    assert fake_llm.requests == 8
+    result = project.run("--eval", "--eval-record=none", "--eval-judge-cache=off")
+    result.assert_outcomes(passed=2, failed=2)
+    assert fake_llm.requests == 12  # the judge asked again; the app replayed
+    assert "eval judge cache" not in result.stdout.str()

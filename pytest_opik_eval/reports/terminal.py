@@ -169,9 +169,12 @@ def _fill(parts: list[str], indent: str) -> list[str]:
     return lines
 
 
-def judge_cache_line(hits: int, scored: int) -> str:
-    """``--eval-judge-cache``: the judges' scores this session reused, and those it paid for."""
-    return f"eval judge cache: {hits} hit{'' if hits == 1 else 's'}, {scored} scored"
+def judge_cache_line(hits: int, scored: int, missed: int = 0, *, strict: bool = False) -> str:
+    """``--eval-judge-cache``: the judges' scores this session reused, those it paid for, and, in
+    strict replay, those it missed (their trials failed): ``eval judge cache: 8 hits, 0 scored,
+    1 missed (strict)``."""
+    line = f"eval judge cache: {hits} hit{'' if hits == 1 else 's'}, {scored} scored"
+    return f"{line}, {missed} missed (strict)" if strict or missed else line
 
 
 def recording_line(recordings: RecordingReport) -> str:

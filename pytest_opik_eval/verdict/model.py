@@ -241,6 +241,8 @@ class JudgeCacheReport(_Report):
 
     hits: int
     scored: int  # by calling the judge (and then kept, unless the scoring failed)
+    missed: int = 0  # not in the cache in strict replay (--eval-record=none): the trial failed, pending
+    strict: bool = False  # strict replay: a judge whose score is not in the cache is not called
 
 
 class RecordingReport(_Report):
