@@ -435,9 +435,9 @@ def test_a_recorded_suite_replays_its_judges_offline_and_a_changed_judge_fails_s
         [
             "*item capital (trial 0): judge 'ask_judge' (http_judge.AskJudge) has no cached score, and "
             "strict replay (--eval-record=none) keeps judges off the network.",
-            "  fix: record it with --eval-record=new_episodes (or --eval-judge-cache=on) while the judge's "
-            "model can be reached, or let judges run live in strict replay with --eval-judge-cache=off "
-            "(the trial stays pending)",
+            "  fix: score it once while the judge's model can be reached, with --eval-record=new_episodes "
+            "(or --eval-judge-cache=on without --eval-record=none); or let judges run live in strict "
+            "replay with --eval-judge-cache=off (the trial stays pending)",
         ]
     )
     assert "ConnectError" not in result.stdout.str()

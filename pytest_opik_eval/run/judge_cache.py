@@ -199,9 +199,9 @@ def _miss_message(judge: _Judge, item_id: str, trial: int) -> str:
     return (
         f"item {escape_control(item_id)} (trial {trial}): judge {name} ({judge.about['class']}) has no "
         "cached score, and strict replay (--eval-record=none) keeps judges off the network.\n"
-        "  fix: record it with --eval-record=new_episodes (or --eval-judge-cache=on) while the judge's "
-        "model can be reached, or let judges run live in strict replay with --eval-judge-cache=off "
-        "(the trial stays pending)"
+        "  fix: score it once while the judge's model can be reached, with --eval-record=new_episodes "
+        "(or --eval-judge-cache=on without --eval-record=none); or let judges run live in strict "
+        "replay with --eval-judge-cache=off (the trial stays pending)"
     )
 
 
