@@ -29,6 +29,7 @@ _PROCESS_LIBRARIES = frozenset(
         "multiprocessing", "queue", "requests", "socket", "sqlite3", "ssl", "threading", "urllib3",
     }
 )  # fmt: skip
+_DATA_DEPTH = 12  # of a module constant: a prompt template, a few-shot list of dicts
 
 
 class Fingerprints:
@@ -63,9 +64,6 @@ class Fingerprints:
             if is_data(value := getattr(module, name, None)) and value is not None
         }
         return {"class": qualified(cls), "source": source, "globals": data}
-
-
-_DATA_DEPTH = 12  # of a module constant: a prompt template, a few-shot list of dicts
 
 
 class _Walk:
