@@ -24,8 +24,6 @@ with threaded trials, another thread's connection opened in that instant is not 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import socket
 import threading
 from collections import Counter
@@ -33,10 +31,11 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.run import http_calls
+from pytest_opik_eval.run.contexts import within
 from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 MISS_TYPE = "opik_eval_no_recording"
@@ -181,23 +180,8 @@ class TrialScope:
             _current.reset(token)
 
     def wrap(self, function: _Function) -> _Function:
-        """``function`` run inside :meth:`entered`; for a coroutine function, inside the
-        coroutine (pytest-asyncio runs it in a context copied before our hooks ran)."""
-        if inspect.iscoroutinefunction(function):
-
-            @functools.wraps(function)
-            async def in_scope_async(*args: Any, **kwargs: Any) -> Any:
-                with self.entered():
-                    return await function(*args, **kwargs)
-
-            return cast(_Function, in_scope_async)
-
-        @functools.wraps(function)
-        def in_scope(*args: Any, **kwargs: Any) -> Any:
-            with self.entered():
-                return function(*args, **kwargs)
-
-        return cast(_Function, in_scope)
+        """``function`` run inside :meth:`entered` (see ``contexts.within``)."""
+        return within(function, self.entered)
 
     # -- what the cassette asks ----------------------------------------------------------
 
