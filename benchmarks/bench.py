@@ -123,7 +123,11 @@ def test_app(eval_item):
 """
 
 LLM_LOCAL = """
+import os
+import httpx
 import pytest
+
+CLIENT = httpx.Client(base_url=os.environ["BENCH_LLM_URL"])  # made, as the app's, and never used
 
 @pytest.mark.eval(dataset="data.jsonl")
 def test_local(eval_item):
