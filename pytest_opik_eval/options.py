@@ -207,7 +207,8 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eval_judge_cache",
         choices=JUDGE_CACHE_SETTINGS,
         help="Keep the LLM judges' scores, keyed by the metric's class, code, configuration and inputs, the "
-        f"item and the trial, and reuse them: on, off, or auto, on in strict replay (--eval-record=none) "
+        "item and the trial, and reuse them: on, off, or auto, on with --eval-record (any mode but off; in "
+        "strict replay a judge score not in the cache fails its trial) "
         f"(env {JUDGE_CACHE_ENV}, ini eval_judge_cache; default: auto)",
     )
     group.addoption(

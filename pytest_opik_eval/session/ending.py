@@ -234,7 +234,7 @@ class Ending:
 
     def _judge_cache_report(self) -> JudgeCacheReport | None:
         cache = self.state.judge_cache
-        return None if cache is None else JudgeCacheReport(hits=cache.counts.hits, scored=cache.counts.scored)
+        return None if cache is None else JudgeCacheReport(**cache.counts.to_json(), strict=cache.strict)
 
     def _budget_reached(self) -> bool:
         budget = self.state.budget
@@ -263,7 +263,10 @@ class Ending:
 
     def _judge_cache_lines(self) -> list[str]:
         cache = self.state.judge_cache
-        return [] if cache is None else [judge_cache_line(cache.counts.hits, cache.counts.scored)]
+        if cache is None:
+            return []
+        counts = cache.counts
+        return [judge_cache_line(counts.hits, counts.scored, counts.missed, strict=cache.strict)]
 
     def _notice_unseen_spend(self) -> None:
         """A budget that counted nothing while trials ran cannot stop anything: say why."""

@@ -89,7 +89,10 @@ class SessionState:
         # --eval-judge-cache: each process, the controller too (it adds up its workers' counts).
         self.judge_cache: JudgeCache | None = None
         if judge_cache_enabled(options.judge_cache, options.record_mode):
-            self.judge_cache = JudgeCache(options.store_path.parent / JUDGE_CACHE)
+            # Strict in a strict replay: a judge score not cached fails its trial, no network. Not
+            # in a rescore, whose point is to call the judges on the stored outputs.
+            strict = options.record_mode == "none" and options.rescore is None
+            self.judge_cache = JudgeCache(options.store_path.parent / JUDGE_CACHE, strict=strict)
         self.recorder: Recorder | None = None  # --eval-record, where trials run: see start_recording
 
     def recordings_folder(self) -> Path:
