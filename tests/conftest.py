@@ -14,6 +14,7 @@ from typing import Any
 # would surface as a raw httpcore error. Importing it here, once, keeps it across runs.
 import httpcore  # noqa: F401
 import pytest
+from fake_llm import SECRET, FakeLLM
 from opik_server import OpikTestServer
 
 # The same hazard inside this package: session/running.py reads ``from pytest_opik_eval.run import
@@ -204,3 +205,15 @@ def any_backend(request: pytest.FixtureRequest, pytester: pytest.Pytester) -> Pr
     if request.param == "opik":
         request.getfixturevalue("opik")
     return Project(pytester)
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
+    """A fake OpenAI-style server (tests/fake_llm.py), its address and the app's key in the environment."""
+    server = FakeLLM()
+    monkeypatch.setenv("FAKE_LLM_URL", server.url)
+    monkeypatch.setenv("FAKE_LLM_PORT", str(server.port))
+    # As an app reads its key: from the environment.
+    monkeypatch.setenv("FAKE_LLM_API_KEY", SECRET)
+    yield server
+    server.stop()

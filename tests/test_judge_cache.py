@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_recording as recording
 from conftest import Project, items, offline_opik
+from fake_llm import APP, CONFTEST, FakeLLM, connections
 
 from pytest_opik_eval.metrics import BaseMetric, ScoreResult
 from pytest_opik_eval.run.judge_cache import JudgeCache
@@ -334,7 +334,7 @@ def test_a_key_holds_no_address_and_no_secret(tmp_path: Path) -> None:
 
 # -- with --eval-record: the judges of a recorded suite replay offline too ---------------------
 
-# A judge of our own that asks the fake LLM server (tests/test_recording.py) over HTTP, as an
+# A judge of our own that asks the fake LLM server (tests/fake_llm.py) over HTTP, as an
 # LLM judge would: outside the recording of the app's calls, which covers the task only.
 HTTP_JUDGE = """
 import os
@@ -380,16 +380,12 @@ def test_answer(eval_item):
 """
 
 
-# The fake LLM server's fixture, under a name of this module's.
-fake_llm = recording.llm
-
-
 def judged_app(project: Project, prompt: str = "") -> None:
     project.dataset(
         {"id": q, "input": {"question": q}, "expected_output": "answer 1"} for q in ("capital", "colour")
     )
-    project.write("app.py", recording.APP)
-    project.write("conftest.py", recording.CONFTEST)  # counts the process's connections to the server
+    project.write("app.py", APP)
+    project.write("conftest.py", CONFTEST)  # counts the process's connections to the server
     project.write("http_judge.py", HTTP_JUDGE)
     project.write("test_app.py", JUDGED_APP_TEST.format(prompt=prompt))
 
@@ -408,21 +404,21 @@ def _trials(report: dict[str, Any]) -> list[tuple[tuple[str, int], dict[str, Any
 
 
 def test_a_recorded_suite_replays_its_judges_offline_and_a_changed_judge_fails_strict_replay(
-    project: Project, fake_llm: recording.FakeLLM
+    project: Project, llm: FakeLLM
 ) -> None:
     judged_app(project)
     # Recording (the README's advice) fills the judge cache: auto is on with any --eval-record.
     result, recorded = project.run_report("--eval", "--eval-record=new_episodes")
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.fnmatch_lines(["eval judge cache: 0 hits, 4 scored"])
-    assert fake_llm.requests == 8  # the app's 4 and the judge's 4
-    assert recording.connections(project) == 8
+    assert llm.requests == 8  # the app's 4 and the judge's 4
+    assert connections(project) == 8
 
-    fake_llm.stop()
+    llm.stop()
     result, replayed = project.run_report("--eval", "--eval-record=none")
     result.assert_outcomes(passed=2, failed=2)
     assert trial_results(replayed) == trial_results(recorded)
-    assert recording.connections(project) == 0
+    assert connections(project) == 0
     result.stdout.fnmatch_lines(["eval judge cache: 4 hits, 0 scored, 0 missed (strict)"])
     assert replayed["judge_cache"] == {"hits": 4, "scored": 0, "missed": 0, "strict": True}
 
@@ -430,7 +426,7 @@ def test_a_recorded_suite_replays_its_judges_offline_and_a_changed_judge_fails_s
     judged_app(project, prompt='"Is this correct? {output}"')
     result, changed = project.run_report("--eval", "--eval-record=none")
     result.assert_outcomes(failed=4)
-    assert recording.connections(project) == 0
+    assert connections(project) == 0
     result.stdout.fnmatch_lines(
         [
             "*item capital (trial 0): judge 'ask_judge' (http_judge.AskJudge) has no cached score, and "
@@ -452,13 +448,11 @@ def test_a_recorded_suite_replays_its_judges_offline_and_a_changed_judge_fails_s
     assert distributed["judge_cache"]["missed"] == 4
 
 
-def test_strict_replay_with_the_judge_cache_off_runs_the_judges_live(
-    project: Project, fake_llm: recording.FakeLLM
-) -> None:
+def test_strict_replay_with_the_judge_cache_off_runs_the_judges_live(project: Project, llm: FakeLLM) -> None:
     judged_app(project)
     project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=2, failed=2)
-    assert fake_llm.requests == 8
+    assert llm.requests == 8
     result = project.run("--eval", "--eval-record=none", "--eval-judge-cache=off")
     result.assert_outcomes(passed=2, failed=2)
-    assert fake_llm.requests == 12  # the judge asked again; the app replayed
+    assert llm.requests == 12  # the judge asked again; the app replayed
     assert "eval judge cache" not in result.stdout.str()

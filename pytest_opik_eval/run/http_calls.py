@@ -46,8 +46,8 @@ _DECODERS = {
 
 class Scrubber:
     """Replaces the values of secret-looking environment variables by ``<NAME>`` (see
-    ``masking``). The recorder makes one per request, from the environment as it is then: tests
-    set keys with ``monkeypatch.setenv``."""
+    ``masking``): those of the environment as it is when the scrubber is made (the recorder makes
+    one when it starts)."""
 
     def __init__(self) -> None:
         self._secrets = env_secrets(os.environ)

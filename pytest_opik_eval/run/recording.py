@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.run import http_calls
@@ -287,24 +287,28 @@ class _Cassette:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
+        # The environment's secrets, read once (per request, reading them cost more than the rest).
+        self.scrubber = http_calls.Scrubber()
+        # vcrpy asks can_play_response_for, then play_response, about one request, in one thread
+        # with nothing in between: its canonical form is made once.
+        self._last = threading.local()
 
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
         if scope is None or not scope.replays:  # outside any trial, or a trial that only records
             return False
-        return scope.answers(_canonical(request, http_calls.Scrubber()))
+        return scope.answers(self._canonical(request))
 
     def play_response(self, request: Any) -> dict[str, Any]:
         scope = _current.get()
         assert scope is not None, "vcrpy plays a response only after can_play_response_for"
-        return scope.play(_canonical(request, http_calls.Scrubber()))
+        return scope.play(self._canonical(request))
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
         if scope is None:  # outside any trial (a fixture, a metric, the Opik backend): left alone
             return
-        scrubber = http_calls.Scrubber()
-        scope.record(_canonical(request, scrubber), response, scrubber)
+        scope.record(self._canonical(request), response, self.scrubber)
 
     def filter_request(self, request: Any) -> Any:
         return request
@@ -313,10 +317,16 @@ class _Cassette:
         # aiohttp's stub looks up a redirect's target with this; the target itself is the match.
         return [(request, [], [])]
 
-
-def _canonical(request: Any, scrubber: http_calls.Scrubber) -> RecordedRequest:
-    content_type = next((str(v) for k, v in request.headers.items() if k.lower() == "content-type"), None)
-    return http_calls.canonical_request(request.method, request.uri, request.body, content_type, scrubber)
+    def _canonical(self, request: Any) -> RecordedRequest:
+        last = getattr(self._last, "pair", None)
+        if last is not None and last[0] is request:
+            return cast(RecordedRequest, last[1])
+        content_type = next((str(v) for k, v in request.headers.items() if k.lower() == "content-type"), None)
+        canonical = http_calls.canonical_request(
+            request.method, request.uri, request.body, content_type, self.scrubber
+        )
+        self._last.pair = (request, canonical)
+        return canonical
 
 
 def _priced(usage: RecordedUsage | None) -> RecordedUsage | None:
