@@ -337,6 +337,42 @@ def test_recording_again_gives_the_same_bytes(project: Project, llm: FakeLLM) ->
     assert first["test_app.py/test_answer.json"].endswith(b"}\n")
 
 
+# The app's calls reported as spans, as an instrumented app's are (track_openai, OpenTelemetry).
+USAGE_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Contains
+from pytest_opik_eval.tracing import trace
+from app import ask
+
+@pytest.mark.eval(
+    dataset="data.jsonl",
+    metrics=[Contains()],
+    scoring_key_mapping={"reference": "expected_output"},
+    trial_count=2,
+)
+def test_answer(eval_item):
+    answer = ask(eval_item["input"]["question"])
+    trace.usage(model="gpt-4o-mini", input_tokens=10, output_tokens=5)  # the server's usage
+    return answer
+"""
+
+
+def test_a_budget_does_not_count_the_replayed_calls(project: Project, llm: FakeLLM) -> None:
+    write_project(project)
+    project.write("test_app.py", USAGE_TEST)
+    live = project.run("--eval", "--eval-record=new_episodes", "--eval-budget=40tokens")
+    # Live, the budget stops the run: 15 tokens a trial.
+    live.stdout.fnmatch_lines(["eval budget reached: spent 45 tokens of 40 tokens (3 trials not started)"])
+    project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=3, failed=3)
+
+    # Replayed, the same spans spend nothing: every trial runs under the same budget.
+    llm.stop()
+    result = project.run("--eval", "--eval-record=none", "--eval-budget=40tokens")
+    result.assert_outcomes(passed=3, failed=3)
+    assert "eval budget reached" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["eval recordings (--eval-record=none): 6 replayed, 0 recorded, 0 missed*"])
+
+
 def test_a_damaged_recording_file_is_set_aside_and_the_new_recordings_kept(
     project: Project, llm: FakeLLM
 ) -> None:

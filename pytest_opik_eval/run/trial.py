@@ -131,7 +131,7 @@ def run(
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
         if trace is not None:
-            _record_spans(item, store, attempt, trace, budget)
+            _record_spans(item, store, attempt, trace, budget, scope)
         if not completed_scoring:
             # This attempt never completes: its timings are written now, on their own.
             _record_timings(store, attempt, task_seconds, metric_seconds, completes=False)
@@ -293,14 +293,24 @@ def _score(
 
 
 def _record_spans(
-    item: pytest.Function, store: Store, attempt: str, trace: tracing.TrialTrace, budget: Budget | None
+    item: pytest.Function,
+    store: Store,
+    attempt: str,
+    trace: tracing.TrialTrace,
+    budget: Budget | None,
+    scope: TrialScope | None,
 ) -> None:
     """The attempt's spans, in the store (none when the app, the judges and the manual API made
-    none); their spend, in the budget."""
+    none); their spend, less what the replayed calls saved, in the budget."""
     spans = trace.close()
     if spans:
         if budget is not None:
-            budget.add(spans)
+            if scope is None:
+                budget.add(spans)
+            else:
+                saved = scope.counts
+                tokens = saved.saved_input_tokens + saved.saved_output_tokens
+                budget.add(spans, tokens, saved.saved_cost or 0.0)
             if budget.unpriced:
                 notice(item.config, UNPRICED_SPEND)
         record = span_recorder(store)

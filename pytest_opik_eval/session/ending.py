@@ -263,8 +263,8 @@ class Ending:
 
     def _judge_cache_lines(self) -> list[str]:
         cache = self.state.judge_cache
-        if cache is None:
-            return []
+        if cache is None or not (cache.counts.hits or cache.counts.scored or cache.counts.missed):
+            return []  # off, or no judge in this session: nothing to say
         counts = cache.counts
         return [judge_cache_line(counts.hits, counts.scored, counts.missed, strict=cache.strict)]
 
