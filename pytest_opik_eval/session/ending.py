@@ -123,14 +123,7 @@ class Ending:
         for counts in self.recording_counts:
             total.add(counts)
         self.recordings = RecordingReport(
-            mode=self.options.record_mode,
-            replayed=total.replayed,
-            recorded=total.recorded,
-            missed=total.missed,
-            missed_trials=self.missed_trials,
-            saved_input_tokens=total.saved_input_tokens,
-            saved_output_tokens=total.saved_output_tokens,
-            saved_cost=total.saved_cost,
+            mode=self.options.record_mode, missed_trials=self.missed_trials, **dataclasses.asdict(total)
         )
 
     def _run_experiments(self) -> list[ExperimentRecord]:
