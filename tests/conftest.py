@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.metadata
 import json
 import textwrap
 from collections.abc import Iterable, Iterator
@@ -16,6 +18,7 @@ import httpcore  # noqa: F401
 import pytest
 from fake_llm import SECRET, FakeLLM
 from opik_server import OpikTestServer
+from packaging.version import Version
 
 # The same hazard inside this package: session/running.py reads ``from pytest_opik_eval.run import
 # trial``, which takes the package's attribute, left pointing at the first run's module, while other
@@ -217,3 +220,25 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
     monkeypatch.setenv("FAKE_LLM_API_KEY", SECRET)
     yield server
     server.stop()
+
+
+# pytest-asyncio 0.24 set an event loop's scope apart from a fixture's, as loop_scope; before,
+# the marker named it scope, and an async fixture ran on the loop of its own scope. 0.23 is the
+# newest release for pytest before 8.2 (CI also runs the suite at the lowest pytest supported).
+LOOP_SCOPE_APART = Version(importlib.metadata.version("pytest-asyncio")) >= Version("0.24")
+
+
+@pytest.fixture
+def no_event_loop_left() -> Iterator[None]:
+    """pytest-asyncio before 0.24 ends a session with a fresh event loop set as the thread's
+    current one, for the process's exit to collect. Inner runs share this process: it is closed
+    here, as the next run that sets a loop would drop it unclosed (a ResourceWarning, an error)."""
+    yield
+    if LOOP_SCOPE_APART:
+        return
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:  # none is set
+        return
+    loop.close()
+    asyncio.set_event_loop(None)
