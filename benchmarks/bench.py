@@ -18,7 +18,15 @@ pair alike, and the median is not moved by the pairs it hit unevenly. The figure
 6. overhead per span recorded: N trials whose task makes S spans, through the manual API
    (``trace.span``) and through ``@opik.track``, against the same app making none (the same
    functions called, undecorated, outside any span): the difference of processor time per span
-   (target <= 50 us). For ``@opik.track`` that includes the SDK's own cost of making the span.
+   (target <= 50 us). For ``@opik.track`` that includes the SDK's own cost of making the span;
+7. replay: N trials whose task makes one call to a fake LLM server (answering after 20 ms),
+   replayed strictly (--eval-record=none) against the same app answered in the process by
+   httpx's MockTransport, and
+   recording (--eval-record=all) against the same live run unrecorded: the cost per call
+   (target <= 1 ms), from suites of N items and of 1, and the cost once per session; then the
+   strict replay against the live run it replaces;
+8. rescore: --eval-rescore of N trials whose task took 50 ms, against a fresh --eval run of an
+   instant task with the same metric (target <= 1.10): rescoring costs no task time.
 
 The runs write bytecode to a cache of their own (PYTHONPYCACHEPREFIX), as an installed package
 has it: without it (PYTHONDONTWRITEBYTECODE) every run would compile the plugin's modules anew.
@@ -27,6 +35,7 @@ has it: without it (PYTHONDONTWRITEBYTECODE) every run would compile the plugin'
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import resource
@@ -35,6 +44,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +107,43 @@ SPANS_KINDS = {
     ),
     "@opik.track": ("import opik", "@opik.track", "return i"),
 }
+
+# The app of figure 7: one call to the fake LLM server per trial ("app"), or the same call
+# answered in the process by httpx's MockTransport ("local"): what httpx itself costs a call is
+# on both sides, so their difference is the recorder's.
+LLM_APP = """
+import os
+import httpx
+import pytest
+
+CLIENT = httpx.Client(base_url=os.environ["BENCH_LLM_URL"])
+
+@pytest.mark.eval(dataset="data.jsonl")
+def test_app(eval_item):
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": eval_item["input"]["text"]}]}
+    return CLIENT.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+"""
+
+LLM_LOCAL = """
+import json
+import httpx
+import pytest
+
+def answer(request):
+    text = json.loads(request.content)["messages"][0]["content"]
+    choice = {"index": 0, "message": {"role": "assistant", "content": "answer to " + text}}
+    usage = {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16}
+    return httpx.Response(200, json={"model": "gpt-4o-mini", "choices": [choice], "usage": usage})
+
+CLIENT = httpx.Client(base_url="http://llm.invalid", transport=httpx.MockTransport(answer))
+
+@pytest.mark.eval(dataset="data.jsonl")
+def test_local(eval_item):
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": eval_item["input"]["text"]}]}
+    return CLIENT.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
+"""
+
+LLM_DELAY = 0.02
 
 SLOW_TRIALS, SLOW_SECONDS, THREADS = 400, 0.05, 20
 IDEAL = SLOW_TRIALS * SLOW_SECONDS / THREADS
@@ -308,13 +355,104 @@ def per_span(run: Runner, folder: Path, n: int, spans: int, count: int) -> None:
         )
 
 
+class _FakeLLM(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-style chat completion, after LLM_DELAY."""
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        time.sleep(LLM_DELAY)
+        text = request["messages"][0]["content"]
+        body = json.dumps(
+            {
+                "model": request["model"],
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer to {text}"}}],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def replay(run: Runner, folder: Path, n: int, count: int) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeLLM)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    run.env["BENCH_LLM_URL"] = f"http://127.0.0.1:{server.server_address[1]}"
+    live, local = ["--eval", "test_app.py"], ["--eval", "test_local.py"]
+    recording = ["--eval", "--eval-record=all", "test_app.py"]
+    strict = ["--eval", "--eval-record=none", "test_app.py"]
+    try:
+        # The same suites with N items and with one: their difference is what N - 1 calls cost,
+        # apart from what a session with recording on costs once (vcrpy and the libraries it
+        # patches imported, the files read and written).
+        suites = {size: folder / f"items{size}" for size in (n, 1)}
+        for size, suite in suites.items():
+            suite.mkdir()
+            write_items(suite / "data.jsonl", size)
+            (suite / "test_app.py").write_text(LLM_APP)
+            (suite / "test_local.py").write_text(LLM_LOCAL)
+            run.wall(suite, *recording)  # the recordings that the strict replays read
+        for name, ours, baseline in (
+            ("strict replay vs httpx's MockTransport", strict, local),
+            ("recording vs the same live run", recording, live),
+        ):
+            differences = {
+                size: statistics.median(a.wall - b.wall for a, b in run.pairs(suite, ours, baseline, count))
+                for size, suite in suites.items()
+            }
+            per_call = (differences[n] - differences[1]) / (n - 1) * 1000
+            print(
+                f"7. {name}: {per_call:.2f} ms per call (medians of {count} pairs with {n} calls and "
+                f"with 1), and {differences[1] * 1000:.0f} ms once per session "
+                f"(target <= 1 ms per call: {'met' if per_call <= 1 else 'NOT met'})",
+                flush=True,
+            )
+        report(
+            f"7. strict replay vs the live run ({n} calls of {LLM_DELAY * 1000:.0f} ms)",
+            run.pairs(suites[n], strict, live, count),
+            None,
+        )
+    finally:
+        server.shutdown()
+        del run.env["BENCH_LLM_URL"]
+
+
+def rescore(run: Runner, folder: Path, n: int, count: int) -> None:
+    from pytest_opik_eval.store.local import LocalStore
+
+    write_items(folder / "data.jsonl", n)
+    (folder / "test_slow.py").write_text(SLOW.replace("test_slow", "test_task"))
+    (folder / "test_instant.py").write_text(
+        SLOW.replace("time.sleep(0.05)", "pass").replace("test_slow", "test_task")
+    )
+    store = folder / "rescore.db"
+    run.wall(folder, "--eval", f"--eval-store={store}", "test_slow.py")
+    local = LocalStore(store)
+    original, _ = local.find("last")
+    local.close()
+    pairs = run.pairs(
+        folder,
+        [f"--eval-rescore={original.id}", f"--eval-store={store}", "test_slow.py"],
+        ["--eval", f"--eval-store={store}", "test_instant.py"],
+        count,
+    )
+    report(
+        f"8. rescore ({n} trials of {SLOW_SECONDS * 1000:.0f} ms, vs a run of an instant task)", pairs, 1.10
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes, few pairs: a smoke run")
     parser.add_argument(
         "--figure",
         action="append",
-        choices=["overhead", "latency", "resume", "inert", "spans"],
+        choices=["overhead", "latency", "resume", "inert", "spans", "replay", "rescore"],
         help="run only this figure (repeatable); latency includes -n 2",
     )
     parser.add_argument(
@@ -332,6 +470,8 @@ def main() -> None:
         "resume": lambda run, d: resume_at_scale(run, d, 2000 if quick else 100_000, 2 if quick else 7),
         "inert": lambda run, d: inert(run, d, 4 if quick else 31),
         "spans": lambda run, d: per_span(run, d, 200 if quick else 1000, 20, 2 if quick else 7),
+        "replay": lambda run, d: replay(run, d, 50 if quick else 300, 2 if quick else 7),
+        "rescore": lambda run, d: rescore(run, d, 50 if quick else 300, 2 if quick else 7),
     }
     with tempfile.TemporaryDirectory() as cache:
         run = Runner(Path(cache))

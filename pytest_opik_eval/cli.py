@@ -1,4 +1,5 @@
-"""The ``opik-eval`` command: list runs, show an experiment or run, export it as JSON."""
+"""The ``opik-eval`` command: list runs, show an experiment or run, export it as JSON, score its
+stored outputs again."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ from pathlib import Path
 from pytest_opik_eval.collect.planning import settings_for_resume
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.formatting import duration
 from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
     GATE_MODES,
+    METRIC_FORMS,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
@@ -26,15 +29,15 @@ from pytest_opik_eval.options import (
     cost_limit,
     latency_limit,
     metric_bound,
+    metric_spec,
     rate,
     resume_command,
     seconds,
 )
-from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.spans import tree_lines
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions
-from pytest_opik_eval.store import ExperimentRecord, Store, TrialRecord
+from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialRecord
 from pytest_opik_eval.store.base import find_trial
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
@@ -43,10 +46,16 @@ from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    # Only rescore takes arguments of its own beyond ours: those it hands to pytest.
+    args, pytest_args = parser.parse_known_args(argv)
+    if pytest_args and args.command != "rescore":
+        parser.error(f"unrecognized arguments: {' '.join(pytest_args)}")
     store_path = _store_path(args.store)
     if args.command == "sync":
         return _sync(store_path, args.timeout)
+    if args.command == "rescore":
+        return _rescore(store_path, args, pytest_args)
     try:
         store = _open(store_path, args.backend, create=args.command == "merge")
     except StoreError as error:
@@ -122,7 +131,27 @@ def _parser() -> argparse.ArgumentParser:
         default=300.0,
         help="give up after this long; what is left waits for the next sync (default: 300)",
     )
-    merge = commands.add_parser("merge", help="copy the runs of other stores (CI shards) into this one")
+    rescore = commands.add_parser(
+        "rescore",
+        help="score the stored outputs of an experiment or run again, without calling the task: "
+        "runs pytest --eval-rescore=ID on the run's tests; the other arguments go to pytest",
+        usage="opik-eval rescore [-h] [--metric SPEC]... ID [PYTEST ARGS...]",
+        # A pytest option must not pass for an abbreviation of ours.
+        allow_abbrev=False,
+    )
+    rescore.add_argument("id", help="an experiment id, a run id or name, or 'last'")
+    rescore.add_argument(
+        "--metric",
+        metavar="SPEC",
+        action="append",
+        type=metric_spec,
+        default=[],
+        help=f"score with this metric instead of the marker's (repeatable): {METRIC_FORMS}",
+    )
+    merge = commands.add_parser(
+        "merge",
+        help="copy the runs of other stores (CI shards), and the recordings beside them, into this one",
+    )
     merge.add_argument("sources", nargs="+", metavar="STORE", help="the store files to merge in")
     gate = commands.add_parser(
         "gate", help="gate an experiment or run (all its shards) as pytest would: exit 1 when it fails"
@@ -185,6 +214,51 @@ def _sync(store_path: Path, timeout: float) -> int:
         print(f"opik-eval: {escape_control(str(failure))}", file=sys.stderr)
     print(escape_control(left) if left else f"everything in {store_path} has reached the Opik server")
     return 1 if left else 0
+
+
+def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str]) -> int:
+    """pytest, in this process, rescoring ``args.id`` on the tests of its experiments; pytest says
+    what is wrong with an id it cannot find, as for ``--eval-rescore`` (exit code 4)."""
+    import pytest
+
+    target, tests = args.id, []
+    try:
+        store = _open(store_path, args.backend, create=False)
+    except StoreError:
+        pass  # pytest opens it again, and says why it cannot
+    else:
+        try:
+            run, experiments = store.find(args.id)
+        except (ExperimentNotFound, StoreError):
+            pass
+        else:
+            # "last" named now: a run that starts meanwhile is not the one rescored.
+            target = run.id if args.id == "last" else args.id
+            tests = _tests_of(run, experiments)
+        finally:
+            store.close()
+    command = [
+        f"--eval-rescore={target}",
+        f"--eval-store={store_path.resolve()}",
+        f"--eval-backend={args.backend}",
+        *(f"--eval-metric={spec}" for spec in args.metric),
+        *tests,
+        *pytest_args,
+    ]
+    return int(pytest.main(command))
+
+
+def _tests_of(run: RunRecord, experiments: Sequence[ExperimentRecord]) -> list[str]:
+    """The node ids of the experiments' test functions, to collect only them: relative to the
+    run's rootdir, from where they are given as is, and absolute from anywhere else. None for
+    an experiment started outside pytest: its test is found at collection, by its dataset."""
+    if any(not e.test for e in experiments):
+        return []
+    tests = list(dict.fromkeys(e.test for e in experiments))
+    root = Path(run.rootdir) if run.rootdir else None
+    if root is None or root.resolve() == Path.cwd().resolve():
+        return tests
+    return [str(root / test) for test in tests]
 
 
 def _store_path(given: str | None) -> Path:
@@ -349,7 +423,23 @@ def _merge(store: Store, args: argparse.Namespace) -> int:
     for source in args.sources:
         runs = store.merge_from(Path(source))
         print(f"merged {runs} run(s) from {source} into {store.location}")
+        _merge_recordings(store.path.parent, Path(source).parent)
     return 0
+
+
+def _merge_recordings(target_folder: Path, source_folder: Path) -> None:
+    """The recordings of the app's calls (--eval-record) beside a shard's store, added to those
+    beside this store: the shards of one run recorded its trials between them."""
+    from pytest_opik_eval.store.recordings import merge, recordings_folder
+
+    source, target = recordings_folder(source_folder), recordings_folder(target_folder)
+    if not source.is_dir() or source.resolve() == target.resolve():
+        return
+    try:
+        added = merge(target, [source])
+    except (OSError, ValueError) as error:  # a file that cannot be read, written or parsed
+        raise StoreError(f"could not merge the recordings of {source} into {target}: {error}") from None
+    print(f"merged {added} recorded call(s) from {source} into {target}")
 
 
 def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:

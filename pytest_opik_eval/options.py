@@ -18,6 +18,17 @@ BACKENDS = ("local", "opik")
 STORE_FOLDER = ".opik-eval"
 STORE_FILE = "store.db"
 GATE_MODES = ("normal", "strict")
+JUDGE_CACHE_ENV = "PYTEST_OPIK_EVAL_JUDGE_CACHE"
+JUDGE_CACHE_SETTINGS = ("auto", "on", "off")
+RECORD_ENV = "PYTEST_OPIK_EVAL_RECORD"
+# The record modes, named as vcrpy's (and pytest-recording's), which many pytest users know.
+RECORD_MODES = {
+    "off": "nothing recorded or replayed",
+    "once": "a trial with recordings replays them, one without records",
+    "new_episodes": "replay what is recorded, record the rest",
+    "none": "replay only, no network: a request without a recording fails its trial",
+    "all": "record every call again",
+}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -34,6 +45,23 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eval_resume",
         type=_resume_id,
         help="Rerun only the pending trials of an experiment or run (an id, or 'last'); implies --eval",
+    )
+    group.addoption(
+        "--eval-rescore",
+        metavar="ID",
+        dest="eval_rescore",
+        type=_resume_id,
+        help="Score the stored outputs of an experiment or run (an id, or 'last') again, without "
+        "calling the task, as a new run linked to it; implies --eval",
+    )
+    group.addoption(
+        "--eval-metric",
+        metavar="SPEC",
+        dest="eval_metric",
+        action="append",
+        type=metric_spec,
+        help="With --eval-rescore, score with this metric instead of the marker's (repeatable): "
+        f"{METRIC_FORMS}",
     )
     group.addoption(
         "--eval-store",
@@ -174,6 +202,24 @@ def add_options(parser: pytest.Parser) -> None:
         "AMOUNT tokens (200000tokens, 200k tokens); the rest stay pending for --eval-resume "
         "(ini eval_budget; with --eval-shard=K/N each shard gets AMOUNT/N)",
     )
+    group.addoption(
+        "--eval-judge-cache",
+        dest="eval_judge_cache",
+        choices=JUDGE_CACHE_SETTINGS,
+        help="Keep the LLM judges' scores, keyed by the metric's class, code, configuration and inputs, the "
+        "item and the trial, and reuse them: on, off, or auto, on with --eval-record (any mode but off; in "
+        "strict replay a judge score not in the cache fails its trial) "
+        f"(env {JUDGE_CACHE_ENV}, ini eval_judge_cache; default: auto)",
+    )
+    group.addoption(
+        "--eval-record",
+        metavar="MODE",
+        dest="eval_record",
+        type=record_mode,
+        help="Record the app's HTTP calls per trial, and replay them: "
+        + "; ".join(f"{mode}: {meaning}" for mode, meaning in RECORD_MODES.items())
+        + f" (env {RECORD_ENV}, ini eval_record; default: off)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
@@ -192,14 +238,37 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_gate_mode", "How the gates decide: normal or strict", type="string")
     parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
     parser.addini("eval_budget", "The spend (5, $5, 200k tokens) after which no trial starts", type="string")
+    parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
+    parser.addini(
+        "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"
+    )
 
 
-def resume_command(target: str, *, store: Path | None = None, paths: Sequence[str] = ()) -> str:
-    """The pytest command that runs the pending trials of ``target`` (an experiment or run id):
-    with ``--eval-store`` when the store is not the one pytest finds by itself, and with the test
-    paths given."""
+def resume_command(
+    target: str, *, store: Path | None = None, paths: Sequence[str] = (), option: str = "--eval-resume"
+) -> str:
+    """The pytest command that runs the pending trials of ``target`` (an experiment or run id),
+    or with ``option="--eval-rescore"`` rescores it: with ``--eval-store`` when the store is not
+    the one pytest finds by itself, and with the test paths given."""
     store_option = [] if store is None else [f"--eval-store={store}"]
-    return shlex.join(["pytest", f"--eval-resume={target}", *store_option, *paths])
+    return shlex.join(["pytest", f"{option}={target}", *store_option, *paths])
+
+
+METRICS_MODULE = "pytest_opik_eval.metrics"  # a bare metric name is one of these
+METRIC_FORMS = (
+    "package.module:NAME, where NAME is a metric instance, or a class or factory called without "
+    f"arguments; or the name of a metric of {METRICS_MODULE}, such as Equals"
+)
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def metric_spec(value: str) -> str:
+    """``--eval-metric``: the form only; the metric is imported when the session starts."""
+    text = value.strip()
+    module, sep, name = text.rpartition(":")
+    if not _DOTTED.fullmatch(name) or (sep and not _DOTTED.fullmatch(module)) or (not sep and "." in name):
+        raise argparse.ArgumentTypeError(f"expected {METRIC_FORMS}; got {value!r}")
+    return text
 
 
 def seconds(value: str) -> float:
@@ -336,6 +405,13 @@ def budget(value: str) -> tuple[float, Literal["usd", "tokens"]]:
             f"the budget must be more than 0, such as 5 or 200k tokens; got {value!r}"
         )
     return amount, unit
+
+
+def record_mode(value: str) -> str:
+    mode = value.strip().lower()
+    if mode not in RECORD_MODES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(RECORD_MODES)}; got {value!r}")
+    return mode
 
 
 def threads_count(value: str) -> int:

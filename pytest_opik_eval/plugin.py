@@ -54,8 +54,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _evaluates(config: pytest.Config) -> bool:
-    """Whether this session runs evaluations (--eval or --eval-resume)."""
-    return bool(config.getoption("eval")) or config.getoption("eval_resume") is not None
+    """Whether this session runs evaluations (--eval, --eval-resume or --eval-rescore)."""
+    return (
+        bool(config.getoption("eval"))
+        or config.getoption("eval_resume") is not None
+        or config.getoption("eval_rescore") is not None
+    )
 
 
 @pytest.fixture

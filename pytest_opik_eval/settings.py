@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
     GATE_MODES,
+    JUDGE_CACHE_ENV,
+    JUDGE_CACHE_SETTINGS,
+    RECORD_ENV,
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
@@ -24,6 +28,7 @@ from pytest_opik_eval.options import (
     latency_limit,
     metric_bound,
     rate,
+    record_mode,
     resume_command,
     seconds,
     threads_count,
@@ -51,6 +56,8 @@ class EvalOptions:
     """The options of one session, resolved to absolute paths, with where each came from."""
 
     resume: str | None
+    rescore: str | None  # --eval-rescore: the experiment or run whose stored outputs are scored again
+    metric_specs: tuple[str, ...]  # --eval-metric: with a rescore, the metrics instead of the marker's
     backend: str  # "local" or "opik"
     store_path: Path  # the store, or with the opik backend the local spool
     store_source: str  # "--eval-store", "env PYTEST_OPIK_EVAL_STORE", "ini eval_store" or "default"
@@ -66,15 +73,24 @@ class EvalOptions:
     sync_timeout: float  # with the opik backend: the budget for sending what is left at the end
     sync_command: str  # the command that sends what the end of the session could not
     budget: BudgetSetting | None  # --eval-budget, else ini eval_budget (a resume may use the run's)
+    judge_cache: str  # "auto", "on" or "off": see judge_cache_enabled
+    record_mode: str  # --eval-record: one of options.RECORD_MODES ("off" by default)
+    record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
         resume: str | None = config.getoption("eval_resume")
+        rescore: str | None = config.getoption("eval_rescore")
+        metric_specs = tuple(config.getoption("eval_metric") or ())
+        _check_rescore(resume, rescore, metric_specs)
         store_path, store_source = _store(config)
         backend = _backend(config)
         report_path = _path_option(config, "eval_report")
+        record, record_source = _record(config)
         return cls(
             resume=resume,
+            rescore=rescore,
+            metric_specs=metric_specs,
             backend=backend,
             store_path=store_path,
             store_source=store_source,
@@ -100,6 +116,9 @@ class EvalOptions:
             sync_timeout=_sync_timeout(config),
             sync_command=_sync_command(config, store_path, store_source),
             budget=_budget(config),
+            judge_cache=_judge_cache(config),
+            record_mode=record,
+            record_source=record_source,
         )
 
     def resume_command(self, target: str) -> str:
@@ -115,6 +134,42 @@ class EvalOptions:
         if self.shard is None:
             return command
         return f"{command} --eval-shard={self.shard[0]}/{self.shard[1]}"
+
+
+def judge_cache_enabled(setting: str, record_mode: str) -> bool:
+    """Whether the judge cache is on: ``on``, or ``auto`` with ``--eval-record`` (any mode but
+    ``off``): the recording modes fill it as they record the app's calls, and strict replay
+    (``none``) needs it, since judges run outside the recording and would reach the network."""
+    return setting == "on" or (setting == "auto" and record_mode != "off")
+
+
+def _judge_cache(config: pytest.Config) -> str:
+    value = (
+        config.getoption("eval_judge_cache")
+        or os.environ.get(JUDGE_CACHE_ENV)
+        or str(config.getini("eval_judge_cache") or "")
+    )
+    value = value.strip().lower() or "auto"
+    if value not in JUDGE_CACHE_SETTINGS:
+        raise pytest.UsageError(
+            f"eval judge cache {value!r} (from env {JUDGE_CACHE_ENV} or ini eval_judge_cache) is not one of: "
+            + ", ".join(JUDGE_CACHE_SETTINGS)
+        )
+    return value
+
+
+def _check_rescore(resume: str | None, rescore: str | None, metric_specs: tuple[str, ...]) -> None:
+    if resume is not None and rescore is not None:
+        raise pytest.UsageError(
+            f"--eval-resume={resume} and --eval-rescore={rescore} cannot be combined: resume runs the "
+            "task for the pending trials, rescore scores the completed ones again without it; "
+            "resume first, then rescore"
+        )
+    if metric_specs and rescore is None:
+        raise pytest.UsageError(
+            f"--eval-metric={metric_specs[0]} replaces the marker's metrics in a rescore: give "
+            "--eval-rescore=ID with it (a new run scores with the metrics of its marker)"
+        )
 
 
 def _threads_option(config: pytest.Config) -> int:
@@ -214,6 +269,34 @@ def _backend(config: pytest.Config) -> str:
             + ", ".join(BACKENDS)
         )
     return value
+
+
+def _record(config: pytest.Config) -> tuple[str, str]:
+    """--eval-record's mode, and where it came from; a mode that records needs vcrpy (the
+    record extra), said before anything runs."""
+    mode, source = _record_setting(config)
+    if mode != "off" and importlib.util.find_spec("vcr") is None:
+        raise pytest.UsageError(
+            f"--eval-record={mode} (from {source}) records the app's calls with vcrpy, which is not "
+            "installed: pip install 'pytest-opik-eval[record]'"
+        )
+    return mode, source
+
+
+def _record_setting(config: pytest.Config) -> tuple[str, str]:
+    cli: str | None = config.getoption("eval_record")
+    if cli:
+        return cli, "--eval-record"
+    env = os.environ.get(RECORD_ENV, "").strip()
+    if env:
+        try:
+            return record_mode(env), f"env {RECORD_ENV}"
+        except argparse.ArgumentTypeError as error:
+            raise pytest.UsageError(f"env {RECORD_ENV}: {error}") from None
+    ini = _ini_value(config, "eval_record", record_mode)
+    if ini:
+        return ini, "ini eval_record"
+    return "off", "default"
 
 
 def _store(config: pytest.Config) -> tuple[Path, str]:

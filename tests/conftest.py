@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.metadata
 import json
 import textwrap
 from collections.abc import Iterable, Iterator
@@ -14,12 +16,15 @@ from typing import Any
 # would surface as a raw httpcore error. Importing it here, once, keeps it across runs.
 import httpcore  # noqa: F401
 import pytest
+from fake_llm import SECRET, FakeLLM
 from opik_server import OpikTestServer
+from packaging.version import Version
 
 # The same hazard inside this package: session/running.py reads ``from pytest_opik_eval.run import
 # trial``, which takes the package's attribute, left pointing at the first run's module, while other
 # modules import the next run's fresh copy (so trial.py's notices went to a stash key the session
 # never read). Imported here once, each module is one object in every run.
+import pytest_opik_eval.run.recording  # noqa: F401  (--eval-record: its models, one class in every run)
 import pytest_opik_eval.run.trial  # noqa: F401
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.records import TrialRecord
@@ -203,3 +208,37 @@ def any_backend(request: pytest.FixtureRequest, pytester: pytest.Pytester) -> Pr
     if request.param == "opik":
         request.getfixturevalue("opik")
     return Project(pytester)
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
+    """A fake OpenAI-style server (tests/fake_llm.py), its address and the app's key in the environment."""
+    server = FakeLLM()
+    monkeypatch.setenv("FAKE_LLM_URL", server.url)
+    monkeypatch.setenv("FAKE_LLM_PORT", str(server.port))
+    # As an app reads its key: from the environment.
+    monkeypatch.setenv("FAKE_LLM_API_KEY", SECRET)
+    yield server
+    server.stop()
+
+
+# pytest-asyncio 0.24 set an event loop's scope apart from a fixture's, as loop_scope; before,
+# the marker named it scope, and an async fixture ran on the loop of its own scope. 0.23 is the
+# newest release for pytest before 8.2 (CI also runs the suite at the lowest pytest supported).
+LOOP_SCOPE_APART = Version(importlib.metadata.version("pytest-asyncio")) >= Version("0.24")
+
+
+@pytest.fixture
+def no_event_loop_left() -> Iterator[None]:
+    """pytest-asyncio before 0.24 ends a session with a fresh event loop set as the thread's
+    current one, for the process's exit to collect. Inner runs share this process: it is closed
+    here, as the next run that sets a loop would drop it unclosed (a ResourceWarning, an error)."""
+    yield
+    if LOOP_SCOPE_APART:
+        return
+    try:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+    except RuntimeError:  # none is set
+        return
+    loop.close()
+    asyncio.set_event_loop(None)

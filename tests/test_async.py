@@ -7,38 +7,15 @@ fixtures; with threads, each trial runs on an event loop of its own.
 
 from __future__ import annotations
 
-import asyncio
-import importlib.metadata
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Project, items
-from packaging.version import Version
+from conftest import LOOP_SCOPE_APART, Project, items
 
 LABELS = [f"item-{i}" for i in range(4)]
 
-# pytest-asyncio 0.24 set an event loop's scope apart from a fixture's, as loop_scope; before,
-# the marker named it scope, and an async fixture ran on the loop of its own scope. 0.23 is the
-# newest release for pytest before 8.2 (CI also runs the suite at the lowest pytest supported).
-LOOP_SCOPE_APART = Version(importlib.metadata.version("pytest-asyncio")) >= Version("0.24")
-
-
-@pytest.fixture(autouse=True)
-def no_event_loop_left() -> Iterator[None]:
-    """pytest-asyncio before 0.24 ends a session with a fresh event loop set as the thread's
-    current one, for the process's exit to collect. Inner runs share this process: it is closed
-    here, as the next run that sets a loop would drop it unclosed (a ResourceWarning, an error)."""
-    yield
-    if LOOP_SCOPE_APART:
-        return
-    try:
-        loop = asyncio.get_event_loop_policy().get_event_loop()
-    except RuntimeError:  # none is set
-        return
-    loop.close()
-    asyncio.set_event_loop(None)
+pytestmark = pytest.mark.usefixtures("no_event_loop_left")
 
 
 ASYNCIO_INI = """

@@ -56,6 +56,8 @@ class TestPlan:
     threads: int  # trials of this test that may run at the same time
     # When resuming: the stored experiments of this test, by their parametrize id.
     resumed: dict[str, ExperimentRecord] = field(default_factory=dict)
+    # When rescoring: the id of the stored experiment each new one scores again, by parametrize id.
+    rescore_of: dict[str, str] = field(default_factory=dict)
     # The test as messages name it: its node id, and its file and line ("t.py::test_qa (t.py:12)").
     where: str = ""
     # Dataset items set aside (nested too deep to process): each is a failing test case.
@@ -117,6 +119,9 @@ class Trial:
     reached_happy_path: bool = False
     soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
     completed_attempt: str | None = None  # the attempt this session completed, if any
+    # A rescore's: the output the original trial's completed attempt stored, scored in place of
+    # the task's (the task is not called).
+    stored_output: dict[str, Any] | None = None
 
 
 # Each trial test case carries its Trial in its stash.
@@ -200,6 +205,37 @@ def plan_resumed(
     )
 
 
+def plan_rescored(
+    definition: pytest.Item,
+    spec: EvalSpec,
+    experiments: list[ExperimentRecord],
+    options: EvalOptions,
+    where: str,
+) -> TestPlan:
+    """Score the stored experiments' outputs again: their items as stored, and everything else
+    as a new experiment of the test would have it (the marker's metrics and thresholds, and the
+    gates of the marker, the command line and the ini file, but those on the app's latency and
+    cost), so that the rescore gives what a rerun scored the same way would."""
+    stored = experiments[0]
+    scorer = Scorer(spec)
+    gates = settings_for_new(spec, scorer, options.ini_gates, options.cli_gates)
+    return TestPlan(
+        test=definition.nodeid,
+        name=definition.name,
+        spec=spec,
+        scorer=scorer,
+        dataset=stored.dataset,
+        selection=stored.selection,
+        items=stored.items,
+        # The app does not run: its latency and its cost per item are not measured, and their
+        # gates (the original run's to meet) would fail as such. The run's spend, the judges', counts.
+        gates=gates.model_copy(update={"max_latency": None, "max_cost_per_item": None}),
+        threads=spec.task_threads or options.threads,
+        rescore_of={e.params: e.id for e in experiments},
+        where=where,
+    )
+
+
 def file_hash(path: Path) -> str:
     """The SHA-256 of a file's bytes: resume checks cheaply whether a dataset file was edited."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -268,6 +304,7 @@ def plan_run(
                 selection=plan.selection,
                 items=plan.items,
                 gates=plan.gates,
+                rescore_of=plan.rescore_of.get(trial.params),
             )
         trial.experiment_id = experiment.id
         trial.trial_id = uuid7_for(experiment.id, trial.case.case_id)

@@ -3,6 +3,7 @@ whether the test's marker still selects what the experiment stored."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_opik_eval.collect.marker import EvalSpec
-from pytest_opik_eval.collect.planning import TRIAL_KEY, file_hash
+from pytest_opik_eval.collect.planning import TRIAL_KEY, Trial, file_hash
 from pytest_opik_eval.collect.selection import describe_selection
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialState
@@ -28,6 +29,7 @@ class ResumeTarget:
     # Experiments that opik.evaluate() started have no test yet: the eval tests whose marker
     # names their dataset, by experiment id.
     candidates: dict[str, list[str]] = field(default_factory=dict)
+    option: str = "--eval-resume"  # the option that named it, for messages (or --eval-rescore)
 
     @property
     def resolved(self) -> str:
@@ -44,13 +46,14 @@ class ResumeTarget:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ResumeTarget:
+    def from_json(cls, data: dict[str, Any], option: str = "--eval-resume") -> ResumeTarget:
         trials = [TrialState(**t) for t in data["trials"]]
         return cls(
             requested=data["requested"],
             run=RunRecord.model_validate(data["run"]),
             experiments=[ExperimentRecord.model_validate(e) for e in data["experiments"]],
             trials={(t.experiment_id, t.dataset_item_id, t.trial): t for t in trials},
+            option=option,
         )
 
     def experiments_of(self, test: str, dataset: object) -> list[ExperimentRecord]:
@@ -68,10 +71,11 @@ class ResumeTarget:
             if experiment.test or not tests:
                 continue
             if len(tests) > 1:
+                command = resume_command(self.requested, paths=tests[:1], option=self.option)
                 raise pytest.UsageError(
-                    f"--eval-resume={self.requested}: experiment {experiment.id} on dataset "
+                    f"{self.option}={self.requested}: experiment {experiment.id} on dataset "
                     f"{experiment.dataset.source} matches several eval tests: {', '.join(tests)}; name the "
-                    f"one to run on the command line: {resume_command(self.requested, paths=tests[:1])}"
+                    f"one to run on the command line: {command}"
                 )
             self.experiments[position] = experiment.model_copy(update={"test": tests[0]})
 
@@ -82,6 +86,21 @@ class ResumeTarget:
         """Split the collected items into the pending trials of the resumed experiments, which
         run, and everything else, deselected as --lf deselects what passed. Each kept trial is
         bound to its stored trial. Raises a usage error when an experiment's test is missing."""
+
+        def pending(trial: Trial, experiment: ExperimentRecord, record: TrialState) -> bool:
+            if record.completed:
+                return False
+            trial.experiment_id, trial.trial_id = experiment.id, record.id
+            return True
+
+        return self.select(items, pending)
+
+    def select(
+        self, items: list[pytest.Item], wanted: Callable[[Trial, ExperimentRecord, TrialState], bool]
+    ) -> tuple[list[pytest.Item], list[pytest.Item]]:
+        """Split the collected items into the trials of the target's experiments that ``wanted``
+        keeps, and everything else, to deselect. Raises a usage error when an experiment's test
+        is missing."""
         self._bind()
         by_test = {(e.test, e.params): e for e in self.experiments}
         found: set[str] = set()
@@ -95,30 +114,29 @@ class ResumeTarget:
                 continue
             found.add(experiment.id)
             record = self.trials.get((experiment.id, trial.case.item_id, trial.case.trial))
-            if record is None or record.completed:
+            if record is None or not wanted(trial, experiment, record):
                 deselected.append(item)
                 continue
-            trial.experiment_id, trial.trial_id = experiment.id, record.id
             keep.append(item)
         missing = [e for e in self.experiments if e.id not in found]
         unbound = [e for e in missing if not e.test]
         if unbound:
             raise pytest.UsageError(
-                f"--eval-resume={self.requested}: experiment {unbound[0].id} was started outside pytest on "
+                f"{self.option}={self.requested}: experiment {unbound[0].id} was started outside pytest on "
                 f"dataset {unbound[0].dataset.source}, and no collected eval test's marker names that "
                 f'dataset: mark the test with @pytest.mark.eval(dataset="{unbound[0].dataset.source}", ...)'
             )
         if missing:
             names = ", ".join(e.test + (f"[{e.params}]" if e.params else "") for e in missing)
             raise pytest.UsageError(
-                f"--eval-resume={self.requested}: the test of experiment {missing[0].id} was not "
+                f"{self.option}={self.requested}: the test of experiment {missing[0].id} was not "
                 f"collected: looked for {names}. Run pytest from the same folder with the same test "
                 "paths as the original run (and restore the test if it was renamed or moved)."
             )
         return keep, deselected
 
 
-def load_target(store: Store, requested: str) -> ResumeTarget:
+def load_target(store: Store, requested: str, option: str = "--eval-resume") -> ResumeTarget:
     """Read the experiments fresh from the store; raises ExperimentNotFound."""
     run, experiments = store.find(requested)
     trials = {
@@ -126,7 +144,7 @@ def load_target(store: Store, requested: str) -> ResumeTarget:
         for experiment in experiments
         for t in store.trial_states(experiment.id)
     }
-    return ResumeTarget(requested, run, experiments, trials)
+    return ResumeTarget(requested, run, experiments, trials, option=option)
 
 
 def changes_since(experiment: ExperimentRecord, spec: EvalSpec) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclasses.dataclass
@@ -45,6 +45,12 @@ class BaseMetric(abc.ABC):
     ones you need as parameters and accept the rest with ``**ignored_kwargs``;
     parameters without a default are required, and an item lacking one is an error.
 
+    Class attributes:
+        judge: True for a metric that asks an LLM (a judge): its scores are then kept in the judge
+            cache (``--eval-judge-cache``), keyed by the metric's class, source and whole
+            configuration, its inputs, the item and the trial. False (the default) for a cheap,
+            deterministic metric, which is never cached.
+
     Args:
         name: The name scores are reported under. Defaults to the class name.
         threshold: The minimum score value a trial must reach for the test to pass.
@@ -69,6 +75,8 @@ class BaseMetric(abc.ABC):
                     reason=None if ok else f"output does not start with {reference!r}",
                 )
     """
+
+    judge: ClassVar[bool] = False
 
     def __init__(self, name: str | None = None, *, threshold: float | None = None) -> None:
         # A NaN threshold would fail every trial and an infinite one is meaningless;

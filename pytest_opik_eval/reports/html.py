@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.escaping import shorten
+from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
     bounds,
@@ -37,7 +38,6 @@ from pytest_opik_eval.formatting import (
     signed,
 )
 from pytest_opik_eval.options import resume_command
-from pytest_opik_eval.reports.files import write_atomically
 from pytest_opik_eval.reports.spans import span_seconds, walk
 from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import (

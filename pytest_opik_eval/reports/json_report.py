@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_opik_eval.reports.files import write_atomically
+from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.verdict.model import Report
 
 

@@ -21,12 +21,14 @@ from pytest_opik_eval.formatting import (
     score,
     signed,
 )
+from pytest_opik_eval.reports.terminal import recording_line
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
     ExperimentReport,
     FigureChange,
     GateVerdict,
+    RecordingReport,
     Report,
 )
 
@@ -42,7 +44,8 @@ def step_summary(report: Report, resume_command: Callable[[str], str]) -> str:
     experiment's pending trials."""
     blocks = ["\n".join(_experiment(e, resume_command)) for e in report.experiments]
     budget = _budget_lines(report.budget)
-    return "\n\n".join([*budget, *(blocks or ["No experiment was evaluated."])]) + "\n"
+    recordings = _recording_lines(report.recordings)
+    return "\n\n".join([*budget, *recordings, *(blocks or ["No experiment was evaluated."])]) + "\n"
 
 
 def _budget_lines(budget: BudgetReport | None) -> list[str]:
@@ -59,6 +62,14 @@ def _budget_lines(budget: BudgetReport | None) -> list[str]:
     if budget.resume_command:
         line += f"\n\nResume them with a fresh budget: {_code(budget.resume_command)}"
     return [line]
+
+
+def _recording_lines(recordings: RecordingReport | None) -> list[str]:
+    """The app's recorded calls: a miss failed its trial, a strict replay proves no call was paid."""
+    if recordings is None:
+        return []
+    line = recording_line(recordings)
+    return [("📼 **" + line + "**") if recordings.missed else f"📼 {line}"]
 
 
 def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> list[str]:

@@ -27,6 +27,7 @@ from pytest_opik_eval.verdict.model import (
     ExperimentSummary,
     FigureChange,
     GateVerdict,
+    RecordingReport,
     UsageTotals,
 )
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -58,6 +59,9 @@ def experiment_lines(
         f"  experiment {experiment.id}  run {experiment.run_id}",
         f"  trials: {s.trials} planned, {s.completed} completed ({verdicts}), {s.pending} pending",
     ]
+    rescore_of = experiment.experiment.rescore_of
+    if rescore_of is not None:
+        lines.insert(2, f"  rescore of experiment {rescore_of}: its stored outputs scored again")
     if resumed:
         earlier = sum(
             1 for t in experiment.trials if t.status == "completed" and not experiment.ran_this_session(t)
@@ -163,6 +167,33 @@ def _fill(parts: list[str], indent: str) -> list[str]:
     if line and line.strip() != "judges:":
         lines.append(line)
     return lines
+
+
+def judge_cache_line(hits: int, scored: int, missed: int = 0, *, strict: bool = False) -> str:
+    """``--eval-judge-cache``: the judges' scores this session reused, those it paid for, and, in
+    strict replay, those it missed (their trials failed): ``eval judge cache: 8 hits, 0 scored,
+    1 missed (strict)``."""
+    line = f"eval judge cache: {hits} hit{'' if hits == 1 else 's'}, {scored} scored"
+    return f"{line}, {missed} missed (strict)" if strict or missed else line
+
+
+def recording_line(recordings: RecordingReport) -> str:
+    """``--eval-record``'s counts in one line (the Markdown summary shows the same):
+    ``eval recordings (--eval-record=none): 12 replayed, 0 recorded, 1 missed (1 trial failed);
+    saved 4,210 tokens ($0.0123)``."""
+    r = recordings
+    line = (
+        f"eval recordings (--eval-record={r.mode}): "
+        f"{r.replayed} replayed, {r.recorded} recorded, {r.missed} missed"
+    )
+    if r.missed_trials:
+        line += f" ({r.missed_trials} trial{'s' if r.missed_trials > 1 else ''} failed)"
+    tokens = r.saved_input_tokens + r.saved_output_tokens
+    if tokens:
+        line += f"; saved {tokens:,} tokens" + ("" if r.saved_cost is None else f" ({dollars(r.saved_cost)})")
+    elif r.saved_cost:
+        line += f"; saved {dollars(r.saved_cost)}"
+    return line
 
 
 def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:

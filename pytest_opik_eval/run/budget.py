@@ -87,12 +87,13 @@ class Budget:
             item.stash[NOT_STARTED] = True
             pytest.skip(self.reason)
 
-    def add(self, spans: Sequence[SpanRecord]) -> None:
-        """A trial ended: what its spans spent."""
+    def add(self, spans: Sequence[SpanRecord], saved_tokens: int = 0, saved_cost: float = 0.0) -> None:
+        """A trial ended: what its spans spent, less what its replayed calls (--eval-record) saved:
+        their spans report the recorded usage, which nobody paid for again."""
         if self.unit == "tokens":
-            amount = float(sum(_tokens(span) for span in spans))
+            amount = float(sum(_tokens(span) for span in spans) - saved_tokens)
         else:
-            amount = math.fsum(span.cost for span in spans if span.cost is not None)
+            amount = math.fsum(span.cost for span in spans if span.cost is not None) - saved_cost
             if any(span.cost is None and _tokens(span) for span in spans):
                 self.unpriced = True
         if amount <= 0:

@@ -18,14 +18,24 @@ from typing import Any
 import pytest
 
 from pytest_opik_eval.notices import WORKER_NOTICES, notice
+from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS, JudgeCache
 
 HANDOFF = "opik_eval"  # the key in workerinput
+# The key in a worker's workeroutput that carries what its --eval-record recorder counted.
+WORKER_RECORDINGS = "opik_eval_recordings"
 
 
 def handed_to_worker(config: pytest.Config) -> dict[str, Any] | None:
     """What the controller handed this worker, or None outside a pytest-xdist worker."""
     workerinput = getattr(config, "workerinput", None)
     return None if workerinput is None else workerinput.get(HANDOFF)
+
+
+def worker_id(config: pytest.Config) -> str:
+    """This process's name among the session's: its pytest-xdist worker id (``gw0``), or
+    ``main`` outside a worker."""
+    workerinput = getattr(config, "workerinput", None)
+    return "main" if workerinput is None else str(workerinput["workerid"])
 
 
 def is_controller(config: pytest.Config) -> bool:
@@ -36,9 +46,12 @@ def is_controller(config: pytest.Config) -> bool:
 class Controller:
     """Registered on the controller of a distributed session, only when pytest-xdist is installed."""
 
-    def __init__(self, config: pytest.Config, handoff: dict[str, Any]) -> None:
+    def __init__(
+        self, config: pytest.Config, handoff: dict[str, Any], judge_cache: JudgeCache | None
+    ) -> None:
         self.config = config
         self.handoff = handoff  # JSON-safe: it crosses to the workers
+        self.judge_cache = judge_cache  # adds up the workers' counts
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node: Any) -> None:
@@ -47,8 +60,11 @@ class Controller:
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         # The workers collect, so the advice about collection is theirs; each is printed once.
-        for message in getattr(node, "workeroutput", {}).get(WORKER_NOTICES, []):
+        output = getattr(node, "workeroutput", {})
+        for message in output.get(WORKER_NOTICES, []):
             notice(self.config, message)
+        if self.judge_cache is not None:
+            self.judge_cache.counts.add(output.get(WORKER_JUDGE_COUNTS, {}))
 
 
 def in_shard(shard: tuple[int, int], test: str, params: str, item_id: str, trial: int) -> bool:

@@ -19,6 +19,7 @@ from pytest_opik_eval.exceptions import EvalError
 from pytest_opik_eval.store.records import ScoreRecord
 
 if TYPE_CHECKING:
+    from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.run.tracing import TrialTrace
 
 # Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):
@@ -80,6 +81,15 @@ class Verdict:
 _PASSED = Verdict(True, ())
 
 
+@dataclass(frozen=True)
+class Judged:
+    """The judge cache, and what of the trial its keys hold besides the metric and its inputs."""
+
+    cache: JudgeCache
+    item_id: str
+    trial: int
+
+
 class Scorer:
     """Scores the trials of one experiment; built once, so signatures are inspected once."""
 
@@ -99,11 +109,13 @@ class Scorer:
         output: Mapping[str, Any],
         trace: TrialTrace | None = None,
         seconds: dict[str, float] | None = None,
+        judged: Judged | None = None,
     ) -> list[ScoreRecord]:
         """Run every metric. A metric that raises an ``Exception`` gives a failed score and the
         others still run; a missing argument raises ``MissingScoreArguments``; a
         ``BaseException`` propagates. With ``trace``, each metric runs in a span of its own
-        (see ``TrialTrace.metric``); ``seconds`` gets each metric's wall time, by its name."""
+        (see ``TrialTrace.metric``); ``seconds`` gets each metric's wall time, by its name; with
+        ``judged``, a judge's scores come from the judge cache when it has them."""
         inputs = scoring_inputs(item, output, self.mapping)
         scores: list[ScoreRecord] = []
         for metric, parameters, tracked in zip(self.metrics, self._parameters, self._tracked, strict=True):
@@ -118,10 +130,10 @@ class Scorer:
             started = time.perf_counter()
             if trace is None or tracked:
                 # An Opik SDK metric's score() is an @opik.track of its own: its span is there.
-                records = self._run(metric, kwargs)
+                records = self._scored(metric, kwargs, judged)
             else:
                 with trace.metric(metric.name, kwargs) as span:
-                    records = self._run(metric, kwargs)
+                    records = self._scored(metric, kwargs, judged)
                     span.scores = records  # its output, made only if the trial stores spans
                     if any(r.scoring_failed for r in records):
                         span.error = {"exception_type": "ScoringFailed", "message": records[0].reason or ""}
@@ -130,6 +142,14 @@ class Scorer:
                 seconds[metric.name] = seconds.get(metric.name, 0.0) + time.perf_counter() - started
             scores.extend(records)
         return scores
+
+    @classmethod
+    def _scored(cls, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None) -> list[ScoreRecord]:
+        if judged is None:  # the cache is off: nothing computed
+            return cls._run(metric, kwargs)
+        return judged.cache.score(
+            metric, kwargs, judged.item_id, judged.trial, lambda: cls._run(metric, kwargs)
+        )
 
     @staticmethod
     def _run(metric: Any, kwargs: Mapping[str, Any]) -> list[ScoreRecord]:

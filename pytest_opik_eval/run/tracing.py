@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
 import json
 import logging
 import sys
@@ -43,12 +42,13 @@ import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from pytest_opik_eval.collect.datasets.loading import nested_too_deep
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.ids import uuid7
 from pytest_opik_eval.run import pricing
+from pytest_opik_eval.run.contexts import within
 from pytest_opik_eval.store.records import ScoreRecord, SpanRecord
 
 TRACE_NAME = "evaluation_task"  # as opik.evaluate() names an item's trace
@@ -560,25 +560,8 @@ def _pushed_here(trace: TrialTrace) -> bool:
 
 
 def traced(function: _Function, trace: TrialTrace | None) -> _Function:
-    """``function`` (the task), in ``trace.task()`` when called: inside the coroutine for an
-    ``async def`` task, where the event loop's task runs it."""
-    if trace is None:
-        return function
-    if inspect.iscoroutinefunction(function):
-
-        @functools.wraps(function)
-        async def in_trace_async(*args: Any, **kwargs: Any) -> Any:
-            with trace.task():
-                return await function(*args, **kwargs)
-
-        return cast(_Function, in_trace_async)
-
-    @functools.wraps(function)
-    def in_trace(*args: Any, **kwargs: Any) -> Any:
-        with trace.task():
-            return function(*args, **kwargs)
-
-    return cast(_Function, in_trace)
+    """``function`` (the task), in ``trace.task()`` when called (see ``contexts.within``)."""
+    return function if trace is None else within(function, trace.task)
 
 
 def _record(params: Mapping[str, Any]) -> SpanRecord:

@@ -26,7 +26,13 @@ from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import tracing
-from pytest_opik_eval.run.scoring import RETURNED_NONE, MissingScoreArguments, Scorer, describe_failure
+from pytest_opik_eval.run.scoring import (
+    RETURNED_NONE,
+    Judged,
+    MissingScoreArguments,
+    Scorer,
+    describe_failure,
+)
 from pytest_opik_eval.store.base import span_recorder, timings_recorder
 from pytest_opik_eval.store.records import ScoreRecord, Usage
 from pytest_opik_eval.verdict.results import TrialResult
@@ -34,6 +40,8 @@ from pytest_opik_eval.verdict.usage import trial_usage
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.budget import Budget
+    from pytest_opik_eval.run.judge_cache import JudgeCache
+    from pytest_opik_eval.run.recording import Recorder, TrialScope
     from pytest_opik_eval.store import Store
 
 UNPRICED_SPEND = (
@@ -45,6 +53,15 @@ UNPRICED_SPEND = (
 
 _Value = TypeVar("_Value")
 _Result = TypeVar("_Result")
+_Function = TypeVar("_Function", bound=Callable[..., Any])
+
+# A task to call with the attempt's trace and recording scope (see threaded_task).
+Task = Callable[["tracing.TrialTrace | None", "TrialScope | None"], Any]
+
+# Set on a trial's test case whose task made a request that --eval-record could not replay, and
+# as this attribute on its call report (a plain bool: JSON-safe for pytest-xdist).
+RECORDING_MISSED = pytest.StashKey[bool]()
+RECORDING_MISSED_ATTR = "eval_recording_missed"
 
 
 def run(
@@ -52,12 +69,17 @@ def run(
     trial: Trial,
     store: Store,
     session_id: str,
-    task: Callable[[tracing.TrialTrace | None], Any] | None = None,
+    task: Task | None = None,
+    *,
     budget: Budget | None = None,
+    judge_cache: JudgeCache | None = None,
+    recorder: Recorder | None = None,
 ) -> None:
     """Run the task and score it, recording each step: in the test's call phase, or ahead of it
-    in a background thread, calling ``task`` with the attempt's trace (see ``concurrency`` and
-    ``threaded_task``); what its spans spent counts against ``budget``."""
+    in a background thread, calling ``task`` with the attempt's trace and recording scope (see
+    ``concurrency`` and ``threaded_task``); what its spans spent counts against ``budget``; the
+    judges' scores come from ``judge_cache`` when it has them; the task's HTTP calls are recorded
+    or replayed by ``recorder`` (--eval-record)."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
     case = trial.case
     # A rerun of the same test case (pytest-rerunfailures, pytest-retry) starts from scratch: it
@@ -66,6 +88,8 @@ def run(
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
     trace = _trace(item, trial, store, attempt)
+    # A rescore calls no task: no request to record or replay.
+    scope = None if isinstance(task, StoredOutput) else _scope(recorder, trial)
     metric_seconds: dict[str, float] = {}
     task_seconds: float | None = None
     completed_scoring = False
@@ -75,12 +99,12 @@ def run(
         with _NOTHING if trace is None else trace.entered():
             started = time.perf_counter()
             try:
-                returned = (
-                    _call_task(item, task_args(item, trial, item), trace) if task is None else task(trace)
-                )
+                returned = _task_output(item, trial, task, trace, scope)
             finally:
-                # A task that raised took its time too: its latency is kept with its attempt.
-                task_seconds = time.perf_counter() - started
+                # A task that raised took its time too: its latency is kept with its attempt. A
+                # stored output took none: a rescore measures no latency rather than a false one.
+                task_seconds = None if isinstance(task, StoredOutput) else time.perf_counter() - started
+            _fail_on_misses(item, trial, scope)
             if returned is None:
                 notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
             output = _as_output(returned)
@@ -97,7 +121,8 @@ def run(
 
             scorer = case.plan.scorer
             try:
-                scores = _score(scorer, case.item, output, trace, metric_seconds)
+                judged = None if judge_cache is None else Judged(judge_cache, case.item_id, case.trial)
+                scores = _score(scorer, case.item, output, trace, metric_seconds, judged)
             except MissingScoreArguments as error:
                 missing = str(error)
             else:
@@ -106,7 +131,7 @@ def run(
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
         if trace is not None:
-            _record_spans(item, store, attempt, trace, budget)
+            _record_spans(item, store, attempt, trace, budget, scope)
         if not completed_scoring:
             # This attempt never completes: its timings are written now, on their own.
             _record_timings(store, attempt, task_seconds, metric_seconds, completes=False)
@@ -135,6 +160,92 @@ def run(
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)
+
+
+class StoredOutput:
+    """A rescore's task (see ``collect/rescore.py``): returns the output the original trial
+    stored, a fresh copy each time (a metric may change what it is given); the task itself is
+    not called."""
+
+    def __init__(self, output: dict[str, Any]) -> None:
+        self.output = output
+
+    def __call__(self, trace: tracing.TrialTrace | None, scope: TrialScope | None) -> dict[str, Any]:
+        return fresh_copy(self.output)
+
+
+def stored_task(trial: Trial) -> StoredOutput | None:
+    """The task that stands for a rescored trial's, or None for a trial whose task runs."""
+    return None if trial.stored_output is None else StoredOutput(trial.stored_output)
+
+
+def _scope(recorder: Recorder | None, trial: Trial) -> TrialScope | None:
+    """The attempt's recording scope (None without --eval-record: nothing wraps the task): a
+    fresh one for each attempt, which counts the app's requests from the first again (as a rerun
+    by pytest-rerunfailures sends them again). Keyed by the experiment: the test with its own
+    parametrize ids (``test_qa[gpt-4o]``), whose trials of an item are not those of another."""
+    if recorder is None:
+        return None
+    from pytest_opik_eval.run.recording import TrialKey
+
+    case = trial.case
+    test = f"{case.plan.test}[{trial.params}]" if trial.params else case.plan.test
+    return recorder.scope(TrialKey(test=test, item_id=case.item_id, trial=case.trial))
+
+
+def _task_output(
+    item: pytest.Function,
+    trial: Trial,
+    task: Task | None,
+    trace: tracing.TrialTrace | None,
+    scope: TrialScope | None,
+) -> Any:
+    """What the task returned; None when it raised after a request that had no recording, which
+    is then why it failed (a strict replay answers with an HTTP 400, which an SDK raises), and
+    what the trial fails with."""
+    try:
+        if task is None:
+            return _call_task(item, task_args(item, trial, item), trace, scope)
+        return task(trace, scope)
+    except (Exception, pytest.fail.Exception):
+        if scope is None or not scope.misses:
+            raise
+        return None
+
+
+def _fail_on_misses(item: pytest.Function, trial: Trial, scope: TrialScope | None) -> None:
+    """The trial fails, pending, when its task made a request that had no recording."""
+    if scope is not None and scope.misses:
+        item.stash[RECORDING_MISSED] = True
+        pytest.fail(missed_message(trial.case.item_id, trial.case.trial, scope), pytrace=False)
+
+
+# The requests without a recording named in a trial's failure; the rest are counted.
+_MISSES_SHOWN = 3
+
+
+def missed_message(item_id: str, trial: int, scope: TrialScope) -> str:
+    """Why a trial failed under --eval-record: each request that had no recording, with its diff
+    against the closest recorded request, and how to record it."""
+    misses = scope.misses
+    lines = [
+        f"item {escape_control(item_id)} (trial {trial}): the app made {len(misses)} request"
+        f"{'s' if len(misses) > 1 else ''} with no recording (--eval-record={scope.recorder.mode}):"
+    ]
+    for miss in misses[:_MISSES_SHOWN]:
+        lines.append(f"  {escape_control(miss.request)}")
+        lines += [f"    {escape_control(line)}" for line in miss.diff.splitlines()]
+    if len(misses) > _MISSES_SHOWN:
+        lines.append(f"  ... and {len(misses) - _MISSES_SHOWN} more")
+    lines.append("record what is missing with --eval-record=new_episodes (the trial stays pending)")
+    return "\n".join(lines)
+
+
+def _entered(function: _Function, trace: tracing.TrialTrace | None, scope: TrialScope | None) -> _Function:
+    """``function`` (the task), in the attempt's trace and its recording scope when called:
+    inside the coroutine for an ``async def`` task, where the event loop's task runs it."""
+    traced = tracing.traced(function, trace)
+    return traced if scope is None else scope.wrap(traced)
 
 
 def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:
@@ -173,22 +284,33 @@ def _score(
     output: dict[str, Any],
     trace: tracing.TrialTrace | None,
     seconds: dict[str, float],
+    judged: Judged | None,
 ) -> list[ScoreRecord]:
     if trace is None:
-        return scorer.score(item, output, seconds=seconds)
+        return scorer.score(item, output, seconds=seconds, judged=judged)
     with trace.scoring():  # the "metrics_calculation" span, the metrics' spans under it
-        return scorer.score(item, output, trace, seconds)
+        return scorer.score(item, output, trace, seconds, judged)
 
 
 def _record_spans(
-    item: pytest.Function, store: Store, attempt: str, trace: tracing.TrialTrace, budget: Budget | None
+    item: pytest.Function,
+    store: Store,
+    attempt: str,
+    trace: tracing.TrialTrace,
+    budget: Budget | None,
+    scope: TrialScope | None,
 ) -> None:
     """The attempt's spans, in the store (none when the app, the judges and the manual API made
-    none); their spend, in the budget."""
+    none); their spend, less what the replayed calls saved, in the budget."""
     spans = trace.close()
     if spans:
         if budget is not None:
-            budget.add(spans)
+            if scope is None:
+                budget.add(spans)
+            else:
+                saved = scope.counts
+                tokens = saved.saved_input_tokens + saved.saved_output_tokens
+                budget.add(spans, tokens, saved.saved_cost or 0.0)
             if budget.unpriced:
                 notice(item.config, UNPRICED_SPEND)
         record = span_recorder(store)
@@ -307,11 +429,13 @@ class _Capture:
     def __init__(self, function: Callable[..., Any]) -> None:
         self.function = function
         self.outputs: list[Any] = []
-        self.trace: tracing.TrialTrace | None = None  # the attempt's, while ``_call_task`` runs
+        # The attempt's trace and recording scope, while ``_call_task`` runs.
+        self.trace: tracing.TrialTrace | None = None
+        self.scope: TrialScope | None = None
 
         @functools.wraps(function)
         async def capture(**kwargs: Any) -> Any:
-            output = await tracing.traced(function, self.trace)(**kwargs)
+            output = await _entered(function, self.trace, self.scope)(**kwargs)
             self.outputs.append(output)
             return output
 
@@ -347,22 +471,25 @@ def _task_function(item: pytest.Function) -> Callable[..., Any]:
     return item.obj if captured is None else captured.function
 
 
-def _call_task(item: pytest.Function, args: dict[str, Any], trace: tracing.TrialTrace | None) -> Any:
+def _call_task(
+    item: pytest.Function, args: dict[str, Any], trace: tracing.TrialTrace | None, scope: TrialScope | None
+) -> Any:
     """The task, in its own test case's call phase. A coroutine runs where the plugin that
     pairs with the test would run it, so it shares the event loop of that plugin's async
     fixtures: pytest-asyncio's (auto mode, or ``@pytest.mark.asyncio``), anyio's
     (``@pytest.mark.anyio``); otherwise on an event loop of its own."""
     captured = item.stash.get(CAPTURE_KEY, None)
     if captured is None:
-        return tracing.traced(_call_sync, trace)(item.obj, args)
+        return _entered(_call_sync, trace, scope)(item.obj, args)
     if item.obj is not captured.capture:
         # As pytest's own pytest_pyfunc_call, through the plugin's replacement, which runs
-        # ``capture`` in a context of its own: the trace is entered there, inside the coroutine.
-        captured.trace = trace
+        # ``capture`` in a context of its own: the trace (and the recording scope) is entered
+        # there, inside the coroutine.
+        captured.trace, captured.scope = trace, scope
         try:
             item.obj(**args)
         finally:
-            captured.trace = None
+            captured.trace = captured.scope = None
         if not captured.outputs:
             raise RuntimeError(
                 f"{item.nodeid}: the plugin that runs this async test (its item comes from "
@@ -376,28 +503,27 @@ def _call_task(item: pytest.Function, args: dict[str, Any], trace: tracing.Trial
 
         with get_runner(*backend) as runner:
             # The runner returns what a fixture's coroutine returned; a test's, it drops.
-            return runner.run_fixture(tracing.traced(captured.function, trace), args)
-    return run_coroutine(tracing.traced(captured.function, trace)(**args))
+            return runner.run_fixture(_entered(captured.function, trace, scope), args)
+    return run_coroutine(_entered(captured.function, trace, scope)(**args))
 
 
-def threaded_task(
-    item: pytest.Function, trial: Trial, shared: pytest.Function
-) -> Callable[[tracing.TrialTrace | None], Any]:
+def threaded_task(item: pytest.Function, trial: Trial, shared: pytest.Function) -> Task:
     """Trial ``item``'s task, to call in a background thread with the fixture objects of test
-    case ``shared`` (see ``task_args``) and the attempt's trace. A coroutine runs on an event loop
-    of its own, through anyio for a test anyio's plugin would run (its backend may be trio)."""
+    case ``shared`` (see ``task_args``), the attempt's trace and its recording scope. A coroutine
+    runs on an event loop of its own, through anyio for a test anyio's plugin would run (its
+    backend may be trio)."""
     args = task_args(item, trial, shared)
     function = _task_function(item)  # read now, in the main thread: item.obj changes while it runs
     if not inspect.iscoroutinefunction(function):
-        return lambda trace: tracing.traced(_call_sync, trace)(function, args)
+        return lambda trace, scope: _entered(_call_sync, trace, scope)(function, args)
     backend = _anyio_backend(item, shared)
     if backend is None:
-        return lambda trace: run_coroutine(tracing.traced(function, trace)(**args))
+        return lambda trace, scope: run_coroutine(_entered(function, trace, scope)(**args))
     import anyio
 
     name, options = backend
-    return lambda trace: anyio.run(
-        functools.partial(tracing.traced(function, trace), **args), backend=name, backend_options=options
+    return lambda trace, scope: anyio.run(
+        functools.partial(_entered(function, trace, scope), **args), backend=name, backend_options=options
     )
 
 

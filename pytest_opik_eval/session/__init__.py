@@ -56,8 +56,8 @@ _PLUGINS = (
 
 
 def register(config: pytest.Config, options: EvalOptions) -> None:
-    """Registers the phases of an eval session (``--eval`` or ``--eval-resume``) that this
-    process runs."""
+    """Registers the phases of an eval session (``--eval``, ``--eval-resume`` or
+    ``--eval-rescore``) that this process runs."""
     state = config.stash[STATE] = SessionState(config, options)
     plugins: dict[str, object] = {}
     if state.shards is not None:

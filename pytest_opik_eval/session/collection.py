@@ -1,5 +1,6 @@
 """Collection: each eval test expanded into its trials (marker -> selected items -> planned test
-cases), the trials bound to their test cases, and a resumed session narrowed to what is pending.
+cases), the trials bound to their test cases, and a resumed session narrowed to what is pending
+(a rescored one, to the trials that have a stored output).
 
 Registered where tests are collected: a single process, or each pytest-xdist worker (the
 controller does not collect).
@@ -14,6 +15,7 @@ import pytest
 from pytest_opik_eval._compat import fixture_definition
 from pytest_opik_eval.collect.datasets import Dataset, DatasetError, content_hash, load_dataset
 from pytest_opik_eval.collect.marker import MARKER, EvalSpec, read_spec
+from pytest_opik_eval.collect.metric_specs import with_metrics
 from pytest_opik_eval.collect.planning import (
     CASE_ARG,
     OWN_ARGS,
@@ -24,6 +26,7 @@ from pytest_opik_eval.collect.planning import (
     TrialCase,
     params_of,
     plan_new,
+    plan_rescored,
     plan_resumed,
     trial_cases,
 )
@@ -53,15 +56,21 @@ class Collection:
         path, lineno, _ = definition.location
         where = f"{definition.nodeid} ({path}:{(lineno or 0) + 1})"
         spec = read_spec(marker, where)
-        resume = self.state.resume
-        if resume is None:
+        if self.state.metrics is not None:
+            spec = with_metrics(spec, self.state.metrics)
+        rescore = self.state.rescore
+        target = self.state.resume or (rescore.original if rescore is not None else None)
+        if target is None:
             plan = plan_new(definition, spec, definition.path.parent, where, self.options, self._load_dataset)
         else:
-            stored = resume.experiments_of(definition.nodeid, spec.dataset)
+            stored = target.experiments_of(definition.nodeid, spec.dataset)
             if not stored:
-                return  # not resumed: left unexpanded, and deselected
-            plan = plan_resumed(definition, spec, stored, self.options, where)
-            self._warn_on_changes(plan, stored[0])
+                return  # not resumed (or rescored): left unexpanded, and deselected
+            if rescore is None:
+                plan = plan_resumed(definition, spec, stored, self.options, where)
+            else:
+                plan = plan_rescored(definition, spec, stored, self.options, where)
+            self._warn_on_changes(plan, stored[0], "rescore" if rescore is not None else "resume")
         self.state.plans_seen.append(plan)
         cases = trial_cases(plan)
         _prune_own_args(metafunc)
@@ -87,13 +96,13 @@ class Collection:
             raise DatasetError(str(error)) from None
         return Dataset(source=str(source), path=None, items=items, version=content_hash(items))
 
-    def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord) -> None:
+    def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord, action: str) -> None:
         changes = changes_since(stored, plan.spec)
         if changes:
             notice(
                 self.config,
                 f"{plan.where}: the test selects differently from experiment {stored.id} "
-                f"({'; '.join(changes)}); resume replays the {len(stored.items)} items stored "
+                f"({'; '.join(changes)}); {action} replays the {len(stored.items)} items stored "
                 "with the experiment",
             )
 
@@ -107,9 +116,13 @@ class Collection:
                 if case.plan.threads > 1:
                     self._check_concurrency(item, case.plan)
         self._warn_on_soft_mode_without_gates()
-        resume = self.state.resume
-        if resume is not None:
-            keep, deselected = resume.select_pending(items)
+        resume, rescore = self.state.resume, self.state.rescore
+        if resume is not None or rescore is not None:
+            if resume is not None:
+                keep, deselected = resume.select_pending(items)
+            else:
+                assert rescore is not None
+                keep, deselected = rescore.select_stored(items)
             if deselected:
                 config.hook.pytest_deselected(items=deselected)
                 items[:] = keep

@@ -8,9 +8,11 @@ notices handed to the controller, which decides.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,14 +23,25 @@ from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, budget_properties, suite_properties
-from pytest_opik_eval.reports.terminal import gate_lines, summary_lines, verdict_counts
+from pytest_opik_eval.reports.terminal import (
+    gate_lines,
+    judge_cache_line,
+    recording_line,
+    summary_lines,
+    verdict_counts,
+)
 from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
-from pytest_opik_eval.run.distributed import in_shard, is_controller
+from pytest_opik_eval.run.distributed import WORKER_RECORDINGS, in_shard, is_controller
+from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS
+from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
-from pytest_opik_eval.verdict.model import BudgetReport, Report
+from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.recording import RecordingCounts
 
 
 class Ending:
@@ -40,15 +53,30 @@ class Ending:
         self.options = state.options
         self.not_started = 0  # trials the budget kept from starting, in every process
         self.spent = 0.0
+        # --eval-record: what each process's recorder counted, and the trials a miss failed.
+        self.recording_counts: list[RecordingCounts] = []
+        self.missed_trials = 0
+        self.recordings: RecordingReport | None = None  # their totals, at the end
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.state.budget is not None and getattr(report, NOT_STARTED_ATTR, False):
             self.not_started += 1
+        if getattr(report, RECORDING_MISSED_ATTR, False):
+            self.missed_trials += 1
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        counts = getattr(node, "workeroutput", {}).get(WORKER_RECORDINGS)
+        if counts is not None:
+            from pytest_opik_eval.run.recording import RecordingCounts
+
+            self.recording_counts.append(RecordingCounts(**counts))
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         state = self.state
         state.pool.stop()
+        self._end_recording()
         if state.budget is not None:
             try:
                 self.spent = state.budget.spent()
@@ -69,6 +97,34 @@ class Ending:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         state.take_store_notices()
+
+    def _end_recording(self) -> None:
+        """--eval-record: this process's recorder stopped, the journals of every process (the
+        workers have ended) folded into the recordings' files, and what they all counted summed."""
+        if self.options.record_mode == "off":
+            return
+        from pytest_opik_eval.run.recording import RecordingCounts
+        from pytest_opik_eval.store.recordings import fold
+
+        counted = self.state.stop_recording()
+        if counted is not None:
+            self.recording_counts.append(counted)
+        folder = self.state.recordings_folder()
+        try:
+            for damaged in fold(folder):
+                notice(self.config, f"--eval-record: {damaged}")
+        except OSError as error:  # a full disk, a read-only folder: the journals wait for the next fold
+            notice(
+                self.config,
+                f"--eval-record: could not save the recordings in {folder}: {error}; what this session "
+                "recorded is kept in its journals, and the next session that records folds them in",
+            )
+        total = RecordingCounts()
+        for counts in self.recording_counts:
+            total.add(counts)
+        self.recordings = RecordingReport(
+            mode=self.options.record_mode, missed_trials=self.missed_trials, **dataclasses.asdict(total)
+        )
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
@@ -119,6 +175,8 @@ class Ending:
             resumed=None if resume is None else resume.resolved,
             experiments=[r.report() for r in self.state.results],
             budget=self._budget_report(),
+            judge_cache=self._judge_cache_report(),
+            recordings=self.recordings,
         )
         self._write_reports(report, step_summary)
         return report
@@ -167,6 +225,10 @@ class Ending:
             resume_command=self._budget_resume_command(),
         )
 
+    def _judge_cache_report(self) -> JudgeCacheReport | None:
+        cache = self.state.judge_cache
+        return None if cache is None else JudgeCacheReport(**cache.counts.to_json(), strict=cache.strict)
+
     def _budget_reached(self) -> bool:
         budget = self.state.budget
         return budget is not None and (bool(self.not_started) or self.spent >= budget.limit)
@@ -191,6 +253,13 @@ class Ending:
             f"eval budget reached: {spent} ({self.not_started} trials not started)",
             f"resume them with a fresh budget: {self._budget_resume_command()}",
         ]
+
+    def _judge_cache_lines(self) -> list[str]:
+        cache = self.state.judge_cache
+        if cache is None or not (cache.counts.hits or cache.counts.scored or cache.counts.missed):
+            return []  # off, or no judge in this session: nothing to say
+        counts = cache.counts
+        return [judge_cache_line(counts.hits, counts.scored, counts.missed, strict=cache.strict)]
 
     def _notice_unseen_spend(self) -> None:
         """A budget that counted nothing while trials ran cannot stop anything: say why."""
@@ -266,15 +335,21 @@ class Ending:
             terminalreporter.line(
                 f"resume all {pending_total} pending trials: {self.options.resume_command(run_id)}"
             )
-        for line in self._budget_lines():
-            terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
-        if self.state.unsent:
-            terminalreporter.line(escape_control(self.state.unsent), yellow=True)
+        self._session_lines(terminalreporter)
         gates = gate_lines(results)
         if gates:
             terminalreporter.section("eval gates")
             for line in gates:
                 terminalreporter.line(line, red=line.startswith("NOT MET"), green=line.startswith("met"))
+
+    def _session_lines(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """What the session spent and saved, and what it could not send."""
+        for line in self._budget_lines() + self._judge_cache_lines():
+            terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
+        if self.recordings is not None:
+            terminalreporter.line(recording_line(self.recordings), yellow=bool(self.recordings.missed))
+        if self.state.unsent:
+            terminalreporter.line(escape_control(self.state.unsent), yellow=True)
 
     @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
     def pytest_terminal_summary_verdict(self, terminalreporter: pytest.TerminalReporter) -> Generator[None]:
@@ -322,6 +397,9 @@ class WorkerEnding:
     def pytest_sessionfinish(self) -> None:
         state = self.state
         state.pool.stop()
+        counted = state.stop_recording()
+        if counted is not None:  # the controller sums the counts, and folds the journals
+            state.config.workeroutput[WORKER_RECORDINGS] = dataclasses.asdict(counted)  # type: ignore[attr-defined]
         if state.budget is not None:
             state.budget.close()
         store = state.opened_store()
@@ -332,6 +410,8 @@ class WorkerEnding:
                 notice(state.config, str(error))
             state.take_store_notices()
         state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
+        if state.judge_cache is not None:
+            state.config.workeroutput[WORKER_JUDGE_COUNTS] = state.judge_cache.counts.to_json()  # type: ignore[attr-defined]
 
     def pytest_unconfigure(self) -> None:
         self.state.close_store()

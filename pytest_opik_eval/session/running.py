@@ -47,6 +47,7 @@ class Running:
             return
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
+        self.state.start_recording()
         if self.state.resume is not None:
             return  # the run and its experiments are in the store already
         shards = self.state.shards
@@ -96,7 +97,16 @@ class Running:
             if threads <= 1:
                 if budget is not None:
                     budget.check(pyfuncitem)
-                trial_life.run(pyfuncitem, trial, state.store(), state.session_id, budget=budget)
+                trial_life.run(
+                    pyfuncitem,
+                    trial,
+                    state.store(),
+                    state.session_id,
+                    trial_life.stored_task(trial),
+                    budget=budget,
+                    judge_cache=state.judge_cache,
+                    recorder=state.recorder,
+                )
             else:
                 # Spent: nothing more is queued; a trial queued already is checked as it starts.
                 spent = budget is not None and budget.reached()
@@ -152,10 +162,19 @@ class Running:
     def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
-        task = trial_life.threaded_task(ahead, trial, shared)
-        budget = self.state.budget
+        task = trial_life.stored_task(trial) or trial_life.threaded_task(ahead, trial, shared)
+        state = self.state
+        budget = state.budget
         run = functools.partial(
-            trial_life.run, ahead, trial, self.state.store(), self.state.session_id, task, budget
+            trial_life.run,
+            ahead,
+            trial,
+            state.store(),
+            state.session_id,
+            task,
+            budget=budget,
+            judge_cache=state.judge_cache,
+            recorder=state.recorder,
         )
         if budget is None:
             return run
@@ -185,6 +204,10 @@ class Running:
         if trial is not None and call.when == "call" and report.passed and trial.soft_failure:
             # A plain str, so the report stays JSON-safe for pytest-xdist.
             report.eval_soft_failure = trial.soft_failure  # type: ignore[attr-defined]
+        if call.when == "call" and item.stash.get(trial_life.RECORDING_MISSED, False):
+            # Counted by the process that ends the session, which sees every worker's reports.
+            setattr(report, trial_life.RECORDING_MISSED_ATTR, True)
+            del item.stash[trial_life.RECORDING_MISSED]  # a rerun of the test case starts afresh
         if self.state.budget is not None and call.when == "call" and item.stash.get(NOT_STARTED, False):
             setattr(report, NOT_STARTED_ATTR, True)
             # Where the test is, as for a skip marker, rather than the line of this plugin that

@@ -9,8 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
+from pytest_opik_eval.collect.rescore import load_rescore_target
 from pytest_opik_eval.collect.resume import load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.notices import notice
+from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.run.distributed import Controller, is_controller
 from pytest_opik_eval.session.state import COLLECTION_PLUGIN, CONTROLLER_PLUGIN, RUNNING_PLUGIN, SessionState
 from pytest_opik_eval.store.backends import backend
@@ -31,6 +34,12 @@ class Start:
         if resume is not None:
             line += f"; resuming {resume.requested} (run {resume.run.id})"
         lines = [line]
+        rescore = self.state.rescore
+        if rescore is not None:
+            lines.append(
+                f"eval: rescoring run {rescore.original.run.id}: {len(rescore.outputs)} trials from "
+                "stored outputs, the task is not called"
+            )
         budget = self.state.budget
         if budget is not None:
             share = (
@@ -40,12 +49,19 @@ class Start:
             )
             afresh = " (the run's, counted afresh)" if resume is not None and not self.options.budget else ""
             lines.append(f"eval budget: {budget.describe(budget.limit)}{share}{afresh}")
+        if self.options.record_mode != "off":
+            mode = self.options.record_mode
+            lines.append(
+                f"eval recordings: {self.state.recordings_folder()} (mode {mode}, from "
+                f"{self.options.record_source}: {RECORD_MODES[mode]})"
+            )
         return lines
 
     def pytest_sessionstart(self) -> None:
         self._check_backend_access()
         # Ids given on the command line are checked before anything runs (exit code 4).
         self._load_resume_target()
+        self._load_rescore_target()
         self._load_baseline()
         controller = is_controller(self.config)
         self.state.start_budget(self.state.budget_setting(), controller=controller)
@@ -53,7 +69,8 @@ class Start:
             self._start_controller()
 
     def _check_backend_access(self) -> None:
-        if backend(self.options.backend).checked_at_start and self.options.resume is None:
+        targeted = self.options.resume is not None or self.options.rescore is not None
+        if backend(self.options.backend).checked_at_start and not targeted:
             try:  # credentials and the server are checked before anything runs
                 self.state.existing_store()
             except StoreError as error:
@@ -67,8 +84,36 @@ class Start:
             self.state.resume = load_target(self.state.existing_store(), self.options.resume)
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-resume={self.options.resume}: {error}") from None
+        rescore = next((e for e in self.state.resume.experiments if e.rescore_of is not None), None)
+        if rescore is not None:
+            # Its outputs are the original's: resuming it would call the task for them.
+            raise pytest.UsageError(
+                f"--eval-resume={self.options.resume}: experiment {rescore.id} is a rescore of experiment "
+                f"{rescore.rescore_of}, whose outputs it scored without calling the task; rescore that "
+                f"one again instead: pytest --eval-rescore={rescore.rescore_of}"
+            )
         self.state.run_id = self.state.resume.run.id
         self.state.experiments = self.state.resume.experiments  # the same list: tests get bound to it
+
+    def _load_rescore_target(self) -> None:
+        requested = self.options.rescore
+        if requested is None:
+            return
+        try:
+            # As for a resume, the store must exist: an empty one could not hold the outputs.
+            rescore = self.state.rescore = load_rescore_target(self.state.existing_store(), requested)
+        except (ExperimentNotFound, StoreError) as error:
+            raise pytest.UsageError(f"--eval-rescore={requested}: {error}") from None
+        missing = rescore.never_completed
+        if missing:
+            run = rescore.original.run.id
+            trials = f"{missing} trial{'s' if missing > 1 else ''} of run {run}"
+            notice(
+                self.config,
+                f"eval rescore: {trials} never completed: no stored output to score, not rescored; "
+                "resume the original first "
+                f"({self.options.resume_command(rescore.original.resolved)}), then rescore it",
+            )
 
     def _load_baseline(self) -> None:
         if self.options.baseline is None:
@@ -95,10 +140,13 @@ class Start:
             "run_id": self.state.run_id,
             "session_id": self.state.session_id,
             "resume": None if self.state.resume is None else self.state.resume.to_json(),
+            "rescore": None if self.state.rescore is None else self.state.rescore.to_json(),
             # The budget the controller decided on (this command line's, or the resumed run's).
             "budget": None if self.state.budget is None else self.state.budget.given.model_dump(mode="json"),
         }
-        self.config.pluginmanager.register(Controller(self.config, handoff), CONTROLLER_PLUGIN)
+        self.config.pluginmanager.register(
+            Controller(self.config, handoff, self.state.judge_cache), CONTROLLER_PLUGIN
+        )
 
     def _check_writable(self) -> None:
         store = self.state.store()

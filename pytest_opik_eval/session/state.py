@@ -4,18 +4,23 @@ session's plugins are registered, read by each phase; no phase holds another.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_opik_eval.collect.metric_specs import MetricSpecError, load_metrics
 from pytest_opik_eval.collect.planning import TestPlan
+from pytest_opik_eval.collect.rescore import RescoreTarget
 from pytest_opik_eval.collect.resume import ResumeTarget
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run.budget import Budget, ledger_path
 from pytest_opik_eval.run.concurrency import Pool
-from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker
+from pytest_opik_eval.run.distributed import ShardSelector, handed_to_worker, worker_id
+from pytest_opik_eval.run.judge_cache import JUDGE_CACHE, JudgeCache
+from pytest_opik_eval.settings import judge_cache_enabled
 from pytest_opik_eval.store import ExperimentRecord, Store
 from pytest_opik_eval.store.backends import backend
 from pytest_opik_eval.store.records import BudgetSetting
@@ -23,6 +28,7 @@ from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines
 
 if TYPE_CHECKING:
+    from pytest_opik_eval.run.recording import Recorder, RecordingCounts
     from pytest_opik_eval.settings import EvalOptions
 
 # The names the session's plugins are registered under, in one place: ``register`` and
@@ -50,6 +56,17 @@ class SessionState:
         self.resume: ResumeTarget | None = None
         if handed and handed["resume"] is not None:
             self.resume = ResumeTarget.from_json(handed["resume"])
+        self.rescore: RescoreTarget | None = None  # --eval-rescore: loaded at the start
+        if handed and handed.get("rescore") is not None:
+            self.rescore = RescoreTarget.from_json(handed["rescore"])
+        # --eval-metric: the metrics a rescore scores with instead of each marker's. Every
+        # process imports them (they are code): a bad spec stops the session before it starts.
+        self.metrics: tuple[Any, ...] | None = None
+        if options.metric_specs:
+            try:
+                self.metrics = load_metrics(options.metric_specs)
+            except MetricSpecError as error:
+                raise pytest.UsageError(str(error)) from None
         if handed:
             self.run_id: str = handed["run_id"]
         else:
@@ -69,6 +86,43 @@ class SessionState:
         self.budget: Budget | None = None
         if handed and handed.get("budget") is not None:
             self.start_budget(BudgetSetting.model_validate(handed["budget"]))
+        # --eval-judge-cache: each process, the controller too (it adds up its workers' counts).
+        self.judge_cache: JudgeCache | None = None
+        if judge_cache_enabled(options.judge_cache, options.record_mode):
+            # Strict in a strict replay: a judge score not cached fails its trial, no network. Not
+            # in a rescore, whose point is to call the judges on the stored outputs.
+            strict = options.record_mode == "none" and options.rescore is None
+            self.judge_cache = JudgeCache(options.store_path.parent / JUDGE_CACHE, strict=strict)
+        self.recorder: Recorder | None = None  # --eval-record, where trials run: see start_recording
+
+    def recordings_folder(self) -> Path:
+        """Where --eval-record keeps its files: ``recordings/`` in the store's folder."""
+        from pytest_opik_eval.store.recordings import recordings_folder
+
+        return recordings_folder(self.options.store_path.parent)
+
+    def start_recording(self) -> None:
+        """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
+        trials run (a single process, or each pytest-xdist worker), before the first one."""
+        if self.options.record_mode == "off" or self.recorder is not None:
+            return
+        from pytest_opik_eval.run.recording import Recorder
+
+        self.recorder = Recorder(
+            mode=self.options.record_mode,
+            folder=self.recordings_folder(),
+            session_id=self.session_id,
+            worker=worker_id(self.config),
+        )
+        self.recorder.start()
+
+    def stop_recording(self) -> RecordingCounts | None:
+        """The recorder unpatched and its journal closed (the process that ends the session folds
+        the journals); what it counted, or None where none ran."""
+        if self.recorder is None:
+            return None
+        self.recorder.stop()
+        return self.recorder.counts()
 
     def budget_setting(self) -> BudgetSetting | None:
         """The budget: given to this session (command line, then ini), else the one the resumed

@@ -46,6 +46,22 @@ from pytest_opik_eval.store.records import (
 )
 
 SCHEMA_VERSION = 1
+
+# The store folder's .gitignore: everything but the recordings of the app's HTTP calls
+# (--eval-record) and the judge cache, without their hidden working files (journals, locks);
+# itself committed, so that a clone keeps the store out of git before its first run.
+GITIGNORE = """\
+# created by pytest-opik-eval: commit the recordings and the judge cache, not the store
+*
+!/.gitignore
+!/recordings/
+!/recordings/**
+/recordings/**/.*
+!/judge-cache/
+!/judge-cache/**
+/judge-cache/**/.*
+"""
+_OLD_GITIGNORE = "# created by pytest-opik-eval\n*\n"  # before --eval-record: rewritten
 # Marks the file as ours ("opke"), so a stranger's SQLite file is not mistaken for a store.
 APPLICATION_ID = 0x6F706B65
 
@@ -629,14 +645,17 @@ class LocalStore:
                 db.execute(statement)
 
     def _ignore_folder(self) -> None:
-        # Like .pytest_cache: the default folder holds only our files, so keep it out of git.
+        # Like .pytest_cache: the default folder holds only our files, so keep it out of git,
+        # but for the recordings and the judge cache, which are made to be committed.
         folder = self.path.parent
         gitignore = folder / ".gitignore"
-        if folder.name.startswith(".") and not gitignore.exists():
-            try:
-                gitignore.write_text("# created by pytest-opik-eval\n*\n")
-            except OSError:
-                pass  # a read-only or shared folder: the store still works
+        if not folder.name.startswith("."):
+            return
+        try:
+            if not gitignore.exists() or gitignore.read_text() == _OLD_GITIGNORE:
+                gitignore.write_text(GITIGNORE)
+        except OSError:
+            pass  # a read-only or shared folder: the store still works
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:

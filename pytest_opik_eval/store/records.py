@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class _Written(BaseModel):
@@ -173,6 +173,17 @@ class ExperimentRecord(_Written):
     selection: Selection
     items: list[dict[str, Any]]  # the snapshot of the selected items, replayed by resume
     gates: GateSettings = GateSettings()
+    # A rescore's (--eval-rescore): the experiment whose stored outputs this one scored again.
+    rescore_of: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_rescore_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out unless set: an earlier version, which forbids unknown fields, still reads
+        # every experiment that is not a rescore.
+        data: dict[str, Any] = handler(self)
+        if self.rescore_of is None:
+            data.pop("rescore_of", None)
+        return data
 
 
 BudgetUnit = Literal["usd", "tokens"]

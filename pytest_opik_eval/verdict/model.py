@@ -221,6 +221,7 @@ class ExperimentReport(_Report):
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
+    rescore_of: str | None = None  # a rescore's: the experiment whose stored outputs it scored again
 
 
 class BudgetReport(_Report):
@@ -235,12 +236,37 @@ class BudgetReport(_Report):
     resume_command: str | None = None  # runs them, with a fresh budget
 
 
+class JudgeCacheReport(_Report):
+    """``--eval-judge-cache``: the judges' scores of this session, reused from the cache or scored."""
+
+    hits: int
+    scored: int  # by calling the judge (and then kept, unless the scoring failed)
+    missed: int = 0  # not in the cache in strict replay (--eval-record=none): the trial failed, pending
+    strict: bool = False  # strict replay: a judge whose score is not in the cache is not called
+
+
+class RecordingReport(_Report):
+    """``--eval-record``: what became of the requests the app made in this session's trials, in
+    every process (a worker's counts reach its controller as JSON)."""
+
+    mode: str  # once, new_episodes, none or all
+    replayed: int = 0  # answered from a recording
+    recorded: int = 0  # sent, and their answer recorded
+    missed: int = 0  # no recording to replay, or a connection blocked, where the network is not used
+    missed_trials: int = 0  # trial attempts failed by a miss: pending, for --eval-resume
+    saved_input_tokens: int = 0  # the usage of the replayed answers: not paid again
+    saved_output_tokens: int = 0
+    saved_cost: float | None = None  # in USD; None: no replayed answer had a price
+
+
 class Report(_Report):
     schema_version: Literal[3] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]
     budget: BudgetReport | None = None  # None: no --eval-budget
+    judge_cache: JudgeCacheReport | None = None  # None: the judge cache is off
+    recordings: RecordingReport | None = None  # None: --eval-record=off
 
 
 def json_schema() -> dict[str, Any]:

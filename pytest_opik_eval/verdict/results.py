@@ -145,6 +145,7 @@ class ExperimentResult:
             gates_met=self.gates_met,
             baseline=None if self.baseline is None else self._with_item_changes(self.baseline),
             baseline_note=self.baseline_note,
+            rescore_of=experiment.rescore_of,
         )
 
     def _with_item_changes(self, baseline: BaselineComparison) -> BaselineComparison:

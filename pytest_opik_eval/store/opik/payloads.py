@@ -29,6 +29,7 @@ from pytest_opik_eval.store.records import (
 PENDING_KEY = "_opik_evaluation_pending"
 RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_resume() works too
 OURS_KEY = "_pytest_opik_eval"  # what this plugin needs beyond it: the plan, the item id mapping
+RESCORE_KEY = "rescore_of"  # a rescore's experiment: the experiment whose outputs it scored again
 
 
 @dataclass
@@ -94,8 +95,9 @@ def experiment(
     state: Mapping[str, Any],
     project: str,
 ) -> dict[str, Any]:
-    """The experiment as the SDK creates it; its metadata holds the resume ``state`` and what
-    this plugin needs to resume it on another machine (its run, record and plan)."""
+    """The experiment as the SDK creates it; its metadata holds the resume ``state``, what this
+    plugin needs to resume it on another machine (its run, record and plan), and for a rescore
+    the experiment it scored again."""
     whole_plan = len(planned) == len(record.items) * record.selection.trial_count
     ours = {
         "run": run.model_dump(),
@@ -103,12 +105,16 @@ def experiment(
         "remote": remote.model_dump(),
         "planned": None if whole_plan else [[t.dataset_item_id, t.trial] for t in planned],
     }
+    metadata: dict[str, Any] = {RESUME_KEY: json.dumps(state), OURS_KEY: ours}
+    if record.rescore_of is not None:
+        # Where the Opik UI shows it: this experiment scored the outputs of that one again.
+        metadata[RESCORE_KEY] = record.rescore_of
     return {
         "id": record.id,
         "name": record.name,
         "dataset_name": remote.dataset_name,
         "project_name": project,
-        "metadata": {RESUME_KEY: json.dumps(state), OURS_KEY: ours},
+        "metadata": metadata,
         "type": "regular",
         "evaluation_method": "dataset",
         **({"dataset_version_id": remote.version_id} if remote.version_id else {}),

@@ -20,8 +20,6 @@ SDK's formats), ``datasets`` (the server's datasets), ``sender`` (the background
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
+from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.ids import content_hash, node_id, uuid7
 from pytest_opik_eval.store.opik import payloads
 from pytest_opik_eval.store.opik.client import (
@@ -598,14 +597,9 @@ class OpikStore:
 def write_checkpoint(experiment_id: str, item_ids: Sequence[str]) -> None:
     """The Opik SDK's local resume checkpoint, so opik.evaluate_resume() finds the same items
     on this machine (this plugin itself resumes from the ids in the experiment's metadata)."""
-    folder = Path.home() / ".opik" / "resume"
-    folder.mkdir(parents=True, exist_ok=True)
     payload = {
         "schema_version": 1,
         "experiment_id": experiment_id,
         "resolved_dataset_item_ids": list(item_ids),
     }
-    fd, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as file:
-        json.dump(payload, file)
-    os.replace(temporary, folder / f"{experiment_id}.json")
+    write_atomically(Path.home() / ".opik" / "resume" / f"{experiment_id}.json", json.dumps(payload))

@@ -1,4 +1,5 @@
-"""Writing a report file (JSON, HTML, ``opik-eval export -o``): whole or not at all."""
+"""Writing a file whole or not at all: a report (JSON, HTML, ``opik-eval export -o``), a recording, a
+cached judge score."""
 
 from __future__ import annotations
 

@@ -1,0 +1,263 @@
+"""The judge cache (``--eval-judge-cache``): an LLM judge's scores, kept by everything that decides
+them, so a rerun (a replay of recorded app calls, above all) does not pay for the judges again.
+
+A metric is a judge when its class says so (``judge = True``, on this package's ``BaseMetric``
+or any metric), or when it is one of the Opik SDK's LLM-judge metrics: it holds an Opik model
+(an ``OpikBaseModel``) among its attributes, or its class comes from the SDK's ``llm_judges``.
+Heuristic metrics are cheap and deterministic: never cached.
+
+The key is the sha256 of a canonical JSON of: the metric's class (module and qualified name), the
+source of that class and of its bases down to the library's base class, with the module-level
+data their methods read (a prompt template kept in a constant), the version of the library the
+class comes from, the metric's whole configuration (its attributes, recursively: the model and
+its name, the prompt, the temperature...), the inputs of ``score()``, the item id and the trial
+index (so repeated trials keep their own judge samples). Whatever changes one of them is scored
+again: an edited prompt never gets a stale score. Secrets (the values of the environment's
+``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` variables, and attributes named like an API key)
+are replaced by a placeholder first, so a key rotated or set differently in CI keeps the cache.
+
+Each result is a plain JSON file, ``<store folder>/judge-cache/<2 hex>/<key>.json``, written
+atomically (a temporary file renamed): one key always means the same content, so threads,
+pytest-xdist workers and CI shards never clash, and merging shards' folders is a plain copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH
+from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.files import write_atomically
+from pytest_opik_eval.masking import env_secrets, mask
+from pytest_opik_eval.run.fingerprint import Fingerprints, attributes, digest, qualified
+from pytest_opik_eval.store.records import ScoreRecord
+
+JUDGE_CACHE = "judge-cache"  # the folder under the store folder
+FORMAT = 1  # of the key and of the files: a new format starts a new cache
+WORKER_JUDGE_COUNTS = "opik_eval_judge_cache"  # the key in a pytest-xdist worker's workeroutput
+
+# The classes the source hash stops at: the metric libraries' own base classes, and Python's.
+_BASE_MODULES = frozenset(
+    {"pytest_opik_eval.metrics.base", "opik.evaluation.metrics.base_metric", "_opik._base_metric", "abc"}
+)
+# How deep a metric's configuration is walked (a model inside the metric, its client, its
+# settings...); the inputs, dataset data, are walked as deep as a dataset may nest.
+_CONFIGURATION_DEPTH = 12
+
+
+@dataclasses.dataclass
+class JudgeCounts:
+    """Judge scores served from the cache, scored by calling the judge, and missed: not in the
+    cache in strict replay, where judges may not reach the network (the trial fails)."""
+
+    hits: int = 0
+    scored: int = 0
+    missed: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"hits": self.hits, "scored": self.scored, "missed": self.missed}
+
+    def add(self, other: Mapping[str, int]) -> None:
+        self.hits += int(other.get("hits", 0))
+        self.scored += int(other.get("scored", 0))
+        self.missed += int(other.get("missed", 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Judge:
+    digest: str  # of the metric's class, code, library version and configuration
+    about: dict[str, Any]  # the readable parts, stored with each result
+
+
+class JudgeCache:
+    """The cache of one process: files under ``folder``, the judges' identities (computed once per
+    metric object, on first use), and the counts. ``strict`` (strict replay, ``--eval-record=none``):
+    a judge whose score is not in the cache is not called, and its trial fails."""
+
+    def __init__(
+        self, folder: Path, environ: Mapping[str, str] | None = None, *, strict: bool = False
+    ) -> None:
+        self.folder = folder
+        self.strict = strict
+        self.counts = JudgeCounts()
+        self._secrets = env_secrets(os.environ if environ is None else environ)
+        self._fingerprints = Fingerprints(self._secrets)
+        self._lock = threading.Lock()  # the counts and the memos: trials score on pool threads
+        # By id(): a metric object may not be hashable. The metric is kept, so its id stays its own.
+        self._judges: dict[int, tuple[Any, _Judge | None]] = {}
+        self._versions: dict[str, str | None] = {}
+
+    def score(
+        self,
+        metric: Any,
+        inputs: Mapping[str, Any],
+        item_id: str,
+        trial: int,
+        score: Callable[[], list[ScoreRecord]],
+    ) -> list[ScoreRecord]:
+        """``score()``'s records: the cached ones of a judge, else those of calling it (kept when
+        none failed: a judge that failed, a rate limit or a timeout, is called again next time).
+        When strict, a judge's score not in the cache fails the trial (``pytest.fail``, which
+        leaves it pending) instead of calling the judge."""
+        judge = self._judge(metric)
+        if judge is None:
+            return score()
+        key = digest(
+            {"judge": judge.digest, "inputs": self._inputs(inputs), "item_id": item_id, "trial": trial}
+        )
+        path = self.folder / key[:2] / f"{key}.json"
+        cached = _read(path, key)
+        if cached is not None:
+            with self._lock:
+                self.counts.hits += 1
+            return cached
+        if self.strict:
+            with self._lock:
+                self.counts.missed += 1
+            pytest.fail(_miss_message(judge, item_id, trial), pytrace=False)
+        records = score()
+        with self._lock:
+            self.counts.scored += 1
+        if not any(record.scoring_failed for record in records):
+            self._write(path, key, judge, item_id, trial, records)
+        return records
+
+    def _write(
+        self, path: Path, key: str, judge: _Judge, item_id: str, trial: int, records: list[ScoreRecord]
+    ) -> None:
+        results = [self._masked(r.model_dump(mode="json", exclude_none=True)) for r in records]
+        entry = {"format": FORMAT, "key": key, **judge.about, "item_id": item_id, "trial": trial}
+        text = json.dumps({**entry, "results": results}, indent=2, sort_keys=True, ensure_ascii=False)
+        try:
+            write_atomically(path, text + "\n")
+        except OSError:
+            pass  # a read-only or full folder: the score stands, it is only not kept
+
+    def _judge(self, metric: Any) -> _Judge | None:
+        with self._lock:
+            known = self._judges.get(id(metric))
+        if known is not None:
+            return known[1]
+        judge = self._identify(metric) if is_judge(metric) else None
+        with self._lock:
+            self._judges.setdefault(id(metric), (metric, judge))
+            return self._judges[id(metric)][1]
+
+    def _identify(self, metric: Any) -> _Judge:
+        cls = type(metric)
+        library = cls.__module__.split(".")[0]
+        version = self._version(library)
+        sources = [self._fingerprints.class_code(c) for c in cls.__mro__ if _own_code(c)]
+        configuration = self._fingerprints.of(attributes(metric), _CONFIGURATION_DEPTH)
+        about = {
+            "class": qualified(cls),
+            "name": str(getattr(metric, "name", cls.__name__)),
+            "model": _model_name(metric),
+            "library": library,
+            "library_version": version,
+        }
+        about = self._masked(about)
+        parts = {"format": FORMAT, **about, "sources": sources, "configuration": configuration}
+        return _Judge(digest(parts), about)
+
+    def _version(self, library: str) -> str | None:
+        if library not in self._versions:
+            self._versions[library] = _version_of(library)
+        return self._versions[library]
+
+    def _inputs(self, inputs: Mapping[str, Any]) -> Any:
+        try:
+            # JSON data, as inputs nearly always are: dumped in C, at any depth a dataset may have.
+            return mask(json.dumps(inputs, sort_keys=True, ensure_ascii=False), self._secrets)
+        except (TypeError, ValueError):
+            return self._fingerprints.of(inputs, MAX_DEPTH + 1)
+
+    def _masked(self, value: Any) -> Any:
+        """``value`` (JSON data) with the environment's secret values replaced by their names."""
+        if isinstance(value, str):
+            return mask(value, self._secrets)
+        if isinstance(value, dict):
+            return {k: self._masked(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._masked(v) for v in value]
+        return value
+
+
+def _miss_message(judge: _Judge, item_id: str, trial: int) -> str:
+    # The item id is data, the metric's name its author's: escaped, as any text shown.
+    name = escape_control(repr(judge.about["name"]))
+    return (
+        f"item {escape_control(item_id)} (trial {trial}): judge {name} ({judge.about['class']}) has no "
+        "cached score, and strict replay (--eval-record=none) keeps judges off the network.\n"
+        "  fix: score it once while the judge's model can be reached, with --eval-record=new_episodes "
+        "(or --eval-judge-cache=on without --eval-record=none); or let judges run live in strict "
+        "replay with --eval-judge-cache=off (the trial stays pending)"
+    )
+
+
+def is_judge(metric: Any) -> bool:
+    """Whether ``metric`` calls an LLM judge: its class says so (``judge = True``), or it is an
+    Opik SDK LLM-judge metric (it holds an Opik model, or comes from the SDK's ``llm_judges``)."""
+    declared = getattr(type(metric), "judge", None)
+    if isinstance(declared, bool):
+        return declared
+    module = type(metric).__module__
+    if module.startswith("opik.") and (".llm_judges." in module or module.endswith(".ragas_metric")):
+        return True
+    # Loaded if, and only if, an Opik model exists in this process: no import for other metrics.
+    models = sys.modules.get("opik.evaluation.models.base_model")
+    model_class = getattr(models, "OpikBaseModel", None)
+    return model_class is not None and any(isinstance(v, model_class) for v in attributes(metric).values())
+
+
+def _read(path: Path, key: str) -> list[ScoreRecord] | None:
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        if entry.get("key") != key or entry.get("format") != FORMAT:
+            return None
+        return [ScoreRecord.model_validate(result) for result in entry["results"]]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None  # a damaged file (a manual edit, a bad merge): scored again and rewritten
+
+
+def _own_code(cls: type) -> bool:
+    """Whether ``cls`` is the metric's own class or a base above the libraries' base classes."""
+    return cls is not object and cls.__module__ not in _BASE_MODULES and cls.__module__ != "builtins"
+
+
+def _model_name(metric: Any) -> str | None:
+    """The judge's model, for a reader of the cache: a ``model``/``model_name`` string attribute,
+    or that of a model object the metric holds."""
+    for name, value in sorted(attributes(metric).items()):
+        if name.lstrip("_") in ("model", "model_name") and isinstance(value, str):
+            return value
+        inner = getattr(value, "model_name", None) if not isinstance(value, (str, int, float)) else None
+        if isinstance(inner, str):
+            return inner
+    return None
+
+
+def _version_of(library: str) -> str | None:
+    try:
+        return importlib.metadata.version(library)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        pass
+    # A module whose distribution has another name (``_opik`` ships with ``opik``).
+    for distribution in importlib.metadata.packages_distributions().get(library, []):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
