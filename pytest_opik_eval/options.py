@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -407,11 +407,20 @@ def budget(value: str) -> tuple[float, Literal["usd", "tokens"]]:
     return amount, unit
 
 
-def record_mode(value: str) -> str:
-    mode = value.strip().lower()
-    if mode not in RECORD_MODES:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(RECORD_MODES)}; got {value!r}")
-    return mode
+def one_of(values: Iterable[str]) -> Callable[[str], str]:
+    """A parser of a value that must be one of ``values``, in any case."""
+    allowed = tuple(values)
+
+    def parse(text: str) -> str:
+        value = text.strip().lower()
+        if value not in allowed:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(allowed)}; got {text!r}")
+        return value
+
+    return parse
+
+
+record_mode = one_of(RECORD_MODES)
 
 
 def threads_count(value: str) -> int:

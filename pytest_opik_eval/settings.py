@@ -27,6 +27,7 @@ from pytest_opik_eval.options import (
     cost_limit,
     latency_limit,
     metric_bound,
+    one_of,
     rate,
     record_mode,
     resume_command,
@@ -144,18 +145,8 @@ def judge_cache_enabled(setting: str, record_mode: str) -> bool:
 
 
 def _judge_cache(config: pytest.Config) -> str:
-    value = (
-        config.getoption("eval_judge_cache")
-        or os.environ.get(JUDGE_CACHE_ENV)
-        or str(config.getini("eval_judge_cache") or "")
-    )
-    value = value.strip().lower() or "auto"
-    if value not in JUDGE_CACHE_SETTINGS:
-        raise pytest.UsageError(
-            f"eval judge cache {value!r} (from env {JUDGE_CACHE_ENV} or ini eval_judge_cache) is not one of: "
-            + ", ".join(JUDGE_CACHE_SETTINGS)
-        )
-    return value
+    given = _layered(config, "eval_judge_cache", JUDGE_CACHE_ENV, one_of(JUDGE_CACHE_SETTINGS))
+    return "auto" if given is None else given[0]
 
 
 def _check_rescore(resume: str | None, rescore: str | None, metric_specs: tuple[str, ...]) -> None:
@@ -257,18 +248,8 @@ def _ini_gates(config: pytest.Config) -> GateOptions:
 
 
 def _backend(config: pytest.Config) -> str:
-    value = (
-        config.getoption("eval_backend")
-        or os.environ.get(BACKEND_ENV)
-        or str(config.getini("eval_backend") or "")
-    )
-    value = value.strip() or "local"
-    if value not in BACKENDS:
-        raise pytest.UsageError(
-            f"eval backend {value!r} (from env {BACKEND_ENV} or ini eval_backend) is not one of: "
-            + ", ".join(BACKENDS)
-        )
-    return value
+    given = _layered(config, "eval_backend", BACKEND_ENV, one_of(BACKENDS))
+    return "local" if given is None else given[0]
 
 
 def _record(config: pytest.Config) -> tuple[str, str]:
@@ -284,19 +265,26 @@ def _record(config: pytest.Config) -> tuple[str, str]:
 
 
 def _record_setting(config: pytest.Config) -> tuple[str, str]:
-    cli: str | None = config.getoption("eval_record")
+    return _layered(config, "eval_record", RECORD_ENV, record_mode) or ("off", "default")
+
+
+def _layered(
+    config: pytest.Config, name: str, env: str, parse: Callable[[str], _Parsed]
+) -> tuple[_Parsed, str] | None:
+    """Option ``name``'s value and where it came from: the command line (parsed by argparse),
+    else the environment variable ``env``, else the ini key ``name``, each parsed as the command
+    line is; None when none sets it. A bad value is a usage error that names its source."""
+    cli: _Parsed | None = config.getoption(name)
     if cli:
-        return cli, "--eval-record"
-    env = os.environ.get(RECORD_ENV, "").strip()
-    if env:
+        return cli, "--" + name.replace("_", "-")
+    text = os.environ.get(env, "").strip()
+    if text:
         try:
-            return record_mode(env), f"env {RECORD_ENV}"
+            return parse(text), f"env {env}"
         except argparse.ArgumentTypeError as error:
-            raise pytest.UsageError(f"env {RECORD_ENV}: {error}") from None
-    ini = _ini_value(config, "eval_record", record_mode)
-    if ini:
-        return ini, "ini eval_record"
-    return "off", "default"
+            raise pytest.UsageError(f"env {env}: {error}") from None
+    ini = _ini_value(config, name, parse)
+    return None if ini is None else (ini, f"ini {name}")
 
 
 def _store(config: pytest.Config) -> tuple[Path, str]:

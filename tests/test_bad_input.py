@@ -341,3 +341,21 @@ def test_empty_resume_value(project: Project, value: str) -> None:
     )
     assert project.calls() == []
     assert not project.store_path.exists()
+
+
+def test_a_bad_backend_from_the_environment_or_the_ini_file_names_its_source(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project.dataset(items("a"))
+    project.eval_test()
+    monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "cloud")
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*env PYTEST_OPIK_EVAL_BACKEND: expected one of local, opik; got 'cloud'"])
+    monkeypatch.delenv("PYTEST_OPIK_EVAL_BACKEND")
+    project.pytester.makeini("[pytest]\neval_backend = Local\n")  # any case, as on the command line
+    assert project.run("--eval").ret == pytest.ExitCode.OK
+    project.pytester.makeini("[pytest]\neval_backend = remote\n")
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini eval_backend: expected one of local, opik; got 'remote'"])

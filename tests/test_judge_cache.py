@@ -179,7 +179,9 @@ def test_a_bad_value_is_a_usage_error(project: Project, monkeypatch: pytest.Monk
     monkeypatch.setenv("PYTEST_OPIK_EVAL_JUDGE_CACHE", "always")
     result = project.run("--eval")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*'always'*PYTEST_OPIK_EVAL_JUDGE_CACHE*not one of: auto, on, off"])
+    result.stderr.fnmatch_lines(
+        ["*env PYTEST_OPIK_EVAL_JUDGE_CACHE: expected one of auto, on, off; got 'always'"]
+    )
 
 
 def test_no_secret_is_stored(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
