@@ -228,11 +228,12 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
 LOOP_SCOPE_APART = Version(importlib.metadata.version("pytest-asyncio")) >= Version("0.24")
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def no_event_loop_left() -> Iterator[None]:
     """pytest-asyncio before 0.24 ends a session with a fresh event loop set as the thread's
     current one, for the process's exit to collect. Inner runs share this process: it is closed
-    here, as the next run that sets a loop would drop it unclosed (a ResourceWarning, an error)."""
+    here, after every test (an inner run with pytest-asyncio may be in any test file), as the next
+    run that sets a loop would drop it unclosed (a ResourceWarning, an error)."""
     yield
     if LOOP_SCOPE_APART:
         return

@@ -15,9 +15,6 @@ from conftest import LOOP_SCOPE_APART, Project, items
 
 LABELS = [f"item-{i}" for i in range(4)]
 
-pytestmark = pytest.mark.usefixtures("no_event_loop_left")
-
-
 ASYNCIO_INI = """
 [pytest]
 filterwarnings = default

@@ -267,7 +267,6 @@ ASYNC_RUNNERS = [
 
 
 @pytest.mark.parametrize(("plugin", "marker", "threads"), ASYNC_RUNNERS)
-@pytest.mark.usefixtures("no_event_loop_left")
 def test_async_tests_record_and_replay(
     project: Project, llm: FakeLLM, plugin: tuple[str, ...], marker: str, threads: int | None
 ) -> None:
