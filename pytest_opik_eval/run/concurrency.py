@@ -3,11 +3,11 @@
 pytest runs test cases one after the other. When a trial's call phase starts, this also queues
 the tasks (and scoring) of the next trials of the same test, up to LOOKAHEAD x N test cases
 ahead, for at most N of the pool's threads at once (an earlier test may have started more);
-each test case then waits for its own trial and is reported in
-order, with its own outcome. Queuing further ahead than N keeps the threads busy while one slow
-model call holds up the reporting. A trial's pending marker is recorded when its task really
-starts, and is cleared only in its own test case's teardown: a trial that finished in the
-background but whose test case was never reported (-x, --maxfail, Ctrl-C) stays pending.
+each test case then waits for its own trial and is reported in order, with its own outcome.
+Queuing further ahead than N keeps the threads busy while one slow model call holds up the
+reporting. A trial's pending marker is recorded when its task really starts, and is cleared
+only in its own test case's teardown: a trial that finished in the background but whose test
+case was never reported (-x, --maxfail, Ctrl-C) stays pending.
 
 "The next trials" are those this process runs: the following items of the session, or, on a
 pytest-xdist worker, the test cases the controller has sent it (``distributed.WorkerQueue``).
