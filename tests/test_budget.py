@@ -11,6 +11,8 @@ from xml.etree import ElementTree
 
 import pytest
 from conftest import Project, offline_opik
+from fake_llm import APP as HTTPX_APP
+from fake_llm import FakeLLM
 
 from pytest_opik_eval.options import budget
 
@@ -422,3 +424,51 @@ def test_each_tests_task_threads_holds_and_bounds_the_budgets_overshoot(
     assert 3 <= spent <= 3 + 2, spent
     assert report["budget"]["reached"] is True
     result.assert_outcomes(passed=8 + spent, skipped=16 - spent)
+
+
+# The app asks the fake LLM server through plain httpx (no span); the judge asks it too, live (the
+# judges' calls are not recorded), and reports the 15 tokens its answer says it used.
+JUDGED_REPLAY_TEST = """
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from pytest_opik_eval.tracing import trace
+from app import ask
+
+
+class Judge(BaseMetric):
+    def score(self, output):
+        ask("judge: " + output)
+        trace.usage(model="gpt-4o-mini", input_tokens=10, output_tokens=5)
+        return ScoreResult(name=self.name, value=1.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Judge("judge")], trial_count=2)
+def test_answer(eval_item):
+    return ask(eval_item["input"]["question"])
+"""
+
+
+def test_replayed_calls_without_a_span_do_not_cancel_the_judges_live_spend(
+    project: Project, llm: FakeLLM
+) -> None:
+    project.dataset([{"id": q, "input": {"question": q}} for q in ("capital", "colour", "planet")])
+    project.write("app.py", HTTPX_APP)
+    project.write("test_app.py", JUDGED_REPLAY_TEST)
+    project.run("--eval", "--eval-record=new_episodes", "--eval-judge-cache=off").assert_outcomes(passed=6)
+    assert llm.requests == 12
+
+    # The app's 6 calls replay (90 tokens saved); the judges' calls are live, 15 tokens each: the
+    # third trial reaches the budget.
+    result, report = project.run_report(
+        "--eval", "--eval-record=none", "--eval-judge-cache=off", "--eval-budget=40 tokens"
+    )
+    result.assert_outcomes(passed=3, skipped=3)
+    result.stdout.fnmatch_lines(
+        [
+            "eval budget reached: spent 45 tokens of 40 tokens (3 trials not started)",
+            "*",
+            "eval recordings (--eval-record=none): 3 replayed, 0 recorded, 0 missed; saved 45 tokens*",
+        ]
+    )
+    assert report["budget"]["spent"] == 45
+    assert llm.requests == 12 + 3, "only the judges asked the server"

@@ -305,12 +305,7 @@ def _record_spans(
     spans = trace.close()
     if spans:
         if budget is not None:
-            if scope is None:
-                budget.add(spans)
-            else:
-                saved = scope.counts
-                tokens = saved.saved_input_tokens + saved.saved_output_tokens
-                budget.add(spans, tokens, saved.saved_cost or 0.0)
+            budget.add(spans, None if scope is None else scope.saved_under)
             if budget.unpriced:
                 notice(item.config, UNPRICED_SPEND)
         record = span_recorder(store)
