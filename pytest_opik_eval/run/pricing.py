@@ -79,13 +79,14 @@ def _priced(span: SpanRecord) -> SpanRecord:
     from genai_prices import Usage
 
     provider, model = found
-    usage = Usage(
-        input_tokens=span.prompt_tokens or 0,
-        output_tokens=span.completion_tokens or 0,
-        cache_read_tokens=_count(span, _CACHE_READ),
-        cache_write_tokens=_count(span, _CACHE_WRITE),
-    )
     try:
+        # Counts genai-prices refuses (checked before: see span_usage) leave the span unpriced.
+        usage = Usage(
+            input_tokens=span.prompt_tokens or 0,
+            output_tokens=span.completion_tokens or 0,
+            cache_read_tokens=_count(span, _CACHE_READ),
+            cache_write_tokens=_count(span, _CACHE_WRITE),
+        )
         price = model.calc_price(usage, provider, genai_request_timestamp=_when(span))
         cost = float(price.total_price)
     except Exception as error:  # a table entry this usage does not fit: unpriced, never an error
