@@ -68,6 +68,18 @@ def async_fixture(item: pytest.Function) -> str | None:
     return None
 
 
+def prepare_threads(*, recording: bool) -> None:
+    """On the main thread, before trials run in the pool's threads: import what they would
+    otherwise import first, mid-run, where the other threads' trials could meet it half made.
+    That is genai-prices, which prices spans (when a span can reach a trial) and the usage of
+    the calls recorded (``recording``) as each trial ends (see ``pricing.preload``); a session
+    whose trials can price nothing does not import it."""
+    from pytest_opik_eval.run import pricing, tracing
+
+    if recording or tracing.may_trace():
+        pricing.preload()
+
+
 class Pool:
     """Daemon threads that run trials ahead; started on first use, and kept for the session's
     later tests. Each queued trial carries its test's limit (``--eval-threads``, the marker's

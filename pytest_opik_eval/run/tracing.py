@@ -129,10 +129,15 @@ def start(
     app that imports one of them only inside its first task call is traced from the next
     trial); ``task_input`` gives the task span's input, asked only when the trial has spans to
     store."""
-    modules = sys.modules
-    if not any(source in modules for source in _SPAN_SOURCES):
+    if not may_trace():
         return None
     return TrialTrace(attempt_id, name, task_input, item)
+
+
+def may_trace() -> bool:
+    """Whether a span can reach a trial now: a module of ``_SPAN_SOURCES`` is imported."""
+    modules = sys.modules
+    return any(source in modules for source in _SPAN_SOURCES)
 
 
 class Span:
