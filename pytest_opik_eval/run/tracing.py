@@ -572,8 +572,8 @@ def _add_usage(
             usage[key] = int(usage.get(key, 0)) + int(tokens)
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         span.usage = usage
-    if cost is not None and bad_cost is None:
-        span.total_cost = (span_usage.cost(span.total_cost) or 0.0) + float(cost)
+    if cost is not None and bad_cost is None and span_usage.cost(span.total_cost or 0.0) is not None:
+        span.total_cost = (span.total_cost or 0.0) + float(cost)
 
 
 trace = EvalTrace()
