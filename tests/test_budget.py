@@ -11,6 +11,8 @@ from xml.etree import ElementTree
 
 import pytest
 from conftest import Project, offline_opik
+from fake_llm import APP as HTTPX_APP
+from fake_llm import FakeLLM
 
 from pytest_opik_eval.options import budget
 
@@ -342,3 +344,131 @@ def test_the_step_summary_and_junit_carry_the_budget(
         "eval.budget.reached": "true",
         "eval.budget.not_started": "90",
     }
+
+
+# Two tests in one module: test_wide runs 8 trials at once (a barrier of 8 proves it), then
+# test_narrow, task_threads=2, whose trials each cost $1 and log how many of its trials were in
+# flight as each one started; each waits (up to 2 s) for 8 to be in flight, so that the pool lets
+# every trial it would run at once run then.
+THREADS_TEST = """
+import pathlib
+import threading
+import pytest
+from app import llm
+from pytest_opik_eval.metrics import Equals
+
+HERE = pathlib.Path(__file__).parent
+BARRIER = threading.Barrier(8, timeout=10)
+FLIGHT = threading.Condition()
+in_flight = 0
+
+
+@pytest.mark.eval(dataset="wide.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"}, task_threads=8)
+def test_wide(eval_item):
+    BARRIER.wait()
+    return eval_item["input"]["text"]
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"},
+    task_threads=2,
+)
+def test_narrow(eval_item):
+    global in_flight
+    with FLIGHT:
+        in_flight += 1
+        with open(HERE / "in_flight.log", "a") as log:
+            log.write(f"{in_flight}\\n")
+        FLIGHT.notify_all()
+        FLIGHT.wait_for(lambda: in_flight >= 8, timeout=2)
+    try:
+        return llm(eval_item["input"]["text"], cost=1.0)
+    finally:
+        with FLIGHT:
+            in_flight -= 1
+"""
+
+COSTLY_APP = """
+import opik
+from opik import opik_context
+
+
+@opik.track(type="llm")
+def llm(prompt, cost):
+    opik_context.update_current_span(
+        model="house-llm-1", usage={"prompt_tokens": 3, "completion_tokens": 1}, total_cost=cost
+    )
+    return prompt
+"""
+
+
+def test_each_tests_task_threads_holds_and_bounds_the_budgets_overshoot(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_opik(project, monkeypatch)
+    project.dataset(
+        [{"id": f"w{i}", "input": {"text": f"w{i}"}, "expected_output": f"w{i}"} for i in range(8)],
+        name="wide.jsonl",
+    )
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:16]]
+    )
+    project.write("app.py", COSTLY_APP)
+    project.write("test_eval.py", THREADS_TEST)
+    result, report = project.run_report("--eval", "--eval-budget=3")
+    in_flight = [int(n) for n in (project.path / "in_flight.log").read_text().split()]
+    # The 8 threads test_wide needed are idle when test_narrow starts: 2 of them may run its trials.
+    assert max(in_flight) == 2, in_flight
+    # The third $1 trial reaches the budget, the other one in flight finishes: $4, never $8.
+    spent = report["budget"]["spent"]
+    assert 3 <= spent <= 3 + 2, spent
+    assert report["budget"]["reached"] is True
+    result.assert_outcomes(passed=8 + spent, skipped=16 - spent)
+
+
+# The app asks the fake LLM server through plain httpx (no span); the judge asks it too, live (the
+# judges' calls are not recorded), and reports the 15 tokens its answer says it used.
+JUDGED_REPLAY_TEST = """
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from pytest_opik_eval.tracing import trace
+from app import ask
+
+
+class Judge(BaseMetric):
+    def score(self, output):
+        ask("judge: " + output)
+        trace.usage(model="gpt-4o-mini", input_tokens=10, output_tokens=5)
+        return ScoreResult(name=self.name, value=1.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Judge("judge")], trial_count=2)
+def test_answer(eval_item):
+    return ask(eval_item["input"]["question"])
+"""
+
+
+def test_replayed_calls_without_a_span_do_not_cancel_the_judges_live_spend(
+    project: Project, llm: FakeLLM
+) -> None:
+    project.dataset([{"id": q, "input": {"question": q}} for q in ("capital", "colour", "planet")])
+    project.write("app.py", HTTPX_APP)
+    project.write("test_app.py", JUDGED_REPLAY_TEST)
+    project.run("--eval", "--eval-record=new_episodes", "--eval-judge-cache=off").assert_outcomes(passed=6)
+    assert llm.requests == 12
+
+    # The app's 6 calls replay (90 tokens saved); the judges' calls are live, 15 tokens each: the
+    # third trial reaches the budget.
+    result, report = project.run_report(
+        "--eval", "--eval-record=none", "--eval-judge-cache=off", "--eval-budget=40 tokens"
+    )
+    result.assert_outcomes(passed=3, skipped=3)
+    result.stdout.fnmatch_lines(
+        [
+            "eval budget reached: spent 45 tokens of 40 tokens (3 trials not started)",
+            "*",
+            "eval recordings (--eval-record=none): 3 replayed, 0 recorded, 0 missed; saved 45 tokens*",
+        ]
+    )
+    assert report["budget"]["spent"] == 45
+    assert llm.requests == 12 + 3, "only the judges asked the server"

@@ -4,10 +4,12 @@ summed in the report; a call the table cannot price is counted, never an error."
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
 from conftest import Project, offline_opik
+from fake_llm import FakeLLM
 
 from pytest_opik_eval.run import pricing
 
@@ -134,3 +136,78 @@ def test_prompt_tokens_read_from_the_cache_are_priced_at_the_cache_price(
     # million: 0.000644 (all 1000 as plain input would be 0.0012).
     assert llm.cost == pytest.approx(0.000644, abs=1e-12)
     assert llm.cost_source == "price table"
+
+
+# The app: the OpenAI SDK, traced by the Opik SDK's track_openai, asking the fake LLM server
+# (tests/fake_llm.py). Its spans report gpt-4o-mini's tokens and no cost: the price table prices
+# them as each trial ends, in the pool's threads, while other threads' clients are mid-call.
+OPENAI_APP = """
+import os
+
+import openai
+from opik.integrations.openai import track_openai
+
+client = track_openai(
+    openai.OpenAI(
+        base_url=os.environ["FAKE_LLM_URL"] + "/v1",
+        api_key=os.environ["FAKE_LLM_API_KEY"],
+        http_client=openai.DefaultHttpxClient(trust_env=False),
+        max_retries=0,
+    )
+)
+
+
+def ask(question):
+    # Calls one after the other: a trial is mid-call most of the time it runs.
+    for _ in range(20):
+        completion = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": question}]
+        )
+    return completion.choices[0].message.content
+"""
+
+
+@pytest.mark.parametrize("run", range(4))
+def test_pricing_in_threads_does_not_break_the_openai_clients_of_other_trials(
+    project: Project, monkeypatch: pytest.MonkeyPatch, llm: FakeLLM, run: int
+) -> None:
+    # genai-prices imports httpx2, which the OpenAI SDK looks up in sys.modules on each call: were
+    # it first imported in a pool thread, the other threads' calls would meet it half made
+    # ("partially initialized module 'httpx2' has no attribute ..."). A fresh process each time,
+    # where nothing imported genai-prices before the trials.
+    pytest.importorskip("genai_prices")
+    offline_opik(project, monkeypatch)
+    labels = [f"q{i}" for i in range(16)]
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": "answer"} for label in labels]
+    )
+    project.write("app.py", OPENAI_APP)
+    project.eval_test(
+        imports="from app import ask\nfrom pytest_opik_eval.metrics import Contains",
+        behaviour='return {"output": ask(item["input"]["text"])}',
+        metrics="[Contains()]",
+    )
+    result, report = project.run_report("--eval", "--eval-threads=8", subprocess=True)
+    result.assert_outcomes(passed=16)
+    (experiment,) = report["experiments"]
+    assert {t["usage"]["app"]["cost"] is not None for t in experiment["trials"]} == {True}, "each priced"
+
+
+MODULES_AT_END = """
+import json, sys
+
+def pytest_sessionfinish(session):
+    with open("modules.json", "w") as f:
+        json.dump(sorted(n for n in sys.modules if n.split(".")[0] in ("genai_prices", "httpx2")), f)
+"""
+
+
+def test_threads_that_can_price_nothing_never_import_the_price_table(project: Project) -> None:
+    # No span can reach these trials (no Opik SDK, no OpenTelemetry, no manual API), nor any
+    # recording: genai-prices (half a second) is not imported for them.
+    project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in "abcd"])
+    project.eval_test()
+    project.write("conftest.py", MODULES_AT_END)
+    result = project.pytester.runpytest_subprocess("--eval", "--eval-threads=4")
+    result.assert_outcomes(passed=4)
+    assert json.loads((project.path / "modules.json").read_text()) == []

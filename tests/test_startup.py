@@ -10,7 +10,8 @@ REPORT_MODULES = """
 import json, sys
 
 def pytest_sessionfinish(session):
-    names = [n for n in sys.modules if n.split(".")[0] in ("pydantic", "sqlite3", "httpx", "filelock", "pytest_opik_eval")]
+    heavy = ("pydantic", "sqlite3", "httpx", "httpx2", "genai_prices", "filelock", "pytest_opik_eval")
+    names = [n for n in sys.modules if n.split(".")[0] in heavy]
     with open("modules.json", "w") as f:
         json.dump(sorted(names), f)
 """

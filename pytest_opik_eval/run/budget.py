@@ -27,14 +27,19 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.formatting import budget_amount
 from pytest_opik_eval.store.records import BudgetSetting, SpanRecord
+from pytest_opik_eval.verdict.usage import lineage
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.recording import RecordingCounts
 
 # Set on a test case whose trial the budget kept from starting: its report says so.
 NOT_STARTED = pytest.StashKey[bool]()
@@ -87,15 +92,22 @@ class Budget:
             item.stash[NOT_STARTED] = True
             pytest.skip(self.reason)
 
-    def add(self, spans: Sequence[SpanRecord], saved_tokens: int = 0, saved_cost: float = 0.0) -> None:
-        """A trial ended: what its spans spent, less what its replayed calls (--eval-record) saved:
-        their spans report the recorded usage, which nobody paid for again."""
+    def add(self, spans: Sequence[SpanRecord], replayed: Mapping[str, RecordingCounts] | None = None) -> None:
+        """A trial ended: what its spans spent, less what its replayed calls (--eval-record) saved,
+        by the span open where they were made (``TrialScope.saved_under``): the spans that report
+        a replayed call's usage, which nobody paid for again, are that span or under it."""
         if self.unit == "tokens":
-            amount = float(sum(_tokens(span) for span in spans) - saved_tokens)
+            spend = [(span, float(_tokens(span))) for span in spans]
+            saved = {
+                under: float(c.saved_input_tokens + c.saved_output_tokens)
+                for under, c in (replayed or {}).items()
+            }
         else:
-            amount = math.fsum(span.cost for span in spans if span.cost is not None) - saved_cost
+            spend = [(span, span.cost) for span in spans if span.cost is not None]
+            saved = {under: c.saved_cost or 0.0 for under, c in (replayed or {}).items()}
             if any(span.cost is None and _tokens(span) for span in spans):
                 self.unpriced = True
+        amount = math.fsum(amount for _, amount in spend) - _replayed(spans, spend, saved)
         if amount <= 0:
             return
         with self._lock:
@@ -108,6 +120,32 @@ class Budget:
         """Close the ledger; ``remove``: and delete it (the controller, once its workers ended)."""
         if self._ledger is not None:
             self._ledger.close(remove=remove)
+
+
+def _replayed(
+    spans: Sequence[SpanRecord], spend: Sequence[tuple[SpanRecord, float]], saved: Mapping[str, float]
+) -> float:
+    """What of ``spend`` the replayed calls account for: the amount ``saved`` by the calls made
+    under each span, taken from what that span and the spans under it spent, never more (a call
+    no span reported, through plain httpx, cancels nothing); the innermost spans' calls first, so
+    that calls made under an outer span take only what is left."""
+    if not saved:
+        return 0.0
+    parents = {span.id: span.parent_span_id for span in spans}
+    ancestors = [set(lineage(span.id, parents)) for span, _ in spend]
+    left = [amount for _, amount in spend]
+    taken = 0.0
+    for under in sorted(saved, key=lambda under: -len(lineage(under, parents))):
+        wanted = saved[under]
+        for index, amount in enumerate(left):
+            if wanted <= 0:
+                break
+            if under in ancestors[index]:
+                part = min(amount, wanted)
+                left[index] -= part
+                wanted -= part
+                taken += part
+    return taken
 
 
 def _tokens(span: SpanRecord) -> int:

@@ -2,11 +2,12 @@
 
 pytest runs test cases one after the other. When a trial's call phase starts, this also queues
 the tasks (and scoring) of the next trials of the same test, up to LOOKAHEAD x N test cases
-ahead, for N background threads; each test case then waits for its own trial and is reported in
-order, with its own outcome. Queuing further ahead than N keeps the threads busy while one slow
-model call holds up the reporting. A trial's pending marker is recorded when its task really
-starts, and is cleared only in its own test case's teardown: a trial that finished in the
-background but whose test case was never reported (-x, --maxfail, Ctrl-C) stays pending.
+ahead, for at most N of the pool's threads at once (an earlier test may have started more);
+each test case then waits for its own trial and is reported in order, with its own outcome.
+Queuing further ahead than N keeps the threads busy while one slow model call holds up the
+reporting. A trial's pending marker is recorded when its task really starts, and is cleared
+only in its own test case's teardown: a trial that finished in the background but whose test
+case was never reported (-x, --maxfail, Ctrl-C) stays pending.
 
 "The next trials" are those this process runs: the following items of the session, or, on a
 pytest-xdist worker, the test cases the controller has sent it (``distributed.WorkerQueue``).
@@ -21,8 +22,9 @@ pending.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import inspect
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -34,8 +36,6 @@ from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS
 
 # How many test cases per thread are queued ahead of the one being reported.
 LOOKAHEAD = 4
-
-Job = tuple["Future[None]", Callable[[], None]]
 
 
 def function_scoped_fixture(item: pytest.Function) -> str | None:
@@ -68,13 +68,31 @@ def async_fixture(item: pytest.Function) -> str | None:
     return None
 
 
+def prepare_threads(*, recording: bool) -> None:
+    """On the main thread, before trials run in the pool's threads: import what they would
+    otherwise import first, mid-run, where the other threads' trials could meet it half made.
+    That is genai-prices, which prices spans (when a span can reach a trial) and the usage of
+    the calls recorded (``recording``) as each trial ends (see ``pricing.preload``); a session
+    whose trials can price nothing does not import it."""
+    from pytest_opik_eval.run import pricing, tracing
+
+    if recording or tracing.may_trace():
+        pricing.preload()
+
+
 class Pool:
-    """Daemon threads that run trials ahead; started on first use."""
+    """Daemon threads that run trials ahead; started on first use, and kept for the session's
+    later tests. Each queued trial carries its test's limit (``--eval-threads``, the marker's
+    ``task_threads``): a thread takes it up only while fewer trials than that are running, so a
+    test with 2 threads after one with 8 runs 2 at once, not 8, and the budget (checked when a
+    thread takes a trial up) is overshot by at most one trial per thread the test may use."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
+        self._ready = threading.Condition()  # guards _jobs, _running and _stopped
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._running = 0
         self._threads: list[threading.Thread] = []
-        self._futures: dict[str, Future[None]] = {}
+        self._futures: dict[str, Future[None]] = {}  # the main thread's own
         self._stopped = False
 
     def run(
@@ -85,39 +103,63 @@ class Pool:
         threads: int,
     ) -> None:
         """Start the trials of ``window`` (this test case first) that are not started yet, each
-        as ``job(trial's test case, item)`` makes it, then wait for this test case's trial;
-        re-raise what it raised."""
+        as ``job(trial's test case, item)`` makes it, at most ``threads`` at once, then wait for
+        this test case's trial; re-raise what it raised."""
         while len(self._threads) < threads:
             thread = threading.Thread(target=self._work, name="opik-eval-trial", daemon=True)
             thread.start()
             self._threads.append(thread)
+        queued = []
         for ahead in window:
             if ahead.nodeid not in self._futures and not self._stopped:
                 future: Future[None] = Future()
                 self._futures[ahead.nodeid] = future
-                self._jobs.put((future, job(ahead, item)))
+                queued.append(_Job(future, job(ahead, item), threads))
+        with self._ready:
+            self._jobs.extend(queued)
+            self._ready.notify(len(queued))
         self._futures.pop(item.nodeid).result()
 
     def stop(self) -> None:
         """No new trial starts; trials in flight are abandoned (they stay pending)."""
-        self._stopped = True
-        for future in self._futures.values():
-            future.cancel()
-        self._futures.clear()
-        for _ in self._threads:
-            self._jobs.put(None)
+        with self._ready:
+            self._stopped = True
+            for future in self._futures.values():
+                future.cancel()
+            self._futures.clear()
+            self._jobs.clear()
+            self._ready.notify_all()
+
+    def _startable(self) -> bool:
+        return bool(self._jobs) and self._running < self._jobs[0].limit
 
     def _work(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            future, run = job
-            if not future.set_running_or_notify_cancel():
-                continue
+            with self._ready:
+                self._ready.wait_for(lambda: self._stopped or self._startable())
+                if self._stopped:
+                    return
+                job = self._jobs.popleft()
+                if not job.future.set_running_or_notify_cancel():
+                    continue
+                self._running += 1
             try:
-                run()
+                job.run()
             except BaseException as error:  # re-raised in the test case's own call phase
-                future.set_exception(error)
+                outcome: BaseException | None = error
             else:
-                future.set_result(None)
+                outcome = None
+            with self._ready:
+                self._running -= 1
+                self._ready.notify()  # one slot is free: one waiting thread may take a trial
+            if outcome is None:
+                job.future.set_result(None)
+            else:
+                job.future.set_exception(outcome)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    future: Future[None]
+    run: Callable[[], None]
+    limit: int  # the trials, this one included, that may run at once when it starts

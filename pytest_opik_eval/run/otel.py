@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import SpanProcessor as _SdkSpanProcessor
 from opentelemetry.trace import StatusCode
 
 from pytest_opik_eval.ids import uuid7
-from pytest_opik_eval.run import tracing
+from pytest_opik_eval.run import span_usage, tracing
 
 _logger = logging.getLogger(__name__)
 
@@ -211,15 +211,19 @@ def span_params(span: ReadableSpan, id: str, trace_id: str, parent_id: str) -> d
     model = first(_MODEL)
     provider = first(_PROVIDER)
     provider = None if provider is None else _PROVIDERS.get(str(provider), str(provider))
-    usage = _usage(attributes, used)
+    usage, bad_usage = _usage(attributes, used)
+    cost_name = next((name for name in _COST if name in attributes), "")
     cost = first(_COST)
+    bad_cost = (
+        None if cost is None or span_usage.cost(cost) is not None else span_usage.field(cost_name, cost)
+    )
     span_input = _messages(attributes, used, _INPUT, _INPUT_INDEXED) or _events(span, _INPUT_EVENTS)
     output = _messages(attributes, used, _OUTPUT, _OUTPUT_INDEXED) or _events(span, (_OUTPUT_EVENT,))
-    kind = _type(attributes, model is not None and usage is not None)
+    kind = _type(attributes, model is not None and (usage is not None or bad_usage is not None))
     metadata = {key: _plain(value) for key, value in attributes.items() if key not in used}
     if len(metadata) > MAX_METADATA_KEYS:
         metadata = dict(sorted(metadata.items())[:MAX_METADATA_KEYS])
-    return {
+    params = {
         "id": id,
         "trace_id": trace_id,
         "parent_span_id": parent_id,
@@ -234,9 +238,13 @@ def span_params(span: ReadableSpan, id: str, trace_id: str, parent_id: str) -> d
         "model": None if model is None else str(model),
         "provider": provider,
         "usage": usage,
-        "total_cost": float(cost) if isinstance(cost, int | float) and not isinstance(cost, bool) else None,
+        "total_cost": span_usage.cost(cost),
         "error_info": _error(span),
     }
+    if bad_usage or bad_cost:
+        # Named as the app set them: the trial's end would name them by Opik's names.
+        params[span_usage.REJECTED] = [span_usage.rejection(span.name, bad_usage, bad_cost)]
+    return params
 
 
 def _type(attributes: Mapping[str, Any], reports_usage: bool) -> str:
@@ -257,20 +265,26 @@ def _type(attributes: Mapping[str, Any], reports_usage: bool) -> str:
     return "general"
 
 
-def _usage(attributes: Mapping[str, Any], used: set[str]) -> dict[str, int] | None:
+def _usage(attributes: Mapping[str, Any], used: set[str]) -> tuple[dict[str, int] | None, str | None]:
+    """The token counts, in Opik's names; or None and the first attribute that holds no count
+    (see ``span_usage``)."""
     usage: dict[str, int] = {}
+    bad = None
     for opik_name, names in _USAGE.items():
-        for name in names:
-            value = attributes.get(name)
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                used.add(name)
-                usage[opik_name] = int(value)
-                break
-    if not usage:
-        return None
+        name = next((name for name in names if name in attributes), None)
+        if name is None:
+            continue
+        used.add(name)
+        counted = span_usage.count(attributes[name])
+        if counted is None:
+            bad = bad or span_usage.field(name, attributes[name])
+        else:
+            usage[opik_name] = counted
+    if bad is not None or not usage:
+        return None, bad
     if "total_tokens" not in usage and ("prompt_tokens" in usage or "completion_tokens" in usage):
         usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-    return usage
+    return usage, None
 
 
 def _messages(

@@ -14,6 +14,7 @@ counts those. Never an error: a price is an estimate, and a trial does not fail 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import threading
 from collections.abc import Sequence
@@ -79,13 +80,14 @@ def _priced(span: SpanRecord) -> SpanRecord:
     from genai_prices import Usage
 
     provider, model = found
-    usage = Usage(
-        input_tokens=span.prompt_tokens or 0,
-        output_tokens=span.completion_tokens or 0,
-        cache_read_tokens=_count(span, _CACHE_READ),
-        cache_write_tokens=_count(span, _CACHE_WRITE),
-    )
     try:
+        # Counts genai-prices refuses (checked before: see span_usage) leave the span unpriced.
+        usage = Usage(
+            input_tokens=span.prompt_tokens or 0,
+            output_tokens=span.completion_tokens or 0,
+            cache_read_tokens=_count(span, _CACHE_READ),
+            cache_write_tokens=_count(span, _CACHE_WRITE),
+        )
         price = model.calc_price(usage, provider, genai_request_timestamp=_when(span))
         cost = float(price.total_price)
     except Exception as error:  # a table entry this usage does not fit: unpriced, never an error
@@ -111,6 +113,20 @@ def _model(model: str, provider: str | None) -> tuple[Any, Any] | str:
             if found is None:
                 found = _models[key] = _lookup(model, provider)
     return found
+
+
+def preload() -> None:
+    """Import genai-prices now, on this thread: the main one, before trials run in the pool's
+    threads (see ``concurrency.prepare_threads``). Imported by a pool thread as its first span is priced,
+    it would be half made for a while in ``sys.modules`` while other threads' trials run, and
+    genai-prices imports httpx2, which the OpenAI SDK looks up there on each call ("partially
+    initialized module 'httpx2' has no attribute 'Response'", failing those trials)."""
+    if "genai_prices" in sys.modules or importlib.util.find_spec("genai_prices") is None:
+        return
+    try:
+        import genai_prices.data_snapshot  # noqa: F401  (its package imports httpx2)
+    except ImportError:  # as in _lookup: the spans stay unpriced, and say why
+        pass
 
 
 def _lookup(model: str, provider: str | None) -> tuple[Any, Any] | str:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pytest_opik_eval.options import RECORD_MODES
-from pytest_opik_eval.run import http_calls
+from pytest_opik_eval.run import http_calls, tracing
 from pytest_opik_eval.run.contexts import within
 from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
@@ -152,6 +152,9 @@ class TrialScope:
         self.key = key
         self.misses: list[Miss] = []
         self.counts = RecordingCounts()
+        # What the replayed calls saved, by the id of the trial's span open where each was made
+        # (see ``play``): a budget subtracts it only from what that span and those under it report.
+        self.saved_under: dict[str, RecordingCounts] = {}
         self.recorder = recorder
         self._recorded = recorded
         self._seen: Counter[str] = Counter()  # canonical request -> requests made so far
@@ -193,6 +196,10 @@ class TrialScope:
         return found or self.strict
 
     def play(self, request: RecordedRequest) -> dict[str, Any]:
+        trial = tracing.current()
+        # An instrumented client's span (track_openai's, a manual one) is open around its call;
+        # otherwise the span the app reports the call's usage on comes under the trial's innermost.
+        under = None if trial is None else trial.parent_span_id()
         with self.recorder.lock:
             times = self._seen[request.key]
             self._seen[request.key] += 1
@@ -206,6 +213,8 @@ class TrialScope:
                     saved_cost=usage.cost,
                 )
                 self.recorder.tally(self, saved)
+                if under is not None:
+                    self.saved_under.setdefault(under, RecordingCounts()).add(saved)
                 return _vcr_response(
                     found.response.status,
                     found.response.reason,

@@ -47,7 +47,7 @@ from typing import Any, Literal, TypeVar
 from pytest_opik_eval.collect.datasets.loading import nested_too_deep
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.ids import uuid7
-from pytest_opik_eval.run import pricing
+from pytest_opik_eval.run import pricing, span_usage
 from pytest_opik_eval.run.contexts import within
 from pytest_opik_eval.store.records import ScoreRecord, SpanRecord
 
@@ -129,10 +129,15 @@ def start(
     app that imports one of them only inside its first task call is traced from the next
     trial); ``task_input`` gives the task span's input, asked only when the trial has spans to
     store."""
-    modules = sys.modules
-    if not any(source in modules for source in _SPAN_SOURCES):
+    if not may_trace():
         return None
     return TrialTrace(attempt_id, name, task_input, item)
+
+
+def may_trace() -> bool:
+    """Whether a span can reach a trial now: a module of ``_SPAN_SOURCES`` is imported."""
+    modules = sys.modules
+    return any(source in modules for source in _SPAN_SOURCES)
 
 
 class Span:
@@ -160,6 +165,7 @@ class Span:
         "usage",
         "total_cost",
         "error",
+        "rejected",
         "_id",
     )
 
@@ -191,6 +197,7 @@ class Span:
         self.usage: dict[str, int] | None = None
         self.total_cost: float | None = None
         self.error: dict[str, str] | None = None
+        self.rejected: list[str] | None = None  # what ``trace.usage`` refused (see span_usage)
         self._id: str | None = None
 
     @property
@@ -210,7 +217,7 @@ class Span:
             # As @opik.track shows a tracked score()'s output.
             shown = [r.model_dump(exclude_none=True) for r in self.scores]
             output = {"output": shown[0] if len(shown) == 1 else shown}
-        return {
+        params = {
             "id": self.id,
             "trace_id": None if self.trace is None else self.trace.trace_id,
             "parent_span_id": self.parent,
@@ -229,6 +236,9 @@ class Span:
             "total_cost": self.total_cost,
             "error_info": self.error,
         }
+        if self.rejected:
+            params[span_usage.REJECTED] = self.rejected
+        return params
 
 
 class TrialTrace:
@@ -258,6 +268,8 @@ class TrialTrace:
         self._spans: list[Mapping[str, Any]] = []  # the app's, the judges', the manual API's
         self._own: list[Span] = []  # the scoring spans, finished
         self._closed = False
+        # The notices of spans whose usage or cost was rejected (see span_usage), made at close.
+        self.rejected: list[str] = []
         self.late = 0  # spans that ended after the trial closed (a stream consumed later)
         self.foreign = 0  # spans of another trace sent through this client
 
@@ -429,7 +441,11 @@ class TrialTrace:
             error=self._task_error,
         )
         # Priced here, at the trial's end, so the store keeps the cost (see run/pricing.py).
-        records = pricing.priced([_record(params) for params in [*(s.params() for s in own), *spans]])
+        rejected: list[str] = []
+        records = pricing.priced(
+            [_record(params, rejected) for params in [*(s.params() for s in own), *spans]]
+        )
+        self.rejected = rejected
         records.sort(key=lambda span: span.start_time or "")
         return [task, *records]
 
@@ -539,14 +555,24 @@ class EvalTrace:
 def _add_usage(
     span: Span, model: str, provider: str | None, input_tokens: int, output_tokens: int, cost: float | None
 ) -> None:
+    """``trace.usage`` on ``span``: a count or a cost that is none (see span_usage) is not added,
+    and the span notes it, named as the app gave it."""
     span.model = model
     span.provider = provider if provider is not None else span.provider
+    given = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    bad = next((span_usage.field(k, v) for k, v in given.items() if span_usage.count(v) is None), None)
+    bad_cost = None if cost is None or span_usage.cost(cost) is not None else span_usage.field("cost", cost)
+    if bad or bad_cost:
+        span.rejected = [*(span.rejected or []), span_usage.rejection(span.name, bad, bad_cost)]
     usage = dict(span.usage or {})
-    for key, tokens in (("prompt_tokens", input_tokens), ("completion_tokens", output_tokens)):
-        usage[key] = usage.get(key, 0) + int(tokens)
-    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-    span.usage = usage
-    if cost is not None:
+    added = {"prompt_tokens": input_tokens, "completion_tokens": output_tokens}
+    # A bad count the app set on the span itself is left as it is, for the trial's end to reject.
+    if bad is None and all(span_usage.count(usage.get(key, 0)) is not None for key in added):
+        for key, tokens in added.items():
+            usage[key] = int(usage.get(key, 0)) + int(tokens)
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        span.usage = usage
+    if cost is not None and bad_cost is None and span_usage.cost(span.total_cost or 0.0) is not None:
         span.total_cost = (span.total_cost or 0.0) + float(cost)
 
 
@@ -564,19 +590,18 @@ def traced(function: _Function, trace: TrialTrace | None) -> _Function:
     return function if trace is None else within(function, trace.task)
 
 
-def _record(params: Mapping[str, Any]) -> SpanRecord:
-    """A span as the SDK handed it to its client (``SpanData.as_parameters``), as a record."""
+def _record(params: Mapping[str, Any], rejected: list[str]) -> SpanRecord:
+    """A span as the SDK handed it to its client (``SpanData.as_parameters``), as a record; the
+    notice of a usage or cost it reported that is none (see ``span_usage``), in ``rejected``."""
     provider = params.get("provider")
     provider = None if provider is None else str(getattr(provider, "value", provider))
-    cost = params.get("total_cost")
-    cost = (
-        float(cost)
-        if isinstance(cost, int | float)
-        and not isinstance(cost, bool)
-        and cost == cost
-        and abs(cost) != float("inf")
-        else None
-    )
+    usage, bad_usage = _usage(params.get("usage"), provider, sdk=bool(params.get(_FROM_SDK)))
+    given_cost = params.get("total_cost")
+    cost = None if given_cost is None else span_usage.cost(given_cost)
+    bad_cost = None if given_cost is None or cost is not None else span_usage.field("total_cost", given_cost)
+    if bad_usage or bad_cost:
+        rejected.append(span_usage.rejection(_text(params.get("name")), bad_usage, bad_cost))
+    rejected += params.get(span_usage.REJECTED) or ()
     error = params.get("error_info")
     return SpanRecord(
         id=str(params["id"]),
@@ -592,7 +617,7 @@ def _record(params: Mapping[str, Any]) -> SpanRecord:
         tags=[str(tag) for tag in params.get("tags") or []] or None,
         model=_text(params.get("model")),
         provider=provider,
-        usage=_usage(params.get("usage"), provider, sdk=bool(params.get(_FROM_SDK))),
+        usage=usage,
         total_cost=cost,
         cost=cost,
         cost_source=None if cost is None else "span",
@@ -602,24 +627,29 @@ def _record(params: Mapping[str, Any]) -> SpanRecord:
     )
 
 
-def _usage(usage: Any, provider: str | None, *, sdk: bool) -> dict[str, int] | None:
+def _usage(usage: Any, provider: str | None, *, sdk: bool) -> tuple[dict[str, int] | None, str | None]:
     """A span's usage in Opik's flat names: from the SDK (``sdk``), the provider's own usage
     or an OpikUsage, made flat as the SDK sends it; from ``add_span`` (a span processor, the
-    manual API), in Opik's names already."""
+    manual API), in Opik's names already. Or None, and the first field that is no count (see
+    ``span_usage``)."""
     if usage is None:
-        return None
+        return None, None
     if not sdk:
         if isinstance(usage, Mapping):
-            kept = {str(k): v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
-            return kept or None
-        return None
+            return span_usage.checked_usage(usage)
+        return None, span_usage.field("usage", usage)
+    # Checked before the SDK reads it: the SDK drops a count it cannot read, without a word.
+    problem = span_usage.raw_usage_problem(usage)
+    if problem is not None:
+        return None, problem
     from opik.api_objects import validation_helpers
 
     try:
         parsed = validation_helpers.validate_and_parse_usage(usage, _logger, provider)
     except Exception:  # an app's odd usage object must not fail its trial
-        return None
-    return parsed or None
+        return None, span_usage.field("usage", usage)
+    # A provider's usage object (not a mapping) is checked once the SDK made it flat.
+    return span_usage.checked_usage(parsed or {})
 
 
 def _bounded(value: Any) -> Any:

@@ -131,7 +131,7 @@ def run(
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
         if trace is not None:
-            _record_spans(item, store, attempt, trace, budget, scope)
+            _record_spans(item, store, attempt, trace, budget, scope, case.plan.where)
         if not completed_scoring:
             # This attempt never completes: its timings are written now, on their own.
             _record_timings(store, attempt, task_seconds, metric_seconds, completes=False)
@@ -299,18 +299,17 @@ def _record_spans(
     trace: tracing.TrialTrace,
     budget: Budget | None,
     scope: TrialScope | None,
+    where: str,
 ) -> None:
     """The attempt's spans, in the store (none when the app, the judges and the manual API made
-    none); their spend, less what the replayed calls saved, in the budget."""
+    none); their spend, less what the replayed calls saved, in the budget; a notice for each span
+    whose usage or cost was rejected."""
     spans = trace.close()
+    for rejected in trace.rejected:
+        notice(item.config, f"{where}: {rejected}")
     if spans:
         if budget is not None:
-            if scope is None:
-                budget.add(spans)
-            else:
-                saved = scope.counts
-                tokens = saved.saved_input_tokens + saved.saved_output_tokens
-                budget.add(spans, tokens, saved.saved_cost or 0.0)
+            budget.add(spans, None if scope is None else scope.saved_under)
             if budget.unpriced:
                 notice(item.config, UNPRICED_SPEND)
         record = span_recorder(store)

@@ -22,7 +22,7 @@ from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.run import trial as trial_life
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
-from pytest_opik_eval.run.concurrency import LOOKAHEAD
+from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.distributed import WorkerQueue
 from pytest_opik_eval.session.state import SessionState
 
@@ -48,6 +48,8 @@ class Running:
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
         self.state.start_recording()
+        if any(plan.threads > 1 for plan in self.state.plans_seen):
+            prepare_threads(recording=self.state.recorder is not None)
         if self.state.resume is not None:
             return  # the run and its experiments are in the store already
         shards = self.state.shards

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord, Usage, UsageTotals
@@ -54,18 +54,24 @@ def usage_of(trial: TrialRecord) -> Usage | None:
     return trial.usage if trial.usage.app is not None or trial.usage.judge is not None else None
 
 
-def _root(span_id: str, parents: dict[str, str | None]) -> str | None:
+def _root(span_id: str, parents: Mapping[str, str | None]) -> str | None:
     """The span at the top of ``span_id``'s chain of parents (None: a parent is missing, or a
     cycle, which a well-formed trace never has)."""
-    seen = set()
-    while True:
-        parent = parents.get(span_id)
-        if parent is None:
-            return span_id
-        if parent not in parents or parent in seen:
-            return None
-        seen.add(span_id)
-        span_id = parent
+    top = lineage(span_id, parents)[-1]
+    return top if parents.get(top) is None else None
+
+
+def lineage(span_id: str, parents: Mapping[str, str | None]) -> list[str]:
+    """``span_id``, its parent, and so on up, as far as ``parents`` (each span's parent, by id)
+    knows them: a missing parent or a cycle ends it."""
+    chain = [span_id]
+    seen = {span_id}
+    parent = parents.get(span_id)
+    while parent is not None and parent in parents and parent not in seen:
+        chain.append(parent)
+        seen.add(parent)
+        parent = parents.get(parent)
+    return chain
 
 
 def _totals(spans: Sequence[SpanRecord]) -> UsageTotals | None:
