@@ -540,6 +540,11 @@ def test_a_judge_whose_key_cannot_see_it_all_is_never_cached_and_says_so(
         result.stdout.fnmatch_lines(["eval judge cache: 0 hits, 6 scored"])
         assert judge_calls(project) == 6
     assert cache_files(project) == []
+    # Under pytest-xdist each worker finds it, and the controller says it once.
+    result = project.run("--eval", ON, "-p", "xdist", "-n", "2")
+    result.assert_outcomes(passed=6)
+    assert result.stdout.str().count("is not cached") == 1
+    assert judge_calls(project) == 6 and cache_files(project) == []
 
     # Strict replay cannot call it, nor find it cached: its trials fail, and say why.
     result = project.run("--eval", "--eval-record=none")
@@ -741,11 +746,13 @@ class _Client:
 class _Judge(BaseMetric):
     judge = True
 
-    def __init__(self, prompt: str, api_key: str = "sk-one-1234567890") -> None:
+    def __init__(self, prompt: str, api_key: str = "sk-one-1234567890", depth: int = 10) -> None:
         super().__init__(name="judge")
         self.prompt = prompt
         self.client = _Client(self, api_key)
-        self.nested: list[Any] = [[[[[[[[[[[[[[prompt]]]]]]]]]]]]]]
+        self.nested: list[Any] = [prompt]
+        for _ in range(depth - 1):
+            self.nested = [self.nested]
 
     def score(self, output: str, **ignored: Any) -> ScoreResult:
         return ScoreResult(name=self.name, value=len(output) / 10)
@@ -766,6 +773,18 @@ def test_a_key_holds_no_address_and_no_secret(tmp_path: Path) -> None:
     assert (other.counts.hits, other.counts.scored) == (1, 1)
     stored = "".join(path.read_text() for path in tmp_path.rglob("*.json"))
     assert "0x" not in stored and "sk-one" not in stored
+
+
+def test_a_configuration_too_deep_to_see_is_never_cached(tmp_path: Path) -> None:
+    notices: list[str] = []
+    cache = JudgeCache(tmp_path, notify=notices.append)
+    metric = _Judge("Rate {output}", depth=14)
+    for _ in range(2):
+        cache.score(metric, {"output": "abc"}, "q1", 0, lambda: Scorer._run(metric, {"output": "abc"}))
+    assert (cache.counts.hits, cache.counts.scored) == (0, 2)
+    assert list(tmp_path.rglob("*.json")) == []
+    [notice] = notices
+    assert "test_judge_cache._Judge.nested" + "[0]" * 12 + ": nested more than 12 levels deep" in notice
 
 
 # -- with --eval-record: the judges of a recorded suite replay offline too ---------------------

@@ -176,9 +176,9 @@ class Fingerprints:
         for c in project:
             parts["sources"].append(_source(c))
             data = {k: v for k, v in vars(c).items() if not _special(k) and not _is_function(v)}
-            found = self.of(data, _DATA_DEPTH, qualified(c))
-            parts["attributes"][qualified(c)] = found.data
-            unknown += found.unknown
+            walk = _Walk(self, _DATA_DEPTH)
+            parts["attributes"][qualified(c)] = walk.attributes(data, 0, qualified(c))
+            unknown += walk.unknown
         for function in _reached(cls, project):
             found = self._reads(function)
             parts["reached"][qualified(function)] = found.data
@@ -249,6 +249,7 @@ class _Walk:
         if named is not None:
             return named
         if depth >= self.limit:
+            self.unknown.append(f"{where}: nested more than {self.limit} levels deep")
             return {"too_deep": qualified(type(value))}
         if id(value) in self.seen:
             return {"cycle": qualified(type(value))}
