@@ -73,8 +73,9 @@ def _read_code(code: types.CodeType, namespace: dict[str, Any], found: Reads, li
         if instruction.opname == "LOAD_GLOBAL":
             chain = _chain(instructions, index)
             chained.update(range(index + 1, index + len(chain)))
-            following = instructions[index + len(chain)] if index + len(chain) < len(instructions) else None
-            _global(chain, namespace, following, found, libraries)
+            # What the call is given first (os.getenv("X")): after the NULL that 3.13 pushes there.
+            given = (i for i in instructions[index + len(chain) :] if i.opname not in ("PUSH_NULL", "NOP"))
+            _global(chain, namespace, next(given, None), found, libraries)
         elif instruction.opname == "IMPORT_NAME":
             _imported(instructions, index, namespace, found, libraries)
         elif (
@@ -165,12 +166,22 @@ def _imported(
     module = sys.modules.get(module_name)
     if module is None:
         return  # not imported yet, so not run yet either: it is read when first imported
-    names = [str(i.argval) for i in instructions[index + 1 :] if i.opname == "IMPORT_FROM"]
-    taken = [n for n in names if n in vars(module)] if instructions[index + 1].opname == "IMPORT_FROM" else []
+    taken = [n for n in _imported_names(instructions[index + 1 :]) if n in vars(module)]
     for attribute in taken:
         _found(found, f"{module_name}.{attribute}", vars(module)[attribute], module, libraries)
     if not taken:
         found.globals[module_name] = module
+
+
+def _imported_names(instructions: list[dis.Instruction]) -> list[str]:
+    # from m import a, b: IMPORT_FROM a, STORE_FAST a, IMPORT_FROM b, STORE_FAST b, then POP_TOP.
+    names = []
+    for instruction in instructions:
+        if instruction.opname == "IMPORT_FROM":
+            names.append(str(instruction.argval))
+        elif not instruction.opname.startswith("STORE_"):
+            break
+    return names
 
 
 class Libraries:
