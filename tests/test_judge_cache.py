@@ -173,7 +173,7 @@ class Judge(BaseMetric):
     def __init__(self):
         super().__init__(name="judge", threshold=0.0)
 {init}
-
+{decorator}
     def score(self, output, {parameters}**ignored):
         prompt = {prompt}
         calls = logged("judge.log", prompt)
@@ -196,6 +196,7 @@ def judge_case(
     init: str = "",
     parameters: str = "",
     prompt: str = "",
+    decorator: str = "",
 ) -> str:
     """A judge module: ``module`` is its own code, its imports (prompts.py, as a module, unless
     the case says otherwise; nothing else of it, so the key sees only what the case reaches)."""
@@ -206,6 +207,7 @@ def judge_case(
         init=init and f"        {indent.join(init.splitlines())}",
         parameters=parameters,
         prompt=prompt,
+        decorator=decorator and f"    {decorator}",
     )
 
 
@@ -306,6 +308,17 @@ CHANGES = {
         "",
         "",
     ),
+    # A score traced by the Opik SDK: its wrapper is the library's, what it wraps the project's.
+    "opik-tracked-score": (
+        judge_case(
+            module="import opik\nimport prompts\n",
+            decorator="@opik.track",
+            prompt="prompts.EXTRA.format(output=output)",
+        ),
+        "prompts.py",
+        "",
+        "",
+    ),
     # An environment variable read by name when it scores: the model's, here.
     "environment-variable": (
         judge_case(prompt='os.environ["JUDGE_MODEL"] + ": " + prompts.EXTRA.format(output=output)'),
@@ -337,6 +350,7 @@ def test_an_edit_to_what_the_judge_reaches_is_scored_again(
     project.write("judge_case.py", source)
     project.eval_test(metrics="[Judge()]", imports="from judge_case import Judge")
     monkeypatch.setenv("JUDGE_MODEL", "judge-1")
+    offline_opik(project, monkeypatch)  # for @opik.track
     _, before = project.run_report("--eval", ON)
     assert judge_calls(project) == 3
     # Cached: the key is the same in another process.

@@ -32,7 +32,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from pytest_opik_eval.masking import env_secrets, is_credential, is_secret_param, mask
-from pytest_opik_eval.run.code_reach import Libraries, Named, reads_of, source_of
+from pytest_opik_eval.run.code_reach import Libraries, Named, Reads, reads_of, source_of
 
 # Objects of these libraries hold connections, locks, loggers and clocks, not configuration:
 # known by their class alone (their state differs from one process to the next), and, for a
@@ -116,7 +116,7 @@ class Fingerprints:
         """A function's code: a library's by its name; the project's by its source (or, where
         Python has none, its bytecode) and what it reads when it runs."""
         name = {"function": qualified(function)}
-        if self.libraries.is_library(function.__module__):
+        if self.libraries.is_library(_home(function)):
             return Fingerprint(name)
         return self._memoized(function, lambda: self._project_function(function), name)
 
@@ -191,9 +191,12 @@ class Fingerprints:
         return Fingerprint({"function": qualified(function), "source": source, **reads.data}, reads.unknown)
 
     def _reads(self, function: types.FunctionType) -> Fingerprint:
-        """What a function of the project reads when it runs, besides its code."""
+        """What a function of the project reads when it runs, besides its code. A library's
+        function in a project's class (a decorator's wrapper: ``@opik.track``) is known by its
+        version; its closure holds what it wraps, the project's."""
         where = qualified(function)
-        reads = reads_of(function, self.libraries)
+        library = self.libraries.is_library(_home(function))
+        reads = Reads() if library else reads_of(function, self.libraries)
         walk = _Walk(self, _DATA_DEPTH)
         cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
         data = {
@@ -510,6 +513,12 @@ def _is_function(value: Any) -> bool:
     return isinstance(
         value, (types.FunctionType, staticmethod, classmethod, property, functools.cached_property)
     )
+
+
+def _home(function: types.FunctionType) -> str | None:
+    # The module whose code it is: a decorator's wrapper takes the wrapped function's __module__.
+    name = function.__globals__.get("__name__")
+    return name if isinstance(name, str) else None
 
 
 def _cell(cell: Any) -> Any:
