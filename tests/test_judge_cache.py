@@ -4,6 +4,7 @@ one when the judge's prompt, code or model changed, and never a heuristic's."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from pytest_opik_eval.store.records import ScoreRecord
 # call its own score (the count of calls ever), as a sampled LLM judge would; and a heuristic
 # that logs its calls to heuristic.log.
 JUDGES = '''
+import os
 import pathlib
 from pytest_opik_eval.metrics import BaseMetric, ScoreResult
 
@@ -29,11 +31,19 @@ HERE = pathlib.Path(__file__).parent
 
 
 def logged(name, line):
-    # name: read (and emptied) by the test; its .total: every call ever, for the score.
-    for path in (HERE / name, HERE / f"{name}.total"):
-        with open(path, "a") as log:
-            log.write(line + "\\n")
-    return len((HERE / f"{name}.total").read_text().splitlines())
+    # name: read (and emptied) by the test; its .total: a byte per call ever, for the score.
+    # Through os.open: a judge that calls open() when it scores is not cached (its prompt may
+    # come from that file), and these are.
+    return append(HERE / name, (line + "\\n").encode()) and append(HERE / f"{name}.total", b".")
+
+
+def append(path, data):
+    log = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(log, data)
+        return os.fstat(log).st_size
+    finally:
+        os.close(log)
 
 
 class Judge(BaseMetric):
@@ -140,6 +150,447 @@ def test_a_changed_judge_is_scored_again(project: Project, change: str, where: s
     assert scores(after) != scores(before)
 
 
+# -- what the key sees: the code a judge reaches, its prompts, its model and its endpoint ------
+
+# Each judge below logs its calls through judges.logged (JUDGES) and scores with a prompt built
+# from what the case edits; the reason quotes the prompt, so a new score shows the edit.
+PROMPTS = 'EXTRA = "Is {output} correct?"\n'
+EDITED_PROMPTS = 'EXTRA = "Is {output} correct, and polite?"\n'
+
+JUDGE_CASE = """
+import functools
+import os
+import string
+
+import jinja2
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from judges import logged
+{module}
+
+class Judge(BaseMetric):
+    judge = True
+{attributes}
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.0)
+{init}
+{decorator}
+    def score(self, output, {parameters}**ignored):
+        prompt = {prompt}
+        calls = logged("judge.log", prompt)
+        return ScoreResult(name=self.name, value=calls / 100, reason=prompt)
+"""
+
+RUBRICS = """
+def rubric(output):
+    return _wording().format(output=output)
+
+
+def _wording():
+    return "Is {output} right?"
+"""
+
+
+def judge_case(
+    module: str = "import prompts\n",
+    attributes: str = "",
+    init: str = "",
+    parameters: str = "",
+    prompt: str = "",
+    decorator: str = "",
+) -> str:
+    """A judge module: ``module`` is its own code, its imports (prompts.py, as a module, unless
+    the case says otherwise; nothing else of it, so the key sees only what the case reaches)."""
+    indent = "\n        "
+    return JUDGE_CASE.format(
+        module=module,
+        attributes=attributes and f"    {attributes}\n",
+        init=init and f"        {indent.join(init.splitlines())}",
+        parameters=parameters,
+        prompt=prompt,
+        decorator=decorator and f"    {decorator}",
+    )
+
+
+# case id -> (judge_case.py, the file edited, what is replaced, by what)
+CHANGES = {
+    # A module-level helper the judge calls, and the helper that helper calls.
+    "helper": (
+        judge_case(
+            module="def rubric(output):\n    return wording().format(output=output)\n\n\n"
+            'def wording():\n    return "Is {output} right?"\n',
+            prompt="rubric(output)",
+        ),
+        "judge_case.py",
+        "Is {output} right?",
+        "Is {output} right, and kind?",
+    ),
+    # The same in another module of the project, its helper private.
+    "helper-in-another-module": (
+        judge_case(module="from rubrics import rubric\n", prompt="rubric(output)"),
+        "rubrics.py",
+        "Is {output} right?",
+        "Is {output} right, and kind?",
+    ),
+    "prompt-module-attribute": (
+        judge_case(prompt="prompts.EXTRA.format(output=output)"),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "prompt-imported-name": (
+        judge_case(module="from prompts import EXTRA\n", prompt="EXTRA.format(output=output)"),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "class-attribute": (
+        judge_case(attributes="PROMPT = prompts.EXTRA", prompt="self.PROMPT.format(output=output)"),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "default-argument": (
+        judge_case(parameters="template=prompts.EXTRA, ", prompt="template.format(output=output)"),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "closure": (
+        judge_case(
+            module="import prompts\n\n\ndef renderer(template):\n    return lambda output: template.format(output=output)\n",
+            init="self.render = renderer(prompts.EXTRA)",
+            prompt="self.render(output)",
+        ),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "partial": (
+        judge_case(
+            module="import prompts\n\n\ndef render(tone, output):\n    return tone + prompts.EXTRA.format(output=output)\n",
+            init='self.render = functools.partial(render, "Strictly: ")',
+            prompt="self.render(output)",
+        ),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "lambda-attribute": (
+        judge_case(
+            init="self.render = lambda output: prompts.EXTRA.format(output=output)",
+            prompt="self.render(output)",
+        ),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "str-template-method": (
+        judge_case(init="self.render = prompts.EXTRA.format", prompt="self.render(output=output)"),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "jinja-template": (
+        judge_case(
+            init='self.template = jinja2.Template(prompts.EXTRA.replace("{output}", "{{ output }}"))',
+            prompt="self.template.render(output=output)",
+        ),
+        "prompts.py",
+        "",
+        "",
+    ),
+    "string-template": (
+        judge_case(
+            init='self.template = string.Template(prompts.EXTRA.replace("{output}", "$output"))',
+            prompt="self.template.substitute(output=output)",
+        ),
+        "prompts.py",
+        "",
+        "",
+    ),
+    # A score traced by the Opik SDK: its wrapper is the library's, what it wraps the project's.
+    "opik-tracked-score": (
+        judge_case(
+            module="import opik\nimport prompts\n",
+            decorator="@opik.track",
+            prompt="prompts.EXTRA.format(output=output)",
+        ),
+        "prompts.py",
+        "",
+        "",
+    ),
+    # An environment variable read by name when it scores: the model's, here.
+    "environment-variable": (
+        judge_case(prompt='os.environ["JUDGE_MODEL"] + ": " + prompts.EXTRA.format(output=output)'),
+        "env",
+        "judge-1",
+        "judge-2",
+    ),
+}
+
+
+@pytest.fixture
+def fresh_bytecode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner runs compile the project's modules from their source: an edit made within the second
+    of the last run, keeping the file's size, would otherwise import the stale bytecode Python
+    cached (it checks the source's time to the second, and its size)."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+
+
+@pytest.mark.usefixtures("fresh_bytecode")
+@pytest.mark.parametrize("case", list(CHANGES))
+def test_an_edit_to_what_the_judge_reaches_is_scored_again(
+    project: Project, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    source, edited, old, new = CHANGES[case]
+    project.dataset(items("a", "b", "c"))
+    project.write("judges.py", JUDGES)
+    project.write("prompts.py", PROMPTS)
+    project.write("rubrics.py", RUBRICS)
+    project.write("judge_case.py", source)
+    project.eval_test(metrics="[Judge()]", imports="from judge_case import Judge")
+    monkeypatch.setenv("JUDGE_MODEL", "judge-1")
+    offline_opik(project, monkeypatch)  # for @opik.track
+    _, before = project.run_report("--eval", ON)
+    assert judge_calls(project) == 3
+    # Cached: the key is the same in another process.
+    again = project.run("--eval", ON)
+    again.stdout.fnmatch_lines(["eval judge cache: 3 hits, 0 scored"])
+    assert "eval notices" not in again.stdout.str()
+    assert judge_calls(project) == 0
+
+    if edited == "env":
+        monkeypatch.setenv("JUDGE_MODEL", new)
+    elif old:
+        path = project.path / edited
+        path.write_text(path.read_text().replace(old, new))
+    else:
+        project.write(edited, EDITED_PROMPTS)
+    result, after = project.run_report("--eval", ON)
+    result.stdout.fnmatch_lines(["eval judge cache: 0 hits, 3 scored"])
+    assert judge_calls(project) == 3
+    reasons = {score[1][0][2] for score in scores(after).values()}
+    assert reasons.isdisjoint(score[1][0][2] for score in scores(before).values())
+    assert all(("polite" in r) or ("kind" in r) or ("judge-2" in r) for r in reasons), reasons
+
+
+# Judges that hold a client of the fake LLM server (tests/fake_llm.py) and ask it: httpx's, the
+# OpenAI SDK's, and one a module holds. Connection: close, so no socket outlives a run.
+CLIENT_JUDGES = """
+import os
+import httpx
+import openai
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from judges import logged
+
+ASK = [{"role": "user", "content": "Is it right?"}]
+
+
+class HttpxJudge(BaseMetric):
+    judge = True
+
+    def __init__(self, base_url, api_key):
+        super().__init__(name="judge", threshold=0.0)
+        headers = {"Authorization": f"Bearer {api_key}", "Connection": "close"}
+        self.client = httpx.Client(base_url=base_url, headers=headers, trust_env=False, timeout=10)
+
+    def score(self, output, **ignored):
+        response = self.client.post("/chat/completions", json={"model": "judge-1", "messages": ASK})
+        response.raise_for_status()
+        logged("judge.log", str(self.client.base_url))
+        return ScoreResult(name=self.name, value=0.5, reason=response.json()["choices"][0]["message"]["content"])
+
+
+class OpenAIJudge(BaseMetric):
+    judge = True
+
+    def __init__(self, base_url, api_key):
+        super().__init__(name="judge", threshold=0.0)
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key, default_headers={"Connection": "close"})
+
+    def score(self, output, **ignored):
+        answer = self.client.chat.completions.create(model="judge-1", messages=ASK)
+        logged("judge.log", str(self.client.base_url))
+        return ScoreResult(name=self.name, value=0.5, reason=answer.choices[0].message.content)
+
+
+CLIENT = openai.OpenAI(
+    base_url=os.environ["JUDGE_BASE_URL"], api_key=os.environ["JUDGE_SERVICE"], default_headers={"Connection": "close"}
+)
+
+
+class ModuleClientJudge(BaseMetric):
+    judge = True
+
+    def __init__(self, base_url, api_key):  # the module's client has them (from the environment)
+        super().__init__(name="judge", threshold=0.0)
+
+    def score(self, output, **ignored):
+        answer = CLIENT.chat.completions.create(model="judge-1", messages=ASK)
+        logged("judge.log", str(CLIENT.base_url))
+        return ScoreResult(name=self.name, value=0.5, reason=answer.choices[0].message.content)
+"""
+
+
+@pytest.mark.parametrize("judge", ["HttpxJudge", "OpenAIJudge", "ModuleClientJudge"])
+def test_the_judges_endpoint_is_in_its_key_and_its_api_key_is_not(
+    project: Project, llm: FakeLLM, monkeypatch: pytest.MonkeyPatch, judge: str
+) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.write("judges.py", JUDGES)
+    project.write("client_judges.py", CLIENT_JUDGES)
+
+    def run(base_url: str, api_key: str) -> pytest.RunResult:
+        # JUDGE_SERVICE: a name no secrets rule knows; the API key is left out by its place.
+        monkeypatch.setenv("JUDGE_BASE_URL", base_url)
+        monkeypatch.setenv("JUDGE_SERVICE", api_key)
+        metric = f"{judge}(base_url={base_url!r}, api_key={api_key!r})"
+        project.eval_test(metrics=f"[{metric}]", imports=f"from client_judges import {judge}")
+        result = project.run("--eval", ON)
+        result.assert_outcomes(passed=3)
+        return result
+
+    run(f"{llm.url}/v1", "sk-first-0123456789").stdout.fnmatch_lines(["eval judge cache: 0 hits, 3 scored"])
+    assert (judge_calls(project), llm.requests) == (3, 3)
+    # Another API key: the same judge, its scores reused.
+    run(f"{llm.url}/v1", "sk-second-9876543210").stdout.fnmatch_lines(["eval judge cache: 3 hits, 0 scored"])
+    assert (judge_calls(project), llm.requests) == (0, 3)
+    stored = "".join(f.read_text() for f in cache_files(project))
+    assert "sk-first" not in stored and "sk-second" not in stored
+    # Another endpoint (a gateway, another deployment): scored again.
+    run(f"{llm.url}/v2", "sk-second-9876543210").stdout.fnmatch_lines(["eval judge cache: 0 hits, 3 scored"])
+    assert (judge_calls(project), llm.requests) == (3, 6)
+
+
+# -- what the key cannot see: never cached, and said once ---------------------------------------
+
+UNSEEN = """
+import pathlib
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from judges import logged
+
+HERE = pathlib.Path(__file__).parent
+
+
+class FileJudge(BaseMetric):
+    \"\"\"Reads its prompt from a file each time it scores.\"\"\"
+
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.0)
+
+    def score(self, output, **ignored):
+        prompt = (HERE / "prompt.txt").read_text().format(output=output)
+        calls = logged("judge.log", prompt)
+        return ScoreResult(name=self.name, value=calls / 100, reason=prompt)
+
+
+class KeyedFileJudge(FileJudge):
+    \"\"\"The same, with the key it gives the cache: the prompt's text.\"\"\"
+
+    def judge_cache_key(self):
+        return (HERE / "prompt.txt").read_text()
+
+
+class SampledJudge(BaseMetric):
+    \"\"\"Holds a generator of few-shot examples, whose state Python cannot read.\"\"\"
+
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.0)
+        self.examples = (example for example in ["a", "b"])
+
+    def score(self, output, **ignored):
+        calls = logged("judge.log", output)
+        return ScoreResult(name=self.name, value=calls / 100, reason=f"{output} with {next(self.examples, '')}")
+"""
+
+UNSEEN_NOTICE = (
+    "judge cache: judge 'judge' (unseen.{judge}) is not cached, its score called afresh each time: its "
+    "key cannot see what decides it: {what}."
+)
+OWN_KEY_ADVICE = (
+    "  To cache it, give the metric a judge_cache_key() method that returns what decides its score (the "
+    "prompt's text, the model, the endpoint), which the cache then keys it by (README: Cache the judges' scores)."
+)
+
+
+def unseen_project(project: Project, judge: str) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.write("judges.py", JUDGES)
+    project.write("unseen.py", UNSEEN)
+    (project.path / "prompt.txt").write_text("Is {output} correct?")
+    project.eval_test("trial_count=2,", metrics=f"[{judge}()]", imports=f"from unseen import {judge}")
+
+
+@pytest.mark.parametrize(
+    ("judge", "what"),
+    [
+        pytest.param(
+            "FileJudge",
+            "*.read_text() in unseen.FileJudge.score: a file (or a prompt store) read when it scores",
+            id="prompt-file-read-when-scoring",
+        ),
+        pytest.param(
+            "SampledJudge",
+            "unseen.SampledJudge.examples: a builtins.generator object, whose state Python cannot read*",
+            id="unreadable-object",
+        ),
+    ],
+)
+def test_a_judge_whose_key_cannot_see_it_all_is_never_cached_and_says_so(
+    project: Project, judge: str, what: str
+) -> None:
+    unseen_project(project, judge)
+    for _ in range(2):
+        result = project.run("--eval", ON)
+        result.assert_outcomes(passed=6)
+        result.stdout.fnmatch_lines(
+            ["*eval notices*", UNSEEN_NOTICE.format(judge=judge, what=what), OWN_KEY_ADVICE]
+        )
+        assert result.stdout.str().count("is not cached") == 1  # once, for its 6 trials
+        result.stdout.fnmatch_lines(["eval judge cache: 0 hits, 6 scored"])
+        assert judge_calls(project) == 6
+    assert cache_files(project) == []
+    # Under pytest-xdist each worker finds it, and the controller says it once.
+    result = project.run("--eval", ON, "-p", "xdist", "-n", "2")
+    result.assert_outcomes(passed=6)
+    assert result.stdout.str().count("is not cached") == 1
+    assert judge_calls(project) == 6 and cache_files(project) == []
+
+    # Strict replay cannot call it, nor find it cached: its trials fail, and say why.
+    result = project.run("--eval", "--eval-record=none")
+    result.assert_outcomes(failed=6)
+    result.stdout.fnmatch_lines(
+        [
+            f"*item a (trial 0): judge 'judge' (unseen.{judge}) cannot be cached: its key cannot see what "
+            f"decides it: {what}; and strict replay (--eval-record=none) keeps judges off the network.",
+            "  fix: give the metric a judge_cache_key() method*; or let judges run live in strict replay "
+            "with --eval-judge-cache=off (the trial stays pending)",
+            "eval judge cache: 0 hits, 0 scored, 6 missed (strict)",
+        ]
+    )
+    assert judge_calls(project) == 0
+
+
+@pytest.mark.usefixtures("fresh_bytecode")
+def test_a_judge_gives_its_own_key(project: Project) -> None:
+    unseen_project(project, "KeyedFileJudge")
+    first = project.run("--eval", ON)
+    first.stdout.fnmatch_lines(["eval judge cache: 0 hits, 6 scored"])
+    assert "eval notices" not in first.stdout.str()
+    project.run("--eval", ON).stdout.fnmatch_lines(["eval judge cache: 6 hits, 0 scored"])
+    assert judge_calls(project) == 6
+    (project.path / "prompt.txt").write_text("Is {output} correct, and polite?")
+    _, after = project.run_report("--eval", ON)
+    assert judge_calls(project) == 6
+    assert {score[1][0][2] for score in scores(after).values()} == {
+        f"Is {i} correct, and polite?" for i in "abc"
+    }
+
+
 def test_each_trial_keeps_its_own_judge_score(project: Project) -> None:
     judged_project(project, marker="trial_count=2,")
     _, first = project.run_report("--eval", ON)
@@ -219,6 +670,7 @@ def test_xdist_workers_write_the_cache_and_hit_it(project: Project) -> None:
 # as a judge with no flag of ours, and its model's name and its few-shot prompt reach the key.
 OPIK_JUDGE = """
 import json
+import os
 import pathlib
 from opik.evaluation.metrics import Hallucination
 from opik.evaluation.models import OpikBaseModel
@@ -228,8 +680,9 @@ HERE = pathlib.Path(__file__).parent
 
 class LocalModel(OpikBaseModel):
     def generate_chat_completion(self, messages, response_format=None, **kwargs):
-        with open(HERE / "judge.log", "a") as log:
-            log.write(self.model_name + "\\n")
+        log = os.open(HERE / "judge.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # not open(): see JUDGES
+        os.write(log, (self.model_name + "\\n").encode())
+        os.close(log)
         return {"role": "assistant", "content": json.dumps({"score": 0.0, "reason": ["grounded"]})}
 
     def generate_string(self, input, response_format=None, **kwargs):
@@ -307,11 +760,13 @@ class _Client:
 class _Judge(BaseMetric):
     judge = True
 
-    def __init__(self, prompt: str, api_key: str = "sk-one-1234567890") -> None:
+    def __init__(self, prompt: str, api_key: str = "sk-one-1234567890", depth: int = 10) -> None:
         super().__init__(name="judge")
         self.prompt = prompt
         self.client = _Client(self, api_key)
-        self.nested: list[Any] = [[[[[[[[[[[[[[prompt]]]]]]]]]]]]]]
+        self.nested: list[Any] = [prompt]
+        for _ in range(depth - 1):
+            self.nested = [self.nested]
 
     def score(self, output: str, **ignored: Any) -> ScoreResult:
         return ScoreResult(name=self.name, value=len(output) / 10)
@@ -332,6 +787,18 @@ def test_a_key_holds_no_address_and_no_secret(tmp_path: Path) -> None:
     assert (other.counts.hits, other.counts.scored) == (1, 1)
     stored = "".join(path.read_text() for path in tmp_path.rglob("*.json"))
     assert "0x" not in stored and "sk-one" not in stored
+
+
+def test_a_configuration_too_deep_to_see_is_never_cached(tmp_path: Path) -> None:
+    notices: list[str] = []
+    cache = JudgeCache(tmp_path, notify=notices.append)
+    metric = _Judge("Rate {output}", depth=14)
+    for _ in range(2):
+        cache.score(metric, {"output": "abc"}, "q1", 0, lambda: Scorer._run(metric, {"output": "abc"}))
+    assert (cache.counts.hits, cache.counts.scored) == (0, 2)
+    assert list(tmp_path.rglob("*.json")) == []
+    [notice] = notices
+    assert "test_judge_cache._Judge.nested" + "[0]" * 12 + ": nested more than 12 levels deep" in notice
 
 
 # -- with --eval-record: the judges of a recorded suite replay offline too ---------------------

@@ -7,14 +7,21 @@ or any metric), or when it is one of the Opik SDK's LLM-judge metrics: it holds 
 Heuristic metrics are cheap and deterministic: never cached.
 
 The key is the sha256 of a canonical JSON of: the metric's class (module and qualified name), the
-source of that class and of its bases down to the library's base class, with the module-level
-data their methods read (a prompt template kept in a constant), the version of the library the
-class comes from, the metric's whole configuration (its attributes, recursively: the model and
-its name, the prompt, the temperature...), the inputs of ``score()``, the item id and the trial
-index (so repeated trials keep their own judge samples). Whatever changes one of them is scored
-again: an edited prompt never gets a stale score. Secrets (the values of the environment's
-``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` variables, and attributes named like an API key)
-are replaced by a placeholder first, so a key rotated or set differently in CI keeps the cache.
+version of the library it comes from, its code (``run/fingerprint.py``: the source of the class
+and of its bases that are the project's, their class attributes, and what the methods scoring
+runs read, followed through the project's functions and modules transitively: a helper
+function, a prompt in another module, a default argument value, a closure; a library's code by
+its name and version), the metric's whole configuration (its attributes, recursively: the model
+and its name, the prompt, the temperature, a client by its endpoint...), the inputs of
+``score()``, the item id and the trial index (so repeated trials keep their own judge samples).
+Whatever changes one of them is scored again: an edited prompt never gets a stale score. Secrets
+(the values of the environment's ``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` variables,
+and attributes named like an API key) are replaced by a placeholder first, so a key rotated or
+set differently in CI keeps the cache.
+
+What the key cannot see (a file the judge reads when it scores, an object whose state Python
+cannot read) makes a judge uncacheable: it is called every time (never in strict replay), and a
+notice names what was not seen, once, unless the metric gives its own key (``judge_cache_key``).
 
 Each result is a plain JSON file, ``<store folder>/judge-cache/<2 hex>/<key>.json``, written
 atomically (a temporary file renamed): one key always means the same content, so threads,
@@ -24,7 +31,6 @@ pytest-xdist workers and CI shards never clash, and merging shards' folders is a
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import json
 import os
 import sys
@@ -39,17 +45,16 @@ from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.masking import env_secrets, mask
-from pytest_opik_eval.run.fingerprint import Fingerprints, attributes, digest, qualified
+from pytest_opik_eval.run.fingerprint import Fingerprint, Fingerprints, attributes, digest, qualified
 from pytest_opik_eval.store.records import ScoreRecord
 
 JUDGE_CACHE = "judge-cache"  # the folder under the store folder
-FORMAT = 1  # of the key and of the files: a new format starts a new cache
+FORMAT = 2  # of the key and of the files: a new format starts a new cache
+# What a metric defines to give its own key: a method (or a value) returning what decides its
+# score, where the plugin cannot see it all (a prompt read from a file when it scores).
+OWN_KEY = "judge_cache_key"
 WORKER_JUDGE_COUNTS = "opik_eval_judge_cache"  # the key in a pytest-xdist worker's workeroutput
 
-# The classes the source hash stops at: the metric libraries' own base classes, and Python's.
-_BASE_MODULES = frozenset(
-    {"pytest_opik_eval.metrics.base", "opik.evaluation.metrics.base_metric", "_opik._base_metric", "abc"}
-)
 # How deep a metric's configuration is walked (a model inside the metric, its client, its
 # settings...); the inputs, dataset data, are walked as deep as a dataset may nest.
 _CONFIGURATION_DEPTH = 12
@@ -77,25 +82,35 @@ class JudgeCounts:
 class _Judge:
     digest: str  # of the metric's class, code, library version and configuration
     about: dict[str, Any]  # the readable parts, stored with each result
+    unknown: tuple[str, ...] = ()  # what decides its score that the key cannot see: never cached
 
 
 class JudgeCache:
     """The cache of one process: files under ``folder``, the judges' identities (computed once per
     metric object, on first use), and the counts. ``strict`` (strict replay, ``--eval-record=none``):
-    a judge whose score is not in the cache is not called, and its trial fails."""
+    a judge whose score is not in the cache is not called, and its trial fails. ``notify`` shows
+    the user a notice: a judge that cannot be cached, once."""
 
     def __init__(
-        self, folder: Path, environ: Mapping[str, str] | None = None, *, strict: bool = False
+        self,
+        folder: Path,
+        environ: Mapping[str, str] | None = None,
+        *,
+        strict: bool = False,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         self.folder = folder
         self.strict = strict
         self.counts = JudgeCounts()
-        self._secrets = env_secrets(os.environ if environ is None else environ)
-        self._fingerprints = Fingerprints(self._secrets)
+        environ = os.environ if environ is None else environ
+        self._secrets = env_secrets(environ)
+        self._fingerprints = Fingerprints(self._secrets, environ)
+        self._notify = notify
         self._lock = threading.Lock()  # the counts and the memos: trials score on pool threads
+        # One judge fingerprinted at a time: the fingerprints' memos of code are shared.
+        self._identifying = threading.Lock()
         # By id(): a metric object may not be hashable. The metric is kept, so its id stays its own.
         self._judges: dict[int, tuple[Any, _Judge | None]] = {}
-        self._versions: dict[str, str | None] = {}
 
     def score(
         self,
@@ -108,15 +123,18 @@ class JudgeCache:
         """``score()``'s records: the cached ones of a judge, else those of calling it (kept when
         none failed: a judge that failed, a rate limit or a timeout, is called again next time).
         When strict, a judge's score not in the cache fails the trial (``pytest.fail``, which
-        leaves it pending) instead of calling the judge."""
+        leaves it pending) instead of calling the judge. A judge whose key cannot see all that
+        decides its score is never cached: called every time, and in strict replay, never."""
         judge = self._judge(metric)
         if judge is None:
             return score()
-        key = digest(
-            {"judge": judge.digest, "inputs": self._inputs(inputs), "item_id": item_id, "trial": trial}
-        )
+        seen = self._inputs(inputs)
+        if seen.unknown:  # an object among the inputs whose state cannot be read
+            judge = dataclasses.replace(judge, unknown=judge.unknown + seen.unknown)
+            self._tell(_uncached_notice(judge))
+        key = digest({"judge": judge.digest, "inputs": seen.data, "item_id": item_id, "trial": trial})
         path = self.folder / key[:2] / f"{key}.json"
-        cached = _read(path, key)
+        cached = None if judge.unknown else _read(path, key)
         if cached is not None:
             with self._lock:
                 self.counts.hits += 1
@@ -128,7 +146,7 @@ class JudgeCache:
         records = score()
         with self._lock:
             self.counts.scored += 1
-        if not any(record.scoring_failed for record in records):
+        if not judge.unknown and not any(record.scoring_failed for record in records):
             self._write(path, key, judge, item_id, trial, records)
         return records
 
@@ -148,39 +166,60 @@ class JudgeCache:
             known = self._judges.get(id(metric))
         if known is not None:
             return known[1]
-        judge = self._identify(metric) if is_judge(metric) else None
-        with self._lock:
-            self._judges.setdefault(id(metric), (metric, judge))
-            return self._judges[id(metric)][1]
+        with self._identifying:
+            if id(metric) not in self._judges:  # another thread may have just identified it
+                judge = self._identify(metric) if is_judge(metric) else None
+                if judge is not None and judge.unknown:
+                    self._tell(_uncached_notice(judge))
+                with self._lock:
+                    self._judges[id(metric)] = (metric, judge)
+        return self._judges[id(metric)][1]
 
     def _identify(self, metric: Any) -> _Judge:
         cls = type(metric)
         library = cls.__module__.split(".")[0]
-        version = self._version(library)
-        sources = [self._fingerprints.class_code(c) for c in cls.__mro__ if _own_code(c)]
-        configuration = self._fingerprints.of(attributes(metric), _CONFIGURATION_DEPTH)
         about = {
             "class": qualified(cls),
             "name": str(getattr(metric, "name", cls.__name__)),
             "model": _model_name(metric),
             "library": library,
-            "library_version": version,
+            "library_version": self._fingerprints.version(library),
         }
         about = self._masked(about)
-        parts = {"format": FORMAT, **about, "sources": sources, "configuration": configuration}
-        return _Judge(digest(parts), about)
+        if getattr(metric, OWN_KEY, None) is not None:
+            # Its author says what decides its score: that, and the source of its classes.
+            code = Fingerprint(self._fingerprints.sources(cls))
+            configuration = self._own_key(metric)
+        else:
+            # The code of its class and bases, and what it reaches; its configuration.
+            code = self._fingerprints.class_code(cls)
+            configuration = self._fingerprints.configuration(metric, _CONFIGURATION_DEPTH)
+        parts = {"format": FORMAT, **about, "code": code.data, "configuration": configuration.data}
+        unknown = tuple(dict.fromkeys(code.unknown + configuration.unknown))
+        return _Judge(digest(parts), about, unknown)
 
-    def _version(self, library: str) -> str | None:
-        if library not in self._versions:
-            self._versions[library] = _version_of(library)
-        return self._versions[library]
+    def _own_key(self, metric: Any) -> Fingerprint:
+        """What the metric's ``judge_cache_key`` (a method, or a value) says decides its score."""
+        where = f"{qualified(type(metric))}.{OWN_KEY}"
+        own = getattr(metric, OWN_KEY)
+        try:
+            value = own() if callable(own) else own
+        except Exception as error:
+            return Fingerprint(None, (f"{where}() raised {type(error).__name__}: {error}",))
+        return self._fingerprints.of(value, _CONFIGURATION_DEPTH, where)
 
-    def _inputs(self, inputs: Mapping[str, Any]) -> Any:
+    def _inputs(self, inputs: Mapping[str, Any]) -> Fingerprint:
         try:
             # JSON data, as inputs nearly always are: dumped in C, at any depth a dataset may have.
-            return mask(json.dumps(inputs, sort_keys=True, ensure_ascii=False), self._secrets)
+            return Fingerprint(mask(json.dumps(inputs, sort_keys=True, ensure_ascii=False), self._secrets))
         except (TypeError, ValueError):
-            return self._fingerprints.of(inputs, MAX_DEPTH + 1)
+            # An object (a task's output may be one): its state as far as it can be seen.
+            with self._identifying:
+                return self._fingerprints.of(inputs, MAX_DEPTH + 1, "score()'s inputs")
+
+    def _tell(self, message: str) -> None:
+        if self._notify is not None:
+            self._notify(message)
 
     def _masked(self, value: Any) -> Any:
         """``value`` (JSON data) with the environment's secret values replaced by their names."""
@@ -195,14 +234,41 @@ class JudgeCache:
 
 def _miss_message(judge: _Judge, item_id: str, trial: int) -> str:
     # The item id is data, the metric's name its author's: escaped, as any text shown.
-    name = escape_control(repr(judge.about["name"]))
+    where = f"item {escape_control(item_id)} (trial {trial}): judge {_named(judge)}"
+    if judge.unknown:
+        return (
+            f"{where} cannot be cached: {_unseen(judge)}; and strict replay (--eval-record=none) "
+            "keeps judges off the network.\n"
+            f"  fix: {_OWN_KEY_FIX}; or let judges run live in strict replay with "
+            "--eval-judge-cache=off (the trial stays pending)"
+        )
     return (
-        f"item {escape_control(item_id)} (trial {trial}): judge {name} ({judge.about['class']}) has no "
-        "cached score, and strict replay (--eval-record=none) keeps judges off the network.\n"
+        f"{where} has no cached score, and strict replay (--eval-record=none) keeps judges off the network.\n"
         "  fix: score it once while the judge's model can be reached, with --eval-record=new_episodes "
         "(or --eval-judge-cache=on without --eval-record=none); or let judges run live in strict "
         "replay with --eval-judge-cache=off (the trial stays pending)"
     )
+
+
+_OWN_KEY_FIX = (
+    f"give the metric a {OWN_KEY}() method that returns what decides its score (the prompt's text, "
+    "the model, the endpoint), which the cache then keys it by (README: Cache the judges' scores)"
+)
+
+
+def _uncached_notice(judge: _Judge) -> str:
+    return (
+        f"judge cache: judge {_named(judge)} is not cached, its score called afresh each time: "
+        f"{_unseen(judge)}.\n  To cache it, {_OWN_KEY_FIX}."
+    )
+
+
+def _named(judge: _Judge) -> str:
+    return f"{escape_control(repr(judge.about['name']))} ({judge.about['class']})"
+
+
+def _unseen(judge: _Judge) -> str:
+    return "its key cannot see what decides it: " + "; ".join(judge.unknown)
 
 
 def is_judge(metric: Any) -> bool:
@@ -232,11 +298,6 @@ def _read(path: Path, key: str) -> list[ScoreRecord] | None:
         return None  # a damaged file (a manual edit, a bad merge): scored again and rewritten
 
 
-def _own_code(cls: type) -> bool:
-    """Whether ``cls`` is the metric's own class or a base above the libraries' base classes."""
-    return cls is not object and cls.__module__ not in _BASE_MODULES and cls.__module__ != "builtins"
-
-
 def _model_name(metric: Any) -> str | None:
     """The judge's model, for a reader of the cache: a ``model``/``model_name`` string attribute,
     or that of a model object the metric holds."""
@@ -246,18 +307,4 @@ def _model_name(metric: Any) -> str | None:
         inner = getattr(value, "model_name", None) if not isinstance(value, (str, int, float)) else None
         if isinstance(inner, str):
             return inner
-    return None
-
-
-def _version_of(library: str) -> str | None:
-    try:
-        return importlib.metadata.version(library)
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        pass
-    # A module whose distribution has another name (``_opik`` ships with ``opik``).
-    for distribution in importlib.metadata.packages_distributions().get(library, []):
-        try:
-            return importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return None

@@ -4,6 +4,7 @@ session's plugins are registered, read by each phase; no phase holds another.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +93,8 @@ class SessionState:
             # Strict in a strict replay: a judge score not cached fails its trial, no network. Not
             # in a rescore, whose point is to call the judges on the stored outputs.
             strict = options.record_mode == "none" and options.rescore is None
-            self.judge_cache = JudgeCache(options.store_path.parent / JUDGE_CACHE, strict=strict)
+            folder = options.store_path.parent / JUDGE_CACHE
+            self.judge_cache = JudgeCache(folder, strict=strict, notify=functools.partial(notice, config))
         self.recorder: Recorder | None = None  # --eval-record, where trials run: see start_recording
 
     def recordings_folder(self) -> Path:
