@@ -494,3 +494,56 @@ def test_show_a_trial_prints_its_span_tree(
     # the experiment's table says how to see a trial's tree
     code, out, err = cli(capsys, *store, "show", trial.experiment_id)
     assert "  a trial's span tree: opik-eval show NODE_ID (e.g. test_eval.py::test_qa[a-t0])" in out
+
+
+DEEP = 5_000  # five times Python's default recursion limit
+
+
+def test_show_a_trial_nested_thousands_of_spans_deep_prints_every_span_on_bounded_lines(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Nested without recursion (an ExitStack), each level reporting its usage, as a deep agent
+    # loop or a recursive chain would.
+    project.dataset(items("a"))
+    project.write(
+        "test_deep.py",
+        f"""
+        import contextlib
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+        from pytest_opik_eval.tracing import trace
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={{"reference": "expected_output"}})
+        def test_deep(eval_item):
+            with contextlib.ExitStack() as stack:
+                for level in range({DEEP}):
+                    stack.enter_context(trace.span(f"level {{level}}"))
+                    trace.usage(model="house-llm-1", input_tokens=10, output_tokens=2, cost=0.0001)
+            return eval_item["input"]["text"]
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    [trial] = report["experiments"][0]["trials"]
+    assert trial["usage"]["app"]["total_tokens"] == 12 * DEEP  # every level counted once
+
+    code, out, err = cli(capsys, "--store", str(project.store_path), "show", "test_deep.py::test_deep[a-t0]")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert re.fullmatch(rf"  trace \S+: {DEEP + 3} spans", lines[5])
+    tree = lines[6:]
+    assert [re.sub(r"^[ │├└─]*(\[\+\d+ levels?\] )?[├└]?─? *", "", line).split("  ")[0] for line in tree] == [
+        "test_deep",
+        *(f"level {level}" for level in range(DEEP)),
+        "metrics_calculation",
+        "equals_metric",
+    ]
+    # Drawn 24 levels deep, then each line says how many levels above it it leaves out: no line
+    # grows with the depth (drawn in full, the tree took 37 MB and minutes).
+    assert tree[25].startswith("    " + " " * 3 * 24 + "└─ level 24  general")
+    assert tree[26].startswith("    " + " " * 3 * 24 + "[+1 level] └─ level 25  general")
+    assert tree[DEEP].startswith(
+        "    " + " " * 3 * 24 + f"[+{DEEP - 25} levels] └─ level {DEEP - 1}  general"
+    )
+    assert max(len(line) for line in tree) < 200
