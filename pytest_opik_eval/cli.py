@@ -7,6 +7,7 @@ import argparse
 import functools
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,8 +38,8 @@ from pytest_opik_eval.options import (
 from pytest_opik_eval.reports.spans import tree_lines
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions
-from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialRecord
-from pytest_opik_eval.store.base import find_trial
+from pytest_opik_eval.store import ExperimentRecord, RunRecord, ScoreRecord, Store, TrialRecord
+from pytest_opik_eval.store.base import experiments_with_trial, find_trial
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -62,10 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(escape_control(f"opik-eval: {error}", newlines=True), file=sys.stderr)
         return 2
     # The resume command must find the same store when the user named one.
-    resume = functools.partial(resume_command, store=store_path.resolve() if args.store else None)
+    named = store_path.resolve() if args.store else None
+    resume = functools.partial(resume_command, store=named)
     commands: dict[str, Callable[[], int]] = {
         "runs": lambda: _runs(store),
-        "show": lambda: _show(store, args, resume),
+        "show": lambda: _show(store, args, resume, named),
         "diff": lambda: _diff(store, args, resume),
         "report": lambda: _html(store, args, resume),
         "merge": lambda: _merge(store, args),
@@ -109,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         "show", help="show an experiment or a run (its trials and scores), or a trial (its span tree)"
     )
     show.add_argument("id", help="an experiment id, a run id, 'last', or a trial's id, trace id or node id")
+    show.add_argument(
+        "--run",
+        metavar="ID",
+        help="the trial of a node id in this run (a run id or name, an experiment id, or 'last'); "
+        "by default the newest run's",
+    )
     show.add_argument(
         "--json",
         action="store_true",
@@ -317,16 +325,15 @@ def _runs(store: Store) -> int:
     return 0
 
 
-def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
+def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str], named: Path | None) -> int:
+    if args.run is not None:  # a trial of that run
+        return _show_trial(store, args, named)
     try:
-        _, _, results = _results(store, args.id, resume)
+        run_id, _, results = _results(store, args.id, resume)
     except ExperimentNotFound as error:
-        found = find_trial(store, args.id) if args.id != "last" else None
-        if found is None:
-            raise ExperimentNotFound(
-                str(error).replace("no experiment or run with id", "no run, experiment or trial with id", 1)
-            ) from None
-        return _show_trial(*found, as_json=args.json)
+        if args.id == "last":
+            raise
+        return _show_trial(store, args, named, error)
     if args.json:
         print(json.dumps([r.report().model_dump(mode="json") for r in results], indent=2))
         return 0
@@ -337,24 +344,40 @@ def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
             print(f"  {line}")
         print(f"  {'item':<20} {'trial':>5}  {'status':<9} {'passed':<6}  scores")
         for trial in result.trials:
-            scores = ", ".join(
-                f"{s.name}=" + ("FAILED" if s.scoring_failed else f"{s.value:.3g}") for s in trial.scores
-            )
+            scores = _scores_text(trial.scores)
             passed = "-" if trial.passed is None else ("yes" if trial.passed else "no")
             row = f"  {trial.dataset_item_id:<20} {trial.trial:>5}  {trial.status:<9} {passed:<6}  {scores}"
             print(escape_control(row))  # item ids and score names are data
         traced = next((t for t in result.trials if t.spans or t.usage is not None), None)
         if traced is not None:
-            print(escape_control(f"  a trial's span tree: opik-eval show NODE_ID (e.g. {traced.node_id})"))
+            print(escape_control(f"  a trial's span tree: {_show_command(traced.node_id, run_id, named)}"))
         print()
     return 0
 
 
-def _show_trial(experiment: ExperimentRecord, trial: TrialRecord, *, as_json: bool) -> int:
-    """One trial: what it is, its latency and scores, and its spans as a tree (or as JSON)."""
-    if as_json:
+# The other runs with the trial named, when its node id picked the newest run's.
+_OTHER_RUNS = 5
+
+
+def _show_trial(
+    store: Store, args: argparse.Namespace, named: Path | None, not_found: ExperimentNotFound | None = None
+) -> int:
+    """One trial: what it is (of which run; a rescore of which), its latency and scores, and its
+    spans as a tree (or as JSON)."""
+    run = None if args.run is None else store.find(args.run)[0].id
+    found = find_trial(store, args.id, run)
+    if found is None:
+        raise _no_trial(store, args.id, run, not_found)
+    experiment, trial = found
+    others = [] if run is not None else experiments_with_trial(store, trial.node_id)
+    others = [e for e in others if e.run_id != experiment.run_id]
+    chain = _rescored(store, experiment)
+    if args.json:
         shown = {
             "experiment_id": experiment.id,
+            "run_id": experiment.run_id,
+            "rescore_of": [{"experiment_id": e, "run_id": r} for e, r in chain] or None,
+            "other_runs": [e.run_id for e in others],
             "trial_id": trial.id,
             "node_id": trial.node_id,
             "dataset_item_id": trial.dataset_item_id,
@@ -367,31 +390,107 @@ def _show_trial(experiment: ExperimentRecord, trial: TrialRecord, *, as_json: bo
         }
         print(json.dumps(shown, indent=2, ensure_ascii=False))
         return 0
-    passed = "" if trial.passed is None else (", passed" if trial.passed else ", failed")
     lines = [
         f"{experiment.name} ({experiment.test})  experiment {experiment.id}",
-        f"  trial {trial.node_id}",
-        f"  item {trial.dataset_item_id}, trial {trial.trial}: {trial.status}{passed}",
+        f"  trial {trial.node_id}, run {experiment.run_id}",
     ]
+    if others:
+        listed = ", ".join(e.run_id + (" (a rescore)" if e.rescore_of else "") for e in others[:_OTHER_RUNS])
+        more = f" and {len(others) - _OTHER_RUNS} more" if len(others) > _OTHER_RUNS else ""
+        lines.append(
+            f"  {len(others)} other run(s) have it, newest first: {listed}{more}; pick one with --run ID"
+        )
+    if chain:
+        lines.append(f"  {_rescore_note(chain, trial.node_id, named)}")
+    lines += _trial_lines(trial, rescored=bool(chain))
+    for line in lines:
+        print(escape_control(line))  # names, ids and errors are data (tree_lines escaped its own)
+    return 0
+
+
+def _no_trial(
+    store: Store, target: str, run: str | None, not_found: ExperimentNotFound | None
+) -> ExperimentNotFound:
+    if run is None:
+        assert not_found is not None, "without --run, the id was looked up as an experiment or run first"
+        return ExperimentNotFound(
+            str(not_found).replace("no experiment or run with id", "no run, experiment or trial with id", 1)
+        )
+    elsewhere = ", ".join(e.run_id for e in experiments_with_trial(store, target)[:_OTHER_RUNS])
+    where = (
+        f"the runs that have it: {elsewhere}" if elsewhere else f"list its trials with: opik-eval show {run}"
+    )
+    return ExperimentNotFound(f"no trial with id, trace id or node id {target!r} in run {run}; {where}")
+
+
+def _rescored(store: Store, experiment: ExperimentRecord) -> list[tuple[str, str | None]]:
+    """The experiment ``experiment`` is a rescore of, the one that one rescored, and so on, each
+    with its run's id (None: not in this store): the task ran in the last."""
+    chain: list[tuple[str, str | None]] = []
+    seen = {experiment.id}
+    target = experiment.rescore_of
+    while target is not None and target not in seen:
+        seen.add(target)
+        try:
+            run, [original, *_] = store.find(target)
+        except ExperimentNotFound:
+            chain.append((target, None))
+            break
+        chain.append((target, run.id))
+        target = original.rescore_of
+    return chain
+
+
+def _rescore_note(chain: list[tuple[str, str | None]], node_id: str, named: Path | None) -> str:
+    """What a rescored trial is: ``a rescore of run R (experiment E): the task did not run; ...``."""
+    experiment, run = chain[0]
+    note = (
+        f"a rescore of run {run} (experiment {experiment})"
+        if run
+        else f"a rescore of experiment {experiment}"
+    )
+    for experiment, run in chain[1:]:
+        note += (
+            f", itself a rescore of run {run}" if run else f", itself a rescore of experiment {experiment}"
+        )
+    origin = chain[-1][1]
+    if origin is None:
+        return f"{note} (not in this store): the task did not run here; its output is that experiment's"
+    return (
+        f"{note}: the task did not run here; its output and the task's spans are in run {origin}: "
+        f"{_show_command(node_id, origin, named)}"
+    )
+
+
+def _trial_lines(trial: TrialRecord, *, rescored: bool) -> list[str]:
+    """The trial's status, latency, scores and span tree."""
+    passed = "" if trial.passed is None else (", passed" if trial.passed else ", failed")
+    lines = [f"  item {trial.dataset_item_id}, trial {trial.trial}: {trial.status}{passed}"]
     timings = [f"task {duration(trial.task_seconds)}"] if trial.task_seconds is not None else []
     timings += [f"{name} {duration(value)}" for name, value in trial.metric_seconds.items()]
     if timings:
         lines.append("  latency: " + ", ".join(timings))
     if trial.scores:
-        lines.append(
-            "  scores: "
-            + ", ".join(
-                f"{s.name}=" + ("FAILED" if s.scoring_failed else f"{s.value:.3g}") for s in trial.scores
-            )
-        )
+        lines.append(f"  scores: {_scores_text(trial.scores)}")
     if trial.spans:
         lines.append(f"  trace {trial.spans[0].trace_id}: {len(trial.spans)} spans")
         lines += [f"    {line}" for line in tree_lines(trial.spans)]
+    elif rescored:
+        lines.append("  no spans recorded: the task did not run, and the metrics made none")
     else:
         lines.append("  no spans recorded: the app made none with the Opik SDK")
-    for line in lines:
-        print(escape_control(line))  # names, ids and errors are data (tree_lines escaped its own)
-    return 0
+    return lines
+
+
+def _scores_text(scores: Sequence[ScoreRecord]) -> str:
+    return ", ".join(f"{s.name}=" + ("FAILED" if s.scoring_failed else f"{s.value:.3g}") for s in scores)
+
+
+def _show_command(node_id: str, run_id: str, named: Path | None) -> str:
+    """The command that shows trial ``node_id`` of run ``run_id``, with the store it was read
+    from when one was named."""
+    store = [] if named is None else ["--store", str(named)]
+    return shlex.join(["opik-eval", *store, "show", node_id, "--run", run_id])
 
 
 def _diff(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:

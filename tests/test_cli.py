@@ -451,14 +451,27 @@ def agent(question):
 """
 
 
-def test_show_a_trial_prints_its_span_tree(
-    project: Project, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def traced_run(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of items a and b, whose app makes the spans of TRACED_APP."""
     offline_opik(project, monkeypatch)
     project.dataset(items("a", "b"))
     project.write("app.py", TRACED_APP)
     project.eval_test(imports="from app import agent", behaviour="return agent(item['input']['text'])")
     project.run("--eval").assert_outcomes(passed=2)
+
+
+def run_of(project: Project) -> str:
+    store = LocalStore(project.store_path, create=False)
+    try:
+        return store.find("last")[0].id
+    finally:
+        store.close()
+
+
+def test_show_a_trial_prints_its_span_tree(
+    project: Project, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traced_run(project, monkeypatch)
     trial = project.trials()[1]
     trace = trial.spans[0].trace_id
     store = ["--store", str(project.store_path)]
@@ -469,7 +482,10 @@ def test_show_a_trial_prints_its_span_tree(
     for other in (trace, trial.id):
         assert cli(capsys, *store, "show", other) == (0, out, "")
     lines = out.splitlines()
-    assert lines[1:3] == ["  trial test_eval.py::test_qa[b-t0]", "  item b, trial 0: completed, passed"]
+    assert lines[1:3] == [
+        f"  trial test_eval.py::test_qa[b-t0], run {run_of(project)}",
+        "  item b, trial 0: completed, passed",
+    ]
     assert re.fullmatch(r"  latency: task \d+ ms, equals_metric \d+ ms", lines[3])
     assert lines[4:6] == ["  scores: equals_metric=1", f"  trace {trace}: 6 spans"]
     tree = [re.sub(r"\d+ ms", "N ms", line) for line in lines[6:]]
@@ -491,6 +507,110 @@ def test_show_a_trial_prints_its_span_tree(
     llm = next(span for span in shown["spans"] if span["name"] == "llm")
     assert llm["usage"]["prompt_tokens"] == 1200 and llm["cost"] == 0.0021
 
-    # the experiment's table says how to see a trial's tree
+    # the experiment's table says how to see a trial's tree, of this run
     code, out, err = cli(capsys, *store, "show", trial.experiment_id)
-    assert "  a trial's span tree: opik-eval show NODE_ID (e.g. test_eval.py::test_qa[a-t0])" in out
+    command = (
+        f"opik-eval --store {project.store_path} show 'test_eval.py::test_qa[a-t0]' --run {run_of(project)}"
+    )
+    assert f"  a trial's span tree: {command}" in out
+    assert cli(capsys, *shlex.split(command)[1:])[0] == 0
+
+
+def test_show_a_rescored_trial_says_where_the_task_ran_and_picks_a_run(
+    project: Project, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    traced_run(project, monkeypatch)
+    original_run, original = run_of(project), project.last_experiment_id()
+    project.run("--eval-rescore=last").assert_outcomes(passed=2)
+    rescore_run = run_of(project)
+    node = "test_eval.py::test_qa[b-t0]"
+    store = ["--store", str(project.store_path)]
+
+    # By node id alone: the newest run's trial, a rescore, which says so, where the task ran, and
+    # which other runs have the trial.
+    code, out, err = cli(capsys, *store, "show", node)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    show_original = f"opik-eval --store {project.store_path} show '{node}' --run {original_run}"
+    assert lines[1:5] == [
+        f"  trial {node}, run {rescore_run}",
+        f"  1 other run(s) have it, newest first: {original_run}; pick one with --run ID",
+        f"  a rescore of run {original_run} (experiment {original}): the task did not run here; its output "
+        f"and the task's spans are in run {original_run}: {show_original}",
+        "  item b, trial 0: completed, passed",
+    ]
+    assert lines[-1] == "  no spans recorded: the task did not run, and the metrics made none"
+    assert cli(capsys, *store, "show", node, "--run", "last") == (0, out.replace(lines[2] + "\n", ""), "")
+
+    # The command it gives shows the original trial, the task's spans with it.
+    code, out, err = cli(capsys, *shlex.split(show_original)[1:])
+    assert (code, err) == (0, "")
+    assert f"  trial {node}, run {original_run}" in out and "rescore" not in out
+    assert "       ├─ lookup  tool" in out and "  trace " in out
+    assert cli(capsys, *store, "show", node, "--run", original) == (0, out, "")  # its experiment's id too
+
+    shown = json.loads(cli(capsys, *store, "show", node, "--json")[1])
+    assert (shown["run_id"], shown["other_runs"], shown["spans"]) == (rescore_run, [original_run], [])
+    assert shown["rescore_of"] == [{"experiment_id": original, "run_id": original_run}]
+    shown = json.loads(cli(capsys, *store, "show", node, "--json", "--run", original_run)[1])
+    assert (shown["run_id"], shown["rescore_of"], len(shown["spans"])) == (original_run, None, 6)
+
+    # A run without that trial, and a run that does not exist.
+    code, out, err = cli(capsys, *store, "show", "test_eval.py::test_qa[z-t0]", "--run", original_run)
+    assert code == 2
+    assert f"no trial with id, trace id or node id 'test_eval.py::test_qa[z-t0]' in run {original_run}" in err
+    code, out, err = cli(capsys, *store, "show", node, "--run", UNKNOWN)
+    assert code == 2 and f"no experiment or run with id {UNKNOWN!r}" in err
+
+
+DEEP = 5_000  # five times Python's default recursion limit
+
+
+def test_show_a_trial_nested_thousands_of_spans_deep_prints_every_span_on_bounded_lines(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Nested without recursion (an ExitStack), each level reporting its usage, as a deep agent
+    # loop or a recursive chain would.
+    project.dataset(items("a"))
+    project.write(
+        "test_deep.py",
+        f"""
+        import contextlib
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+        from pytest_opik_eval.tracing import trace
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={{"reference": "expected_output"}})
+        def test_deep(eval_item):
+            with contextlib.ExitStack() as stack:
+                for level in range({DEEP}):
+                    stack.enter_context(trace.span(f"level {{level}}"))
+                    trace.usage(model="house-llm-1", input_tokens=10, output_tokens=2, cost=0.0001)
+            return eval_item["input"]["text"]
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    [trial] = report["experiments"][0]["trials"]
+    assert trial["usage"]["app"]["total_tokens"] == 12 * DEEP  # every level counted once
+
+    code, out, err = cli(capsys, "--store", str(project.store_path), "show", "test_deep.py::test_deep[a-t0]")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert re.fullmatch(rf"  trace \S+: {DEEP + 3} spans", lines[5])
+    tree = lines[6:]
+    assert [re.sub(r"^[ │├└─]*(\[\+\d+ levels?\] )?[├└]?─? *", "", line).split("  ")[0] for line in tree] == [
+        "test_deep",
+        *(f"level {level}" for level in range(DEEP)),
+        "metrics_calculation",
+        "equals_metric",
+    ]
+    # Drawn 24 levels deep, then each line says how many levels above it it leaves out: no line
+    # grows with the depth (drawn in full, the tree took 37 MB and minutes).
+    assert tree[25].startswith("    " + " " * 3 * 24 + "└─ level 24  general")
+    assert tree[26].startswith("    " + " " * 3 * 24 + "[+1 level] └─ level 25  general")
+    assert tree[DEEP].startswith(
+        "    " + " " * 3 * 24 + f"[+{DEEP - 25} levels] └─ level {DEEP - 1}  general"
+    )
+    assert max(len(line) for line in tree) < 200

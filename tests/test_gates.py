@@ -540,3 +540,63 @@ def test_the_last_line_is_pytests_own_when_the_eval_verdict_passes(project: Proj
     assert result.ret == pytest.ExitCode.OK
     assert not last_line(result).startswith(RED)
     assert "eval" not in last_line(result)
+
+
+def test_gate_options_replace_the_stored_gates_of_their_kind(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Equals fails "b" ("bee" for "b"); LevenshteinRatio scores it 0.5: the two means differ.
+    project.dataset(items("a", "b", "c"))
+    marker = "trial_count=1,"
+    metrics = "[Equals(), LevenshteinRatio()]"
+    behaviour = 'if item["id"] == "b": return {"output": "bee"}'
+    project.eval_test(marker, metrics=metrics, behaviour=behaviour, imports=LEVENSHTEIN)
+    project.run("--eval", "--eval-soft")
+    baseline = project.last_experiment_id()
+    stored = [
+        "--eval-fail-under=equals_metric=0.9",
+        f"--eval-baseline={baseline}",
+        "--eval-max-regression=equals_metric=0.05",
+        "--eval-max-cost=0.000001/item",
+    ]
+    result = project.run("--eval", "--eval-soft", *stored)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert [line.split(":")[2] for line in gate_lines(result)] == [
+        " fail_under equals_metric",
+        " max_regression equals_metric",
+        " max_cost_per_item",
+    ]
+    store = ["--store", str(project.store_path)]
+
+    # Without options, the stored gates; with them, the given gates of each kind instead of the
+    # stored ones of that kind (the other kinds stay).
+    capsys.readouterr()
+    assert opik_eval([*store, "gate", "last", f"--eval-baseline={baseline}"]) == 1
+    assert "NOT MET: test_qa: fail_under equals_metric: mean 0.667 is below 0.9" in capsys.readouterr().out
+    given = [
+        "--eval-fail-under=levenshtein_ratio_metric=0.5",
+        "--eval-max-regression=levenshtein_ratio_metric=0.1",
+        "--eval-max-cost=5/run",
+    ]
+    assert opik_eval([*store, "gate", "last", f"--eval-baseline={baseline}", *given]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("met:", "NOT MET:"))]
+    assert [line.split(":")[2] for line in lines] == [
+        " fail_under levenshtein_ratio_metric",
+        " max_regression levenshtein_ratio_metric",
+        " max_cost_per_run",  # not measured (no spans): fails, and says so
+    ]
+    assert opik_eval([*store, "gate", "last", f"--eval-baseline={baseline}", *given[:2]]) == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("met:", "NOT MET:"))]
+    assert [line.split(":")[2] for line in lines] == [
+        " fail_under levenshtein_ratio_metric",
+        " max_regression levenshtein_ratio_metric",
+        " max_cost_per_item",  # the stored cost gate: no cost option given
+    ]
+
+    # A resume takes the same rule.
+    result = project.run("--eval-resume=last", f"--eval-baseline={baseline}", *given[:2])
+    assert [line.split(":")[2] for line in gate_lines(result)] == [
+        " fail_under levenshtein_ratio_metric",
+        " max_regression levenshtein_ratio_metric",
+        " max_cost_per_item",
+    ]

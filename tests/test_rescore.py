@@ -133,6 +133,65 @@ def test_eval_metric_replaces_the_markers_metrics(project: Project) -> None:
     assert scores[("a", "levenshtein_ratio_metric")] == 1.0
 
 
+# Specs whose objects are no metrics, or whose code raises at each step of loading them.
+HOSTILE = """
+import sys
+import pytest
+
+
+def leave():
+    sys.exit(3)
+
+
+def quiet_exit():
+    sys.exit()
+
+
+def skipping():
+    pytest.skip("no judge here")
+
+
+class Broken:
+    def __init__(self):
+        raise RuntimeError("no key")
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise ValueError("no text")
+
+
+def unprintable():
+    raise Unprintable()
+
+
+class Lazy:
+    def __getattr__(self, name):
+        raise LookupError("not yet")
+
+
+lazy = Lazy()
+
+
+class Haunted:
+    name = property(lambda self: 1 / 0)
+
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+haunted = Haunted()
+
+
+def many():
+    return list(range(100_000))
+
+
+async def later():
+    return None
+"""
+
+
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
@@ -143,16 +202,58 @@ def test_eval_metric_replaces_the_markers_metrics(project: Project) -> None:
         ),
         ("Nope", "--eval-metric=Nope: pytest_opik_eval.metrics has no metric 'Nope' (its metrics: *Equals*"),
         ("os:sep", "--eval-metric=os:sep: sep is neither a metric nor a class or factory that makes one: *"),
-        ("os:getcwd", "--eval-metric=os:getcwd: getcwd() returned *, which is not a metric*"),
+        # Not called: a built-in may end the process (os.abort) or wait for input.
+        (
+            "sys:exit",
+            "--eval-metric=sys:exit: exit is a built-in function (<built-in function exit>), not a*",
+        ),
+        ("os:getcwd", "--eval-metric=os:getcwd: getcwd is a built-in function *"),
+        (
+            "os:get_exec_path",
+            "--eval-metric=os:get_exec_path: get_exec_path() returned *, which is not a metric*",
+        ),
+        # The spec's own code, whatever it raises: named, never an internal error.
+        (
+            "hostile:leave",
+            "--eval-metric=hostile:leave: calling leave() without arguments raised SystemExit: 3;*",
+        ),
+        ("hostile:quiet_exit", "*: calling quiet_exit() without arguments raised SystemExit;*"),
+        ("hostile:skipping", "*: calling skipping() without arguments raised Skipped: no judge here;*"),
+        ("hostile:Broken", "*: calling Broken() without arguments raised RuntimeError: no key;*"),
+        ("hostile:unprintable", "*: calling unprintable() without arguments raised Unprintable;*"),
+        ("hostile:lazy.judge", "*: looking up 'lazy.judge' in 'hostile' raised LookupError: not yet;*"),
+        (
+            "hostile:haunted",
+            "*: haunted is neither a metric nor a class or factory that makes one: <Haunted object>;*",
+        ),
+        ("hostile:many", "*: many() returned [0, 1, 2, *... (* more characters), which is not a metric;*"),
+        ("hostile:later", "*: later() returned <coroutine object later at *>, which is not a metric;*"),
+        ("exits_on_import:judge", "*: importing the module 'exits_on_import' raised SystemExit: 2;*"),
+        ("raises_on_import:judge", "*: importing the module 'raises_on_import' raised ZeroDivisionError: *"),
     ],
 )
 def test_a_bad_metric_spec_is_a_usage_error_that_says_which_part_failed(
     project: Project, spec: str, problem: str
 ) -> None:
     recorded(project)
+    project.write("hostile.py", HOSTILE)
+    project.write("exits_on_import.py", "import sys\nsys.exit(2)\n")
+    project.write("raises_on_import.py", "RATE = 1 / 0\n")
+    project.pytester.syspathinsert()
     result = project.run("--eval-rescore=last", f"--eval-metric={spec}")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     result.stderr.fnmatch_lines([f"ERROR: {problem}accepted forms are package.module:NAME*"])
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    assert project.calls() == []
+
+
+def test_opik_eval_rescore_with_sys_exit_as_a_metric_is_a_usage_error(project: Project) -> None:
+    recorded(project)
+    for option in (["--metric", "sys:exit"], ["--eval-metric=sys:exit"]):
+        done = opik_eval_process("rescore", "last", *option)
+        assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+        assert "ERROR: --eval-metric=sys:exit: exit is a built-in function" in done.stderr
+        assert "unexpected SystemExit" not in done.stdout + done.stderr
     assert project.calls() == []
 
 

@@ -332,16 +332,19 @@ def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: Gate
 
 
 def settings_for_resume(stored: GateSettings, cli: GateOptions) -> GateSettings:
-    """A resume gates as the original run did, unless its command line says otherwise."""
+    """A resume (and ``opik-eval gate``) gates as the original run did, unless its command line
+    says otherwise: each gate option given replaces the stored gates of its kind, all of them
+    (``--eval-fail-under=a=0.8`` leaves no stored ``fail_under`` on another metric;
+    ``--eval-max-cost=1/run`` no stored cost gate per item)."""
     return stored.model_copy(
         update={
-            "fail_under": {**stored.fail_under, **cli.fail_under},
+            "fail_under": cli.fail_under or stored.fail_under,
             "min_pass_rate": _first(cli.min_pass_rate, stored.min_pass_rate),
-            "max_regression": {**stored.max_regression, **cli.max_regression},
+            "max_regression": cli.max_regression or stored.max_regression,
             "soft": stored.soft if cli.soft is None else cli.soft,
             "mode": cli.mode or stored.mode,
             "confidence": stored.confidence if cli.confidence is None else cli.confidence,
-            **_cost_and_latency(cli.max_cost, stored),
+            **_cost_and_latency(cli.max_cost, None if cli.max_cost else stored),
             "max_latency": _latency(cli.max_latency) or stored.max_latency,
         }
     )

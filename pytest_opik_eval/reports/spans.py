@@ -12,6 +12,8 @@ from pytest_opik_eval.store.records import SpanRecord
 
 _NAME = 60  # characters of a span's name or model shown in a text line
 _ERROR = 300  # characters of an error's message shown in a text line
+# Levels of a text tree drawn as such: a deeper span's line is indented as one at this depth.
+_DRAWN = 24
 
 
 def span_seconds(span: SpanRecord) -> float | None:
@@ -74,31 +76,51 @@ def span_line(span: SpanRecord) -> str:
 
 def tree_lines(spans: Sequence[SpanRecord]) -> list[str]:
     """The spans as an indented text tree, a line per span and one under a span for its error,
-    control characters escaped."""
+    control characters escaped. Linear in the number of spans at any depth: below ``_DRAWN``
+    levels, a line stops drawing the levels above it and says how many it leaves out."""
     walked = walk(spans)
     lines = []
-    # Whether a span is the last child of its parent decides its branch, and whether the
-    # spans under it continue the parent's line.
-    for index, (depth, span) in enumerate(walked):
-        prefix = "".join("   " if _last(walked, index, level) else "│  " for level in range(1, depth))
-        branch = ("└─ " if _last(walked, index, depth) else "├─ ") if depth else ""
+    # guides[k]: what the spans under the ancestor at depth k + 1 draw at its level: a line when
+    # a sibling of that ancestor follows ("│  "), else blank.
+    guides: list[str] = []
+    for (depth, span), last in zip(walked, _last_siblings(walked), strict=True):
+        prefix = _indent(guides, depth - 1) if depth else ""
+        branch = ("└─ " if last else "├─ ") if depth else ""
         lines.append(escape_control(prefix + branch + span_line(span)))
         if span.error:
-            under = prefix + ("   " if depth == 0 or _last(walked, index, depth) else "│  ")
+            under = prefix + ("   " if depth == 0 or last else "│  ")
             error = f"{span.error.get('exception_type', 'error')}: {span.error.get('message', '')}"
             lines.append(under + "  error: " + escape_control(shorten(error, _ERROR)))
+        if depth:
+            del guides[depth - 1 :]
+            guides.append("   " if last else "│  ")
     return lines
 
 
-def _last(walked: list[tuple[int, SpanRecord]], index: int, level: int) -> bool:
-    """Whether the ancestor at ``level`` of the span at ``index`` (or the span itself, at its own
-    depth) has no later sibling: no span after it at that depth before one shallower."""
-    for depth, _ in walked[index + 1 :]:
-        if depth < level:
-            return True
-        if depth == level:
-            return False
-    return True
+def _last_siblings(walked: Sequence[tuple[int, SpanRecord]]) -> list[bool]:
+    """Whether each span of a depth-first walk is the last child of its parent (no span follows
+    it at its depth before a shallower one), in one pass from the end."""
+    last = [True] * len(walked)
+    # later[d]: whether, past the current span, a span at depth d comes before any shallower one.
+    later: list[bool] = []
+    for index in range(len(walked) - 1, -1, -1):
+        depth = walked[index][0]
+        if depth < len(later):
+            last[index] = not later[depth]
+            del later[depth:]
+        else:
+            later += [False] * (depth - len(later))
+        later.append(True)
+    return last
+
+
+def _indent(guides: Sequence[str], levels: int) -> str:
+    """The guides of a span's ``levels`` ancestors below the root: the first ``_DRAWN``, then
+    how many more there are (a tree 5,000 spans deep would otherwise print 37 MB of guides)."""
+    if levels <= _DRAWN:
+        return "".join(guides[:levels])
+    hidden = levels - _DRAWN
+    return "".join(guides[:_DRAWN]) + f"[+{hidden} level{'' if hidden == 1 else 's'}] "
 
 
 def _cut(text: str) -> str:

@@ -143,10 +143,17 @@ class StoreExtras(Protocol):
         it, no latency is kept."""
         ...
 
-    def find_trial(self, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
-        """The trial with id ``target``, or whose attempt (its trace) or node id (the newest
-        run's) is ``target``, with its experiment; None when none is. Without it, ``opik-eval
-        show`` finds runs and experiments only."""
+    def find_trial(
+        self, target: str, *, run: str | None = None
+    ) -> tuple[ExperimentRecord, TrialRecord] | None:
+        """The trial with id ``target``, or whose attempt (its trace) or node id (of the run with
+        id ``run`` when given, else the newest run's) is ``target``, with its experiment; None
+        when none is. Without it, ``opik-eval show`` finds runs and experiments only."""
+        ...
+
+    def experiments_with_trial(self, node_id: str) -> list[ExperimentRecord]:
+        """The experiments with a trial of node id ``node_id``, the newest run's first, for
+        ``opik-eval show`` to say which runs have it. Without it, it names none."""
         ...
 
 
@@ -175,12 +182,25 @@ def timings_recorder(store: Store) -> TimingsRecorder | None:
     return method
 
 
-def find_trial(store: Store, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
-    """The trial ``target`` names in ``store`` (see :meth:`StoreExtras.find_trial`), if it can tell."""
-    method: Callable[[str], tuple[ExperimentRecord, TrialRecord] | None] | None = getattr(
+def find_trial(
+    store: Store, target: str, run: str | None = None
+) -> tuple[ExperimentRecord, TrialRecord] | None:
+    """The trial ``target`` names in ``store``, in run ``run`` when given (see
+    :meth:`StoreExtras.find_trial`), if it can tell."""
+    method: Callable[..., tuple[ExperimentRecord, TrialRecord] | None] | None = getattr(
         store, "find_trial", None
     )
-    return None if method is None else method(target)
+    if method is None:
+        return None
+    # A store written before runs could be picked takes the target alone.
+    return method(target) if run is None else method(target, run=run)
+
+
+def experiments_with_trial(store: Store, node_id: str) -> list[ExperimentRecord]:
+    """The experiments of ``store`` with a trial of that node id, newest run first (see
+    :meth:`StoreExtras.experiments_with_trial`); none when it cannot tell."""
+    method: Callable[[str], list[ExperimentRecord]] | None = getattr(store, "experiments_with_trial", None)
+    return [] if method is None else method(node_id)
 
 
 def end_begins(store: Store) -> None:

@@ -1117,11 +1117,13 @@ class LocalStore:
             return [TrialState(row[0], experiment_id, row[1], row[2], bool(row[3])) for row in rows]
 
     @_locked
-    def find_trial(self, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
+    def find_trial(
+        self, target: str, *, run: str | None = None
+    ) -> tuple[ExperimentRecord, TrialRecord] | None:
         """The trial with id ``target``, or whose attempt (the trace, on an Opik server) has that
-        id, or with that node id (the newest run's), and its experiment; None when none has.
-        For an attempt other than the one the trial shows (an earlier, replaced one), the trial
-        comes with that attempt's spans."""
+        id, or with that node id (of run ``run`` when given, else the newest run's), and its
+        experiment; None when none has. For an attempt other than the one the trial shows (an
+        earlier, replaced one), the trial comes with that attempt's spans."""
         with self._reading():
             if self._db is None:
                 return None
@@ -1129,10 +1131,11 @@ class LocalStore:
                 """
                 SELECT t.id, t.experiment_id, e.record FROM trials t
                 JOIN experiments e ON e.id = t.experiment_id JOIN runs r ON r.id = e.run_id
-                WHERE t.id = ?1 OR t.id = (SELECT trial_id FROM attempts WHERE id = ?1) OR t.node_id = ?1
+                WHERE (t.id = ?1 OR t.id = (SELECT trial_id FROM attempts WHERE id = ?1) OR t.node_id = ?1)
+                AND (?2 IS NULL OR r.id = ?2)
                 ORDER BY r.created_at DESC, r.id DESC LIMIT 1
                 """,
-                (target,),
+                (target, run),
             ).fetchone()
             attempt = None
             if row is not None and row[0] != target and self._has_spans:
@@ -1147,6 +1150,22 @@ class LocalStore:
                 spans = _spans_json.validate_json(attempt[0])
                 trial = dataclasses.replace(trial, spans=spans, usage=None)  # usage: of these spans
         return ExperimentRecord.model_validate_json(row[2]), trial
+
+    def experiments_with_trial(self, node_id: str) -> list[ExperimentRecord]:
+        """The experiments that planned a trial with node id ``node_id``, the newest run's first
+        (one per run: a run's node ids are unique)."""
+        with self._reading():
+            if self._db is None:
+                return []
+            rows = self._db.execute(
+                """
+                SELECT e.record FROM trials t
+                JOIN experiments e ON e.id = t.experiment_id JOIN runs r ON r.id = e.run_id
+                WHERE t.node_id = ? ORDER BY r.created_at DESC, r.id DESC
+                """,
+                (node_id,),
+            ).fetchall()
+        return [ExperimentRecord.model_validate_json(row[0]) for row in rows]
 
     @_locked
     def close(self) -> None:

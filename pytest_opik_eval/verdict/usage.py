@@ -31,12 +31,13 @@ def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
     parents = {span.id: span.parent_span_id for span in spans}
     names = {span.id: span.name for span in spans}
     task_id = spans[0].id
+    roots: dict[str, str | None] = {}
     app: list[SpanRecord] = []
     judge: list[SpanRecord] = []
     for span in spans:
         if span.usage is None and span.cost is None:
             continue
-        root = _root(span.id, parents)
+        root = _root(span.id, parents, roots)
         if root == task_id and span.id != task_id:
             app.append(span)
         elif root is not None and names.get(root) == _METRICS_SPAN:
@@ -54,11 +55,29 @@ def usage_of(trial: TrialRecord) -> Usage | None:
     return trial.usage if trial.usage.app is not None or trial.usage.judge is not None else None
 
 
-def _root(span_id: str, parents: Mapping[str, str | None]) -> str | None:
+def _root(span_id: str, parents: dict[str, str | None], roots: dict[str, str | None]) -> str | None:
     """The span at the top of ``span_id``'s chain of parents (None: a parent is missing, or a
-    cycle, which a well-formed trace never has)."""
-    top = lineage(span_id, parents)[-1]
-    return top if parents.get(top) is None else None
+    cycle, which a well-formed trace never has). ``roots`` keeps each chain's answer for every
+    span on it, so the spans of a trace are summed in one pass at any depth (following each
+    span's chain apart cost depth x spans)."""
+    path: list[str] = []
+    on_path: set[str] = set()
+    root: str | None = None
+    while span_id not in roots:
+        path.append(span_id)
+        on_path.add(span_id)
+        parent = parents.get(span_id)
+        if parent is None:
+            root = span_id
+            break
+        if parent not in parents or parent in on_path:
+            break
+        span_id = parent
+    else:
+        root = roots[span_id]
+    for step in path:
+        roots[step] = root
+    return root
 
 
 def lineage(span_id: str, parents: Mapping[str, str | None]) -> list[str]:

@@ -378,9 +378,15 @@ class OpikStore:
     def trial_states(self, experiment_id: str) -> list[TrialState]:
         return self.spool.trial_states(experiment_id)
 
-    def find_trial(self, target: str) -> tuple[ExperimentRecord, TrialRecord] | None:
+    def find_trial(
+        self, target: str, *, run: str | None = None
+    ) -> tuple[ExperimentRecord, TrialRecord] | None:
         """A trial this machine recorded, by its id, trace id or node id (see the spool's)."""
-        return self.spool.find_trial(target)
+        return self.spool.find_trial(target, run=run)
+
+    def experiments_with_trial(self, node_id: str) -> list[ExperimentRecord]:
+        """The experiments this machine recorded with a trial of that node id (see the spool's)."""
+        return self.spool.experiments_with_trial(node_id)
 
     def server_experiments(self, limit: int) -> list[dict[str, Any]]:
         """The newest experiments on the server, whoever created them."""
