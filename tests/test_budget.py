@@ -326,7 +326,7 @@ def test_the_step_summary_and_junit_carry_the_budget(
     text = summary.read_text(encoding="utf-8")
     # First, before the experiments: a run the budget stopped is incomplete.
     assert text.startswith(
-        "💰 **eval budget reached:** spent $2.50 of $2.50 (90 trials not started, left pending)\n\n"
+        "💰 **eval budget reached: spent $2.50 of $2.50 (90 trials not started)**\n\n"
         "Resume them with a fresh budget: `pytest --eval-resume="
     ), text
     root = ElementTree.parse(project.path / "junit.xml").getroot()
@@ -337,8 +337,9 @@ def test_the_step_summary_and_junit_carry_the_budget(
     }
     assert props == {
         "eval.budget.unit": "usd",
-        "eval.budget.limit": "2.5",
-        "eval.budget.spent": "2.5",
+        "eval.budget.limit": "2.50",
+        "eval.budget.spent": "2.50",
         "eval.budget.reached": "true",
         "eval.budget.not_started": "90",
     }
+

@@ -31,7 +31,7 @@ from pytest_opik_eval.formatting import (
     direction,
     dollars,
     duration,
-    figure,
+    figure_row,
     level,
     percent,
     score,
@@ -158,7 +158,9 @@ def _experiment_data(
             trial["seconds"] = t.latency.task_seconds
         app = t.usage.app if t.usage is not None else None
         if app is not None:
-            trial["usage"] = [app.prompt_tokens, app.completion_tokens, app.cost]
+            # The cost written here, as every report writes a cost (formatting.dollars).
+            cost = None if app.cost is None else dollars(app.cost)
+            trial["usage"] = [app.prompt_tokens, app.completion_tokens, cost]
         trial_spans = spans[index] if index < len(spans) else ()
         if trial_spans:
             trial["trace"] = trial_spans[0].trace_id
@@ -208,8 +210,8 @@ def _span_trees(report: Report, spans: Spans) -> dict[str, dict[int, list[dict[s
 
 def _span_tree(spans: Sequence[SpanRecord]) -> list[dict[str, Any]]:
     """The spans depth first, each with its depth (``d``): name, type, seconds, model, tokens
-    ``[in, out]``, cost, why it has no cost, input, output, error; short keys, as there may be
-    thousands of them, and only those the span has."""
+    ``[in, out]``, cost (written, as every report writes it), why it has no cost, input, output,
+    error; short keys, as there may be thousands of them, and only those the span has."""
     tree = []
     for depth, span in walk(spans):
         node: dict[str, Any] = {"d": depth, "n": span.name or "(unnamed)", "t": span.type}
@@ -218,7 +220,7 @@ def _span_tree(spans: Sequence[SpanRecord]) -> list[dict[str, Any]]:
             "s": took,
             "m": span.model,
             "u": [span.prompt_tokens or 0, span.completion_tokens or 0] if span.usage is not None else None,
-            "c": span.cost,
+            "c": None if span.cost is None else dollars(span.cost),
             "x": span.unpriced if span.cost is None else None,
             "i": _field(span.input),
             "o": _field(span.output),
@@ -519,14 +521,15 @@ def _figures_html(figures: dict[str, FigureChange]) -> str:
         return ""
     rows = []
     for name, f in figures.items():
+        before, after, change = figure_row(name, f.baseline, f.current, f.delta)
         moved = direction(f.delta, f.relative)
-        change = figure(name, f.delta, sign=True) + (f" ({moved})" if f.delta is not None else "")
+        change += f" ({moved})" if f.delta is not None else ""
         if f.unpriced:
             change += f" &middot; a floor: {f.unpriced} span(s) unpriced"
         css = "bad" if f.delta is not None and f.delta > 0 else "ok" if f.delta else ""
         rows.append(
             f'<tr data-figure="{escape(name)}"><td>{escape(FIGURE_LABELS.get(name, name))}</td>'
-            f"<td>{figure(name, f.baseline)}</td><td>{figure(name, f.current)}</td>"
+            f"<td>{before}</td><td>{after}</td>"
             f'<td class="{css}">{change}</td></tr>'
         )
     return (

@@ -24,6 +24,7 @@ from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_n
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, budget_properties, suite_properties
 from pytest_opik_eval.reports.terminal import (
+    budget_line,
     gate_lines,
     judge_cache_line,
     recording_line,
@@ -239,20 +240,13 @@ class Ending:
         return self.options.budget_resume_command(self.state.run_id)
 
     def _budget_lines(self) -> list[str]:
-        budget = self.state.budget
+        budget = self._budget_report()
         if budget is None:
             return []
-        spent = f"spent {budget.describe(self.spent)} of {budget.describe(budget.limit)}"
-        if budget.shards > 1:
-            spent += f" (this shard's share of {budget.describe(budget.given.amount)})"
-        if not self._budget_reached():
-            return [f"eval budget: {spent}"]
-        if not self.not_started:
-            return [f"eval budget reached: {spent} (every trial had started)"]
-        return [
-            f"eval budget reached: {spent} ({self.not_started} trials not started)",
-            f"resume them with a fresh budget: {self._budget_resume_command()}",
-        ]
+        lines = [budget_line(budget)]
+        if budget.resume_command:
+            lines.append(f"resume them with a fresh budget: {budget.resume_command}")
+        return lines
 
     def _judge_cache_lines(self) -> list[str]:
         cache = self.state.judge_cache
