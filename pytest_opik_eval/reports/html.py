@@ -39,8 +39,10 @@ from pytest_opik_eval.formatting import (
 )
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.spans import span_seconds, walk
+from pytest_opik_eval.reports.terminal import budget_line
 from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import (
+    BudgetReport,
     ConfidenceInterval,
     ExperimentReport,
     FigureChange,
@@ -102,6 +104,7 @@ def render_html(
 </div>
 </header>
 <main>
+{_budget_html(report.budget)}
 {sections or '<p class="empty">No experiment was evaluated.</p>'}
 </main>
 <script type="application/json" id="report-data">{_script_json(data)}</script>
@@ -129,6 +132,23 @@ def write_html(
     spans: Spans | None = None,
 ) -> None:
     write_atomically(path, render_html(report, items, resume_command, spans))
+
+
+def _budget_html(budget: BudgetReport | None) -> str:
+    """``--eval-budget``, first, in the words of the other reports: a run the budget stopped is
+    incomplete, whatever its experiments say, and the command that runs the rest."""
+    if budget is None:
+        return ""
+    line = f'<p class="budget-line">{escape(budget_line(budget))}</p>'
+    if not budget.reached:
+        return f'<div class="budget">{line}</div>'
+    command = budget.resume_command
+    resume = (
+        f'<p>Resume them with a fresh budget: <code class="resume-command">{escape(command)}</code></p>'
+        if command
+        else ""
+    )
+    return f'<div class="budget reached">{line}{resume}</div>'
 
 
 def _experiment_data(
