@@ -39,7 +39,7 @@ from pytest_opik_eval.formatting import (
 )
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.spans import span_seconds, walk
-from pytest_opik_eval.reports.terminal import budget_line
+from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_line
 from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
@@ -169,6 +169,7 @@ def _experiment_data(
             "status": t.status,
             "passed": t.passed,
             "output": t.output,
+            **({"softFailed": True} if t.soft_failed else {}),
             "scores": [
                 [s.name, s.value, s.reason, s.scoring_failed, *([s.metadata] if s.metadata else [])]
                 for s in t.scores
@@ -309,6 +310,13 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
         # Unfinished: whatever the gates say, the scores and the pass rate are of a part of it.
         badge = f'<span class="badge wait">{s.pending:,} pending</span> {badge}'
     of_completed = f" of the {s.completed:,} completed" if s.pending else ""
+    # In the words of every report (reports.terminal.trial_verdicts): its own count, not "failed".
+    soft_failed = (
+        f', <span class="pending soft-failed" title="{escape(SOFT_FAILED)}">'
+        f"{s.soft_failed:,} soft-failed</span>"
+        if s.soft_failed
+        else ""
+    )
     soft = " &middot; soft: failing trials do not fail the session" if e.settings.soft else ""
     k = e.settings.pass_threshold
     k_of_n = f" &middot; an item passes with {k} passed trials" if k is not None else ""
@@ -318,7 +326,7 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
 <p class="meta">test {_code(e.test)} &middot; experiment {_code(e.id)} &middot; run {_code(e.run_id)}
  &middot; dataset {_code(e.dataset.source)} ({e.dataset.items} items, version {_code(e.dataset.version)})</p>
 <p class="counts">{s.trials:,} trials: <b>{s.completed:,}</b> completed
- (<span class="ok">{s.passed:,} passed</span>, <span class="bad">{s.failed:,} failed</span>),
+ (<span class="ok">{s.passed:,} passed</span>, <span class="bad">{s.failed:,} failed</span>{soft_failed}),
  <b class="trials-pending">{s.pending:,}</b> pending
  &middot; pass rate {percent(s.pass_rate)}{of_completed}{soft}{k_of_n}</p>
 {_usage_html(e)}

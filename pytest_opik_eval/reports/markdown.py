@@ -21,7 +21,7 @@ from pytest_opik_eval.formatting import (
     score,
     signed,
 )
-from pytest_opik_eval.reports.terminal import budget_line, recording_line
+from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_line, recording_line, trial_verdicts
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
@@ -77,13 +77,16 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         "",
         f"{_code(e.test)} · experiment {_code(e.id)} · run {_code(e.run_id)}",
         "",
-        f"{s.trials} trials: {s.completed} completed ({s.passed} passed, {s.failed} failed), "
+        f"{s.trials} trials: {s.completed} completed ({trial_verdicts(s)}), "
         f"{s.pending} pending · pass rate {percent(s.pass_rate)} · items: "
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
     lines += _usage_lines(e) + _metric_table(e) + _pass_at_k(e) + _gate_lines(e)
     if items["failed"]:
         lines += ["", f"**Failed items ({len(items['failed'])}):** {_ids(items['failed'])}"]
+    if s.soft_failed:
+        soft = [f"{t.dataset_item_id}#{t.trial}" for t in e.trials if t.soft_failed]
+        lines += ["", f"**{SOFT_FAILED.capitalize()} ({s.soft_failed}):** {_ids(soft)}"]
     return lines + _baseline_lines(e) + _pending_lines(e, resume_command)
 
 

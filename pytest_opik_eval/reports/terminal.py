@@ -40,6 +40,8 @@ _NAME = 24  # width of the metric column
 _LISTED = 10  # ids named in one line before "and N more"
 _WIDTH = 80
 _OUTLIERS = 3  # the slowest and the most expensive trials named
+# What a soft-failed trial is, as every report says it (verdict.model.TrialReport.soft_failed).
+SOFT_FAILED = "soft-failed (missed thresholds; the gates decide)"
 
 
 def summary_lines(
@@ -55,12 +57,10 @@ def experiment_lines(
     experiment: ExperimentResult, resume_command: Callable[[str], str], resumed: bool
 ) -> list[str]:
     s = experiment.summary
-    soft = sum(1 for t in experiment.trials if t.passed is False) if _is_soft(experiment) else 0
-    verdicts = f"{s.passed} passed, {s.failed - soft} failed" + (f", {soft} soft-failed" if soft else "")
     lines = [
         f"{experiment.name} ({experiment.test})",
         f"  experiment {experiment.id}  run {experiment.run_id}",
-        f"  trials: {s.trials} planned, {s.completed} completed ({verdicts}), {s.pending} pending",
+        f"  trials: {s.trials} planned, {s.completed} completed ({trial_verdicts(s)}), {s.pending} pending",
     ]
     rescore_of = experiment.experiment.rescore_of
     if rescore_of is not None:
@@ -78,18 +78,25 @@ def experiment_lines(
     lines += baseline_lines(experiment)
     failed = experiment.failed_trials()
     earlier_failures = [t.node_id for t in failed if not experiment.ran_this_session(t)]
-    if resumed and earlier_failures and not _is_soft(experiment):
+    if resumed and earlier_failures and not experiment.settings.soft_trials():
         lines.append(f"  failed in an earlier session ({len(earlier_failures)}):")
         lines += [f"    {node}" for node in earlier_failures[:_LISTED]]
         if len(earlier_failures) > _LISTED:
             lines.append(f"    ... and {len(earlier_failures) - _LISTED} more")
-    if soft:
-        lines.append(
-            f"  soft-failed (missed thresholds; the gates decide): {_ids([t.node_id for t in failed])}"
-        )
+    if s.soft_failed:
+        lines.append(f"  {SOFT_FAILED}: {_ids([t.node_id for t in failed])}")
     if s.pending:
         lines.append(f"  resume the {s.pending} pending: {resume_command(experiment.id)}")
     return lines
+
+
+def trial_verdicts(summary: ExperimentSummary) -> str:
+    """The completed trials by verdict, as every report counts them: ``6 passed, 1 failed``, and
+    ``, 2 soft-failed`` when some are."""
+    s = summary
+    return f"{s.passed} passed, {s.failed} failed" + (
+        f", {s.soft_failed} soft-failed" if s.soft_failed else ""
+    )
 
 
 def cost_lines(summary: ExperimentSummary) -> list[str]:
@@ -251,7 +258,7 @@ def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
     earlier = sum(
         1
         for e in experiments
-        if not _is_soft(e)
+        if not e.settings.soft_trials()
         for t in e.trials
         if t.passed is False and not e.ran_this_session(t)
     )
@@ -360,10 +367,6 @@ def figure_lines(figures: dict[str, FigureChange]) -> list[str]:
 
 def _interval(interval: ConfidenceInterval) -> str:
     return f"{score(interval.estimate)} {bounds(interval)} {level(interval.level)}, {interval.items} item(s)"
-
-
-def _is_soft(experiment: ExperimentResult) -> bool:
-    return experiment.settings.soft or experiment.settings.pass_threshold is not None
 
 
 def _ids(ids: Sequence[str]) -> str:

@@ -539,7 +539,7 @@ def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> E
         return result.summary  # every item of the experiment is compared
     kept = set(items)
     trials = [t for t in result.trials if t.dataset_item_id in kept]
-    return summarize(trials, result.settings.thresholds)
+    return summarize(trials, result.settings.thresholds, soft=result.settings.soft_trials())
 
 
 def _unknown(metric: str, result: ExperimentResult, settings: GateSettings) -> str:

@@ -129,7 +129,10 @@
       box.dataset.trial = t.trial;
       box.dataset.status = t.status;
       box.dataset.passed = String(t.passed);
-      var state = t.status === "pending" ? "pending" : "completed, " + (t.passed ? "passed" : "failed");
+      // A soft-failed trial (html.py, softFailed) missed its thresholds without failing the session.
+      var outcome = t.status === "pending" ? "pending" : t.passed ? "passed" : t.softFailed ? "soft-failed" : "failed";
+      box.dataset.outcome = outcome;
+      var state = t.status === "pending" ? "pending" : "completed, " + outcome;
       var facts = [];
       if (typeof t.seconds === "number") facts.push(duration(t.seconds));
       if (t.usage) facts.push(tokens(t.usage[0], t.usage[1]), t.usage[2] == null ? "cost unknown" : t.usage[2]);
