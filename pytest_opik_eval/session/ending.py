@@ -39,7 +39,13 @@ from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
-from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
+from pytest_opik_eval.verdict.summary import (
+    Baselines,
+    aggregates,
+    judge_experiments,
+    passed,
+    unchecked_metrics,
+)
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.recording import RecordingCounts
@@ -153,6 +159,7 @@ class Ending:
                 self._in_my_shard if self.options.shard else None,
             )
         self._notice_unseen_spend()
+        self._notice_unchecked_metrics()
         report = self._reports()
         add_suite_properties(
             self.config, suite_properties(state.results) + budget_properties(self._budget_report())
@@ -269,6 +276,21 @@ class Ending:
                 "of LLM calls traced with the Opik SDK (@opik.track, track_openai, ...) that report "
                 "their usage or cost",
             )
+
+    def _notice_unchecked_metrics(self) -> None:
+        """A metric with neither a threshold nor a gate passes whatever it scores: say so, once
+        per metric of a test (its parametrized experiments alike), and how to give it one."""
+        for result in self.state.results:
+            for name in unchecked_metrics(result):
+                example = f"{{{name!r}: 0.8}}"
+                notice(
+                    self.config,
+                    f"{result.test}: metric {name!r} has no threshold and no gate, so its scores can "
+                    f"never fail a trial or the session: give it a threshold (thresholds={example} in "
+                    f"the marker, or threshold=0.8 on the metric) or a gate (fail_under={example}, "
+                    f"--eval-fail-under={name}=0.8); threshold=0 keeps it a report only, without this "
+                    "notice",
+                )
 
     def _write_reports(self, report: Report, step_summary: str | None) -> None:
         # Each report on its own: one that cannot be written (a full disk) does not keep the

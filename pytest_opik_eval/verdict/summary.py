@@ -94,6 +94,19 @@ def passed(result: ExperimentResult) -> bool:
     return result.gates_met and not result.summary.failed  # soft-failed trials are not counted
 
 
+def unchecked_metrics(result: ExperimentResult) -> list[str]:
+    """The scores of the experiment that nothing checks: no per-trial threshold, no gate on their
+    mean or its change. They can be 0 on every item and fail nothing."""
+    settings = result.settings
+    return [
+        name
+        for name, metric in result.summary.metrics.items()
+        if metric.threshold is None
+        and name not in settings.fail_under
+        and name not in settings.max_regression
+    ]
+
+
 def aggregates(result: ExperimentResult) -> dict[str, float]:
     """The experiment-level scores: each metric's mean, and the pass rate."""
     scores = {f"{name}.mean": m.mean for name, m in result.summary.metrics.items() if m.mean is not None}
