@@ -45,13 +45,19 @@ def dollars(cost: float | None, *, against: Iterable[float | None] = (), plain: 
     for other in against:
         if other is not None and other != cost:
             decimals = max(decimals, _decimals(cost - other, _CHANGE_DIGITS, least=2))
-    # Zeros past the cents say nothing: "$0.50", "$0.0021", not "$0.500", "$0.002100".
-    digits = f"{abs(cost):{'' if plain else ','}.{decimals}f}"
-    if decimals > 2:
-        digits = digits.rstrip("0")
-        digits += "0" * (digits.index(".") + 3 - len(digits))
+    digits = _fixed(abs(cost), decimals, 2, separators=not plain)
     sign = "-" if cost < 0 and digits.strip("0.,") else ""
     return sign + digits if plain else f"{sign}${digits}"
+
+
+def _fixed(value: float, decimals: int, least: int, *, separators: bool = True) -> str:
+    """``value`` with ``decimals`` decimals, less the zeros that end them past ``least``: the
+    zeros a difference asked for say nothing ("$0.50", "2.5 s", not "$0.500", "2.500 s")."""
+    text = f"{value:{',' if separators else ''}.{decimals}f}"
+    if decimals > least:
+        text = text[: len(text) - (decimals - least)] + text[len(text) - (decimals - least) :].rstrip("0")
+        text = text.rstrip(".")
+    return text
 
 
 def _decimals(value: float, digits: int, least: int = 0) -> int:
@@ -76,11 +82,11 @@ def duration(seconds: float | None, *, against: Iterable[float | None] = ()) -> 
     if seconds is None:
         return MISSING
     scale, unit = (1000, "ms") if abs(seconds) < 1 else (1, "s")
-    decimals = 1 if unit == "s" and abs(seconds) < 100 else 0
+    least = decimals = 1 if unit == "s" and abs(seconds) < 100 else 0
     for other in against:
         if other is not None and other != seconds:
             decimals = max(decimals, _decimals((seconds - other) * scale, _CHANGE_DIGITS))
-    return f"{seconds * scale:,.{decimals}f} {unit}"
+    return f"{_fixed(seconds * scale, decimals, least)} {unit}"
 
 
 # The baseline comparison's cost, token and latency figures (higher is worse for each), by key.
@@ -108,12 +114,12 @@ def figure(
     if name.startswith("latency"):
         return duration(value, against=against)
     whole = value == round(value)
-    decimals = 0 if whole else 1
+    least = decimals = 0 if whole else 1
     for other in against:
         # Two whole counts differ by a whole count, which no decimal makes clearer.
         if other is not None and other != value and not (whole and other == round(other)):
             decimals = max(decimals, _decimals(value - other, _CHANGE_DIGITS))
-    return f"{value:,.{decimals}f}"
+    return _fixed(value, decimals, least)
 
 
 def figure_row(

@@ -426,3 +426,24 @@ def test_small_costs_show_the_digits_that_tell_them_apart(
     capsys.readouterr()
     opik_eval(["--store", str(app.store_path), "show", "test_eval.py::test_qa[a-t0]"])
     assert "$0.0000599" in capsys.readouterr().out
+
+
+def test_figures_side_by_side_never_read_alike() -> None:
+    # Written alone, a figure has a few significant digits; beside another, enough to differ.
+    from pytest_opik_eval.formatting import direction, dollars, duration, figure_row
+
+    assert [dollars(c) for c in (12345.678, 0.5, 0.0021, 0.000081, 0, -0.25)] == [
+        "$12,345.68",
+        "$0.50",
+        "$0.0021",
+        "$0.000081",
+        "$0.00",
+        "-$0.25",
+    ]
+    assert dollars(0.000081, plain=True) == "0.000081"  # JUnit: no exponent
+    assert (dollars(4.996, against=[5]), dollars(5, against=[4.996])) == ("$4.996", "$5.00")
+    assert figure_row("cost_per_item", 12.3451, 12.3459, 0.0008) == ("$12.3451", "$12.3459", "+$0.0008")
+    assert direction(0.0008, 0.0008 / 12.3451) == "+0.0065%, worse"  # not "+0%"
+    assert (duration(2.54, against=[2.5]), duration(2.5, against=[2.54])) == ("2.54 s", "2.5 s")
+    assert figure_row("latency_p50", 0.1204, 0.1200, -0.0004) == ("120.4 ms", "120 ms", "-0.4 ms")
+    assert figure_row("tokens_per_item", 10, 500, 490) == ("10", "500", "+490")

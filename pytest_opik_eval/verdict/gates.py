@@ -387,9 +387,10 @@ def _max_latency(result: ExperimentResult, settings: GateSettings) -> list[GateV
         )
     else:
         verb = "<=" if value <= limit.seconds else "is above"
+        pair = (value, limit.seconds)  # as precise as they differ: never "2.5 s is above 2.5 s"
         detail = (
-            f"{name} task latency {duration(value)} {verb} {duration(limit.seconds)}, "
-            f"over {len(measured)} trial(s)"
+            f"{name} task latency {duration(value, against=pair)} {verb} "
+            f"{duration(limit.seconds, against=pair)}, over {len(measured)} trial(s)"
         )
     notes = []
     if measured:
