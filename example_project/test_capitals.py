@@ -9,8 +9,8 @@ from pytest_opik_eval.metrics import Contains, LevenshteinRatio
 @pytest.mark.eval(
     dataset="data/capitals.jsonl",
     # Contains is pass/fail (the expected city must appear in the answer); LevenshteinRatio only
-    # reports how close the wording is, since it has no threshold.
-    metrics=[Contains(), LevenshteinRatio()],
+    # reports how close the wording is: its threshold of 0 fails nothing, and says that is meant.
+    metrics=[Contains(), LevenshteinRatio(threshold=0)],
     scoring_key_mapping={"reference": "expected_output"},
     trial_count=2,
 )

@@ -27,6 +27,24 @@ def fixture_definition(function: pytest.Function, name: str) -> pytest.FixtureDe
     return definitions[-1] if definitions else None
 
 
+def junit_mark_skipped(config: pytest.Config, report: pytest.TestReport, kind: str, message: str) -> None:
+    """Show the test case of ``report`` (a call that passed, already written by junitxml) as
+    skipped in the JUnit XML being written, as pytest shows an xfail: a ``<skipped type=KIND
+    message=...>`` element (``message``'s first line; the whole of it as its text), counted among
+    the suite's skipped tests rather than its passed ones. Nothing without ``--junitxml``."""
+    import xml.etree.ElementTree as ET
+
+    from _pytest.junitxml import xml_key
+
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    skipped = ET.Element("skipped", type=kind, message=message.partition("\n")[0])
+    skipped.text = message
+    xml.node_reporter(report).append(skipped)  # counts it as skipped
+    xml.stats["passed"] -= 1  # which junitxml counted it as
+
+
 def junit_suite_property_recorder(config: pytest.Config) -> Callable[[str, object], None] | None:
     """What the ``record_testsuite_property`` fixture records with: adds a property to the
     ``<testsuite>`` of the JUnit XML being written, or None when none is (no ``--junitxml``, or a

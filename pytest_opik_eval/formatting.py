@@ -4,7 +4,7 @@ a change or a rate the same way."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 MISSING = "-"  # no value: no completed trial, or no baseline
@@ -25,34 +25,68 @@ def percent(value: float | None) -> str:
     return MISSING if value is None else f"{value:.1%}"
 
 
-def dollars(cost: float | None) -> str:
-    """A cost in USD: cents from a dollar up (``$12.35``), else four decimals (``$0.0021``)."""
+# A cost below a dollar shows this many significant digits ($0.0021, $0.000081); from a dollar up,
+# cents. Shown beside other costs (a baseline, a bound, a budget), it shows as many more decimals as
+# their difference needs for _CHANGE_DIGITS of its own: two costs that differ never read alike,
+# and a change is never bigger than the two figures it is between seem to allow.
+_COST_DIGITS = 3
+_CHANGE_DIGITS = 2
+_MAX_DECIMALS = 12  # past a trillionth of a dollar, a difference is the sum's rounding
+
+
+def dollars(cost: float | None, *, against: Iterable[float | None] = (), plain: bool = False) -> str:
+    """A cost in USD, with the digits that matter: cents from a dollar up (``$12.35``), three
+    significant digits below (``$0.0021``, ``$0.000081``), and, beside the costs ``against`` it is
+    compared with, enough decimals to show how it differs from each (``$12.3451 -> $12.3459``).
+    ``plain``: the number alone, for a machine to read (``0.000081``: no ``$``, no separators)."""
     if cost is None:
         return MISSING
-    if abs(cost) >= 1:
-        return f"${cost:,.2f}"
-    if 0 < abs(cost) < 0.00005:
-        return "<$0.0001"
-    return f"${cost:.4f}"
+    decimals = _decimals(cost, _COST_DIGITS, least=2)
+    for other in against:
+        if other is not None and other != cost:
+            decimals = max(decimals, _decimals(cost - other, _CHANGE_DIGITS, least=2))
+    digits = _fixed(abs(cost), decimals, 2, separators=not plain)
+    sign = "-" if cost < 0 and digits.strip("0.,") else ""
+    return sign + digits if plain else f"{sign}${digits}"
 
 
-def budget_amount(amount: float, unit: str) -> str:
-    """A budget or a spend in its unit ("usd" or "tokens"): ``$5.00``, ``$0.0030``,
-    ``200,000 tokens``."""
+def _fixed(value: float, decimals: int, least: int, *, separators: bool = True) -> str:
+    """``value`` with ``decimals`` decimals, less the zeros that end them past ``least``: the
+    zeros a difference asked for say nothing ("$0.50", "2.5 s", not "$0.500", "2.500 s")."""
+    text = f"{value:{',' if separators else ''}.{decimals}f}"
+    if decimals > least:
+        text = text[: len(text) - (decimals - least)] + text[len(text) - (decimals - least) :].rstrip("0")
+        text = text.rstrip(".")
+    return text
+
+
+def _decimals(value: float, digits: int, least: int = 0) -> int:
+    """The decimals that show ``digits`` significant digits of ``value``, at least ``least``."""
+    magnitude = abs(value)
+    if magnitude == 0 or not math.isfinite(magnitude):
+        return least
+    return min(max(least, digits - 1 - math.floor(math.log10(magnitude))), _MAX_DECIMALS)
+
+
+def budget_amount(amount: float, unit: str, *, against: Iterable[float] = ()) -> str:
+    """A budget or a spend in its unit ("usd" or "tokens"): ``$5.00``, ``$0.003``,
+    ``200,000 tokens``; in USD, as precise as ``dollars`` beside the amounts ``against`` it."""
     if unit == "tokens":
         return f"{math.floor(amount + 0.5):,} tokens"
-    if amount >= 1 or amount == 0:
-        return f"${amount:,.2f}"
-    return f"${amount:.4f}"
+    return dollars(amount, against=against)
 
 
-def duration(seconds: float | None) -> str:
-    """A latency: milliseconds below a second (``120 ms``), else seconds (``2.5 s``)."""
+def duration(seconds: float | None, *, against: Iterable[float | None] = ()) -> str:
+    """A latency: milliseconds below a second (``120 ms``), else seconds (``2.5 s``); beside the
+    latencies ``against`` it, enough decimals to show how it differs from each."""
     if seconds is None:
         return MISSING
-    if abs(seconds) < 1:
-        return f"{seconds * 1000:.0f} ms"
-    return f"{seconds:.1f} s" if abs(seconds) < 100 else f"{seconds:,.0f} s"
+    scale, unit = (1000, "ms") if abs(seconds) < 1 else (1, "s")
+    least = decimals = 1 if unit == "s" and abs(seconds) < 100 else 0
+    for other in against:
+        if other is not None and other != seconds:
+            decimals = max(decimals, _decimals((seconds - other) * scale, _CHANGE_DIGITS))
+    return f"{_fixed(seconds * scale, decimals, least)} {unit}"
 
 
 # The baseline comparison's cost, token and latency figures (higher is worse for each), by key.
@@ -64,26 +98,55 @@ FIGURE_LABELS = {
 }
 
 
-def figure(name: str, value: float | None, *, sign: bool = False) -> str:
-    """A figure of the baseline comparison in its unit: dollars, tokens or a duration; with
-    ``sign``, a change (``+$0.0010``, ``-120 ms``)."""
+def figure(
+    name: str, value: float | None, *, sign: bool = False, against: Iterable[float | None] = ()
+) -> str:
+    """A figure of the baseline comparison in its unit: dollars, tokens or a duration, as precise
+    as the figures ``against`` it need to read apart; with ``sign``, a change (``+$0.001``,
+    ``-120 ms``), ``against`` then compared by size."""
     if value is None:
         return MISSING
-    prefix = ("+" if value >= 0 else "-") if sign else ""
-    shown = abs(value) if sign else value
+    if sign:
+        sizes = [abs(other) for other in against if other is not None]
+        return ("+" if value >= 0 else "-") + figure(name, abs(value), against=sizes)
     if name.startswith("cost"):
-        return prefix + dollars(shown)
+        return dollars(value, against=against)
     if name.startswith("latency"):
-        return prefix + duration(shown)
-    return prefix + (f"{shown:,.0f}" if shown == round(shown) else f"{shown:,.1f}")
+        return duration(value, against=against)
+    whole = value == round(value)
+    least = decimals = 0 if whole else 1
+    for other in against:
+        # Two whole counts differ by a whole count, which no decimal makes clearer.
+        if other is not None and other != value and not (whole and other == round(other)):
+            decimals = max(decimals, _decimals(value - other, _CHANGE_DIGITS))
+    return _fixed(value, decimals, least)
+
+
+def figure_row(
+    name: str, baseline: float | None, current: float | None, delta: float | None
+) -> tuple[str, str, str]:
+    """A figure in the baseline and now, and its change, written together: the two figures as
+    precise as their difference needs to show ("$0.000243 -> $0.00018", never "$0.0002 ->
+    $0.0002"), the change with two significant digits at least (its difference from nothing)."""
+    both = (baseline, current)
+    return (
+        figure(name, baseline, against=both),
+        figure(name, current, against=both),
+        figure(name, delta, sign=True, against=(0.0,)),
+    )
 
 
 def direction(delta: float | None, relative: float | None) -> str:
-    """How a figure moved, for a figure where up is worse: ``+25%, worse``."""
+    """How a figure moved, for a figure where up is worse: ``+25%, worse``; a change below 1%
+    with two significant digits (``+0.049%``), never ``+0%``."""
     if delta is None:
         return ""
     word = "worse" if delta > 0 else "better" if delta < 0 else "no change"
-    return word if relative is None or delta == 0 else f"{relative:+.0%}, {word}"
+    if relative is None or delta == 0:
+        return word
+    if abs(relative) >= 0.01:
+        return f"{relative:+.0%}, {word}"
+    return f"{relative * 100:+.{_decimals(relative * 100, _CHANGE_DIGITS)}f}%, {word}"
 
 
 def level(value: float) -> str:

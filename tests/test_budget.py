@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 from collections import Counter
 from xml.etree import ElementTree
@@ -328,7 +329,7 @@ def test_the_step_summary_and_junit_carry_the_budget(
     text = summary.read_text(encoding="utf-8")
     # First, before the experiments: a run the budget stopped is incomplete.
     assert text.startswith(
-        "💰 **eval budget reached:** spent $2.50 of $2.50 (90 trials not started, left pending)\n\n"
+        "💰 **eval budget reached: spent $2.50 of $2.50 (90 trials not started)**\n\n"
         "Resume them with a fresh budget: `pytest --eval-resume="
     ), text
     root = ElementTree.parse(project.path / "junit.xml").getroot()
@@ -339,8 +340,8 @@ def test_the_step_summary_and_junit_carry_the_budget(
     }
     assert props == {
         "eval.budget.unit": "usd",
-        "eval.budget.limit": "2.5",
-        "eval.budget.spent": "2.5",
+        "eval.budget.limit": "2.50",
+        "eval.budget.spent": "2.50",
         "eval.budget.reached": "true",
         "eval.budget.not_started": "90",
     }
@@ -472,3 +473,31 @@ def test_replayed_calls_without_a_span_do_not_cancel_the_judges_live_spend(
     )
     assert report["budget"]["spent"] == 45
     assert llm.requests == 12 + 3, "only the judges asked the server"
+
+
+def test_the_html_report_says_the_budget_stopped_the_run(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_project(project, monkeypatch)
+    html = project.path / "report.html"
+    summary = project.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = project.run("--eval", "--eval-budget=$2.60", f"--eval-html={html}")
+    result.assert_outcomes(passed=11, skipped=89)
+    line = "eval budget reached: spent $2.75 of $2.60 (89 trials not started)"
+    result.stdout.fnmatch_lines([line, "resume them with a fresh budget: pytest --eval-resume=*"])
+    command = resume_line(result)
+    # The page says it first, in the terminal's words, with the command that runs the rest: not
+    # only "89 pending".
+    page = html.read_text(encoding="utf-8")
+    text = " ".join(re.sub(r"<[^>]+>", " ", page.split("<main>")[1].split("</main>")[0]).split())
+    assert text.startswith(f"{line} Resume them with a fresh budget: pytest {shlex.join(command)}")
+    assert f"**{line}**" in summary.read_text(encoding="utf-8")  # the step summary's words too
+
+    # A budget not reached says what was spent of it.
+    result = project.run(
+        f"--eval-resume={command[0].split('=')[1]}", "--eval-budget=100", f"--eval-html={html}"
+    )
+    result.assert_outcomes(passed=89, deselected=11)
+    page = html.read_text(encoding="utf-8")
+    assert '<div class="budget"><p class="budget-line">eval budget: spent $22.25 of $100.00</p></div>' in page

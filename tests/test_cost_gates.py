@@ -73,9 +73,9 @@ def test_a_cost_gate_per_item_passes_and_fails_naming_the_worst_items(app: Proje
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "met: test_qa: max_cost_per_item: the most expensive item cost $0.0040 per trial <= $0.0050 "
+            "met: test_qa: max_cost_per_item: the most expensive item cost $0.004 per trial <= $0.005 "
             "(the app's spans)",
-            "  most expensive: c $0.0040, b $0.0020, a $0.0010",
+            "  most expensive: c $0.004, b $0.002, a $0.001",
         ]
     )
     gate = gates(report)["max_cost_per_item"]
@@ -87,8 +87,8 @@ def test_a_cost_gate_per_item_passes_and_fails_naming_the_worst_items(app: Proje
     result.stdout.fnmatch_lines(
         [
             "NOT MET: test_qa: max_cost_per_item: 2 of 3 items cost more than $0.0015 per trial "
-            "(the app's spans, mean over an item's trials), the most $0.0040",
-            "  most expensive: c $0.0040, b $0.0020, a $0.0010",
+            "(the app's spans, mean over an item's trials), the most $0.004",
+            "  most expensive: c $0.004, b $0.002, a $0.001",
             "*1 eval gate not met*",
         ]
     )
@@ -128,13 +128,13 @@ def test_a_cost_gate_per_run_counts_the_judges_too(app: Project) -> None:
     result.stdout.fnmatch_lines(
         [
             "met: test_qa: max_cost_per_item: *",
-            "met: test_qa: max_cost_per_run: spent $0.0085 (app $0.0070, judges $0.0015) <= $0.0090",
+            "met: test_qa: max_cost_per_run: spent $0.0085 (app $0.007, judges $0.0015) <= $0.009",
         ]
     )
     result = app.run("--eval", "--eval-max-cost=0.008/run")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
-        ["NOT MET: test_qa: max_cost_per_run: spent $0.0085 (app $0.0070, judges $0.0015) is above $0.0080"]
+        ["NOT MET: test_qa: max_cost_per_run: spent $0.0085 (app $0.007, judges $0.0015) is above $0.008"]
     )
 
 
@@ -148,8 +148,8 @@ def test_the_marker_sets_the_gates_and_wins_over_the_command_line(app: Project) 
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "met: test_qa: max_cost_per_item: * <= $0.0050 *",
-            "met: test_qa: max_cost_per_run: spent $0.0070 (app $0.0070) <= $1.00",
+            "met: test_qa: max_cost_per_item: * <= $0.005 *",
+            "met: test_qa: max_cost_per_run: spent $0.007 (app $0.007) <= $1.00",
             "met: test_qa: max_latency p50: p50 task latency * <= 30.0 s, over 3 trial(s)",
         ]
     )
@@ -193,7 +193,7 @@ def test_the_ini_file_sets_the_gates(app: Project) -> None:
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "NOT MET: test_qa: max_cost_per_item: 2 of 3 items cost more than $0.0010 *",
+            "NOT MET: test_qa: max_cost_per_item: 2 of 3 items cost more than $0.001 *",
             "met: test_qa: max_cost_per_run: *",
             "met: test_qa: max_latency p50: *",
         ]
@@ -223,10 +223,10 @@ def test_a_cost_with_unpriced_spans_is_a_floor_and_fails_the_gate(app: Project) 
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "NOT MET: test_qa: max_cost_per_item: the most expensive item cost $0.0000 per trial <= $1.00 "
+            "NOT MET: test_qa: max_cost_per_item: the most expensive item cost $0.00 per trial <= $1.00 "
             "(the app's spans); 3 span(s) have tokens and no price, so the cost is a floor and cannot "
             "pass: * (3); *",
-            "NOT MET: test_qa: max_cost_per_run: spent $0.0000 (app $0.0000) <= $1.00; 3 span(s) *",
+            "NOT MET: test_qa: max_cost_per_run: spent $0.00 (app $0.00) <= $1.00; 3 span(s) *",
         ]
     )
     line = next(
@@ -296,13 +296,13 @@ def test_a_resume_gates_with_the_stored_cost_and_latency_gates(app: Project) -> 
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(
         [
-            "NOT MET: test_qa: max_cost_per_item: 1 of 3 items cost more than $0.0030 per trial *",
+            "NOT MET: test_qa: max_cost_per_item: 1 of 3 items cost more than $0.003 per trial *",
             "met: test_qa: max_latency p95: *",
         ]
     )
     # Its own command line wins.
     result = app.run("--eval-resume=last", "--eval-max-cost=0.01/item")
-    result.stdout.fnmatch_lines(["met: test_qa: max_cost_per_item: * <= $0.0100 *"])
+    result.stdout.fnmatch_lines(["met: test_qa: max_cost_per_item: * <= $0.01 *"])
 
 
 def test_cost_tokens_and_latency_changes_against_the_baseline(
@@ -324,7 +324,7 @@ def test_cost_tokens_and_latency_changes_against_the_baseline(
         [
             "  baseline test_qa (experiment *):",
             "    equals_metric *",
-            "    cost per item            $0.0023 -> $0.1167 (+$0.1143, +4900%, worse)",
+            "    cost per item            $0.00233 -> $0.117 (+$0.114, +4900%, worse)",
             "    tokens per item              10 -> 500 (+490, +4900%, worse)",
             "    latency p50               * -> * (+*, +*%, worse)",
             "    latency p95               * -> * (+*, +*%, worse)",
@@ -348,21 +348,23 @@ def test_cost_tokens_and_latency_changes_against_the_baseline(
     }
     assert figures["latency_p95"]["current"] >= 0.5 > figures["latency_p95"]["baseline"]
     markdown = summary.read_text()
-    assert "| cost per item | $0.0023 | $0.1167 | +$0.1143 | +4900%, worse ⚠️ |" in markdown, markdown
+    assert "| cost per item | $0.00233 | $0.117 | +$0.114 | +4900%, worse ⚠️ |" in markdown, markdown
     assert "| tokens per item | 10 | 500 | +490 | +4900%, worse ⚠️ |" in markdown
     page = html.read_text()
-    assert '<tr data-figure="cost_per_item"><td>cost per item</td><td>$0.0023</td><td>$0.1167</td>' in page
-    assert '<td class="bad">+$0.1143 (+4900%, worse)</td>' in page
+    assert '<tr data-figure="cost_per_item"><td>cost per item</td><td>$0.00233</td><td>$0.117</td>' in page
+    assert '<td class="bad">+$0.114 (+4900%, worse)</td>' in page
     suite = ET.parse(app.path / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert properties["eval.test_qa.baseline.cost_per_item.delta"] == "0.114333"  # 49 * 0.007 / 3
+    assert (
+        properties["eval.test_qa.baseline.cost_per_item.delta"] == "0.114"
+    )  # 49 * 0.007 / 3, as the summary shows it
     assert properties["eval.test_qa.baseline.tokens_per_item.delta"] == "490"
     # Cheaper than the expensive run: the change reads "better".
     expensive = app.last_experiment_id()
     (app.path / "scale.txt").write_text("1")
     result = app.run("--eval", f"--eval-baseline={expensive}")
-    result.stdout.fnmatch_lines(["    cost per item            $0.1167 -> $0.0023 (-$0.1143, -98%, better)"])
+    result.stdout.fnmatch_lines(["    cost per item            $0.117 -> $0.00233 (-$0.114, -98%, better)"])
 
 
 def test_opik_eval_gate_takes_the_cost_and_latency_gates(
@@ -374,4 +376,74 @@ def test_opik_eval_gate_takes_the_cost_and_latency_gates(
     assert opik_eval([*store, "gate", "last", "--eval-max-cost=0.01", "--eval-max-latency=60"]) == 0
     assert opik_eval([*store, "gate", "last", "--eval-max-cost=0.005/run"]) == 1
     out = capsys.readouterr().out
-    assert "NOT MET: test_qa: max_cost_per_run: spent $0.0070 (app $0.0070) is above $0.0050" in out, out
+    assert "NOT MET: test_qa: max_cost_per_run: spent $0.007 (app $0.007) is above $0.005" in out, out
+
+
+def test_small_costs_show_the_digits_that_tell_them_apart(
+    app: Project, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Costs of a cheap model: a cost per item of $0.000243, then 26% less. Four decimals wrote
+    # "$0.0002 -> $0.0002 (-$0.0001, -26%, better)", a judge span of $0.000081 as "$0.0001",
+    # and a gate "1 of 3 items cost more than $0.0003 ..., the most $0.0003".
+    cheap = {"a": 0.000081, "b": 0.000243, "c": 0.000405}
+    app.dataset([{**row, "cost": cheap[row["id"]]} for row in rows()])
+    app.run("--eval").assert_outcomes(passed=3)
+    baseline = app.last_experiment_id()
+    (app.path / "scale.txt").write_text("0.74")
+    summary = app.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    html = app.path / "report.html"
+    result = app.run(
+        "--eval",
+        f"--eval-baseline={baseline}",
+        f"--eval-html={html}",
+        "--junitxml=junit.xml",
+        "--eval-max-cost=0.00029/item",
+        "--eval-max-cost=0.00054/run",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "    cost per item            $0.000243 -> $0.00018 (-$0.0000632, -26%, better)",
+            "NOT MET: test_qa: max_cost_per_item: 1 of 3 items cost more than $0.00029 per trial "
+            "(the app's spans, mean over an item's trials), the most $0.0002997",
+            "  most expensive: c $0.0002997, b $0.00018, a $0.0000599",
+            "met: test_qa: max_cost_per_run: spent $0.00053946 (app $0.00053946) <= $0.00054",
+        ]
+    )
+    assert "$0.0002 -> $0.0002" not in result.stdout.str()
+    markdown = summary.read_text()
+    assert "| cost per item | $0.000243 | $0.00018 | -$0.0000632 | -26%, better |" in markdown, markdown
+    page = html.read_text()
+    assert '<td>$0.000243</td><td>$0.00018</td><td class="ok">-$0.0000632 (-26%, better)</td>' in page
+    # the trial's and the span's costs are written as the terminal writes them
+    assert '"c":"$0.0000599"' in page  # 0.000081 x 0.74
+    suite = ET.parse(app.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert properties["eval.test_qa.baseline.cost_per_item.delta"] == "-0.0000632"
+    assert properties["eval.test_qa.usage.app.cost"] == "0.000539"  # as the summary shows it
+    # opik-eval show prints a trial's span tree with the same digits
+    capsys.readouterr()
+    opik_eval(["--store", str(app.store_path), "show", "test_eval.py::test_qa[a-t0]"])
+    assert "$0.0000599" in capsys.readouterr().out
+
+
+def test_figures_side_by_side_never_read_alike() -> None:
+    # Written alone, a figure has a few significant digits; beside another, enough to differ.
+    from pytest_opik_eval.formatting import direction, dollars, duration, figure_row
+
+    assert [dollars(c) for c in (12345.678, 0.5, 0.0021, 0.000081, 0, -0.25)] == [
+        "$12,345.68",
+        "$0.50",
+        "$0.0021",
+        "$0.000081",
+        "$0.00",
+        "-$0.25",
+    ]
+    assert dollars(0.000081, plain=True) == "0.000081"  # JUnit: no exponent
+    assert (dollars(4.996, against=[5]), dollars(5, against=[4.996])) == ("$4.996", "$5.00")
+    assert figure_row("cost_per_item", 12.3451, 12.3459, 0.0008) == ("$12.3451", "$12.3459", "+$0.0008")
+    assert direction(0.0008, 0.0008 / 12.3451) == "+0.0065%, worse"  # not "+0%"
+    assert (duration(2.54, against=[2.5]), duration(2.5, against=[2.54])) == ("2.54 s", "2.5 s")
+    assert figure_row("latency_p50", 0.1204, 0.1200, -0.0004) == ("120.4 ms", "120 ms", "-0.4 ms")
+    assert figure_row("tokens_per_item", 10, 500, 490) == ("10", "500", "+490")

@@ -600,3 +600,57 @@ def test_gate_options_replace_the_stored_gates_of_their_kind(
         " max_regression levenshtein_ratio_metric",
         " max_cost_per_item",
     ]
+
+
+@pytest.mark.parametrize("processes", [[], ["-p", "xdist", "-n", "2"]], ids=["single", "xdist"])
+def test_a_soft_failed_trial_reads_the_same_in_every_report(
+    project: Project, monkeypatch: pytest.MonkeyPatch, processes: list[str]
+) -> None:
+    project.dataset(items("a", "b", "c", "d"))
+    project.eval_test(behaviour="if item['id'] == 'd': return 'wrong'")
+    summary = project.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result, report = project.run_report(
+        "--eval",
+        "--eval-soft",
+        "--eval-min-pass-rate=0.75",
+        "--junitxml=junit.xml",
+        "--eval-html=r.html",
+        *processes,
+    )
+    assert result.ret == pytest.ExitCode.OK
+    # The terminal: its own count, apart from the passed and the failed.
+    result.stdout.fnmatch_lines(
+        [
+            "  trials: 4 planned, 4 completed (3 passed, 0 failed, 1 soft-failed), 0 pending",
+            "  soft-failed (missed thresholds; the gates decide): test_eval.py::test_qa?d-t0?",
+            "*3 passed, 1 soft-failed*",
+        ]
+    )
+    # The JSON report: the same count, and the trial marked.
+    (experiment,) = report["experiments"]
+    counts = {key: experiment["summary"][key] for key in ("passed", "failed", "soft_failed")}
+    assert counts == {"passed": 3, "failed": 0, "soft_failed": 1}
+    assert [t["dataset_item_id"] for t in experiment["trials"] if t["soft_failed"]] == ["d"]
+    assert [t["dataset_item_id"] for t in experiment["trials"] if t["passed"] is False] == ["d"]
+    # JUnit: skipped with the reason, as pytest shows an xfail, so that a CI dashboard counts it
+    # apart from the passes; the suite's counts agree.
+    suite = ET.parse(project.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("tests"), suite.get("skipped"), suite.get("failures")) == ("4", "1", "0")
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
+    skipped = cases["test_qa[d-t0]"].find("skipped")
+    assert skipped is not None
+    assert skipped.get("type") == "pytest_opik_eval.soft_failed"
+    assert skipped.get("message") == (
+        "soft-failed (missed thresholds; the gates decide): item d (trial 0) did not meet its thresholds:"
+    )
+    assert "output:   wrong" in str(skipped.text)
+    assert all(cases[f"test_qa[{i}-t0]"].find("skipped") is None for i in "abc")
+    # The step summary and the HTML report count it the same way.
+    markdown = summary.read_text()
+    assert "4 trials: 4 completed (3 passed, 0 failed, 1 soft-failed), 0 pending" in markdown, markdown
+    assert "**Soft-failed (missed thresholds; the gates decide) (1):** `d#0`" in markdown
+    page = (project.path / "r.html").read_text()
+    assert '<span class="bad">0 failed</span>, <span class="pending soft-failed"' in page
+    assert ">1 soft-failed</span>" in page

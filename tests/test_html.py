@@ -836,3 +836,20 @@ def test_span_trees_past_the_budget_are_left_out_and_name_their_trace(
         f"print it with: opik-eval show {a.spans[0].trace_id}"
     )
     assert page.problems == []
+
+
+def test_a_soft_failed_trial_says_so_in_chromium(project: Project, page: Any) -> None:
+    # Missed its threshold in soft mode: "soft-failed", as in the terminal, not "failed".
+    project.dataset(items("a", "b"))
+    project.eval_test(behaviour="if item['id'] == 'b': return 'wrong'")
+    result = project.run("--eval", "--eval-soft", "--eval-html=report.html")
+    result.stdout.fnmatch_lines(["*1 passed, 1 soft-failed*"])
+    page.goto((project.path / "report.html").as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    counts = " ".join(page.locator("p.counts").inner_text().split())
+    assert counts.startswith("2 trials: 2 completed (1 passed, 0 failed, 1 soft-failed)"), counts
+    page.click("tr.item-row[data-item-id=b]")
+    trial = page.locator(".item-details .trial[data-trial='0']")
+    assert trial.get_attribute("data-outcome") == "soft-failed"
+    assert trial.locator("h4").first.inner_text().startswith("Trial 0: completed, soft-failed")
+    assert page.problems == []

@@ -62,6 +62,7 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         "scores": [
             {"name": "equals_metric", "value": 1.0, "reason": None, "scoring_failed": False, "metadata": None}
         ],
+        "soft_failed": False,
     }
     summary = experiment["summary"]
     assert summary.pop("latency")["trials"] == 3  # the completed trials (the gate judges those)
@@ -85,6 +86,7 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         "pending": 1,
         "passed": 1,
         "failed": 2,
+        "soft_failed": 0,
         "pass_rate": 1 / 3,
         "metrics": {
             "equals_metric": {

@@ -127,7 +127,7 @@ def test_usage_of_the_app_and_of_the_judges_apart(traced: Project) -> None:
     result.stdout.fnmatch_lines(
         [
             "test_qa (test_eval.py::test_qa)",
-            "  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.0030",
+            "  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.003",
             f"  (3 spans unpriced: {UNPRICED})",
             "  judges:   tokens 300 in / 30 out   cost $0.0015",
             "  metric *",
@@ -170,7 +170,7 @@ def test_the_cost_line_stays_within_80_columns() -> None:
     assert cost_lines(summary) == [
         "  latency p50 1.2 s  p95 346 s   tokens 123,456,789 in / 98,765,432 out",
         "  cost $12,345.68",
-        "  judges:   tokens 10 in / 1 out   cost <$0.0001",
+        "  judges:   tokens 10 in / 1 out   cost $0.00001",
     ]
     # Nearest rank: a measured value, p95 of 20 is the 19th.
     assert percentile([float(x) for x in range(1, 21)], 95) == 19.0
@@ -219,7 +219,7 @@ def test_the_summary_names_the_slowest_and_most_expensive_trials(costly: Project
         [
             "  latency p50 * ms  p95 * ms   tokens 50 in / 10 out   cost $0.0105",
             "  slowest:   * ms   * ms   * ms",
-            "  most expensive:   b $0.0040   d $0.0030   c $0.0020",
+            "  most expensive:   b $0.004   d $0.003   c $0.002",
             "  metric *",
         ]
     )
@@ -266,7 +266,7 @@ def test_junit_and_step_summary_carry_latency_tokens_and_cost(
     text = summary_path.read_text()
     line = next(line for line in text.splitlines() if line.startswith("latency p50 "))
     assert re.fullmatch(
-        r"latency p50 \d+ ms, p95 \d+ ms · app: 45 tokens in / 9 out, cost \$0\.0030 \(3 spans unpriced\) · "
+        r"latency p50 \d+ ms, p95 \d+ ms · app: 45 tokens in / 9 out, cost \$0\.003 \(3 spans unpriced\) · "
         r"judges: 300 tokens in / 30 out, cost \$0\.0015",
         line,
     ), line
@@ -307,7 +307,7 @@ def test_the_session_end_reads_no_spans_unless_the_html_report_shows_them(
     result, report = traced.run_report("--eval", "--eval-max-cost=1")
     result.assert_outcomes(passed=3)
     assert report["experiments"][0]["summary"]["usage"]["app"] == APP_USAGE
-    result.stdout.fnmatch_lines(["  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.0030"])
+    result.stdout.fnmatch_lines(["  latency p50 * ms  p95 * ms   tokens 45 in / 9 out   cost $0.003"])
     assert counting.parsed == 0
     # The HTML report's span trees are the spans themselves.
     traced.run("--eval", "--eval-html=report.html").assert_outcomes(passed=3)

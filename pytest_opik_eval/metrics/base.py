@@ -55,7 +55,8 @@ class BaseMetric(abc.ABC):
         name: The name scores are reported under. Defaults to the class name.
         threshold: The minimum score value a trial must reach for the test to pass.
             ``None`` means the metric is recorded and reported but never fails a
-            trial. Defaults to ``None``.
+            trial (the session's notices say so, unless a gate checks its mean; ``0``
+            says that is meant). Defaults to ``None``.
 
     Example::
 

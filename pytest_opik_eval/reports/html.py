@@ -31,7 +31,7 @@ from pytest_opik_eval.formatting import (
     direction,
     dollars,
     duration,
-    figure,
+    figure_row,
     level,
     percent,
     score,
@@ -39,8 +39,10 @@ from pytest_opik_eval.formatting import (
 )
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.spans import span_seconds, walk
+from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_line
 from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import (
+    BudgetReport,
     ConfidenceInterval,
     ExperimentReport,
     FigureChange,
@@ -102,6 +104,7 @@ def render_html(
 </div>
 </header>
 <main>
+{_budget_html(report.budget)}
 {sections or '<p class="empty">No experiment was evaluated.</p>'}
 </main>
 <script type="application/json" id="report-data">{_script_json(data)}</script>
@@ -131,6 +134,23 @@ def write_html(
     write_atomically(path, render_html(report, items, resume_command, spans))
 
 
+def _budget_html(budget: BudgetReport | None) -> str:
+    """``--eval-budget``, first, in the words of the other reports: a run the budget stopped is
+    incomplete, whatever its experiments say, and the command that runs the rest."""
+    if budget is None:
+        return ""
+    line = f'<p class="budget-line">{escape(budget_line(budget))}</p>'
+    if not budget.reached:
+        return f'<div class="budget">{line}</div>'
+    command = budget.resume_command
+    resume = (
+        f'<p>Resume them with a fresh budget: <code class="resume-command">{escape(command)}</code></p>'
+        if command
+        else ""
+    )
+    return f'<div class="budget reached">{line}{resume}</div>'
+
+
 def _experiment_data(
     experiment: ExperimentReport,
     items: Sequence[Mapping[str, Any]],
@@ -149,6 +169,7 @@ def _experiment_data(
             "status": t.status,
             "passed": t.passed,
             "output": t.output,
+            **({"softFailed": True} if t.soft_failed else {}),
             "scores": [
                 [s.name, s.value, s.reason, s.scoring_failed, *([s.metadata] if s.metadata else [])]
                 for s in t.scores
@@ -158,7 +179,9 @@ def _experiment_data(
             trial["seconds"] = t.latency.task_seconds
         app = t.usage.app if t.usage is not None else None
         if app is not None:
-            trial["usage"] = [app.prompt_tokens, app.completion_tokens, app.cost]
+            # The cost written here, as every report writes a cost (formatting.dollars).
+            cost = None if app.cost is None else dollars(app.cost)
+            trial["usage"] = [app.prompt_tokens, app.completion_tokens, cost]
         trial_spans = spans[index] if index < len(spans) else ()
         if trial_spans:
             trial["trace"] = trial_spans[0].trace_id
@@ -208,8 +231,8 @@ def _span_trees(report: Report, spans: Spans) -> dict[str, dict[int, list[dict[s
 
 def _span_tree(spans: Sequence[SpanRecord]) -> list[dict[str, Any]]:
     """The spans depth first, each with its depth (``d``): name, type, seconds, model, tokens
-    ``[in, out]``, cost, why it has no cost, input, output, error; short keys, as there may be
-    thousands of them, and only those the span has."""
+    ``[in, out]``, cost (written, as every report writes it), why it has no cost, input, output,
+    error; short keys, as there may be thousands of them, and only those the span has."""
     tree = []
     for depth, span in walk(spans):
         node: dict[str, Any] = {"d": depth, "n": span.name or "(unnamed)", "t": span.type}
@@ -218,7 +241,7 @@ def _span_tree(spans: Sequence[SpanRecord]) -> list[dict[str, Any]]:
             "s": took,
             "m": span.model,
             "u": [span.prompt_tokens or 0, span.completion_tokens or 0] if span.usage is not None else None,
-            "c": span.cost,
+            "c": None if span.cost is None else dollars(span.cost),
             "x": span.unpriced if span.cost is None else None,
             "i": _field(span.input),
             "o": _field(span.output),
@@ -287,6 +310,13 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
         # Unfinished: whatever the gates say, the scores and the pass rate are of a part of it.
         badge = f'<span class="badge wait">{s.pending:,} pending</span> {badge}'
     of_completed = f" of the {s.completed:,} completed" if s.pending else ""
+    # In the words of every report (reports.terminal.trial_verdicts): its own count, not "failed".
+    soft_failed = (
+        f', <span class="pending soft-failed" title="{escape(SOFT_FAILED)}">'
+        f"{s.soft_failed:,} soft-failed</span>"
+        if s.soft_failed
+        else ""
+    )
     soft = " &middot; soft: failing trials do not fail the session" if e.settings.soft else ""
     k = e.settings.pass_threshold
     k_of_n = f" &middot; an item passes with {k} passed trials" if k is not None else ""
@@ -296,7 +326,7 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
 <p class="meta">test {_code(e.test)} &middot; experiment {_code(e.id)} &middot; run {_code(e.run_id)}
  &middot; dataset {_code(e.dataset.source)} ({e.dataset.items} items, version {_code(e.dataset.version)})</p>
 <p class="counts">{s.trials:,} trials: <b>{s.completed:,}</b> completed
- (<span class="ok">{s.passed:,} passed</span>, <span class="bad">{s.failed:,} failed</span>),
+ (<span class="ok">{s.passed:,} passed</span>, <span class="bad">{s.failed:,} failed</span>{soft_failed}),
  <b class="trials-pending">{s.pending:,}</b> pending
  &middot; pass rate {percent(s.pass_rate)}{of_completed}{soft}{k_of_n}</p>
 {_usage_html(e)}
@@ -519,14 +549,15 @@ def _figures_html(figures: dict[str, FigureChange]) -> str:
         return ""
     rows = []
     for name, f in figures.items():
+        before, after, change = figure_row(name, f.baseline, f.current, f.delta)
         moved = direction(f.delta, f.relative)
-        change = figure(name, f.delta, sign=True) + (f" ({moved})" if f.delta is not None else "")
+        change += f" ({moved})" if f.delta is not None else ""
         if f.unpriced:
             change += f" &middot; a floor: {f.unpriced} span(s) unpriced"
         css = "bad" if f.delta is not None and f.delta > 0 else "ok" if f.delta else ""
         rows.append(
             f'<tr data-figure="{escape(name)}"><td>{escape(FIGURE_LABELS.get(name, name))}</td>'
-            f"<td>{figure(name, f.baseline)}</td><td>{figure(name, f.current)}</td>"
+            f"<td>{before}</td><td>{after}</td>"
             f'<td class="{css}">{change}</td></tr>'
         )
     return (

@@ -5,7 +5,8 @@ A confidence interval is one property, ``LOW..HIGH@LEVEL`` (``0.583333..0.916667
 in one value that a person reads at a glance in a CI page and a script splits on ``..`` and
 ``@``. Its name is the estimate's with ``.ci`` added (``eval.qa.equals_metric.mean.ci``).
 
-Latency is in seconds (``eval.qa.latency.p95``), cost in USD (``eval.qa.usage.app.cost``).
+Latency is in seconds (``eval.qa.latency.p95``), cost in USD (``eval.qa.usage.app.cost``), written
+with the digits the other reports show (``0.000081``, ``12.35``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.formatting import level
+from pytest_opik_eval.formatting import dollars, level
 from pytest_opik_eval.verdict.model import BudgetReport, ConfidenceInterval, ExperimentSummary
 from pytest_opik_eval.verdict.results import ExperimentResult
 
@@ -71,7 +72,8 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
                 properties.append((f"{base}baseline.{name}.delta", _num(delta.delta)))
                 properties += _interval(f"{base}baseline.{name}.delta", delta.interval)
             for name, change in b.figures.items():  # cost, tokens, latency: higher is worse
-                properties.append((f"{base}baseline.{name}.delta", _num(change.delta)))
+                moved = _cost(change.delta) if name.startswith("cost") else _num(change.delta)
+                properties.append((f"{base}baseline.{name}.delta", moved))
     # Experiment and metric names and gate details carry data; pytest escapes only what XML
     # forbids in values, so an ESC in a name would make the file unreadable.
     return [(escape_control(name), escape_control(value)) for name, value in properties]
@@ -82,10 +84,18 @@ def budget_properties(budget: BudgetReport | None) -> list[tuple[str, str]]:
     from starting."""
     if budget is None:
         return []
+    amounts = (budget.limit, budget.spent)
+    # Dollars as precise as the other reports show them: the spend never reads as the limit
+    # unless it is.
+    limit, spent = (
+        (dollars(a, against=amounts, plain=True) for a in amounts)
+        if budget.unit == "usd"
+        else (_num(a) for a in amounts)
+    )
     return [
         ("eval.budget.unit", budget.unit),
-        ("eval.budget.limit", _num(budget.limit)),
-        ("eval.budget.spent", _num(budget.spent)),
+        ("eval.budget.limit", limit),
+        ("eval.budget.spent", spent),
         ("eval.budget.reached", str(budget.reached).lower()),
         ("eval.budget.not_started", str(budget.not_started)),
     ]
@@ -120,7 +130,7 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
             (name + "total_tokens", str(totals.total_tokens)),
         ]
         if totals.cost is not None:
-            properties.append((name + "cost", _num(totals.cost)))
+            properties.append((name + "cost", _cost(totals.cost)))
         if totals.unpriced:  # the cost is then a floor
             properties.append((name + "unpriced_spans", str(sum(totals.unpriced.values()))))
     return properties
@@ -130,6 +140,11 @@ def _interval(name: str, interval: ConfidenceInterval | None) -> list[tuple[str,
     if interval is None:
         return []
     return [(name + ".ci", f"{_num(interval.low)}..{_num(interval.high)}@{level(interval.level)}")]
+
+
+def _cost(value: float | None) -> str:
+    """A cost in USD with the digits every report shows (``0.000081``, not ``8.1e-05``)."""
+    return "" if value is None else dollars(value, plain=True)
 
 
 def _num(value: float | None) -> str:

@@ -11,17 +11,17 @@ from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
     bounds,
-    budget_amount,
     direction,
     dollars,
     duration,
     figure,
+    figure_row,
     level,
     percent,
     score,
     signed,
 )
-from pytest_opik_eval.reports.terminal import recording_line
+from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_line, recording_line, trial_verdicts
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
@@ -52,13 +52,10 @@ def _budget_lines(budget: BudgetReport | None) -> list[str]:
     """The budget first: a run it stopped is incomplete, whatever its experiments say."""
     if budget is None:
         return []
-    spent = f"spent {budget_amount(budget.spent, budget.unit)} of {budget_amount(budget.limit, budget.unit)}"
+    line = budget_line(budget)
     if not budget.reached:
-        return [f"💰 eval budget: {spent}"]
-    line = f"💰 **eval budget reached:** {spent}"
-    if not budget.not_started:
-        return [line + " (every trial had started)"]
-    line += f" ({budget.not_started} trials not started, left pending)"
+        return [f"💰 {line}"]
+    line = f"💰 **{line}**"
     if budget.resume_command:
         line += f"\n\nResume them with a fresh budget: {_code(budget.resume_command)}"
     return [line]
@@ -80,13 +77,16 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         "",
         f"{_code(e.test)} · experiment {_code(e.id)} · run {_code(e.run_id)}",
         "",
-        f"{s.trials} trials: {s.completed} completed ({s.passed} passed, {s.failed} failed), "
+        f"{s.trials} trials: {s.completed} completed ({trial_verdicts(s)}), "
         f"{s.pending} pending · pass rate {percent(s.pass_rate)} · items: "
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
     lines += _usage_lines(e) + _metric_table(e) + _pass_at_k(e) + _gate_lines(e)
     if items["failed"]:
         lines += ["", f"**Failed items ({len(items['failed'])}):** {_ids(items['failed'])}"]
+    if s.soft_failed:
+        soft = [f"{t.dataset_item_id}#{t.trial}" for t in e.trials if t.soft_failed]
+        lines += ["", f"**{SOFT_FAILED.capitalize()} ({s.soft_failed}):** {_ids(soft)}"]
     return lines + _baseline_lines(e) + _pending_lines(e, resume_command)
 
 
@@ -174,13 +174,14 @@ def _gate_lines(e: ExperimentReport) -> list[str]:
 
 def _gate_figure(g: GateVerdict) -> Callable[[float | None], str]:
     """How a gate's value and bound are written: a change against the baseline with its sign (as
-    in the baseline section), a cost in dollars, a latency in seconds, else a score."""
+    in the baseline section), a cost in dollars, a latency in seconds, else a score; a cost or a
+    latency as precise as its difference from the bound needs ("$1.004" against "$1.00")."""
     if g.kind == "max_regression":
         return signed
     if g.kind.startswith("max_cost"):
-        return lambda value: figure("cost", value)
+        return lambda value: figure("cost", value, against=(g.value, g.bound))
     if g.kind == "max_latency":
-        return lambda value: figure("latency", value)
+        return lambda value: figure("latency", value, against=(g.value, g.bound))
     return score
 
 
@@ -267,17 +268,8 @@ def _figure_rows(figures: dict[str, FigureChange]) -> list[str]:
             moved += " ⚠️"
         if f.unpriced:
             moved += f" (a floor: {f.unpriced} span(s) unpriced)"
-        label = FIGURE_LABELS.get(name, name)
         lines.append(
-            _row(
-                [
-                    label,
-                    figure(name, f.baseline),
-                    figure(name, f.current),
-                    figure(name, f.delta, sign=True),
-                    moved,
-                ]
-            )
+            _row([FIGURE_LABELS.get(name, name), *figure_row(name, f.baseline, f.current, f.delta), moved])
         )
     return lines
 

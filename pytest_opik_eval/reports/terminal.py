@@ -7,22 +7,25 @@ copied whole.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
     bounds,
+    budget_amount,
     direction,
     dollars,
     duration,
-    figure,
+    figure_row,
     level,
     score,
     signed,
 )
 from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict.model import (
+    BudgetReport,
     ConfidenceInterval,
     ExperimentSummary,
     FigureChange,
@@ -37,6 +40,8 @@ _NAME = 24  # width of the metric column
 _LISTED = 10  # ids named in one line before "and N more"
 _WIDTH = 80
 _OUTLIERS = 3  # the slowest and the most expensive trials named
+# What a soft-failed trial is, as every report says it (verdict.model.TrialReport.soft_failed).
+SOFT_FAILED = "soft-failed (missed thresholds; the gates decide)"
 
 
 def summary_lines(
@@ -52,12 +57,10 @@ def experiment_lines(
     experiment: ExperimentResult, resume_command: Callable[[str], str], resumed: bool
 ) -> list[str]:
     s = experiment.summary
-    soft = sum(1 for t in experiment.trials if t.passed is False) if _is_soft(experiment) else 0
-    verdicts = f"{s.passed} passed, {s.failed - soft} failed" + (f", {soft} soft-failed" if soft else "")
     lines = [
         f"{experiment.name} ({experiment.test})",
         f"  experiment {experiment.id}  run {experiment.run_id}",
-        f"  trials: {s.trials} planned, {s.completed} completed ({verdicts}), {s.pending} pending",
+        f"  trials: {s.trials} planned, {s.completed} completed ({trial_verdicts(s)}), {s.pending} pending",
     ]
     rescore_of = experiment.experiment.rescore_of
     if rescore_of is not None:
@@ -75,18 +78,25 @@ def experiment_lines(
     lines += baseline_lines(experiment)
     failed = experiment.failed_trials()
     earlier_failures = [t.node_id for t in failed if not experiment.ran_this_session(t)]
-    if resumed and earlier_failures and not _is_soft(experiment):
+    if resumed and earlier_failures and not experiment.settings.soft_trials():
         lines.append(f"  failed in an earlier session ({len(earlier_failures)}):")
         lines += [f"    {node}" for node in earlier_failures[:_LISTED]]
         if len(earlier_failures) > _LISTED:
             lines.append(f"    ... and {len(earlier_failures) - _LISTED} more")
-    if soft:
-        lines.append(
-            f"  soft-failed (missed thresholds; the gates decide): {_ids([t.node_id for t in failed])}"
-        )
+    if s.soft_failed:
+        lines.append(f"  {SOFT_FAILED}: {_ids([t.node_id for t in failed])}")
     if s.pending:
         lines.append(f"  resume the {s.pending} pending: {resume_command(experiment.id)}")
     return lines
+
+
+def trial_verdicts(summary: ExperimentSummary) -> str:
+    """The completed trials by verdict, as every report counts them: ``6 passed, 1 failed``, and
+    ``, 2 soft-failed`` when some are."""
+    s = summary
+    return f"{s.passed} passed, {s.failed} failed" + (
+        f", {s.soft_failed} soft-failed" if s.soft_failed else ""
+    )
 
 
 def cost_lines(summary: ExperimentSummary) -> list[str]:
@@ -121,15 +131,28 @@ def outlier_lines(experiment: ExperimentResult) -> list[str]:
 
 
 def _top(
-    label: str, values: list[tuple[float, TrialRecord]], show: Callable[[float], str], several: bool
+    label: str,
+    values: list[tuple[float, TrialRecord]],
+    show: _Shown,
+    several: bool,
 ) -> list[str]:
     # Only when it says something: more trials than it names, and not all shown alike ("0 ms").
     if len(values) <= _OUTLIERS or show(min(v for v, _ in values)) == show(max(v for v, _ in values)):
         return []
     # sorted is stable: of equal values, the first planned is named first
     top = sorted(values, key=lambda pair: -pair[0])[:_OUTLIERS]
-    names = [f"{_cut(t.dataset_item_id)}{f'#{t.trial}' if several else ''} {show(value)}" for value, t in top]
+    named = [value for value, _ in top]  # shown beside one another: as precise as they differ
+    names = [
+        f"{_cut(t.dataset_item_id)}{f'#{t.trial}' if several else ''} {show(value, against=named)}"
+        for value, t in top
+    ]
     return _fill([label, *names], "  ")
+
+
+class _Shown(Protocol):
+    """How a figure is written: ``dollars`` or ``duration``, as precise as those beside it need."""
+
+    def __call__(self, value: float, /, *, against: Iterable[float | None] = ()) -> str: ...
 
 
 def _usage_parts(totals: UsageTotals) -> list[str]:
@@ -167,6 +190,25 @@ def _fill(parts: list[str], indent: str) -> list[str]:
     if line and line.strip() != "judges:":
         lines.append(line)
     return lines
+
+
+def budget_line(budget: BudgetReport) -> str:
+    """``--eval-budget``: what this session spent of it, and whether it stopped the run (the trials
+    it kept from starting); every report says it in these words. ``eval budget reached: spent
+    $7.50 of $7.50 (70 trials not started)``."""
+    amounts = (budget.spent, budget.limit)
+    spent = (
+        f"spent {budget_amount(budget.spent, budget.unit, against=amounts)} "
+        f"of {budget_amount(budget.limit, budget.unit, against=amounts)}"
+    )
+    if budget.given != budget.limit:
+        spent += f" (this shard's share of {budget_amount(budget.given, budget.unit)})"
+    if not budget.reached:
+        return f"eval budget: {spent}"
+    if not budget.not_started:
+        return f"eval budget reached: {spent} (every trial had started)"
+    trials = f"{budget.not_started} trial{'s' if budget.not_started > 1 else ''}"
+    return f"eval budget reached: {spent} ({trials} not started)"
 
 
 def judge_cache_line(hits: int, scored: int, missed: int = 0, *, strict: bool = False) -> str:
@@ -216,7 +258,7 @@ def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
     earlier = sum(
         1
         for e in experiments
-        if not _is_soft(e)
+        if not e.settings.soft_trials()
         for t in e.trials
         if t.passed is False and not e.ran_this_session(t)
     )
@@ -313,9 +355,9 @@ def figure_lines(figures: dict[str, FigureChange]) -> list[str]:
     """Cost, tokens and latency against the baseline, as the metric rows, with which way is worse."""
     lines = []
     for name, change in figures.items():
-        before, after = figure(name, change.baseline), figure(name, change.current)
+        before, after, shown = figure_row(name, change.baseline, change.current, change.delta)
         moved = direction(change.delta, change.relative)
-        delta = "" if change.delta is None else f" ({figure(name, change.delta, sign=True)}, {moved})"
+        delta = "" if change.delta is None else f" ({shown}, {moved})"
         floor = f"; a floor: {change.unpriced} span(s) unpriced" if change.unpriced else ""
         if floor:
             delta = f"{delta[:-1]}{floor})" if delta else f" ({floor[2:]})"
@@ -325,10 +367,6 @@ def figure_lines(figures: dict[str, FigureChange]) -> list[str]:
 
 def _interval(interval: ConfidenceInterval) -> str:
     return f"{score(interval.estimate)} {bounds(interval)} {level(interval.level)}, {interval.items} item(s)"
-
-
-def _is_soft(experiment: ExperimentResult) -> bool:
-    return experiment.settings.soft or experiment.settings.pass_threshold is not None
 
 
 def _ids(ids: Sequence[str]) -> str:

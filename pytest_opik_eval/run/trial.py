@@ -156,7 +156,7 @@ def run(
 
     if not verdict.passed:
         message = describe_failure(case.item, case.trial, output, verdict)
-        if case.plan.gates.soft or case.plan.gates.pass_threshold is not None:
+        if case.plan.gates.soft_trials():
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)

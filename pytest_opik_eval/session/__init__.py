@@ -70,7 +70,7 @@ def register(config: pytest.Config, options: EvalOptions) -> None:
         plugins[START_PLUGIN] = Start(state)
         plugins[COLLECTION_PLUGIN] = Collection(state)
         plugins[RUNNING_PLUGIN] = Running(state)
-        plugins[STATUS_PLUGIN] = TrialStatus()
+        plugins[STATUS_PLUGIN] = TrialStatus(config)
         plugins[ENDING_PLUGIN] = Ending(state)
     for name, plugin in plugins.items():
         config.pluginmanager.register(plugin, name)

@@ -24,6 +24,7 @@ from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_n
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, budget_properties, suite_properties
 from pytest_opik_eval.reports.terminal import (
+    budget_line,
     gate_lines,
     judge_cache_line,
     recording_line,
@@ -38,7 +39,13 @@ from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
-from pytest_opik_eval.verdict.summary import Baselines, aggregates, judge_experiments, passed
+from pytest_opik_eval.verdict.summary import (
+    Baselines,
+    aggregates,
+    judge_experiments,
+    passed,
+    unchecked_metrics,
+)
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.recording import RecordingCounts
@@ -152,6 +159,7 @@ class Ending:
                 self._in_my_shard if self.options.shard else None,
             )
         self._notice_unseen_spend()
+        self._notice_unchecked_metrics()
         report = self._reports()
         add_suite_properties(
             self.config, suite_properties(state.results) + budget_properties(self._budget_report())
@@ -239,20 +247,13 @@ class Ending:
         return self.options.budget_resume_command(self.state.run_id)
 
     def _budget_lines(self) -> list[str]:
-        budget = self.state.budget
+        budget = self._budget_report()
         if budget is None:
             return []
-        spent = f"spent {budget.describe(self.spent)} of {budget.describe(budget.limit)}"
-        if budget.shards > 1:
-            spent += f" (this shard's share of {budget.describe(budget.given.amount)})"
-        if not self._budget_reached():
-            return [f"eval budget: {spent}"]
-        if not self.not_started:
-            return [f"eval budget reached: {spent} (every trial had started)"]
-        return [
-            f"eval budget reached: {spent} ({self.not_started} trials not started)",
-            f"resume them with a fresh budget: {self._budget_resume_command()}",
-        ]
+        lines = [budget_line(budget)]
+        if budget.resume_command:
+            lines.append(f"resume them with a fresh budget: {budget.resume_command}")
+        return lines
 
     def _judge_cache_lines(self) -> list[str]:
         cache = self.state.judge_cache
@@ -275,6 +276,21 @@ class Ending:
                 "of LLM calls traced with the Opik SDK (@opik.track, track_openai, ...) that report "
                 "their usage or cost",
             )
+
+    def _notice_unchecked_metrics(self) -> None:
+        """A metric with neither a threshold nor a gate passes whatever it scores: say so, once
+        per metric of a test (its parametrized experiments alike), and how to give it one."""
+        for result in self.state.results:
+            for name in unchecked_metrics(result):
+                example = f"{{{name!r}: 0.8}}"
+                notice(
+                    self.config,
+                    f"{result.test}: metric {name!r} has no threshold and no gate, so its scores can "
+                    f"never fail a trial or the session: give it a threshold (thresholds={example} in "
+                    f"the marker, or threshold=0.8 on the metric) or a gate (fail_under={example}, "
+                    f"--eval-fail-under={name}=0.8); threshold=0 keeps it a report only, without this "
+                    "notice",
+                )
 
     def _write_reports(self, report: Report, step_summary: str | None) -> None:
         # Each report on its own: one that cannot be written (a full disk) does not keep the

@@ -17,14 +17,19 @@ from typing import Literal, NoReturn
 
 import pytest
 
+from pytest_opik_eval._compat import junit_mark_skipped
 from pytest_opik_eval.collect.planning import CASE_ARG, TRIAL_KEY, RejectedItem, Trial, plan_run
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
+from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.run import trial as trial_life
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.distributed import WorkerQueue
 from pytest_opik_eval.session.state import SessionState
+
+# The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
+JUNIT_SOFT_FAILED = "pytest_opik_eval.soft_failed"
 
 
 class Running:
@@ -234,7 +239,12 @@ class Running:
 
 
 class TrialStatus:
-    """Shows a trial that passed but missed its thresholds in soft mode as SOFT-FAILED."""
+    """Shows a trial that passed but missed its thresholds in soft mode as SOFT-FAILED, and in the
+    JUnit XML as skipped with a message that says so, as pytest shows an xfail: CI dashboards
+    count it apart from the passed tests, and show why."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(
@@ -243,6 +253,12 @@ class TrialStatus:
         if report.when == "call" and getattr(report, "eval_soft_failure", None):
             return "soft-failed", "f", ("SOFT-FAILED", {"yellow": True})
         return None
+
+    @pytest.hookimpl(trylast=True)  # after junitxml has written the test case as passed
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        message = getattr(report, "eval_soft_failure", None)
+        if report.when == "call" and report.passed and message:
+            junit_mark_skipped(self.config, report, JUNIT_SOFT_FAILED, f"{SOFT_FAILED}: {message}")
 
 
 def _trials(items: list[pytest.Item]) -> Iterator[tuple[pytest.Item, Trial]]:

@@ -151,6 +151,12 @@ class GateSettings(_Written):
     max_cost_per_run: float | None = None
     max_latency: LatencyLimit | None = None  # on the task latency, over the completed trials
 
+    def soft_trials(self) -> bool:
+        """Whether a trial that misses its thresholds is soft-failed rather than failed: it does
+        not fail the session by itself, the gates (and with ``pass_threshold`` its item's k-of-n
+        verdict) decide (``--eval-soft``, or ``pass_threshold``)."""
+        return self.soft or self.pass_threshold is not None
+
     def has_gates(self) -> bool:
         return bool(
             self.fail_under

@@ -297,19 +297,24 @@ def _max_cost(result: ExperimentResult, settings: GateSettings) -> list[GateVerd
         if not spent.app_reported:
             detail = _nothing_reported("the app's", spent.trials)
         elif over:
+            most = dollars(value, against=[bound])
             detail = (
-                f"{len(over)} of {len(worst)} items cost more than {dollars(bound)} per trial "
-                f"(the app's spans, mean over an item's trials), the most {dollars(value)}"
+                f"{len(over)} of {len(worst)} items cost more than {dollars(bound, against=[value])} per "
+                f"trial (the app's spans, mean over an item's trials), the most {most}"
             )
         else:
             detail = (
-                f"the most expensive item cost {dollars(value)} per trial <= {dollars(bound)} "
-                "(the app's spans)"
+                f"the most expensive item cost {dollars(value, against=[bound])} per trial <= "
+                f"{dollars(bound, against=[value])} (the app's spans)"
             )
         unpriced = _unpriced(spent.unpriced_app)
         notes = []
         if worst and spent.app_reported:
-            notes.append("most expensive: " + ", ".join(f"{i} {dollars(c)}" for i, c in worst[:_WORST]))
+            # side by side, and beside the bound: as precise as they differ
+            named = [bound, *(cost for _, cost in worst[:_WORST])]
+            notes.append(
+                "most expensive: " + ", ".join(f"{i} {dollars(c, against=named)}" for i, c in worst[:_WORST])
+            )
         verdicts.append(
             _verdict(
                 "max_cost_per_item",
@@ -326,10 +331,13 @@ def _max_cost(result: ExperimentResult, settings: GateSettings) -> list[GateVerd
         if not reported:
             detail = _nothing_reported("any", spent.trials)
         else:
-            judged = f", judges {dollars(spent.judge)}" if spent.judge_reported else ""
+            # The parts of the total, as precise as it is (they add up to it).
+            judged = f", judges {dollars(spent.judge, against=[bound])}" if spent.judge_reported else ""
             verb = "<=" if spent.total <= bound else "is above"
+            app = dollars(spent.app, against=[bound])
             detail = (
-                f"spent {dollars(spent.total)} (app {dollars(spent.app)}{judged}) {verb} {dollars(bound)}"
+                f"spent {dollars(spent.total, against=[bound])} (app {app}{judged}) {verb} "
+                f"{dollars(bound, against=[spent.total])}"
             )
         unpriced = _unpriced(spent.unpriced_app + spent.unpriced_judge)
         met = reported and spent.total <= bound and not unpriced and not pending
@@ -379,9 +387,10 @@ def _max_latency(result: ExperimentResult, settings: GateSettings) -> list[GateV
         )
     else:
         verb = "<=" if value <= limit.seconds else "is above"
+        pair = (value, limit.seconds)  # as precise as they differ: never "2.5 s is above 2.5 s"
         detail = (
-            f"{name} task latency {duration(value)} {verb} {duration(limit.seconds)}, "
-            f"over {len(measured)} trial(s)"
+            f"{name} task latency {duration(value, against=pair)} {verb} "
+            f"{duration(limit.seconds, against=pair)}, over {len(measured)} trial(s)"
         )
     notes = []
     if measured:
@@ -531,7 +540,7 @@ def _summary_over(result: ExperimentResult, items: list[str], planned: int) -> E
         return result.summary  # every item of the experiment is compared
     kept = set(items)
     trials = [t for t in result.trials if t.dataset_item_id in kept]
-    return summarize(trials, result.settings.thresholds)
+    return summarize(trials, result.settings.thresholds, soft=result.settings.soft_trials())
 
 
 def _unknown(metric: str, result: ExperimentResult, settings: GateSettings) -> str:

@@ -42,6 +42,10 @@ class TrialReport(_Report):
     output: dict[str, Any] | None
     passed: bool | None
     scores: list[ScoreRecord]
+    # Missed its thresholds (passed is false) where that does not fail the session by itself:
+    # --eval-soft, or pass_threshold (see GateSettings.soft_trials). Every report says
+    # "soft-failed", and the JUnit XML marks its test case skipped.
+    soft_failed: bool = False
     latency: Latency | None = None  # None: not measured (a store that keeps no timings)
     usage: Usage | None = None  # None: the attempt has no spans with usage or cost
 
@@ -89,9 +93,12 @@ class ExperimentSummary(_Report):
     completed: int
     pending: int
     passed: int
-    failed: int
+    failed: int  # completed trials that missed their thresholds, and failed the session
     pass_rate: float | None  # passed / completed
     metrics: dict[str, MetricSummary]
+    # completed trials that missed their thresholds where that does not fail the session by
+    # itself (passed + failed + soft_failed = completed)
+    soft_failed: int = 0
     pass_rate_interval: ConfidenceInterval | None = None  # of pass_rate, the item as the unit
     # With several trials per item: the share of items whose k-of-n verdict passed, and per k
     # (from 1 to the trials per item) pass@k, the chance that at least one of k trials passes,

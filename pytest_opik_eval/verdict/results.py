@@ -109,6 +109,7 @@ class ExperimentResult:
     def report(self) -> ExperimentReport:
         """The report models, as the JSON report writes them."""
         experiment = self.experiment
+        soft = self.settings.soft_trials()
         # model_construct: the store's records are already valid, and there may be 100,000 of them.
         trials = [
             TrialReport.model_construct(
@@ -121,6 +122,7 @@ class ExperimentResult:
                 output=t.output,
                 passed=t.passed,
                 scores=t.scores,
+                soft_failed=soft and t.passed is False,
                 latency=trial_latency(t),
                 usage=usage_of(t),
             )
@@ -201,7 +203,7 @@ def experiment_result(
     items = item_results(trials, settings.pass_threshold)
     values = values_by_item([t for t in trials if t.status == "completed"])
     level = settings.confidence if intervals else None
-    summary = summarize(trials, settings.thresholds, level, values)
+    summary = summarize(trials, settings.thresholds, level, values, soft=settings.soft_trials())
     summary.latency = latency_summary(trials)
     summary.usage = usage_summary(usage_of(t) for t in trials)
     return ExperimentResult(
@@ -220,10 +222,13 @@ def summarize(
     thresholds: dict[str, float | None],
     level: float | None = None,
     by_item: dict[str, dict[str, list[float]]] | None = None,
+    *,
+    soft: bool = False,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
     the intervals of the means too (the item as the unit). ``by_item``: ``values_by_item`` of
-    the completed trials, when the caller has it."""
+    the completed trials, when the caller has it. ``soft``: a trial that missed its thresholds
+    counts as soft-failed, not failed (``GateSettings.soft_trials``)."""
     completed = [t for t in trials if t.status == "completed"]
     if by_item is None:
         by_item = values_by_item(completed)
@@ -250,12 +255,14 @@ def summarize(
             interval=_mean_interval(items, level) if v and level else None,
         )
     passed = sum(1 for t in completed if t.passed)
+    missed = sum(1 for t in completed if t.passed is False)
     return ExperimentSummary(
         trials=len(trials),
         completed=len(completed),
         pending=len(trials) - len(completed),
         passed=passed,
-        failed=sum(1 for t in completed if t.passed is False),
+        failed=0 if soft else missed,
+        soft_failed=missed if soft else 0,
         pass_rate=passed / len(completed) if completed else None,
         metrics=metrics,
     )

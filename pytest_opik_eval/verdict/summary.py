@@ -88,10 +88,23 @@ def judge_experiments(
 
 
 def passed(result: ExperimentResult) -> bool:
-    """Whether an uninterrupted run of the whole experiment would pass: every gate met, and in
-    hard mode (no soft setting, no pass_threshold) no completed trial failed."""
-    hard = not result.settings.soft and result.settings.pass_threshold is None
-    return result.gates_met and not (hard and result.summary.failed)
+    """Whether an uninterrupted run of the whole experiment would pass: every gate met, and no
+    completed trial failed (a soft-failed one, with --eval-soft or pass_threshold, leaves it to
+    the gates)."""
+    return result.gates_met and not result.summary.failed  # soft-failed trials are not counted
+
+
+def unchecked_metrics(result: ExperimentResult) -> list[str]:
+    """The scores of the experiment that nothing checks: no per-trial threshold, no gate on their
+    mean or its change. They can be 0 on every item and fail nothing."""
+    settings = result.settings
+    return [
+        name
+        for name, metric in result.summary.metrics.items()
+        if metric.threshold is None
+        and name not in settings.fail_under
+        and name not in settings.max_regression
+    ]
 
 
 def aggregates(result: ExperimentResult) -> dict[str, float]:

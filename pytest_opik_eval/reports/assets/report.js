@@ -34,11 +34,6 @@
     if (seconds < 1) return Math.round(seconds * 1000) + " ms";
     return seconds < 100 ? seconds.toFixed(1) + " s" : Math.round(seconds).toLocaleString("en-US") + " s";
   }
-  function dollars(cost) {
-    if (cost >= 1) return "$" + cost.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
-    if (cost > 0 && cost < 0.00005) return "<$0.0001";
-    return "$" + cost.toFixed(4);
-  }
   function tokens(input, output) {
     return input.toLocaleString("en-US") + " in / " + output.toLocaleString("en-US") + " out tokens";
   }
@@ -61,7 +56,8 @@
       if (typeof s.s === "number") head.appendChild(el("span", "span-latency", duration(s.s)));
       if (s.m) head.appendChild(el("span", "span-model", s.m));
       if (s.u) head.appendChild(el("span", "span-tokens", tokens(s.u[0], s.u[1])));
-      if (typeof s.c === "number") head.appendChild(el("span", "span-cost", dollars(s.c)));
+      // Costs arrive written, as every report writes them (html.py, formatting.dollars).
+      if (s.c) head.appendChild(el("span", "span-cost", s.c));
       else if (s.x) head.appendChild(el("span", "span-cost unpriced", "cost unknown: " + s.x));
       if (s.e) head.appendChild(el("span", "badge bad span-error", "error"));
       // Spaces between the parts, so that they read (and copy) as words, not only look apart.
@@ -133,10 +129,13 @@
       box.dataset.trial = t.trial;
       box.dataset.status = t.status;
       box.dataset.passed = String(t.passed);
-      var state = t.status === "pending" ? "pending" : "completed, " + (t.passed ? "passed" : "failed");
+      // A soft-failed trial (html.py, softFailed) missed its thresholds without failing the session.
+      var outcome = t.status === "pending" ? "pending" : t.passed ? "passed" : t.softFailed ? "soft-failed" : "failed";
+      box.dataset.outcome = outcome;
+      var state = t.status === "pending" ? "pending" : "completed, " + outcome;
       var facts = [];
       if (typeof t.seconds === "number") facts.push(duration(t.seconds));
-      if (t.usage) facts.push(tokens(t.usage[0], t.usage[1]), t.usage[2] == null ? "cost unknown" : dollars(t.usage[2]));
+      if (t.usage) facts.push(tokens(t.usage[0], t.usage[1]), t.usage[2] == null ? "cost unknown" : t.usage[2]);
       box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state + (facts.length ? " \u00b7 " + facts.join(" \u00b7 ") : "")));
       if (t.status === "completed") box.appendChild(el("pre", "output", shown(t.output)));
       if (t.scores.length) {
