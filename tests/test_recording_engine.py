@@ -570,6 +570,60 @@ def test_merge_adds_the_shards_recordings_and_keeps_its_own(tmp_path: Path) -> N
     ]
 
 
+def test_a_long_test_name_is_cut_with_a_hash_and_found_again_by_load_and_merge(tmp_path: Path) -> None:
+    long_tests = [f"tests/test_app.py::test_answer[{'x' * 300}{n}]" for n in (1, 2)]
+    shard = tmp_path / "shard"
+    journal = Journal(shard, "s", "main")
+    for test in long_tests:
+        journal.add(test, interaction("q1", 0, "p", test[-1]))
+    journal.close()
+    assert fold(shard) == Folded()
+    names = sorted(path.name for path in (shard / "tests" / "test_app.py").iterdir())
+    assert len(names) == 2 and all(len(name) <= 237 and "~" in name for name in names)  # distinct
+    assert merge(tmp_path / "merged", [shard]) == 2
+    for test in long_tests:
+        [found] = load_recordings(tmp_path / "merged", test)
+        assert found.response.body == {"json": {"answer": test[-1]}}
+    short = file_of(tmp_path, "tests/test_app.py::test_answer[" + "y" * 200 + "]")
+    assert short.name == "test_answer[" + "y" * 200 + "].json"  # a name that fits is kept as it is
+
+
+def stream(answer: str, ids: str) -> RecordedResponse:
+    events = [{"id": f"chatcmpl-{ids}", "created": len(ids), "choices": [{"delta": {"content": answer}}]}]
+    return RecordedResponse(status=200, body=sse(*events))
+
+
+def test_mode_all_keeps_an_unchanged_answer_only_when_the_attempt_made_the_same_requests(
+    tmp_path: Path,
+) -> None:
+    def recorded(*answers: tuple[str, str, str]) -> list[RecordedResponse]:
+        """Attempt by attempt (prompts, answer, ids): the trial's answers once folded."""
+        journal = Journal(tmp_path, "s", "main")
+        for n, (prompts, answer, ids) in enumerate(answers):
+            for occurrence, prompt in enumerate(prompts.split()):
+                request = RecordedRequest(
+                    method="POST", url="https://llm/v1", body={"json": {"prompt": prompt}}
+                )
+                added = Interaction(
+                    item_id="q1",
+                    trial=0,
+                    occurrence=occurrence,
+                    request=request,
+                    response=stream(answer, ids),
+                )
+                journal.add(TEST, added, f"a{n}")
+            journal.complete(TEST, "q1", 0, f"a{n}")
+        journal.close()
+        fold(tmp_path)
+        return [i.response for i in load_recordings(tmp_path, TEST)]
+
+    first = recorded(("hi", "hello", "old-ids"))
+    assert recorded(("hi", "hello", "new-ids-each-call")) == first  # only the stream's ids changed
+    assert recorded(("hi", "hello!", "newer")) == [stream("hello!", "newer")]  # the answer changed
+    # Another request besides: the new answers replace them all, ids and all.
+    assert recorded(("hi there", "hello!", "newest")) == [stream("hello!", "newest")] * 2
+
+
 def test_a_damaged_file_is_named_with_what_to_do(tmp_path: Path) -> None:
     path = file_of(tmp_path, TEST)
     path.parent.mkdir(parents=True)
