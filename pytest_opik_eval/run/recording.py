@@ -132,7 +132,7 @@ class Recorder:
         self.lock = threading.RLock()  # the scopes' counters, the loaded files, the journal
         self.live_judges = live_judges
         self._given = tuple(allowed)
-        self._allowed: frozenset[Host] = frozenset(allowed)  # with their addresses once started
+        self.allowed: frozenset[Host] = frozenset(allowed)  # with their addresses once started
         self._notify = notify
         self._recorded: dict[str, _Recorded] = {}
         self._totals = RecordingCounts()
@@ -146,7 +146,7 @@ class Recorder:
         from vcr.patch import CassettePatcherBuilder
 
         self._session_thread = threading.get_ident()
-        self._allowed = _with_addresses(self._given)
+        self.allowed = _with_addresses(self._given)
         with contextlib.ExitStack() as patches:
             for patcher in CassettePatcherBuilder(_Cassette(self)).build():
                 patches.enter_context(patcher)
@@ -201,8 +201,8 @@ class Recorder:
 
     def allows(self, host: str | None, port: int | None) -> bool:
         """Whether requests to ``host:port`` are left alone (--eval-record-allow-host)."""
-        allowed = self._allowed
-        return bool(allowed) and ((host, port) in allowed or (host, None) in allowed)
+        allowed = self.allowed
+        return (host, port) in allowed or (host, None) in allowed
 
     def refuses(self, host: str | None, port: int | None) -> bool:
         """Mode ``none``: whether a request made outside any trial's task (in this context) is
@@ -418,7 +418,7 @@ class _Cassette:
         scope = _current.get()
         if scope is None:  # outside any trial: sent, unless strict replay refuses it
             return self.recorder.refuses(request.host, request.port)
-        if not scope.replays or self.recorder.allows(request.host, request.port):
+        if not scope.replays or self._left_alone(request):
             return False  # a trial that only records, or a host left alone
         return scope.answers(self._canonical(request))
 
@@ -431,9 +431,13 @@ class _Cassette:
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
         # Outside any trial (a fixture, a metric, the Opik backend), or a host left alone: not kept.
-        if scope is None or self.recorder.allows(request.host, request.port):
+        if scope is None or self._left_alone(request):
             return
         scope.record(self._canonical(request), response, self.scrubber)
+
+    def _left_alone(self, request: Any) -> bool:
+        # Most sessions let no host through: the request's URL is not parsed for them.
+        return bool(self.recorder.allowed) and self.recorder.allows(request.host, request.port)
 
     def _refused(self, request: Any) -> dict[str, Any]:
         """Mode none, outside any trial: the request is not sent; the app gets an HTTP 400 (SDKs
