@@ -173,6 +173,17 @@ class Recorder:
         finally:
             _scoring.reset(token)
 
+    @contextlib.contextmanager
+    def running(self, scope: TrialScope) -> Iterator[None]:
+        """While ``scope``'s task runs: a request refused from a thread of no trial fails it."""
+        with self.lock:
+            self._running.append(scope)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._running.remove(scope)
+
     def completed(self, key: TrialKey, attempt: str) -> None:
         """``attempt`` completed (its marker is about to be cleared): in mode ``all``, what it
         recorded replaces the trial's recordings, from the next fold on."""
@@ -288,16 +299,12 @@ class TrialScope:
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
-        running = self.recorder._running
-        with self.recorder.lock:
-            running.append(self)
         token = _current.set(self)
         try:
-            yield
+            with self.recorder.running(self):
+                yield
         finally:
             _current.reset(token)
-            with self.recorder.lock:
-                running.remove(self)
 
     def wrap(self, function: _Function) -> _Function:
         """``function`` run inside :meth:`entered` (see ``contexts.within``)."""
