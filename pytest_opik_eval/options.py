@@ -29,6 +29,8 @@ RECORD_MODES = {
     "none": "replay only, no network: a request without a recording fails its trial",
     "all": "record every call again",
 }
+# A host whose requests --eval-record leaves alone: its name or address, and its port (None: any).
+Host = tuple[str, "int | None"]
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -220,6 +222,16 @@ def add_options(parser: pytest.Parser) -> None:
         + "; ".join(f"{mode}: {meaning}" for mode, meaning in RECORD_MODES.items())
         + f" (env {RECORD_ENV}, ini eval_record; default: off)",
     )
+    group.addoption(
+        "--eval-record-allow-host",
+        metavar="HOST[:PORT]",
+        dest="eval_record_allow_host",
+        action="append",
+        type=allowed_host,
+        help="Leave the requests to this host (on any port, or on PORT) alone in every --eval-record "
+        "mode: sent, never recorded, replayed or refused, such as a local service a fixture starts "
+        "(repeatable; with ini eval_record_allow_host, one per line)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
@@ -241,6 +253,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
     parser.addini(
         "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"
+    )
+    parser.addini(
+        "eval_record_allow_host", "HOST[:PORT] that --eval-record leaves alone, one per line", type="linelist"
     )
 
 
@@ -421,6 +436,33 @@ def one_of(values: Iterable[str]) -> Callable[[str], str]:
 
 
 record_mode = one_of(RECORD_MODES)
+
+_HOST = re.compile(
+    r"(?:\[(?P<bracketed>[0-9a-f:.]+(?:%\w+)?)\]|(?P<name>[^\s:/\[\]@?#]+))(?::(?P<port>\d{1,5}))?"
+)
+_IPV6 = re.compile(r"[0-9a-f]*:[0-9a-f:.]*(?:%\w+)?")
+
+
+def allowed_host(value: str) -> Host:
+    """``--eval-record-allow-host``: HOST or HOST:PORT; an IPv6 address bare, or in brackets
+    with a port (``[::1]:8080``)."""
+    text = value.strip().lower()
+    if text.count(":") > 1 and _IPV6.fullmatch(text):
+        return text, None
+    found = _HOST.fullmatch(text)
+    port = int(found.group("port")) if found and found.group("port") else None
+    if found is None or (port is not None and not 0 < port < 65536):
+        raise argparse.ArgumentTypeError(
+            f"expected HOST or HOST:PORT, such as localhost or 127.0.0.1:8080 ([::1]:8080 for IPv6), "
+            f"not a URL; got {value!r}"
+        )
+    return found.group("bracketed") or found.group("name"), port
+
+
+def host_text(host: str | None, port: int | None) -> str:
+    """``host:port`` as --eval-record-allow-host takes it (an IPv6 address in brackets)."""
+    name = f"[{host}]" if host and ":" in host else str(host)
+    return name if port is None else f"{name}:{port}"
 
 
 def threads_count(value: str) -> int:

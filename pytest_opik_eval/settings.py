@@ -22,6 +22,8 @@ from pytest_opik_eval.options import (
     STORE_ENV,
     STORE_FILE,
     STORE_FOLDER,
+    Host,
+    allowed_host,
     budget,
     confidence,
     cost_limit,
@@ -77,6 +79,7 @@ class EvalOptions:
     judge_cache: str  # "auto", "on" or "off": see judge_cache_enabled
     record_mode: str  # --eval-record: one of options.RECORD_MODES ("off" by default)
     record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
+    record_allowed: tuple[Host, ...]  # --eval-record-allow-host and ini eval_record_allow_host
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -120,6 +123,7 @@ class EvalOptions:
             judge_cache=_judge_cache(config),
             record_mode=record,
             record_source=record_source,
+            record_allowed=_record_allowed(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -266,6 +270,15 @@ def _record(config: pytest.Config) -> tuple[str, str]:
 
 def _record_setting(config: pytest.Config) -> tuple[str, str]:
     return _layered(config, "eval_record", RECORD_ENV, record_mode) or ("off", "default")
+
+
+def _record_allowed(config: pytest.Config) -> tuple[Host, ...]:
+    """The hosts --eval-record leaves alone: the command line's and the ini file's together."""
+    try:
+        ini = [allowed_host(line) for line in config.getini("eval_record_allow_host") if line.strip()]
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_record_allow_host: {error}") from None
+    return tuple(dict.fromkeys([*(config.getoption("eval_record_allow_host") or ()), *ini]))
 
 
 def _layered(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+import uuid
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -19,7 +21,8 @@ SECRET = "sk-test-SECRET-4f9a2b"  # recognisable, to prove that no recording hol
 class FakeLLM:
     """An OpenAI-style chat completions server on 127.0.0.1, in a thread. It answers a prompt
     ``"answer N to PROMPT"``, N counting the times the prompt was asked (so the trials of an item
-    differ), echoes the request's key in a response header, and counts connections and requests."""
+    differ), with a fresh id, creation time and fingerprint each time, as OpenAI does; echoes the
+    request's key in a response header, and counts connections and requests."""
 
     def __init__(self) -> None:
         self.connections = 0
@@ -69,8 +72,10 @@ class FakeLLM:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 content = fake._answer(body["messages"][-1]["content"])
                 answer = {
-                    "id": "chatcmpl-1",
+                    "id": f"chatcmpl-{uuid.uuid4().hex}",
                     "object": "chat.completion",
+                    "created": time.time_ns(),
+                    "system_fingerprint": f"fp_{uuid.uuid4().hex[:10]}",
                     "model": body["model"],
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
                     "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
@@ -91,10 +96,12 @@ class FakeLLM:
         return Handler
 
 
-# The app: plain httpx, the key in a header and in the query, and a volatile field ("user").
+# The app: plain httpx, the key in a header and in the query, and a volatile field ("user"); and
+# the same question asked with requests (urllib3 and http.client, which vcrpy patches apart).
 APP = """
 import os
 import httpx
+import requests
 
 def ask(prompt):
     with httpx.Client(trust_env=False, timeout=10) as client:
@@ -103,6 +110,19 @@ def ask(prompt):
             params={"key": os.environ["FAKE_LLM_API_KEY"]},
             headers={"Authorization": "Bearer " + os.environ["FAKE_LLM_API_KEY"]},
             json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}], "user": "u-1"},
+        )
+    response.raise_for_status()
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def ask_requests(prompt):
+    with requests.Session() as session:
+        session.trust_env = False  # no proxy from the environment
+        response = session.post(
+            os.environ["FAKE_LLM_URL"] + "/v1/chat/completions",
+            params={"key": os.environ["FAKE_LLM_API_KEY"]},
+            json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": prompt}]},
+            timeout=10,
         )
     response.raise_for_status()
     return response.json()["choices"][0]["message"]["content"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gzip
 import http.server
 import importlib.util
@@ -16,15 +17,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from pytest_opik_eval.own_requests import sending
 from pytest_opik_eval.run.http_calls import usage_of
 from pytest_opik_eval.run.recording import Recorder, RecordingCounts, TrialKey, TrialScope
 from pytest_opik_eval.store.recordings import (
+    Folded,
     Interaction,
     Journal,
     RecordedRequest,
@@ -109,9 +113,9 @@ def server() -> Iterator[FakeLLM]:
 
 
 @contextlib.contextmanager
-def session(folder: Path, mode: str) -> Iterator[Recorder]:
+def session(folder: Path, mode: str, **options: Any) -> Iterator[Recorder]:
     """One pytest session's recorder, as the wiring runs it: started, stopped, folded."""
-    recorder = Recorder(mode=mode, folder=folder, session_id="s1", worker="main")
+    recorder = Recorder(mode=mode, folder=folder, session_id="s1", worker="main", **options)
     recorder.start()
     try:
         yield recorder
@@ -156,9 +160,12 @@ def chat(kind: str, url: str, prompt: str) -> tuple[int, Any]:
 def run_trial(
     recorder: Recorder, item: str, trial: int, *prompts: str, kind: str = "httpx", url: str = ""
 ) -> tuple[TrialScope, list[Any]]:
-    scope = recorder.scope(TrialKey(TEST, item, trial))
+    """One trial attempt that completes (as the wiring says in the trial's teardown)."""
+    key = TrialKey(TEST, item, trial)
+    scope = recorder.scope(key, attempt=f"{item}#{trial}")
     with scope.entered():
         answers = [chat(kind, url, prompt)[1] for prompt in prompts]
+    recorder.completed(key, scope.attempt)
     return scope, answers
 
 
@@ -214,29 +221,100 @@ def test_a_recorded_trial_replays_with_the_server_down(tmp_path: Path, server: F
     assert (scope.misses, scope.counts.replayed) == ([], 1)  # the guard saw no connection either
 
 
-def test_mode_none_refuses_other_connections_inside_a_trial_only(tmp_path: Path, server: FakeLLM) -> None:
+def test_mode_none_refuses_connections_inside_a_trial_and_outside_but_those_let_through(
+    tmp_path: Path, server: FakeLLM
+) -> None:
     address = ("127.0.0.1", server.server_address[1])
+    told: list[str] = []
 
     async def open_asyncio() -> None:
         await asyncio.open_connection(*address)
 
-    with session(tmp_path, "none") as recorder:
-        scope = recorder.scope(TrialKey(TEST, "q1", 0))
+    with session(tmp_path, "none", notify=told.append) as recorder:
+        scope = recorder.scope(TrialKey(TEST, "q1", 0), "a1")
         with scope.entered(), pytest.raises(ConnectionRefusedError, match="--eval-record=none blocks"):
             socket.create_connection(address)
         with pytest.raises(ConnectionRefusedError):
             scope.wrap(asyncio.run)(open_asyncio())
-        socket.create_connection(address).close()  # outside the trial
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(address)  # outside the trial, in the session's thread: a fixture
+        with sending():
+            socket.create_connection(address).close()  # the plugin's own
+    with session(tmp_path, "none", allowed=[("localhost", address[1])]) as allowing:
+        socket.create_connection(address).close()  # localhost's address
+        with allowing.scope(TrialKey(TEST, "q1", 0), "a2").entered():
+            socket.create_connection(address).close()
     assert [miss.request for miss in scope.misses] == [f"CONNECT {address}"] * 2
-    assert recorder.counts().missed == 2
+    assert (recorder.counts().missed, recorder.counts().refused) == (3, 1)
+    assert told == [
+        f"--eval-record=none did not send CONNECT 127.0.0.1:{address[1]}: it was made outside any trial (a "
+        "fixture, a hook, or a thread a task started and did not wait for), and strict replay sends nothing "
+        "it cannot replay: the session fails. Let a local service through with "
+        f"--eval-record-allow-host=127.0.0.1:{address[1]}, or make the request inside the task"
+    ]
+    assert allowing.counts() == RecordingCounts()
 
 
-def test_a_request_outside_any_trial_passes_through_unrecorded(tmp_path: Path, server: FakeLLM) -> None:
-    with session(tmp_path, "none") as recorder:
+@pytest.mark.parametrize("mode", ["new_episodes", "none"])
+def test_a_request_outside_any_trial_is_sent_unrecorded_but_in_strict_replay(
+    tmp_path: Path, server: FakeLLM, mode: str
+) -> None:
+    with session(tmp_path, mode) as recorder:
         status, answer = chat("httpx", server.url, "from a fixture")
-    assert (status, content(answer)) == (200, "answer 1 to from a fixture")
-    assert recorder.counts() == RecordingCounts()
+        with sending():  # the Opik backend's, in every mode
+            assert chat("httpx", server.url, "the plugin's")[0] == 200
+    if mode == "none":
+        assert (status, answer["error"]["type"], server.hits) == (400, "opik_eval_no_recording", 1)
+        assert recorder.counts() == RecordingCounts(missed=1, refused=1)
+    else:
+        assert (status, content(answer)) == (200, "answer 1 to from a fixture")
+        assert recorder.counts() == RecordingCounts()
     assert not (tmp_path / "tests").exists()
+
+
+@pytest.mark.parametrize("kind", ["httpx", "requests"])
+def test_strict_replay_fails_the_running_trials_for_a_request_from_a_thread_the_task_started(
+    tmp_path: Path, server: FakeLLM, kind: str
+) -> None:
+    with session(tmp_path, "new_episodes") as recorder:
+        run_trial(recorder, "q1", 0, "hi", kind=kind, url=server.url)
+    with session(tmp_path, "none") as recorder:
+        scope = recorder.scope(TrialKey(TEST, "q1", 0), "a1")
+        other = recorder.scope(TrialKey(TEST, "q2", 0), "a1")
+        with scope.entered(), ThreadPoolExecutor(1) as pool:
+            in_context = pool.submit(contextvars.copy_context().run, chat, kind, server.url, "hi").result()
+            started, finish = threading.Event(), threading.Event()
+
+            def other_task() -> None:  # another trial's, running at the same time
+                started.set()
+                finish.wait(10)
+
+            with ThreadPoolExecutor(1) as elsewhere:
+                done = elsewhere.submit(other.wrap(other_task))
+                started.wait(10)
+                bare = pool.submit(chat, kind, server.url, "hi").result()
+                finish.set()
+                done.result()
+    assert (in_context[0], bare[0], server.hits) == (200, 400, 1)
+    assert f"--eval-record-allow-host=127.0.0.1:{server.server_address[1]}" in bare[1]["error"]["message"]
+    assert [m.request for m in scope.misses] == [f"POST {server.url}/v1/chat/completions"]
+    assert scope.misses[0].diff.startswith("not sent: it was made outside the trial's context")
+    assert other.misses == scope.misses  # which of the running trials made it cannot be told
+    counts = recorder.counts()
+    assert (counts.replayed, counts.missed, counts.refused) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_strict_replay_sends_the_judges_requests_while_a_trial_is_scored_only_when_they_run_live(
+    tmp_path: Path, server: FakeLLM, live: bool
+) -> None:
+    with session(tmp_path, "none", live_judges=live) as recorder:
+        scope = recorder.scope(TrialKey(TEST, "q1", 0), "a1")
+        with recorder.scoring(scope):
+            status, _ = chat("httpx", server.url, "judge this")
+    assert (status, server.hits) == ((200, 1) if live else (400, 0))
+    assert [miss.diff.split(":")[0] for miss in scope.misses] == ([] if live else ["not sent"])
+    assert recorder.counts().refused == 0  # blamed on the trial scored, which fails
 
 
 def test_nothing_is_imported_before_start(tmp_path: Path) -> None:
@@ -272,7 +350,7 @@ def test_threaded_and_async_trials_each_get_their_own_answers(tmp_path: Path, se
         def task(trial: int) -> None:
             answers[trial] = content(chat("httpx", server.url, f"t{trial}")[1])
 
-        scopes = [recorder.scope(TrialKey(TEST, "threads", trial)) for trial in range(4)]
+        scopes = [recorder.scope(TrialKey(TEST, "threads", trial), "a1") for trial in range(4)]
         threads = [threading.Thread(target=scope.wrap(task), args=(n,)) for n, scope in enumerate(scopes)]
         for thread in threads:
             thread.start()
@@ -287,7 +365,7 @@ def test_threaded_and_async_trials_each_get_their_own_answers(tmp_path: Path, se
                 return content((await client.post(f"{server.url}/v1", json=payload)).json())
 
         async def trials() -> list[str]:
-            tasks = [recorder.scope(TrialKey(TEST, "async", n)).wrap(task)(n) for n in range(4)]
+            tasks = [recorder.scope(TrialKey(TEST, "async", n), "a1").wrap(task)(n) for n in range(4)]
             return list(await asyncio.gather(*tasks))
 
         return asyncio.run(trials())
@@ -304,13 +382,13 @@ def test_a_strict_miss_answers_400_and_keeps_a_diff(tmp_path: Path, server: Fake
     with session(tmp_path, "new_episodes") as recorder:
         run_trial(recorder, "q1", 0, "hello", url=server.url)
     with session(tmp_path, "none") as recorder:
-        changed = recorder.scope(TrialKey(TEST, "q1", 0))
+        changed = recorder.scope(TrialKey(TEST, "q1", 0), "a1")
         with changed.entered():
             status, answer = chat("httpx", server.url, "hullo")
             chat("httpx", server.url, "hello")
             chat("httpx", server.url, "hello")  # once more than recorded
         other_item, _ = run_trial(recorder, "q2", 0, "hello", "hullo", url=server.url)
-        elsewhere = recorder.scope(TrialKey("tests/test_app.py::test_other", "q1", 0))
+        elsewhere = recorder.scope(TrialKey("tests/test_app.py::test_other", "q1", 0), "a1")
         with elsewhere.entered():
             chat("httpx", server.url, "hello")
     assert (status, answer["error"]["type"]) == (400, "opik_eval_no_recording")
@@ -355,7 +433,7 @@ def test_no_secret_reaches_any_file(tmp_path: Path, server: FakeLLM, monkeypatch
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     recorder = Recorder(mode="new_episodes", folder=tmp_path, session_id="s1", worker="main")
     recorder.start()
-    scope = recorder.scope(TrialKey(TEST, "q1", 0))
+    scope = recorder.scope(TrialKey(TEST, "q1", 0), "a1")
     with scope.entered():
         httpx.post(
             f"{server.url}/v1/chat/completions?key={SECRET}&b=1",
@@ -383,7 +461,7 @@ def test_bodies_are_stored_readable_and_replays_count_the_tokens_saved(
     tmp_path: Path, server: FakeLLM
 ) -> None:
     with session(tmp_path, "new_episodes") as recorder:
-        scope = recorder.scope(TrialKey(TEST, "q1", 0))
+        scope = recorder.scope(TrialKey(TEST, "q1", 0), "a1")
         with scope.entered():
             zipped = httpx.post(f"{server.url}/gzip", json={"messages": [{"content": "hi"}]}).json()
             streamed = httpx.post(f"{server.url}/stream", json={"messages": [{"content": "hi"}]}).text
@@ -400,7 +478,7 @@ def test_bodies_are_stored_readable_and_replays_count_the_tokens_saved(
     )
 
     with session(tmp_path, "none") as recorder:
-        scope = recorder.scope(TrialKey(TEST, "q1", 0))
+        scope = recorder.scope(TrialKey(TEST, "q1", 0), "a1")
         with scope.entered():
             again = httpx.post(f"{server.url}/gzip", json={"messages": [{"content": "hi"}]}).json()
             with httpx.stream(
@@ -441,7 +519,7 @@ def test_journals_of_processes_and_threads_fold_into_one_stable_file(tmp_path: P
         thread.join()
     for journal in journals:
         journal.close()
-    assert fold(tmp_path / "a") == []
+    assert fold(tmp_path / "a") == Folded()
     # The same interactions journaled in another order by one process make the same file.
     single = Journal(tmp_path / "b", "s2", "main")
     for one in reversed(added):
@@ -467,11 +545,11 @@ def test_a_dead_process_journal_is_folded_and_a_live_ones_is_not(tmp_path: Path)
     subprocess.run([sys.executable, "-c", code, str(tmp_path), TEST, dead.model_dump_json()], check=False)
     live = Journal(tmp_path, "live", "main")
     live.add(TEST, interaction("q2", 0, "p", "alive"))
-    assert fold(tmp_path) == []
+    assert fold(tmp_path) == Folded()
     assert [i.item_id for i in load_recordings(tmp_path, TEST)] == ["q1"]
     assert live.path.exists()  # its process may still append: left for a later fold
     live.close()
-    assert fold(tmp_path) == []
+    assert fold(tmp_path) == Folded()
     assert not live.path.exists()
     assert [i.item_id for i in load_recordings(tmp_path, TEST)] == ["q1", "q2"]
 
@@ -492,6 +570,60 @@ def test_merge_adds_the_shards_recordings_and_keeps_its_own(tmp_path: Path) -> N
     ]
 
 
+def test_a_long_test_name_is_cut_with_a_hash_and_found_again_by_load_and_merge(tmp_path: Path) -> None:
+    long_tests = [f"tests/test_app.py::test_answer[{'x' * 300}{n}]" for n in (1, 2)]
+    shard = tmp_path / "shard"
+    journal = Journal(shard, "s", "main")
+    for test in long_tests:
+        journal.add(test, interaction("q1", 0, "p", test[-1]))
+    journal.close()
+    assert fold(shard) == Folded()
+    names = sorted(path.name for path in (shard / "tests" / "test_app.py").iterdir())
+    assert len(names) == 2 and all(len(name) <= 237 and "~" in name for name in names)  # distinct
+    assert merge(tmp_path / "merged", [shard]) == 2
+    for test in long_tests:
+        [found] = load_recordings(tmp_path / "merged", test)
+        assert found.response.body == {"json": {"answer": test[-1]}}
+    short = file_of(tmp_path, "tests/test_app.py::test_answer[" + "y" * 200 + "]")
+    assert short.name == "test_answer[" + "y" * 200 + "].json"  # a name that fits is kept as it is
+
+
+def stream(answer: str, ids: str) -> RecordedResponse:
+    events = [{"id": f"chatcmpl-{ids}", "created": len(ids), "choices": [{"delta": {"content": answer}}]}]
+    return RecordedResponse(status=200, body=sse(*events))
+
+
+def test_mode_all_keeps_an_unchanged_answer_only_when_the_attempt_made_the_same_requests(
+    tmp_path: Path,
+) -> None:
+    def recorded(*answers: tuple[str, str, str]) -> list[RecordedResponse]:
+        """Attempt by attempt (prompts, answer, ids): the trial's answers once folded."""
+        journal = Journal(tmp_path, "s", "main")
+        for n, (prompts, answer, ids) in enumerate(answers):
+            for occurrence, prompt in enumerate(prompts.split()):
+                request = RecordedRequest(
+                    method="POST", url="https://llm/v1", body={"json": {"prompt": prompt}}
+                )
+                added = Interaction(
+                    item_id="q1",
+                    trial=0,
+                    occurrence=occurrence,
+                    request=request,
+                    response=stream(answer, ids),
+                )
+                journal.add(TEST, added, f"a{n}")
+            journal.complete(TEST, "q1", 0, f"a{n}")
+        journal.close()
+        fold(tmp_path)
+        return [i.response for i in load_recordings(tmp_path, TEST)]
+
+    first = recorded(("hi", "hello", "old-ids"))
+    assert recorded(("hi", "hello", "new-ids-each-call")) == first  # only the stream's ids changed
+    assert recorded(("hi", "hello!", "newer")) == [stream("hello!", "newer")]  # the answer changed
+    # Another request besides: the new answers replace them all, ids and all.
+    assert recorded(("hi there", "hello!", "newest")) == [stream("hello!", "newest")] * 2
+
+
 def test_a_damaged_file_is_named_with_what_to_do(tmp_path: Path) -> None:
     path = file_of(tmp_path, TEST)
     path.parent.mkdir(parents=True)
@@ -499,7 +631,9 @@ def test_a_damaged_file_is_named_with_what_to_do(tmp_path: Path) -> None:
     with pytest.raises(
         ValueError, match=r"test_answer.json is not a recording file .* \(a merge conflict\?\)"
     ):
-        Recorder(mode="none", folder=tmp_path, session_id="s", worker="main").scope(TrialKey(TEST, "q1", 0))
+        Recorder(mode="none", folder=tmp_path, session_id="s", worker="main").scope(
+            TrialKey(TEST, "q1", 0), "a1"
+        )
 
 
 def sse(*events: dict[str, Any]) -> dict[str, Any]:

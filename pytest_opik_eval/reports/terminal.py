@@ -228,8 +228,13 @@ def recording_line(recordings: RecordingReport) -> str:
         f"eval recordings (--eval-record={r.mode}): "
         f"{r.replayed} replayed, {r.recorded} recorded, {r.missed} missed"
     )
+    why = []
     if r.missed_trials:
-        line += f" ({r.missed_trials} trial{'s' if r.missed_trials > 1 else ''} failed)"
+        why.append(f"{r.missed_trials} trial{'s' if r.missed_trials > 1 else ''} failed")
+    if r.refused:
+        why.append(f"{r.refused} request{'s' if r.refused > 1 else ''} outside any trial not sent")
+    if why:
+        line += f" ({'; '.join(why)})"
     tokens = r.saved_input_tokens + r.saved_output_tokens
     if tokens:
         line += f"; saved {tokens:,} tokens" + ("" if r.saved_cost is None else f" ({dollars(r.saved_cost)})")

@@ -6,16 +6,24 @@ cassette, and threaded or async trials of one process need one each. So the :cla
 patches once, with vcrpy's patcher builder, and gives it a single cassette-like object of ours
 (:class:`_Cassette`) that dispatches each request to the trial running where it is made: the
 :class:`TrialScope` in a context variable, set around the task call only. A request made outside
-any scope (a fixture, a metric, the Opik backend's sender thread) goes to the network unrecorded.
+any scope (a fixture, a metric, the Opik backend's sender thread) goes to the network unrecorded,
+except in strict replay (mode ``none``), which sends nothing it cannot replay: such a request is
+refused (see :meth:`Recorder.refuses`), but for the plugin's own (``own_requests``), the judges'
+while a trial is scored when they run live (the judge cache off), and the hosts the user lets
+through (``--eval-record-allow-host``), which every mode leaves alone.
 
 Interactions are keyed by (test, item, trial, canonical request, occurrence), so each trial of an
 item keeps its own answers and a retry loop replays its answers in order. New ones are journaled
 at once (``store/recordings.py``); what a session replays is what the files held when it began.
+Mode ``all`` journals them with their attempt, and :meth:`Recorder.completed` says when that
+attempt completed: only then do they replace the trial's recordings.
 
 Limits, as for the trial's spans (``run/tracing.py``): code the task runs in a thread of its own
-(a bare ``threading.Thread``, ``ThreadPoolExecutor.submit``) starts with an empty context, so its
-requests are outside the trial and pass through unrecorded (``asyncio`` tasks, ``to_thread`` and
-``copy_context().run`` carry the trial). And vcrpy's http.client stub (requests, urllib3) swaps
+(a bare ``threading.Thread``, ``ThreadPoolExecutor.submit``, ``loop.run_in_executor``) starts with
+an empty context, so its requests are outside the trial: they pass through unrecorded, and in mode
+``none`` they are refused and fail every trial whose task runs in the process at that moment (the
+one that made them cannot be told apart). ``asyncio`` tasks, ``to_thread`` and
+``copy_context().run`` carry the trial. And vcrpy's http.client stub (requests, urllib3) swaps
 the real connection classes back for an instant while it opens a real connection, process-wide:
 with threaded trials, another thread's connection opened in that instant is not patched (mode
 ``none`` then refuses it and counts a miss). httpx and aiohttp are not affected.
@@ -27,13 +35,14 @@ import contextlib
 import socket
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pytest_opik_eval.options import RECORD_MODES
+from pytest_opik_eval.options import RECORD_MODES, Host, host_text
+from pytest_opik_eval.own_requests import own_request
 from pytest_opik_eval.run import http_calls, tracing
 from pytest_opik_eval.run.contexts import within
 from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
@@ -44,6 +53,8 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 _Key = tuple[str, int, str, int]
 # The trial attempt whose task runs in this context; None outside any.
 _current: ContextVar[TrialScope | None] = ContextVar("pytest_opik_eval_recording", default=None)
+# The trial attempt being scored in this context (its metrics run); None outside scoring.
+_scoring: ContextVar[TrialScope | None] = ContextVar("pytest_opik_eval_scoring", default=None)
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,7 @@ class Miss:
 
     request: str  # one line: "POST https://api.openai.com/v1/chat/completions"
     diff: str
+    recordable: bool = True  # False: no record mode would record it (not sent by the trial's task)
 
 
 @dataclass
@@ -66,6 +78,7 @@ class RecordingCounts:
     replayed: int = 0
     recorded: int = 0
     missed: int = 0
+    refused: int = 0  # mode none: requests made outside any trial, not sent; they fail the session
     saved_input_tokens: int = 0
     saved_output_tokens: int = 0
     saved_cost: float | None = None  # USD, of the replayed calls the price table knows
@@ -75,6 +88,7 @@ class RecordingCounts:
         self.replayed += other.replayed
         self.recorded += other.recorded
         self.missed += other.missed
+        self.refused += other.refused
         self.saved_input_tokens += other.saved_input_tokens
         self.saved_output_tokens += other.saved_output_tokens
         if other.saved_cost is not None:
@@ -92,17 +106,38 @@ class _Recorded:
 class Recorder:
     """One per process: patches the HTTP libraries between :meth:`start` and :meth:`stop`, and
     makes a :class:`TrialScope` for each trial attempt. Nothing is imported or patched before
-    :meth:`start`."""
+    :meth:`start`.
 
-    def __init__(self, *, mode: str, folder: Path, session_id: str, worker: str) -> None:
+    ``allowed``: the hosts (and ports) left alone in every mode, never recorded, replayed or
+    refused. ``live_judges``: in mode ``none``, whether the metrics' requests while a trial is
+    scored go out (the judge cache is off); else they are refused. ``notify``: where a request
+    refused outside any trial is told (the terminal summary's notices)."""
+
+    def __init__(
+        self,
+        *,
+        mode: str,
+        folder: Path,
+        session_id: str,
+        worker: str,
+        allowed: Sequence[Host] = (),
+        live_judges: bool = True,
+        notify: Callable[[str], None] = lambda message: None,
+    ) -> None:
         if mode not in RECORD_MODES:
             raise ValueError(f"unknown recording mode {mode!r}: use one of {', '.join(RECORD_MODES)}")
         self.mode = mode
         self.folder = folder
         self.journal = Journal(folder, session_id, worker)
         self.lock = threading.RLock()  # the scopes' counters, the loaded files, the journal
+        self.live_judges = live_judges
+        self._given = tuple(allowed)
+        self.allowed: frozenset[Host] = frozenset(allowed)  # with their addresses once started
+        self._notify = notify
         self._recorded: dict[str, _Recorded] = {}
         self._totals = RecordingCounts()
+        self._running: list[TrialScope] = []  # the scopes whose task runs now, in any thread
+        self._session_thread: int | None = None  # where pytest runs hooks and fixtures
         self._patches: contextlib.ExitStack | None = None
 
     def start(self) -> None:
@@ -110,11 +145,13 @@ class Recorder:
             return
         from vcr.patch import CassettePatcherBuilder
 
+        self._session_thread = threading.get_ident()
+        self.allowed = _with_addresses(self._given)
         with contextlib.ExitStack() as patches:
             for patcher in CassettePatcherBuilder(_Cassette(self)).build():
                 patches.enter_context(patcher)
             if self.mode == "none":
-                patches.enter_context(_socket_guard())
+                patches.enter_context(_socket_guard(self))
             self._patches = patches.pop_all()
 
     def stop(self) -> None:
@@ -123,8 +160,35 @@ class Recorder:
             self._patches = None
         self.journal.close()
 
-    def scope(self, key: TrialKey) -> TrialScope:
-        return TrialScope(self, key, self._loaded(key.test))
+    def scope(self, key: TrialKey, attempt: str) -> TrialScope:
+        """The recording scope of ``attempt`` (the store's id of a trial attempt)."""
+        return TrialScope(self, key, attempt, self._loaded(key.test))
+
+    @contextlib.contextmanager
+    def scoring(self, scope: TrialScope) -> Iterator[None]:
+        """Around the scoring of ``scope``'s trial: its metrics' requests are the judges'."""
+        token = _scoring.set(scope)
+        try:
+            yield
+        finally:
+            _scoring.reset(token)
+
+    @contextlib.contextmanager
+    def running(self, scope: TrialScope) -> Iterator[None]:
+        """While ``scope``'s task runs: a request refused from a thread of no trial fails it."""
+        with self.lock:
+            self._running.append(scope)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self._running.remove(scope)
+
+    def completed(self, key: TrialKey, attempt: str) -> None:
+        """``attempt`` completed (its marker is about to be cleared): in mode ``all``, what it
+        recorded replaces the trial's recordings, from the next fold on."""
+        if self.mode == "all":
+            self.journal.complete(key.test, key.item_id, key.trial, attempt)
 
     def counts(self) -> RecordingCounts:
         with self.lock:
@@ -144,12 +208,80 @@ class Recorder:
         self._totals.add(added)
         scope.counts.add(added)
 
+    # -- outside the trials' tasks --------------------------------------------------------
+
+    def allows(self, host: str | None, port: int | None) -> bool:
+        """Whether requests to ``host:port`` are left alone (--eval-record-allow-host)."""
+        allowed = self.allowed
+        return (host, port) in allowed or (host, None) in allowed
+
+    def refuses(self, host: str | None, port: int | None) -> bool:
+        """Mode ``none``: whether a request made outside any trial's task (in this context) is
+        refused rather than sent: anything but the plugin's own requests, the judges' while a
+        trial is scored if they run live, and the hosts let through."""
+        if self.mode != "none" or own_request.get():
+            return False
+        if _scoring.get() is not None and self.live_judges:
+            return False
+        return not self.allows(host, port)
+
+    def refused(self, request: str, host: str) -> None:
+        """Count a request refused outside any trial's task, and fail what it can be blamed on:
+        the trial being scored (a metric's request); a thread of the task's own, which carries no
+        trial, so every trial whose task runs now; nothing for the session's own thread (a
+        fixture, a hook), or when no task runs, and the session then fails with a notice."""
+        scored = _scoring.get()
+        on_session_thread = threading.get_ident() == self._session_thread
+        with self.lock:
+            blamed = [scored] if scored is not None else [] if on_session_thread else list(self._running)
+            why = _METRIC_REFUSED if scored is not None else _THREAD_REFUSED
+            for scope in dict.fromkeys(blamed):
+                scope.misses.append(Miss(request, why.format(host=host), recordable=False))
+            self._totals.add(RecordingCounts(missed=1, refused=0 if blamed else 1))
+        if not blamed:
+            self._notify(_SESSION_REFUSED.format(request=request, host=host))
+
+
+# Why a request made outside the trial's task was not sent, in mode none (see Recorder.refused).
+_THREAD_REFUSED = (
+    "not sent: it was made outside the trial's context (in a thread the task started itself: "
+    "ThreadPoolExecutor.submit, threading.Thread, loop.run_in_executor), so it cannot be recorded or "
+    "replayed, and strict replay sends nothing else; every trial running in this process then fails\n"
+    "fix: run that code in the trial's context (executor.submit(contextvars.copy_context().run, "
+    "function), asyncio.to_thread), or let the host through with --eval-record-allow-host={host}"
+)
+_METRIC_REFUSED = (
+    "not sent: a metric made it while the trial was scored, and strict replay with the judge cache on "
+    "sends no judge's call\n"
+    "fix: mark the metric as a judge (judge = True) so that its scores are cached, let judges run live "
+    "with --eval-judge-cache=off, or let the host through with --eval-record-allow-host={host}"
+)
+_SESSION_REFUSED = (
+    "--eval-record=none did not send {request}: it was made outside any trial (a fixture, a hook, "
+    "or a thread a task started and did not wait for), and strict replay sends nothing it cannot "
+    "replay: the session fails. Let a local service through with --eval-record-allow-host={host}, "
+    "or make the request inside the task"
+)
+
+
+def _with_addresses(hosts: Sequence[Host]) -> frozenset[Host]:
+    """The hosts, and the addresses their names resolve to (a socket connects to an address)."""
+    found = set(hosts)
+    for name, port in hosts:
+        try:
+            addresses = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError):  # not resolvable here: matched by name only
+            continue
+        found.update((str(address[4][0]), port) for address in addresses)
+    return frozenset(found)
+
 
 class TrialScope:
     """One trial attempt's recording: where its requests are answered from, what it missed."""
 
-    def __init__(self, recorder: Recorder, key: TrialKey, recorded: _Recorded) -> None:
+    def __init__(self, recorder: Recorder, key: TrialKey, attempt: str, recorded: _Recorded) -> None:
         self.key = key
+        self.attempt = attempt
         self.misses: list[Miss] = []
         self.counts = RecordingCounts()
         # What the replayed calls saved, by the id of the trial's span open where each was made
@@ -165,20 +297,15 @@ class TrialScope:
         self.strict = mode == "none" or (mode == "once" and has_recordings)
         self.replays = mode in ("none", "new_episodes") or self.strict
         self.blocks_network = mode == "none"
-        # Mode all: the trial's recordings become what this attempt makes, none if it makes no
-        # request; a reset is journaled when its task starts (a trial that never runs keeps its).
-        self._reset = mode == "all"
+        # Mode all: what this attempt records replaces the trial's recordings if it completes.
+        self._journaled_attempt = attempt if mode == "all" else None
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:
-        if self._reset:
-            with self.recorder.lock:
-                if self._reset:
-                    self.recorder.journal.reset(self.key.test, self.key.item_id, self.key.trial)
-                    self._reset = False
         token = _current.set(self)
         try:
-            yield
+            with self.recorder.running(self):
+                yield
         finally:
             _current.reset(token)
 
@@ -260,7 +387,7 @@ class TrialScope:
                 response=stored,
                 usage=usage,
             )
-            self.recorder.journal.add(key.test, interaction)
+            self.recorder.journal.add(key.test, interaction, self._journaled_attempt)
             self.recorder.tally(self, RecordingCounts(recorded=1))
 
     def blocked(self, address: Any) -> None:
@@ -271,6 +398,7 @@ class TrialScope:
                     f"CONNECT {address}",
                     "--eval-record=none blocks the network inside a trial: "
                     "this connection was not made by an HTTP library the recordings cover",
+                    recordable=False,
                 )
             )
 
@@ -304,20 +432,45 @@ class _Cassette:
 
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
-        if scope is None or not scope.replays:  # outside any trial, or a trial that only records
-            return False
+        if scope is None:  # outside any trial: sent, unless strict replay refuses it
+            return self.recorder.refuses(request.host, request.port)
+        if not scope.replays or self._left_alone(request):
+            return False  # a trial that only records, or a host left alone
         return scope.answers(self._canonical(request))
 
     def play_response(self, request: Any) -> dict[str, Any]:
         scope = _current.get()
-        assert scope is not None, "vcrpy plays a response only after can_play_response_for"
+        if scope is None:
+            return self._refused(request)
         return scope.play(self._canonical(request))
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
-        if scope is None:  # outside any trial (a fixture, a metric, the Opik backend): left alone
+        # Outside any trial (a fixture, a metric, the Opik backend), or a host left alone: not kept.
+        if scope is None or self._left_alone(request):
             return
         scope.record(self._canonical(request), response, self.scrubber)
+
+    def _left_alone(self, request: Any) -> bool:
+        # Most sessions let no host through: the request's URL is not parsed for them.
+        return bool(self.recorder.allowed) and self.recorder.allows(request.host, request.port)
+
+    def _refused(self, request: Any) -> dict[str, Any]:
+        """Mode none, outside any trial: the request is not sent; the app gets an HTTP 400 (SDKs
+        do not retry it) that says why."""
+        line = f"{request.method} {http_calls.canonical_url(request.uri, self.scrubber)}"
+        host = host_text(request.host, request.port)
+        self.recorder.refused(line, host)
+        message = (
+            f"opik-eval: --eval-record=none did not send {line}: it was made outside any trial's context "
+            "(a thread the task started itself?), so it has no recording; run it in the trial's context "
+            f"(contextvars.copy_context().run, asyncio.to_thread), or let the host through with "
+            f"--eval-record-allow-host={host}"
+        )
+        body = {"error": {"message": message, "type": MISS_TYPE}}
+        return _vcr_response(
+            400, "Bad Request", {"content-type": ["application/json"]}, http_calls.body_bytes({"json": body})
+        )
 
     def filter_request(self, request: Any) -> Any:
         return request
@@ -361,23 +514,35 @@ def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body:
 
 
 @contextlib.contextmanager
-def _socket_guard() -> Iterator[None]:
-    """Mode ``none``: inside a trial, an internet socket's connect is refused (a library vcrpy
-    does not patch, or a raw socket); outside, untouched."""
+def _socket_guard(recorder: Recorder) -> Iterator[None]:
+    """Mode ``none``: an internet socket's connect is refused (a library vcrpy does not patch, a
+    raw socket) inside a trial, and outside any where :meth:`Recorder.refuses` it; a host let
+    through is left alone."""
     from unittest import mock
 
     real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
 
     def blocked(sock: socket.socket, address: Any) -> bool:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return False
+        host, port = str(address[0]), int(address[1])
         scope = _current.get()
-        if scope is None or not scope.blocks_network or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        if scope is None:
+            if not recorder.refuses(host, port):
+                return False
+            recorder.refused(f"CONNECT {host_text(host, port)}", host_text(host, port))
+            return True
+        if not scope.blocks_network or recorder.allows(host, port):
             return False
         scope.blocked(address)
         return True
 
     def connect(sock: socket.socket, address: Any) -> None:
         if blocked(sock, address):
-            raise ConnectionRefusedError(f"opik-eval: --eval-record=none blocks connecting to {address}")
+            raise ConnectionRefusedError(
+                f"opik-eval: --eval-record=none blocks connecting to {address}: strict replay sends nothing "
+                "it cannot replay (let a local service through with --eval-record-allow-host=HOST:PORT)"
+            )
         real_connect(sock, address)
 
     def connect_ex(sock: socket.socket, address: Any) -> int:

@@ -41,7 +41,7 @@ from pytest_opik_eval.verdict.usage import trial_usage
 if TYPE_CHECKING:
     from pytest_opik_eval.run.budget import Budget
     from pytest_opik_eval.run.judge_cache import JudgeCache
-    from pytest_opik_eval.run.recording import Recorder, TrialScope
+    from pytest_opik_eval.run.recording import Recorder, TrialKey, TrialScope
     from pytest_opik_eval.store import Store
 
 UNPRICED_SPEND = (
@@ -88,8 +88,8 @@ def run(
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
 
     trace = _trace(item, trial, store, attempt)
-    # A rescore calls no task: no request to record or replay.
-    scope = None if isinstance(task, StoredOutput) else _scope(recorder, trial)
+    # None in a rescore, which calls no task: its session records nothing.
+    scope = None if recorder is None else recorder.scope(recording_key(trial), attempt)
     metric_seconds: dict[str, float] = {}
     task_seconds: float | None = None
     completed_scoring = False
@@ -122,11 +122,14 @@ def run(
             scorer = case.plan.scorer
             try:
                 judged = None if judge_cache is None else Judged(judge_cache, case.item_id, case.trial)
-                scores = _score(scorer, case.item, output, trace, metric_seconds, judged)
+                # The metrics' requests are the judges' (strict replay sends them only if live).
+                with _NOTHING if scope is None else scope.recorder.scoring(scope):
+                    scores = _score(scorer, case.item, output, trace, metric_seconds, judged)
             except MissingScoreArguments as error:
                 missing = str(error)
             else:
                 missing = ""
+            _fail_on_misses(item, trial, scope)  # a metric's request that strict replay refused
         completed_scoring = not missing
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
@@ -179,18 +182,16 @@ def stored_task(trial: Trial) -> StoredOutput | None:
     return None if trial.stored_output is None else StoredOutput(trial.stored_output)
 
 
-def _scope(recorder: Recorder | None, trial: Trial) -> TrialScope | None:
-    """The attempt's recording scope (None without --eval-record: nothing wraps the task): a
-    fresh one for each attempt, which counts the app's requests from the first again (as a rerun
-    by pytest-rerunfailures sends them again). Keyed by the experiment: the test with its own
-    parametrize ids (``test_qa[gpt-4o]``), whose trials of an item are not those of another."""
-    if recorder is None:
-        return None
+def recording_key(trial: Trial) -> TrialKey:
+    """What the trial's recordings are found by (each attempt gets a scope of its own, which
+    counts the app's requests from the first again, as a rerun by pytest-rerunfailures sends them
+    again). Keyed by the experiment: the test with its own parametrize ids (``test_qa[gpt-4o]``),
+    whose trials of an item are not those of another."""
     from pytest_opik_eval.run.recording import TrialKey
 
     case = trial.case
     test = f"{case.plan.test}[{trial.params}]" if trial.params else case.plan.test
-    return recorder.scope(TrialKey(test=test, item_id=case.item_id, trial=case.trial))
+    return TrialKey(test=test, item_id=case.item_id, trial=case.trial)
 
 
 def _task_output(
@@ -237,7 +238,10 @@ def missed_message(item_id: str, trial: int, scope: TrialScope) -> str:
         lines += [f"    {escape_control(line)}" for line in miss.diff.splitlines()]
     if len(misses) > _MISSES_SHOWN:
         lines.append(f"  ... and {len(misses) - _MISSES_SHOWN} more")
-    lines.append("record what is missing with --eval-record=new_episodes (the trial stays pending)")
+    if any(miss.recordable for miss in misses):
+        lines.append("record what is missing with --eval-record=new_episodes (the trial stays pending)")
+    else:
+        lines.append("the trial stays pending")
     return "\n".join(lines)
 
 
@@ -332,11 +336,15 @@ def _record_timings(
         record(attempt, task_seconds, metric_seconds, completes=completes)
 
 
-def clear_marker(item: pytest.Item, trial: Trial, store: Store) -> None:
-    """Teardown: complete the trial if, and only if, it reached its happy-path line."""
+def clear_marker(item: pytest.Item, trial: Trial, store: Store, recorder: Recorder | None = None) -> None:
+    """Teardown: complete the trial if, and only if, it reached its happy-path line; then, with
+    --eval-record=all, what the attempt recorded replaces the trial's recordings (journaled
+    first: a process killed after the store's write loses none of a completed attempt's)."""
     if not trial.reached_happy_path or trial.attempt_id in (None, trial.completed_attempt):
         return
     assert trial.attempt_id is not None
+    if recorder is not None:
+        recorder.completed(recording_key(trial), trial.attempt_id)
     if trial.completed_attempt is None:
         store.complete_attempt(trial.attempt_id)
     else:

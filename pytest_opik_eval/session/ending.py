@@ -64,6 +64,7 @@ class Ending:
         self.recording_counts: list[RecordingCounts] = []
         self.missed_trials = 0
         self.recordings: RecordingReport | None = None  # their totals, at the end
+        self.unsaved_recordings: list[str] = []  # the recordings' files that could not be written
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.state.budget is not None and getattr(report, NOT_STARTED_ATTR, False):
@@ -83,7 +84,7 @@ class Ending:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         state = self.state
         state.pool.stop()
-        self._end_recording()
+        self._end_recording(session)
         if state.budget is not None:
             try:
                 self.spent = state.budget.spent()
@@ -105,9 +106,11 @@ class Ending:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         state.take_store_notices()
 
-    def _end_recording(self) -> None:
+    def _end_recording(self, session: pytest.Session) -> None:
         """--eval-record: this process's recorder stopped, the journals of every process (the
-        workers have ended) folded into the recordings' files, and what they all counted summed."""
+        workers have ended) folded into the recordings' files, and what they all counted summed.
+        The session fails when recordings could not be saved (the journals keep them for the
+        next session), or when a strict replay refused a request no trial could fail for."""
         if self.options.record_mode == "off":
             return
         from pytest_opik_eval.run.recording import RecordingCounts
@@ -118,20 +121,21 @@ class Ending:
             self.recording_counts.append(counted)
         folder = self.state.recordings_folder()
         try:
-            for damaged in fold(folder):
-                notice(self.config, f"--eval-record: {damaged}")
+            folded = fold(folder)
         except OSError as error:  # a full disk, a read-only folder: the journals wait for the next fold
-            notice(
-                self.config,
-                f"--eval-record: could not save the recordings in {folder}: {error}; what this session "
-                "recorded is kept in its journals, and the next session that records folds them in",
-            )
+            self.unsaved_recordings = [f"{folder}: {error.strerror or error}"]
+        else:
+            for damaged in folded.set_aside:
+                notice(self.config, f"--eval-record: {damaged}")
+            self.unsaved_recordings = folded.unsaved
         total = RecordingCounts()
         for counts in self.recording_counts:
             total.add(counts)
         self.recordings = RecordingReport(
             mode=self.options.record_mode, missed_trials=self.missed_trials, **dataclasses.asdict(total)
         )
+        if (self.unsaved_recordings or total.refused) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
@@ -363,7 +367,19 @@ class Ending:
         for line in self._budget_lines() + self._judge_cache_lines():
             terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
         if self.recordings is not None:
-            terminalreporter.line(recording_line(self.recordings), yellow=bool(self.recordings.missed))
+            terminalreporter.line(
+                recording_line(self.recordings),
+                yellow=bool(self.recordings.missed),
+                red=bool(self.recordings.refused),
+            )
+        for unsaved in self.unsaved_recordings:
+            terminalreporter.line(
+                escape_control(
+                    f"eval recordings NOT saved: {unsaved}; what this session recorded for it is kept in "
+                    f"a journal, which the next session that records folds in"
+                ),
+                red=True,
+            )
         if self.state.unsent:
             terminalreporter.line(escape_control(self.state.unsent), yellow=True)
 

@@ -230,7 +230,7 @@ class Running:
         trial = item.stash.get(TRIAL_KEY, None)
         if trial is not None:
             try:
-                trial_life.clear_marker(item, trial, self.state.store())
+                trial_life.clear_marker(item, trial, self.state.store(), self.state.recorder)
             except StoreError as error:
                 failure = error
             else:

@@ -13,7 +13,7 @@ from pytest_opik_eval.collect.rescore import load_rescore_target
 from pytest_opik_eval.collect.resume import load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.notices import notice
-from pytest_opik_eval.options import RECORD_MODES
+from pytest_opik_eval.options import RECORD_MODES, host_text
 from pytest_opik_eval.run.distributed import Controller, is_controller
 from pytest_opik_eval.session.state import COLLECTION_PLUGIN, CONTROLLER_PLUGIN, RUNNING_PLUGIN, SessionState
 from pytest_opik_eval.store.backends import backend
@@ -51,9 +51,11 @@ class Start:
             lines.append(f"eval budget: {budget.describe(budget.limit)}{share}{afresh}")
         if self.options.record_mode != "off":
             mode = self.options.record_mode
+            allowed = ", ".join(host_text(*host) for host in self.options.record_allowed)
             lines.append(
                 f"eval recordings: {self.state.recordings_folder()} (mode {mode}, from "
                 f"{self.options.record_source}: {RECORD_MODES[mode]})"
+                + (f"; left alone: {allowed}" if allowed else "")
             )
         return lines
 

@@ -105,16 +105,22 @@ class SessionState:
 
     def start_recording(self) -> None:
         """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
-        trials run (a single process, or each pytest-xdist worker), before the first one."""
-        if self.options.record_mode == "off" or self.recorder is not None:
+        trials run (a single process, or each pytest-xdist worker), before the first one. Not in a
+        rescore: it calls no task, and its judges run live."""
+        options = self.options
+        if options.record_mode == "off" or options.rescore is not None or self.recorder is not None:
             return
         from pytest_opik_eval.run.recording import Recorder
 
         self.recorder = Recorder(
-            mode=self.options.record_mode,
+            mode=options.record_mode,
             folder=self.recordings_folder(),
             session_id=self.session_id,
             worker=worker_id(self.config),
+            allowed=options.record_allowed,
+            # Strict replay's judges run live only without the judge cache (--eval-judge-cache=off).
+            live_judges=self.judge_cache is None or not self.judge_cache.strict,
+            notify=functools.partial(notice, self.config),
         )
         self.recorder.start()
 

@@ -2,22 +2,31 @@
 
 One JSON file per test (``recordings/tests/test_app.py/test_answer.json``), its interactions in
 a stable order, indented, keys sorted: a re-recording shows as a readable diff, and the files are
-safe to commit (the recorder scrubs secrets before anything reaches this module).
+safe to commit (the recorder scrubs secrets before anything reaches this module). A file name
+too long for a file system (a long parametrize id) is cut, with a hash of the whole name.
 
 Writers never touch those files while a session runs: each process appends to a journal of its
 own (``recordings/.journal/<session>.<worker>.jsonl``), one flushed line per interaction, held
 by a file lock while the process lives. :func:`fold`, at the end of a session, applies every
 journal whose lock it can take (the session's own, closed, and those of killed processes) to the
 per-test files under a folder-wide lock, then deletes them: threads, ``-n`` workers and a crash
-never clash, and a killed run's recordings are not lost.
+never clash, and a killed run's recordings are not lost. A test whose file cannot be written
+keeps its lines in a journal for the next fold; the other tests' files are written.
+
+Mode ``all`` replaces a trial's recordings only with those of an attempt that completed: its
+interactions are journaled as they come, with their attempt, and apply only once a ``complete``
+line for that attempt follows; an interaction whose request and answer are unchanged (but for
+the ids and timestamps a provider makes afresh on each call) keeps its old entry, byte for byte.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
@@ -35,6 +44,28 @@ _JOURNAL_SUFFIX = ".jsonl"
 BODY_KINDS = ("json", "text", "base64")
 # Characters kept as they are in a file name made from a node id; others are percent-escaped.
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-[]")
+# The longest name a file system takes (255 bytes: ext4, APFS, NTFS), less what is added to a
+# test's name: ".json", and write_atomically's ".<name>.<12 hex>.tmp" (23 in all). Names that
+# fit are kept as they always were; longer ones are cut, with a hash of the whole name after a
+# "~", which no escaped name holds (it would be %7E): a cut name never takes another's.
+_MAX_FOLDER = 255
+_MAX_NAME = _MAX_FOLDER - 23
+_HASHED = 16  # hex digits of the sha256 kept
+# Fields of a recorded answer that a provider makes afresh on every call (ids, timestamps, the
+# backend's build, stream padding): an answer that differs only there is the same answer, and a
+# re-recording keeps the old entry (see _same_answer).
+VOLATILE_ANSWER_FIELDS = frozenset(
+    {
+        "id",
+        "item_id",
+        "created",
+        "created_at",
+        "system_fingerprint",
+        "obfuscation",
+        "responseId",
+        "createTime",
+    }
+)
 
 
 class _Recorded(BaseModel):
@@ -108,15 +139,21 @@ class _Added(_Recorded):
     kind: Literal["add"] = "add"
     test: str
     interaction: Interaction
+    # Mode all: the trial attempt that made it, whose interactions apply only once it completes.
+    attempt: str | None = None
 
 
-class _Reset(_Recorded):
-    """Mode ``all``: the trial's earlier interactions go (journaled before its first new one)."""
+class _Completed(_Recorded):
+    """Mode ``all``: the attempt completed; its interactions replace the trial's."""
 
-    kind: Literal["reset"] = "reset"
+    kind: Literal["complete"] = "complete"
     test: str
     item_id: str
     trial: int
+    attempt: str
+
+
+_Line = _Added | _Completed
 
 
 def recordings_folder(store_folder: Path) -> Path:
@@ -126,12 +163,24 @@ def recordings_folder(store_folder: Path) -> Path:
 def test_file(folder: Path, test: str) -> Path:
     """The file of ``test`` (a node id with its own parametrize ids, not the trial's): one folder
     per part of the node id, each part percent-escaped so that no id makes a path outside
-    ``folder``."""
+    ``folder``, and cut to a length every file system takes."""
     parts = [_escaped(part) for part in test.replace("::", "/").split("/") if part]
-    return folder.joinpath(*parts[:-1], parts[-1] + ".json")
+    folders = [_bounded(part, _MAX_FOLDER) for part in parts[:-1]]
+    return folder.joinpath(*folders, _bounded(parts[-1], _MAX_NAME) + ".json")
 
 
 test_file.__test__ = False  # type: ignore[attr-defined]  # not a test, for pytest's collection
+
+
+def _bounded(name: str, limit: int) -> str:
+    """``name``, or when longer than ``limit``, its start and a hash of the whole: readable, and
+    the same on every run."""
+    if len(name) <= limit:
+        return name
+    start = name[: limit - _HASHED - 1]
+    if "%" in start[-2:]:  # not half of an escape
+        start = start[: start.rindex("%")]
+    return f"{start}~{hashlib.sha256(name.encode()).hexdigest()[:_HASHED]}"
 
 
 def _escaped(part: str) -> str:
@@ -185,13 +234,15 @@ class Journal:
         self._file: Any = None
         self._held: Any = None  # the FileLock, from the first line to close()
 
-    def add(self, test: str, interaction: Interaction) -> None:
-        self._append(_Added(test=test, interaction=interaction))
+    def add(self, test: str, interaction: Interaction, attempt: str | None = None) -> None:
+        """Journal ``interaction``; with ``attempt`` (mode all), to apply once it completes."""
+        self._append(_Added(test=test, interaction=interaction, attempt=attempt))
 
-    def reset(self, test: str, item_id: str, trial: int) -> None:
-        self._append(_Reset(test=test, item_id=item_id, trial=trial))
+    def complete(self, test: str, item_id: str, trial: int, attempt: str) -> None:
+        """Mode all: ``attempt`` of the trial completed, its interactions replace the trial's."""
+        self._append(_Completed(test=test, item_id=item_id, trial=trial, attempt=attempt))
 
-    def _append(self, line: _Added | _Reset) -> None:
+    def _append(self, line: _Line) -> None:
         text = line.model_dump_json() + "\n"
         with self._lock:
             if self._file is None:
@@ -218,14 +269,23 @@ class Journal:
                 self._file = self._held = None
 
 
-def fold(folder: Path) -> list[str]:
-    """Fold every journal no live process holds into the per-test files, then delete it; what
-    went wrong with a damaged file, set aside (see ``_loaded_or_set_aside``). Journals apply
-    oldest first, each line in order: a ``reset`` drops the trial's interactions so far, an
-    ``add`` replaces one with the same key."""
+@dataclass
+class Folded:
+    """What a :func:`fold` could not do as asked."""
+
+    set_aside: list[str] = field(default_factory=list)  # damaged files renamed aside: what, where
+    unsaved: list[str] = field(default_factory=list)  # the files that could not be written, and why
+
+
+def fold(folder: Path) -> Folded:
+    """Fold every journal no live process holds into the per-test files, then delete it. Journals
+    apply oldest first, each line in order (see ``_applied``). Each test's file is written on its
+    own: one that cannot be (a full disk, a folder in its place) is named in ``unsaved``, its
+    lines kept in a journal for the next fold, and the other tests' files are written."""
     journals = folder / _JOURNALS
+    folded = Folded()
     if not journals.is_dir():
-        return []
+        return folded
     from filelock import FileLock, Timeout
 
     with FileLock(f"{journals / '.fold'}.lock", thread_local=False):
@@ -237,51 +297,124 @@ def fold(folder: Path) -> list[str]:
             except Timeout:
                 continue  # its process is alive and may still append
             taken.append((path, lock))
-        tests: dict[str, dict[tuple[str, int, str, int], Interaction]] = {}
-        damaged: list[str] = []
+        tests: dict[str, list[_Line]] = {}
         for path, _ in taken:
-            _apply(folder, _lines(path), tests, damaged)
-        for test, interactions in tests.items():
-            _write(folder, test, interactions.values())
+            for line in _lines(path):
+                tests.setdefault(line.test, []).append(line)
+        unsaved: list[_Line] = []
+        for test, lines in tests.items():
+            try:
+                _write(folder, test, _applied(_loaded_or_set_aside(folder, test, folded.set_aside), lines))
+            except OSError as error:
+                unsaved += lines
+                folded.unsaved.append(f"{test_file(folder, test)}: {error.strerror or error}")
+        # Kept whole when what could not be saved cannot be set apart either: applied again, each
+        # line gives the same files.
+        done = not unsaved or _kept(journals, unsaved, taken[0][0])
         for path, lock in taken:
-            path.unlink(missing_ok=True)
+            if done:
+                path.unlink(missing_ok=True)
             lock.release()
             Path(lock.lock_file).unlink(missing_ok=True)
-    return damaged
+    return folded
 
 
 def _age(path: Path) -> tuple[float, str]:
     return (path.stat().st_mtime, path.name)
 
 
-def _lines(path: Path) -> list[_Added | _Reset]:
-    found: list[_Added | _Reset] = []
+def _lines(path: Path) -> list[_Line]:
+    found: list[_Line] = []
     # A last line without its newline was torn by a crash: left out, as any damaged line.
     for line in path.read_text(encoding="utf-8").split("\n")[:-1]:
         try:
             data = json.loads(line)
-            kind = _Reset if data.get("kind") == "reset" else _Added
+            kind = _Completed if data.get("kind") == "complete" else _Added
             found.append(kind.model_validate(data))
         except (ValueError, AttributeError):  # pydantic's ValidationError is a ValueError
             continue
     return found
 
 
-def _apply(
-    folder: Path,
-    lines: Sequence[_Added | _Reset],
-    tests: dict[str, dict[tuple[str, int, str, int], Interaction]],
-    damaged: list[str],
-) -> None:
+def _kept(journals: Path, lines: Sequence[_Line], oldest: Path) -> bool:
+    """Whether ``lines`` (of the tests not saved) are kept in a journal of their own, as old as
+    the oldest journal they come from, so that the next fold applies them first."""
+    import secrets
+
+    path = journals / f"unsaved.{secrets.token_hex(6)}{_JOURNAL_SUFFIX}"
+    try:
+        write_atomically(path, "".join(line.model_dump_json() + "\n" for line in lines))
+        age = oldest.stat()
+        os.utime(path, ns=(age.st_atime_ns, age.st_mtime_ns))
+    except OSError:
+        path.unlink(missing_ok=True)
+        return False
+    return True
+
+
+def _applied(recorded: Iterable[Interaction], lines: Sequence[_Line]) -> Iterable[Interaction]:
+    """The test's interactions with its journaled lines applied: an ``add`` without an attempt
+    replaces the interaction with the same key; an attempt's adds wait for its ``complete``
+    line, and are dropped without one (the attempt failed, or its process was killed)."""
+    interactions = {i.key: i for i in recorded}
+    held: dict[str, list[Interaction]] = {}
     for line in lines:
-        if line.test not in tests:
-            tests[line.test] = {i.key: i for i in _loaded_or_set_aside(folder, line.test, damaged)}
-        interactions = tests[line.test]
-        if isinstance(line, _Reset):
-            for key in [k for k in interactions if k[:2] == (line.item_id, line.trial)]:
-                del interactions[key]
-        else:
+        if isinstance(line, _Completed):
+            _replace(interactions, line.item_id, line.trial, held.pop(line.attempt, []))
+        elif line.attempt is None:
             interactions[line.interaction.key] = line.interaction
+        else:
+            held.setdefault(line.attempt, []).append(line.interaction)
+    return interactions.values()
+
+
+def _replace(
+    interactions: dict[tuple[str, int, str, int], Interaction],
+    item_id: str,
+    trial: int,
+    new: list[Interaction],
+) -> None:
+    """The trial's interactions become ``new``. When the attempt made the very requests that were
+    recorded, an answer that did not change (but for its volatile fields) keeps its old entry,
+    so a re-recording's diff shows only what changed; safe to mix, since the app made the same
+    requests after the old answers as after the new. Otherwise (a later request carried a new
+    id, say) the new ones replace them all."""
+    old = {key: interactions.pop(key) for key in [k for k in interactions if k[:2] == (item_id, trial)]}
+    same_requests = {i.key for i in new} == old.keys()
+    for interaction in new:
+        before = old.get(interaction.key) if same_requests else None
+        unchanged = before is not None and _same_answer(before, interaction)
+        interactions[interaction.key] = before if unchanged and before is not None else interaction
+
+
+def _same_answer(old: Interaction, new: Interaction) -> bool:
+    a, b = old.response, new.response
+    return (a.status, a.reason, a.headers) == (b.status, b.reason, b.headers) and _stable(a.body) == _stable(
+        b.body
+    )
+
+
+def _stable(body: dict[str, Any] | None) -> Any:
+    """A stored body without its volatile fields: in a JSON body, and in each event of a stream."""
+    if not body or "base64" in body:
+        return body
+    if "json" in body:
+        return _without_volatile(body["json"])
+    events = []
+    for line in str(body["text"]).splitlines():
+        try:
+            events.append(_without_volatile(json.loads(line[5:])) if line.startswith("data:") else line)
+        except ValueError:  # "data: [DONE]"
+            events.append(line)
+    return events
+
+
+def _without_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE_ANSWER_FIELDS}
+    if isinstance(value, list):
+        return [_without_volatile(v) for v in value]
+    return value
 
 
 def _loaded_or_set_aside(folder: Path, test: str, damaged: list[str]) -> list[Interaction]:

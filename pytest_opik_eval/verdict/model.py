@@ -261,6 +261,9 @@ class RecordingReport(_Report):
     recorded: int = 0  # sent, and their answer recorded
     missed: int = 0  # no recording to replay, or a connection blocked, where the network is not used
     missed_trials: int = 0  # trial attempts failed by a miss: pending, for --eval-resume
+    # Mode none: of the missed, the requests made outside any trial (a fixture): not sent, and
+    # no trial to fail for them, so the session fails.
+    refused: int = 0
     saved_input_tokens: int = 0  # the usage of the replayed answers: not paid again
     saved_output_tokens: int = 0
     saved_cost: float | None = None  # in USD; None: no replayed answer had a price

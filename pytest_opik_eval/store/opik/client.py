@@ -16,6 +16,7 @@ import httpx
 
 from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
+from pytest_opik_eval.own_requests import sending
 from pytest_opik_eval.store.opik.config import OpikSettings
 
 API = "v1/private/"
@@ -147,7 +148,8 @@ class OpikClient:
                 timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
             )
             try:
-                response = self._http.send(request, stream=True)
+                with sending():  # not the app's: a strict replay lets it through
+                    response = self._http.send(request, stream=True)
             except httpx.TransportError as error:
                 failure, garbled = f"{type(error).__name__}: {self.quote(str(error))}", False
                 self._sleep(attempt, attempts, None)
