@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_opik_eval.masking import env_secrets, is_credential, is_secret_param, mask
-from pytest_opik_eval.run.http_calls import REDACTED, Scrubber, canonical_url
+from pytest_opik_eval.masking import REDACTED, EnvironmentSecrets, Scrubber, env_secrets, is_credential, is_secret_param, mask
+from pytest_opik_eval.run.http_calls import canonical_url
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_a_signed_url_keeps_no_credential() -> None:
         "&X-Amz-Credential=AKIAEXAMPLE%2F20260101&X-Amz-Date=20260101T000000Z&X-Amz-Expires=60"
         "&X-Amz-Security-Token=FwoGZXIvYXdzEXAMPLE&X-Amz-Signature=abcdef0123456789"
     )
-    canonical = canonical_url(url, Scrubber())
+    canonical = canonical_url(url, Scrubber(EnvironmentSecrets({})))
     for secret in ("AKIAEXAMPLE", "FwoGZXIvYXdzEXAMPLE", "abcdef0123456789"):
         assert secret not in canonical
     assert "X-Amz-Date=20260101T000000Z" in canonical
@@ -83,7 +83,7 @@ def test_a_credential_field_is_redacted_and_usage_kept() -> None:
         "logprobs": [{"token": "Hi"}],
         "credentials": {"password": "p-789"},
     }
-    assert Scrubber().value(body) == {
+    assert Scrubber(EnvironmentSecrets({})).value(body) == {
         "auth": {"api_key": REDACTED, "client_secret": REDACTED},
         "usage": {"prompt_tokens": 10},
         "logprobs": [{"token": "Hi"}],

@@ -33,12 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
 from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.run import http_calls
 from pytest_opik_eval.run.contexts import within
 from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 MISS_TYPE = "opik_eval_no_recording"
+_CANONICAL = "_opik_eval_canonical"  # the attribute of vcrpy's request that keeps its canonical form
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 _Key = tuple[str, int, str, int]
@@ -104,6 +106,9 @@ class Recorder:
         self._recorded: dict[str, _Recorded] = {}
         self._totals = RecordingCounts()
         self._patches: contextlib.ExitStack | None = None
+        # Read again whenever the environment changed: a key a session fixture sets is masked too.
+        self.secrets = EnvironmentSecrets()
+        self.notices: list[str] = []  # what the user should know: a response not recorded, and why
 
     def start(self) -> None:
         if self._patches is not None or self.mode == "off":
@@ -155,6 +160,8 @@ class TrialScope:
         self.recorder = recorder
         self._recorded = recorded
         self._seen: Counter[str] = Counter()  # canonical request -> requests made so far
+        # The attempt's own: a credential found in one of its requests is masked in those after.
+        self.scrubber = Scrubber(recorder.secrets)
         has_recordings = (key.item_id, key.trial) in recorded.trials
         mode = recorder.mode
         # Mode once: a trial with recordings replays strictly; one without records, as vcrpy's
@@ -223,21 +230,29 @@ class TrialScope:
             400, "Bad Request", {"content-type": ["application/json"]}, http_calls.body_bytes({"json": body})
         )
 
-    def record(
-        self, request: RecordedRequest, response: dict[str, Any], scrubber: http_calls.Scrubber
-    ) -> None:
+    def record(self, request: RecordedRequest, response: dict[str, Any]) -> None:
         status = int(response["status"]["code"])
         # A transient failure is not recorded: its replay would repeat the SDK's backoff sleep.
         # The retry that succeeds takes its place (same occurrence).
         if status == 429 or status >= 500:
             return
-        stored = http_calls.recorded_response(
-            status,
-            response["status"].get("message") or "",
-            response["headers"],
-            response["body"].get("string") or b"",
-            scrubber,
-        )
+        try:
+            stored = http_calls.recorded_response(
+                status,
+                response["status"].get("message") or "",
+                response["headers"],
+                response["body"].get("string") or b"",
+                self.scrubber,
+            )
+        except http_calls.UnreadableBody as error:  # never written unscrubbed: not recorded
+            message = (
+                f"--eval-record: the response to {http_calls.one_line(request)} was not recorded: {error}; "
+                "a body the recorder cannot read cannot be kept free of secrets"
+            )
+            with self.recorder.lock:
+                if message not in self.recorder.notices:
+                    self.recorder.notices.append(message)
+            return
         usage = _priced(http_calls.usage_of(stored))
         key = self.key
         with self.recorder.lock:
@@ -287,28 +302,26 @@ class _Cassette:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        # The environment's secrets, read once (per request, reading them cost more than the rest).
-        self.scrubber = http_calls.Scrubber()
-        # vcrpy asks can_play_response_for, then play_response, about one request, in one thread
-        # with nothing in between: its canonical form is made once.
-        self._last = threading.local()
 
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
-        if scope is None or not scope.replays:  # outside any trial, or a trial that only records
+        if scope is None:  # outside any trial
             return False
-        return scope.answers(self._canonical(request))
+        # Made before the request is sent, even by a trial that only records: sending consumes
+        # what some bodies hold (the files of an aiohttp FormData).
+        canonical = self._canonical(request, scope)
+        return scope.replays and scope.answers(canonical)
 
     def play_response(self, request: Any) -> dict[str, Any]:
         scope = _current.get()
         assert scope is not None, "vcrpy plays a response only after can_play_response_for"
-        return scope.play(self._canonical(request))
+        return scope.play(self._canonical(request, scope))
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
         if scope is None:  # outside any trial (a fixture, a metric, the Opik backend): left alone
             return
-        scope.record(self._canonical(request), response, self.scrubber)
+        scope.record(self._canonical(request, scope), response)
 
     def filter_request(self, request: Any) -> Any:
         return request
@@ -317,16 +330,16 @@ class _Cassette:
         # aiohttp's stub looks up a redirect's target with this; the target itself is the match.
         return [(request, [], [])]
 
-    def _canonical(self, request: Any) -> RecordedRequest:
-        last = getattr(self._last, "pair", None)
-        if last is not None and last[0] is request:
-            return cast(RecordedRequest, last[1])
-        content_type = next((str(v) for k, v in request.headers.items() if k.lower() == "content-type"), None)
-        canonical = http_calls.canonical_request(
-            request.method, request.uri, request.body, content_type, self.scrubber
-        )
-        self._last.pair = (request, canonical)
-        return canonical
+    def _canonical(self, request: Any, scope: TrialScope) -> RecordedRequest:
+        # vcrpy asks about one request (its own object) up to three times, with other requests'
+        # questions in between on one event loop: its canonical form is made once, kept on it.
+        canonical = getattr(request, _CANONICAL, None)
+        if canonical is None:
+            canonical = http_calls.canonical_request(
+                request.method, request.uri, request.body, request.headers, scope.scrubber
+            )
+            setattr(request, _CANONICAL, canonical)
+        return cast(RecordedRequest, canonical)
 
 
 def _priced(usage: RecordedUsage | None) -> RecordedUsage | None:

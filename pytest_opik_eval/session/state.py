@@ -118,10 +118,12 @@ class SessionState:
 
     def stop_recording(self) -> RecordingCounts | None:
         """The recorder unpatched and its journal closed (the process that ends the session folds
-        the journals); what it counted, or None where none ran."""
+        the journals), its notices given; what it counted, or None where none ran."""
         if self.recorder is None:
             return None
         self.recorder.stop()
+        for message in self.recorder.notices:
+            notice(self.config, message)
         return self.recorder.counts()
 
     def budget_setting(self) -> BudgetSetting | None:

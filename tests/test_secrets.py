@@ -1,0 +1,393 @@
+"""No secret in any file the recorder writes: the README's policy (names, shapes, the environment's
+values; see ``masking``) tried as a hostile reviewer would, one credential shape per case.
+
+Each case sends a secret through a real client (httpx, requests, aiohttp) to a local server that
+answers as the case says (echoing it, compressing it, putting it in a header), records the trial,
+and looks for the secret, as it is and in the forms it takes (percent-encoded, base64), in every
+file under the recordings folder: the journal as the process wrote it, then the folded files.
+Then it replays the trial strictly: what was redacted is redacted alike on the way in, so the
+recording still answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import gzip
+import io
+import json
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
+
+import brotli
+import httpx
+import pytest
+import requests
+import zstandard
+
+from pytest_opik_eval.run.recording import Recorder, TrialKey
+from pytest_opik_eval.store.recordings import fold
+from pytest_opik_eval.store.recordings import load as load_recordings
+
+TEST = "tests/test_app.py::test_answer"
+# Recognisable values, none shorter than 8 characters (shorter ones are not masked: see masking).
+TOKEN = "tok3n-0f-the-app-7c1d9e"
+ENV_KEY = "sk-env-k3y-5b8a-4f1c-9e27"
+SLASHED = "wJalrXUtnFEMI/K7MDENG+bPxRfiCY3XAMPLE"  # an AWS secret key: "/" and "+" change when encoded
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    reason: str = "OK"
+    headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+    body: bytes = b'{"ok": true}'
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class Server(ThreadingHTTPServer):
+    """Answers each request with ``reply(request)``, the case's."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        self.reply: Callable[[Seen], Reply] = lambda seen: Reply()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Server
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        if self.headers.get("transfer-encoding", "").lower() == "chunked":
+            body = b""
+            while size := int(self.rfile.readline().strip() or b"0", 16):
+                body += self.rfile.read(size)
+                self.rfile.readline()
+            self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        seen = Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        reply = self.server.reply(seen)
+        self.send_response(reply.status, reply.reason)
+        for name, value in {**reply.headers, "content-length": str(len(reply.body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(reply.body)
+
+    do_GET = do_POST = do_PUT = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    fake = Server()
+    thread = threading.Thread(target=fake.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield fake
+    fake.shutdown()
+    fake.server_close()
+
+
+def forms(secret: str) -> list[bytes]:
+    """The forms a secret takes in a file: as it is, percent-encoded, JSON-escaped, and the
+    parts of its base64 that depend on its bytes alone (it may start at any of three offsets)."""
+    found = {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + secret.encode()).decode()
+        found.add(encoded[4 if offset else 0 : 4 * ((offset + len(secret)) // 3)])
+    return [form.encode() for form in found]
+
+
+def leaks(folder: Path, secrets: list[str]) -> list[str]:
+    """Every file under ``folder`` that holds one of ``secrets`` in any of its forms."""
+    return [
+        f"{path.relative_to(folder)} holds {secret!r}"
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+        for secret in secrets
+        if any(form in path.read_bytes() for form in forms(secret))
+    ]
+
+
+def echo(seen: Seen) -> Reply:
+    """What an echo server (httpbin's /anything) answers: the whole request, headers included."""
+    answer = {
+        "method": seen.method,
+        "url": seen.path,
+        "headers": seen.headers,
+        "data": seen.body.decode("utf-8", "replace"),
+    }
+    return Reply(body=json.dumps(answer).encode())
+
+
+def compressed(coding: str, data: bytes) -> bytes:
+    if coding == "br":
+        return bytes(brotli.compress(data))
+    if coding == "zstd":
+        return bytes(zstandard.ZstdCompressor().compress(data))
+    return gzip.compress(data)
+
+
+def in_coding(coding: str) -> Callable[[Seen], Reply]:
+    """The echo, compressed in ``coding`` (which the client asked for: httpx asks for br and zstd
+    once brotli and zstandard are installed)."""
+
+    def reply(seen: Seen) -> Reply:
+        assert coding in seen.headers.get("accept-encoding", ""), seen.headers
+        answer = echo(seen)
+        headers = {**answer.headers, "content-encoding": coding}
+        return Reply(headers=headers, body=compressed(coding, answer.body))
+
+    return reply
+
+
+def post(url: str, **kwargs: Any) -> None:
+    httpx.post(url, timeout=10, **kwargs).raise_for_status()
+
+
+def get(url: str) -> None:
+    httpx.get(url, timeout=10).raise_for_status()
+
+
+def oauth_then_use(url: str) -> None:
+    """An app that gets a token from a server, then sends it where no name says it is one."""
+    token = httpx.post(f"{url}/token", data={"grant_type": "client_credentials"}, timeout=10).json()
+    access = token["access_token"]
+    post(f"{url}/next", json={"input": f"use {access}", "session": access})
+    get(f"{url}/items/{access}/status")
+
+
+def oauth_server(seen: Seen) -> Reply:
+    if seen.path == "/token":
+        return Reply(body=json.dumps({"access_token": TOKEN, "token_type": "bearer"}).encode())
+    return echo(seen)
+
+
+def aiohttp_form(url: str) -> None:
+    import aiohttp
+
+    async def send() -> None:
+        form = aiohttp.FormData()
+        form.add_field("api_key", TOKEN)
+        form.add_field("file", io.BytesIO(b"\x00\xff" + ENV_KEY.encode() + b"\x00"), filename="a.bin")
+        async with aiohttp.ClientSession() as session, session.post(f"{url}/upload", data=form) as answer:
+            answer.raise_for_status()
+
+    asyncio.run(send())
+
+
+@dataclass
+class Case:
+    send: Callable[[str], None]
+    secrets: list[str]
+    reply: Callable[[Seen], Reply] = echo
+    env: dict[str, str] = field(default_factory=dict)
+
+
+JSON = {"content-type": "application/json"}
+CASES: dict[str, Case] = {
+    # Names: in a URL's query, a JSON body at any depth, a form, a multipart form, a header.
+    "query ?auth=": Case(lambda url: get(f"{url}/v1?auth={TOKEN}&page=2"), [TOKEN]),
+    "query ?jwt=": Case(lambda url: get(f"{url}/v1?jwt={TOKEN}"), [TOKEN]),
+    "sig= in a JSON string": Case(
+        lambda url: post(url, json={"image": {"url": f"https://store.test/a.png?sv=2&sig={TOKEN}"}}), [TOKEN]
+    ),
+    "nested credentials object": Case(lambda url: post(url, json={"credentials": {"token": TOKEN}}), [TOKEN]),
+    "nested auth object": Case(lambda url: post(url, json={"auth": {"key": TOKEN}}), [TOKEN]),
+    "form client_secret": Case(
+        lambda url: post(url, data={"grant_type": "client_credentials", "client_secret": TOKEN}), [TOKEN]
+    ),
+    "form client_secret first": Case(lambda url: post(url, data={"client_secret": TOKEN, "x": "1"}), [TOKEN]),
+    "multipart api_key beside a binary file": Case(
+        lambda url: post(url, data={"api_key": TOKEN}, files={"file": ("a.bin", b"\x00\xff\xfe" * 50)}),
+        [TOKEN],
+    ),
+    "multipart binary file holding an env key": Case(
+        lambda url: post(url, files={"file": ("env.bin", b"\x00\xffKEY=" + ENV_KEY.encode() + b"\xfe")}),
+        [ENV_KEY],
+        env={"OPENAI_API_KEY": ENV_KEY},
+    ),
+    "aiohttp FormData api_key and binary file": Case(aiohttp_form, [TOKEN, ENV_KEY], env={"LLM_KEY": ENV_KEY}),
+    "tool call arguments (JSON in a JSON string)": Case(
+        lambda url: post(url, json={"function": {"arguments": json.dumps({"api_key": TOKEN, "q": "x"})}}),
+        [TOKEN],
+    ),
+    "x-session-id response header": Case(
+        lambda url: get(url), [TOKEN], reply=lambda seen: Reply(headers={**JSON, "x-session-id": TOKEN})
+    ),
+    "signed URL in a location header": Case(
+        lambda url: post(url, json={}),
+        [TOKEN],
+        reply=lambda seen: Reply(201, "Created", {**JSON, "location": f"https://store.test/a?se=1&sig={TOKEN}"}),
+    ),
+    "echo server: every request header in the body": Case(
+        lambda url: post(
+            url, json={}, headers={"authorization": f"Bearer {TOKEN}", "x-api-key": ENV_KEY, "cookie": "s=1"}
+        ),
+        [TOKEN, ENV_KEY],
+        env={"ANTHROPIC_API_KEY": ENV_KEY},
+    ),
+    "nested credentials in a response (STS)": Case(
+        lambda url: get(url),
+        [TOKEN],
+        reply=lambda seen: Reply(body=json.dumps({"Credentials": {"SessionToken": TOKEN, "Expiration": "x"}}).encode()),
+    ),
+    "a credential pair in a stream of events": Case(
+        lambda url: get(url),
+        [TOKEN],
+        reply=lambda seen: Reply(
+            headers={"content-type": "text/event-stream"},
+            body=f'data: {{"delta": "hi", "api_key": "{TOKEN}"}}\n\ndata: [DONE]\n\n'.encode(),
+        ),
+    ),
+    # Shapes: whatever holds them.
+    "Bearer token in a text": Case(
+        lambda url: post(url, json={"note": f"curl -H 'Authorization: Bearer {TOKEN}'"}), [TOKEN]
+    ),
+    "provider key in a prompt": Case(
+        lambda url: post(url, json={"prompt": "my key is sk-proj-a1b2c3d4e5f6g7h8i9j0"}), ["sk-proj-a1b2c3d4e5f6g7h8i9j0"]
+    ),
+    "a token a server gave, sent back under no credential name": Case(oauth_then_use, [TOKEN], reply=oauth_server),
+    # The environment's values: every secret name, every form they take.
+    "env name ending _APIKEY": Case(
+        lambda url: post(url, json={"input": f"key {ENV_KEY}"}), [ENV_KEY], env={"MY_SERVICE_APIKEY": ENV_KEY}
+    ),
+    "env name ending _PAT, in the path": Case(
+        lambda url: get(f"{url}/repos/{ENV_KEY}/x"), [ENV_KEY], env={"GITHUB_PAT": ENV_KEY}
+    ),
+    "env secret with / and + in a query value": Case(
+        lambda url: get(f"{url}/v1?{httpx.QueryParams({'q': SLASHED})}"),
+        [SLASHED],
+        env={"AWS_SECRET_ACCESS_KEY": SLASHED},
+    ),
+    "env secret with / and + in a form value": Case(
+        lambda url: post(url, data={"q": SLASHED}), [SLASHED], env={"AWS_SECRET_ACCESS_KEY": SLASHED}
+    ),
+    "env secret in base64 (a file sent as a data URL)": Case(
+        lambda url: post(url, json={"file": "data:text/plain;base64," + base64.b64encode(b"K=" + ENV_KEY.encode()).decode()}),
+        [ENV_KEY],
+        env={"OPENAI_API_KEY": ENV_KEY},
+    ),
+    "env secret in a gzip-compressed request body": Case(
+        lambda url: post(
+            url,
+            content=gzip.compress(json.dumps({"input": ENV_KEY}).encode()),
+            headers={"content-encoding": "gzip", "content-type": "application/json"},
+        ),
+        [ENV_KEY],
+        env={"OPENAI_API_KEY": ENV_KEY},
+    ),
+    "env secret in a requests body": Case(
+        lambda url: requests.post(url, json={"input": ENV_KEY}, timeout=10).raise_for_status(),
+        [ENV_KEY],
+        env={"HF_TOKEN": ENV_KEY},
+    ),
+    "env secret in a response's reason phrase": Case(
+        lambda url: get(url), [ENV_KEY], env={"OPENAI_API_KEY": ENV_KEY}, reply=lambda seen: Reply(reason=f"OK {ENV_KEY}")
+    ),
+    "env secret in a binary response (audio)": Case(
+        lambda url: get(url),
+        [ENV_KEY],
+        env={"OPENAI_API_KEY": ENV_KEY},
+        reply=lambda seen: Reply(headers={"content-type": "audio/wav"}, body=b"RIFF\x00\xff" + ENV_KEY.encode() + b"\xfe"),
+    ),
+    # Bodies the recorder must decode to scrub: br and zstd, as httpx asks for them.
+    "env secret in a br-compressed response": Case(
+        lambda url: post(url, json={"input": ENV_KEY}), [ENV_KEY], env={"OPENAI_API_KEY": ENV_KEY}, reply=in_coding("br")
+    ),
+    "env secret in a zstd-compressed response": Case(
+        lambda url: post(url, json={"input": ENV_KEY}), [ENV_KEY], env={"OPENAI_API_KEY": ENV_KEY}, reply=in_coding("zstd")
+    ),
+}  # fmt: skip
+
+
+@contextlib.contextmanager
+def recording(folder: Path, mode: str) -> Iterator[Recorder]:
+    recorder = Recorder(mode=mode, folder=folder, session_id="s1", worker="main")
+    recorder.start()
+    try:
+        yield recorder
+    finally:
+        recorder.stop()
+
+
+@pytest.mark.parametrize("mode", ["once", "new_episodes", "all"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_no_secret_reaches_a_recording_and_the_trial_still_replays(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch, name: str, mode: str
+) -> None:
+    case = CASES[name]
+    for variable, value in case.env.items():
+        monkeypatch.setenv(variable, value)
+    server.reply = case.reply
+    with recording(tmp_path, mode) as recorder:
+        with recorder.scope(TrialKey(TEST, "q1", 0)).entered():
+            case.send(server.url)
+        assert recorder.counts().recorded > 0
+        assert leaks(tmp_path, case.secrets) == []  # the journal, as the process wrote it
+    assert fold(tmp_path) == []
+    assert load_recordings(tmp_path, TEST)
+    assert leaks(tmp_path, case.secrets) == []
+
+    server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen}")
+    with recording(tmp_path, "none") as recorder:
+        scope = recorder.scope(TrialKey(TEST, "q1", 0))
+        with scope.entered():
+            case.send(server.url)
+    assert [miss.diff for miss in scope.misses] == []
+
+
+def test_a_body_in_a_coding_the_recorder_cannot_read_is_not_recorded_and_it_says_so(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    # "compress" (LZW): no client decodes it, so no client asks for it; a server may still send it.
+    opaque = b"\x1f\x9d\x90" + ENV_KEY.encode() + b"\xff\x00"
+    server.reply = lambda seen: Reply(headers={**JSON, "content-encoding": "compress"}, body=opaque)
+    with recording(tmp_path, "new_episodes") as recorder:
+        with recorder.scope(TrialKey(TEST, "q1", 0)).entered():
+            assert httpx.get(f"{server.url}/v1/audio", timeout=10).content == opaque
+    fold(tmp_path)
+    assert leaks(tmp_path, [ENV_KEY]) == []
+    assert load_recordings(tmp_path, TEST) == []
+    assert recorder.notices == [
+        f"--eval-record: the response to GET {server.url}/v1/audio was not recorded: its body is "
+        "compress-encoded, a coding this plugin does not decode; a body the recorder cannot read cannot "
+        "be kept free of secrets"
+    ]
+
+
+def test_a_secret_set_after_the_recorder_started_is_masked(
+    tmp_path: Path, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.reply = echo
+    with recording(tmp_path, "new_episodes") as recorder:
+        # As a session fixture, monkeypatch.setenv or a .env loaded by a conftest fixture do.
+        monkeypatch.setenv("LATE_API_KEY", ENV_KEY)
+        with recorder.scope(TrialKey(TEST, "q1", 0)).entered():
+            post(server.url, json={"input": ENV_KEY})
+        monkeypatch.setenv("LATE_API_KEY", SLASHED)  # and changed again, between two trials
+        with recorder.scope(TrialKey(TEST, "q2", 0)).entered():
+            post(server.url, json={"input": SLASHED})
+    fold(tmp_path)
+    assert leaks(tmp_path, [ENV_KEY, SLASHED]) == []
+    bodies = [i.request.body for i in load_recordings(tmp_path, TEST)]
+    assert bodies == [{"json": {"input": "<LATE_API_KEY>"}}] * 2
