@@ -30,6 +30,7 @@ import httpx
 import pytest
 import requests
 import zstandard
+from conftest import Project
 
 from pytest_opik_eval.run.recording import Recorder, TrialKey
 from pytest_opik_eval.store.recordings import fold
@@ -391,3 +392,286 @@ def test_a_secret_set_after_the_recorder_started_is_masked(
     assert leaks(tmp_path, [ENV_KEY, SLASHED]) == []
     bodies = [i.request.body for i in load_recordings(tmp_path, TEST)]
     assert bodies == [{"json": {"input": "<LATE_API_KEY>"}}] * 2
+
+
+# -- end to end: pytest runs an inner project's eval test, its app using the real SDKs -----------
+
+
+def chat_server(seen: Seen) -> Reply:
+    """An OpenAI-style server that compresses as the client asks (br first, as servers prefer it),
+    echoes the request's key where a careless server would, and answers an upload with its size."""
+    if seen.path.startswith("/v1/upload"):
+        return Reply(body=json.dumps({"bytes": len(seen.body)}).encode())
+    question = json.loads(seen.body)["messages"][-1]["content"]
+    answer = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-4o-mini",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": f"answer to {question}"},
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        "system_fingerprint": seen.headers.get("authorization", ""),
+    }
+    accepted = seen.headers.get("accept-encoding", "")
+    coding = (
+        "zstd" if "zstd" in seen.path else next((c for c in ("br", "zstd", "gzip") if c in accepted), None)
+    )
+    body = json.dumps(answer).encode()
+    if coding is None:
+        return Reply(body=body)
+    return Reply(headers={**JSON, "content-encoding": coding}, body=compressed(coding, body))
+
+
+# The app: the OpenAI SDK (httpx: br), plain httpx (zstd), and requests uploading a binary file
+# with its key in a form field (multipart).
+SDK_APP = """
+import os
+import httpx
+import openai
+import requests
+
+URL = os.environ["SERVER_URL"]
+
+
+def ask(question):
+    client = openai.OpenAI(base_url=URL + "/v1", api_key=os.environ["OPENAI_API_KEY"], max_retries=0)
+    answer = client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": question}])
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": question + "?"}]}
+    headers = {"authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}
+    again = httpx.post(URL + "/v1/zstd", json=body, headers=headers, timeout=10).json()
+    audio = b"RIFF\\x00\\xff" + os.environ["OPENAI_API_KEY"].encode() + b"\\xfe\\x00"
+    uploaded = requests.post(
+        URL + "/v1/upload", data={"api_key": os.environ["UPLOAD_VALUE"]}, files={"file": ("a.wav", audio)}, timeout=10
+    ).json()
+    assert uploaded["bytes"] > len(audio)
+    return answer.choices[0].message.content + " / " + again["choices"][0]["message"]["content"]
+"""
+
+SDK_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Contains
+from app import ask
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Contains()], scoring_key_mapping={"reference": "expected_output"})
+def test_answer(eval_item):
+    return ask(eval_item["input"]["question"])
+"""
+
+SDK_KEY = "sk-proj-Sdk5ecret0123456789abcd"
+UPLOAD_TOKEN = "upl0ad-t0ken-2f6b1c9d"
+
+
+def sdk_project(project: Project, server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVER_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", SDK_KEY)
+    monkeypatch.setenv("UPLOAD_VALUE", UPLOAD_TOKEN)  # named like no secret: found by its field's name
+    server.reply = chat_server
+    project.dataset(
+        {"id": q, "input": {"question": q}, "expected_output": "answer"} for q in ("capital", "colour")
+    )
+    project.write("app.py", SDK_APP)
+    project.write("test_app.py", SDK_TEST)
+
+
+def recordings_of(project: Project) -> Path:
+    return project.path / ".opik-eval" / "recordings"
+
+
+def test_compressed_answers_and_binary_uploads_are_stored_readable_scrubbed_and_counted(
+    project: Project, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdk_project(project, server, monkeypatch)
+    project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=2)
+    folder = recordings_of(project)
+    assert leaks(folder, [SDK_KEY, UPLOAD_TOKEN]) == []
+    interactions = json.loads((folder / "test_app.py" / "test_answer.json").read_text())["interactions"]
+    by_path = {i["request"]["url"].rpartition("/")[2]: i for i in interactions if i["item_id"] == "capital"}
+    chat, compressed_again, upload = by_path["completions"], by_path["zstd"], by_path["upload"]
+    # Decoded (br, zstd), so readable and diffable: the JSON the SDK read, the key masked in it.
+    assert chat["response"]["body"]["json"]["choices"][0]["message"]["content"] == "answer to capital"
+    assert chat["response"]["body"]["json"]["system_fingerprint"] == "Bearer <OPENAI_API_KEY>"
+    assert "content-encoding" not in chat["response"]["headers"]
+    assert (
+        compressed_again["response"]["body"]["json"]["choices"][0]["message"]["content"]
+        == "answer to capital?"
+    )
+    # The upload: its text field redacted, its binary part in base64 with the key masked in it.
+    text = upload["request"]["body"]["text"]
+    assert 'name="api_key"\r\n\r\nREDACTED\r\n' in text
+    assert "Content-Transfer-Encoding: base64\r\n\r\n" in text
+    binary = base64.b64decode(text.split("Content-Transfer-Encoding: base64\r\n\r\n")[1].split("\r\n")[0])
+    assert binary == b"RIFF\x00\xff<OPENAI_API_KEY>\xfe\x00"
+
+    server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen.path}")
+    result = project.run("--eval", "--eval-record=none")
+    result.assert_outcomes(passed=2)
+    # The compressed answers' tokens count as saved: 4 calls of 15 tokens.
+    result.stdout.fnmatch_lines(
+        ["eval recordings (--eval-record=none): 6 replayed, 0 recorded, 0 missed; saved 60 tokens*"]
+    )
+
+
+# Secrets set after the session started: by a session fixture, by monkeypatch in a test's
+# fixture, and from a .env file a conftest fixture loads; sent by the app and quoted by a judge.
+LATE_CONFTEST = """
+import os
+import pathlib
+import pytest
+
+HERE = pathlib.Path(__file__).parent
+
+
+@pytest.fixture(autouse=True, scope="session")
+def service_key():
+    os.environ["SERVICE_API_KEY"] = "svc-k3y-7e2d-late-session"
+    yield
+    del os.environ["SERVICE_API_KEY"]
+
+
+@pytest.fixture(autouse=True)
+def more_secrets(monkeypatch):
+    monkeypatch.setenv("CLIENT_SECRET", "cl1ent-5ecret-9a8b-monkeypatched")
+    for line in (HERE / ".env").read_text().splitlines():  # as python-dotenv's load_dotenv does
+        name, _, value = line.partition("=")
+        monkeypatch.setenv(name, value)
+"""
+
+LATE_APP = """
+import os
+import httpx
+
+
+def ask(question):
+    body = {"question": question, "with": [os.environ[name] for name in ("SERVICE_API_KEY", "CLIENT_SECRET", "DB_PASSWORD")]}
+    answer = httpx.post(os.environ["SERVER_URL"] + "/v1/echo", json=body, timeout=10)
+    answer.raise_for_status()
+    return answer.json()["data"]
+"""
+
+LATE_TEST = """
+import os
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from app import ask
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def score(self, output, **ignored):
+        # A judge that quotes what it was given, keys included.
+        return ScoreResult(name="judge", value=1.0, reason=f"judged {output} as {os.environ['SERVICE_API_KEY']}")
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Judge()])
+def test_answer(eval_item):
+    return ask(eval_item["input"]["question"])
+"""
+
+LATE_SECRETS = ["svc-k3y-7e2d-late-session", "cl1ent-5ecret-9a8b-monkeypatched", "db-pa55word-from-dotenv"]
+
+
+@pytest.mark.parametrize("mode", ["once", "new_episodes", "all"])
+def test_secrets_set_after_the_session_started_reach_no_recording_and_no_judge_score(
+    project: Project, server: Server, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    monkeypatch.setenv("SERVER_URL", server.url)
+    server.reply = echo
+    project.dataset([{"id": "q1", "input": {"question": "q1"}}])
+    project.write(".env", f"DB_PASSWORD={LATE_SECRETS[2]}\n")
+    project.write("conftest.py", LATE_CONFTEST)
+    project.write("app.py", LATE_APP)
+    project.write("test_app.py", LATE_TEST)
+    project.run("--eval", f"--eval-record={mode}").assert_outcomes(passed=1)
+    store = project.path / ".opik-eval"
+    assert leaks(store / "recordings", LATE_SECRETS) == []
+    assert leaks(store / "judge-cache", LATE_SECRETS) == []
+    (recorded,) = json.loads((store / "recordings" / "test_app.py" / "test_answer.json").read_text())[
+        "interactions"
+    ]
+    assert recorded["request"]["body"]["json"]["with"] == [
+        "<SERVICE_API_KEY>",
+        "<CLIENT_SECRET>",
+        "<DB_PASSWORD>",
+    ]
+    (cached,) = [json.loads(path.read_text()) for path in (store / "judge-cache").rglob("*.json")]
+    assert cached["results"][0]["reason"].endswith(" as <SERVICE_API_KEY>")
+
+    server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen.path}")
+    result = project.run("--eval", "--eval-record=none")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["eval judge cache: 1 hit, 0 scored*"])
+
+
+# aiohttp's FormData: a file upload with its key in a form field, and a urlencoded form.
+FORM_APP = """
+import asyncio
+import io
+import os
+import aiohttp
+
+URL = os.environ["SERVER_URL"]
+
+
+async def upload(question):
+    async with aiohttp.ClientSession() as session:
+        form = aiohttp.FormData()
+        form.add_field("api_key", os.environ["UPLOAD_VALUE"])
+        form.add_field("purpose", question)
+        form.add_field("file", io.BytesIO(b"\\x00\\xff" + question.encode() + b"\\xfe"), filename="a.bin", content_type="application/octet-stream")
+        async with session.post(URL + "/v1/upload", data=form) as answer:
+            answer.raise_for_status()
+            size = (await answer.json())["bytes"]
+        urlencoded = aiohttp.FormData({"client_secret": os.environ["UPLOAD_VALUE"], "question": question})
+        async with session.post(URL + "/v1/upload", data=urlencoded) as answer:
+            answer.raise_for_status()
+            return f"{question}: {size} and {(await answer.json())['bytes']} bytes"
+
+
+def ask(question):
+    return asyncio.run(upload(question))
+"""
+
+
+def test_aiohttp_form_data_uploads_record_and_replay_in_every_mode(
+    project: Project, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVER_URL", server.url)
+    monkeypatch.setenv("UPLOAD_VALUE", UPLOAD_TOKEN)
+    server.reply = chat_server
+    project.dataset({"id": q, "input": {"question": q}, "expected_output": q} for q in ("capital", "colour"))
+    project.write("app.py", FORM_APP)
+    project.write("test_app.py", SDK_TEST)
+    result, recorded = project.run_report("--eval", "--eval-record=once")
+    result.assert_outcomes(passed=2)
+    outputs = {t["dataset_item_id"]: t["output"]["output"] for t in recorded["experiments"][0]["trials"]}
+    assert outputs["capital"].startswith("capital: ") and outputs["capital"].endswith(" bytes")
+    folder = recordings_of(project)
+    assert leaks(folder, [UPLOAD_TOKEN]) == []
+    requests_made = [
+        i["request"]
+        for i in json.loads((folder / "test_app.py" / "test_answer.json").read_text())["interactions"]
+    ]
+    assert {r["content_type"] for r in requests_made} == {
+        "multipart/form-data",
+        "application/x-www-form-urlencoded",
+    }
+    assert "client_secret=REDACTED&question=capital" in {r["body"]["text"] for r in requests_made}
+
+    server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen.path}")
+    for mode in ("none", "once", "new_episodes"):
+        result, replayed = project.run_report("--eval", f"--eval-record={mode}")
+        result.assert_outcomes(passed=2)
+        assert {
+            t["dataset_item_id"]: t["output"]["output"] for t in replayed["experiments"][0]["trials"]
+        } == outputs
+    server.reply = chat_server
+    project.run("--eval", "--eval-record=all").assert_outcomes(passed=2)
+    assert leaks(folder, [UPLOAD_TOKEN]) == []
