@@ -118,13 +118,13 @@ def forms(secret: str) -> list[bytes]:
 
 
 def leaks(folder: Path, secrets: list[str]) -> list[str]:
-    """Every file under ``folder`` that holds one of ``secrets`` in any of its forms."""
+    """Every file under ``folder`` whose name or content holds one of ``secrets`` in any form."""
     return [
         f"{path.relative_to(folder)} holds {secret!r}"
         for path in sorted(folder.rglob("*"))
         if path.is_file()
         for secret in secrets
-        if any(form in path.read_bytes() for form in forms(secret))
+        if any(form in path.read_bytes() or form in bytes(path.relative_to(folder)) for form in forms(secret))
     ]
 
 
@@ -675,3 +675,33 @@ def test_aiohttp_form_data_uploads_record_and_replay_in_every_mode(
     server.reply = chat_server
     project.run("--eval", "--eval-record=all").assert_outcomes(passed=2)
     assert leaks(folder, [UPLOAD_TOKEN]) == []
+
+
+PARAMETRIZED_BY_KEY = """
+import os
+import pytest
+from pytest_opik_eval.metrics import Contains
+from app import ask
+
+
+@pytest.mark.parametrize("key", [os.environ["OPENAI_API_KEY"]])
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Contains()], scoring_key_mapping={"reference": "expected_output"})
+def test_answer(eval_item, key):
+    return ask(eval_item["input"]["question"])
+"""
+
+
+def test_a_test_parametrized_by_a_key_keeps_it_out_of_its_file_name(
+    project: Project, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sdk_project(project, server, monkeypatch)
+    project.write("test_app.py", PARAMETRIZED_BY_KEY)  # its id: test_answer[sk-proj-...]
+    project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=2)
+    folder = recordings_of(project)
+    assert leaks(folder, [SDK_KEY]) == []
+    (name,) = [path.name for path in (folder / "test_app.py").iterdir()]
+    assert "%3COPENAI_API_KEY%3E" in name  # test_answer[<OPENAI_API_KEY>], escaped
+    # CI has another key: the same file.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-CIkey0000000000000000000")
+    server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen.path}")
+    project.run("--eval", "--eval-record=none").assert_outcomes(passed=2)

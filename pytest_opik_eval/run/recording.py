@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
+from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.run import http_calls
 from pytest_opik_eval.run.contexts import within
@@ -129,6 +129,8 @@ class Recorder:
         self.journal.close()
 
     def scope(self, key: TrialKey) -> TrialScope:
+        # A parametrize id made of a key (test_answer[sk-...]) names a file: masked as a body is.
+        key = TrialKey(mask(key.test, self.secrets), mask(key.item_id, self.secrets), key.trial)
         return TrialScope(self, key, self._loaded(key.test))
 
     def counts(self) -> RecordingCounts:
