@@ -4,13 +4,14 @@ One policy for both (the README's "What is never stored" states it for users):
 
 - **Names.** A value stored under a credential's name is ``REDACTED``, wherever the name is: a
   JSON field at any depth (and everything under it, when it holds an object: ``credentials``,
-  ``auth``), a ``"name": "value"`` pair inside a text (a stream's events, a tool call's arguments),
-  a URL's query parameter (in a request's URL, in a JSON string, in a ``location`` header), a
-  form field (urlencoded or multipart), a response header (dropped). See :func:`is_credential`
-  and :func:`is_secret_param`.
-- **Shapes.** What is a credential whatever holds it: a ``Bearer`` token, and the LLM providers'
-  keys whose format says what they are (``sk-...``, ``AIza...``). A value found by name or shape
-  is then masked everywhere else in the trial (the app sending again a token a server gave it).
+  ``auth``), a ``"name": "value"`` pair or an XML element inside a text (a stream's events, a
+  tool call's arguments, AWS's XML answers), a URL's query parameter (in a request's URL, in a
+  JSON string, in a ``location`` header), a form field (urlencoded or multipart), a response
+  header (dropped). See :func:`is_credential` and :func:`is_secret_param`.
+- **Shapes.** What is a credential whatever holds it: a ``Bearer`` token, a URL's
+  ``user:password@``, a PEM private key, and the LLM providers' keys whose format says what they
+  are (``sk-...``, ``AIza...``). A value found by name or shape is then masked everywhere else in
+  the trial (the app sending again a token a server gave it).
 - **The environment's values.** The values (8 characters or more) of the environment variables
   named like a secret (:func:`is_secret_env`) are replaced by ``<NAME>`` wherever they appear,
   also percent-encoded, JSON-escaped or inside base64: a key set differently in CI changes
@@ -23,13 +24,14 @@ A leaf: it imports nothing of the package.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import functools
 import itertools
 import json
 import os
 import re
 import threading
-from collections.abc import ItemsView, Iterator, Mapping
+from collections.abc import Callable, ItemsView, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote_plus
 
@@ -180,16 +182,62 @@ def mask(text: str, secrets: Mapping[str, str]) -> str:
     return text
 
 
-# The shapes of credentials in a text, each looked for only where a character it needs is there
-# (a search for one character costs next to nothing; a regular expression, a pass over the text):
-# a URL's (or a form's) secret parameter; a JSON pair with a credential's name, at any level of
-# escaping (a tool call's arguments are JSON in a JSON string); a Bearer token (with a digit: not
-# "Bearer authentication"); the LLM providers' keys whose prefix says what they are (OpenAI's,
-# Anthropic's, OpenRouter's sk-..., Google's AIza...). Each keeps what is not the secret.
-_PARAM = re.compile(r"([?&])([\w.~%+-]+)=([^&#\s\"'<>\\]+)")
-_FIELD = re.compile(r"(\\*\")([\w.-]{1,64})\1\s*:\s*\1([^\"\\]+)\1")
-_BEARER = re.compile(r"\b(Bearer\s+)((?=[\w.~+/-]{12})(?=[\w.~+/-]*\d)[\w.~+/-]+=*)")
-_KEY = re.compile(r"(?<![\w-])(?:sk-(?=[\w-]*\d)[\w-]{20,}|AIza[\w-]{35})")
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """A shape of credential in a text: its ``pattern`` holds the secret in the group ``secret``
+    and, for a credential known by its name, the name in the group ``name``, which ``named``
+    tells. ``present`` looks first for what the shape needs with plain searches (one character
+    costs next to nothing; a regular expression, a pass over the whole text)."""
+
+    present: Callable[[str], bool]
+    pattern: re.Pattern[str]
+    named: Callable[[str], bool] | None = None
+
+
+_SHAPES = (
+    # A URL's (or a form's) secret parameter, in a query or a fragment (OAuth's #access_token=).
+    _Shape(
+        lambda text: "=" in text,
+        re.compile(r"[?&#](?P<name>[\w.~%+-]+)=(?P<secret>[^&#\s\"'<>\\]+)"),
+        lambda name: is_secret_param(unquote_plus(name)),
+    ),
+    # A JSON pair with a credential's name, at any level of escaping (a tool call's arguments
+    # are JSON in a JSON string).
+    _Shape(
+        lambda text: '"' in text and ('":' in text or '" :' in text),
+        re.compile(r"(?P<q>\\*\")(?P<name>[\w.-]{1,64})(?P=q)\s*:\s*(?P=q)(?P<secret>[^\"\\]+)(?P=q)"),
+        is_credential,
+    ),
+    # An XML element with a credential's name (AWS STS answers <SecretAccessKey> in XML).
+    _Shape(
+        lambda text: "<" in text and "</" in text,
+        re.compile(r"<(?P<name>[\w.:-]{1,64})>(?P<secret>[^<>]+)</(?P=name)>"),
+        is_credential,
+    ),
+    # A URL's user:password@ (a database's URL given to a tool).
+    _Shape(
+        lambda text: "@" in text and "://" in text,
+        re.compile(r"\b[a-zA-Z][\w+.-]*://[^/\s:@\"'<>]*:(?P<secret>[^/\s@\"'<>]+)@"),
+    ),
+    # A Bearer token (with a digit: not "Bearer authentication").
+    _Shape(
+        lambda text: "B" in text and "Bearer" in text,
+        re.compile(r"\bBearer\s+(?P<secret>(?=[\w.~+/-]{12})(?=[\w.~+/-]*\d)[\w.~+/-]+=*)"),
+    ),
+    # A private key, as PEM writes it.
+    _Shape(
+        lambda text: "PRIVATE KEY-----" in text,
+        re.compile(
+            r"-----BEGIN (?P<kind>[A-Z ]*PRIVATE KEY)-----(?P<secret>.+?)-----END (?P=kind)-----", re.S
+        ),
+    ),
+    # The LLM providers' keys whose prefix says what they are: OpenAI's, Anthropic's,
+    # OpenRouter's sk-..., Google's AIza....
+    _Shape(
+        lambda text: ("-" in text and "sk-" in text) or ("z" in text and "AIza" in text),
+        re.compile(r"(?<![\w-])(?P<secret>sk-(?=[\w-]*\d)[\w-]{20,}|AIza[\w-]{35})"),
+    ),
+)
 
 
 class Scrubber:
@@ -259,34 +307,19 @@ class Scrubber:
     def _shapes(self, text: str) -> str:
         if len(text) < _MIN_CHARS:
             return text
-        if "=" in text:
-            text = _PARAM.sub(self._param, text)
-        if '"' in text and ('":' in text or '" :' in text):
-            text = _FIELD.sub(self._field, text)
-        if "B" in text and "Bearer" in text:
-            text = _BEARER.sub(self._bearer, text)
-        if ("-" in text and "sk-" in text) or ("z" in text and "AIza" in text):
-            text = _KEY.sub(self._key, text)
+        for shape in _SHAPES:
+            if shape.present(text):
+                text = shape.pattern.sub(functools.partial(self._redact, shape.named), text)
         return text
 
-    def _param(self, match: re.Match[str]) -> str:
-        lead, name, value = match.groups()
-        if not is_secret_param(unquote_plus(name)):
+    def _redact(self, named: Callable[[str], bool] | None, match: re.Match[str]) -> str:
+        """The match with its secret redacted (and learned); as it is when its name is no
+        credential's."""
+        if named is not None and not named(match["name"]):
             return match.group()
-        self.learn(unquote_plus(value))
-        return f"{lead}{name}={REDACTED}"
-
-    def _field(self, match: re.Match[str]) -> str:
-        quote_mark, name, value = match.groups()
-        if not is_credential(name):
-            return match.group()
-        self.learn(value)
-        return match.group()[: match.start(3) - match.start()] + REDACTED + quote_mark
-
-    def _bearer(self, match: re.Match[str]) -> str:
-        self.learn(match.group(2))
-        return match.group(1) + REDACTED
-
-    def _key(self, match: re.Match[str]) -> str:
-        self.learn(match.group())
-        return REDACTED
+        secret = match["secret"]
+        self.learn(secret)
+        self.learn(unquote_plus(secret))  # a URL's or a form's value, as the app had it
+        whole, offset = match.group(), match.start()
+        start, end = match.span("secret")
+        return whole[: start - offset] + REDACTED + whole[end - offset :]

@@ -259,9 +259,27 @@ CASES: dict[str, Case] = {
             body=f'data: {{"delta": "hi", "api_key": "{TOKEN}"}}\n\ndata: [DONE]\n\n'.encode(),
         ),
     ),
+    "credentials in an XML answer (STS)": Case(
+        lambda url: get(url),
+        [TOKEN],
+        reply=lambda seen: Reply(
+            headers={"content-type": "text/xml"},
+            body=f"<Credentials><SecretAccessKey>{TOKEN}</SecretAccessKey><Expiration>x</Expiration></Credentials>".encode(),
+        ),
+    ),
+    "a token in a URL's fragment (OAuth's implicit flow)": Case(
+        lambda url: post(url, json={"redirect": f"https://app.test/cb#access_token={TOKEN}&state=1"}), [TOKEN]
+    ),
     # Shapes: whatever holds them.
     "Bearer token in a text": Case(
         lambda url: post(url, json={"note": f"curl -H 'Authorization: Bearer {TOKEN}'"}), [TOKEN]
+    ),
+    "a URL's user:password@ in a JSON string": Case(
+        lambda url: post(url, json={"database": f"postgres://app:{TOKEN}@db.test:5432/app"}), [TOKEN]
+    ),
+    "a PEM private key in an uploaded text file": Case(
+        lambda url: post(url, files={"key": ("k.pem", f"-----BEGIN PRIVATE KEY-----\n{TOKEN}\n-----END PRIVATE KEY-----\n")}),
+        [TOKEN],
     ),
     "provider key in a prompt": Case(
         lambda url: post(url, json={"prompt": "my key is sk-proj-a1b2c3d4e5f6g7h8i9j0"}), ["sk-proj-a1b2c3d4e5f6g7h8i9j0"]
