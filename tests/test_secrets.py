@@ -723,3 +723,37 @@ def test_a_test_parametrized_by_a_key_keeps_it_out_of_its_file_name(
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-CIkey0000000000000000000")
     server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen.path}")
     project.run("--eval", "--eval-record=none").assert_outcomes(passed=2)
+
+
+OPAQUE_APP = """
+import os
+import httpx
+
+
+def ask(question):
+    return str(len(httpx.get(os.environ["SERVER_URL"] + "/v1/speech", timeout=10).content))
+"""
+
+
+def test_a_response_that_cannot_be_scrubbed_is_not_recorded_and_the_session_says_so(
+    project: Project, server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVER_URL", server.url)
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    opaque = b"\x1f\x9d\x90" + ENV_KEY.encode() + b"\xff\x00"
+    server.reply = lambda seen: Reply(headers={**JSON, "content-encoding": "compress"}, body=opaque)
+    project.dataset([{"id": "q1", "input": {"question": "q1"}, "expected_output": str(len(opaque))}])
+    project.write("app.py", OPAQUE_APP)
+    project.write("test_app.py", SDK_TEST)
+    result = project.run("--eval", "--eval-record=new_episodes")
+    result.assert_outcomes(passed=1)  # the app had its answer
+    result.stdout.fnmatch_lines(
+        [
+            "*eval notices*",
+            f"--eval-record: the response to GET {server.url}/v1/speech was not recorded: its body is "
+            "compress-encoded, a coding this plugin does not decode; a body the recorder cannot read "
+            "cannot be kept free of secrets",
+            "eval recordings (--eval-record=new_episodes): 0 replayed, 0 recorded, 0 missed",
+        ]
+    )
+    assert leaks(recordings_of(project), [ENV_KEY]) == []
