@@ -757,3 +757,15 @@ def test_a_response_that_cannot_be_scrubbed_is_not_recorded_and_the_session_says
         ]
     )
     assert leaks(recordings_of(project), [ENV_KEY]) == []
+
+
+def test_the_private_attributes_of_aiohttps_form_data_the_recorder_reads_are_there() -> None:
+    # run/aiohttp_bodies.py renders a FormData from them, without sending it: a release that
+    # renames them fails here, rather than in a user's recording.
+    import aiohttp
+
+    form = aiohttp.FormData({"a": "1"}, charset="latin-1")
+    assert (form._fields[0][0]["name"], form._fields[0][2], form._charset) == ("a", "1", "latin-1")
+    form.add_field("file", io.BytesIO(b"x"), filename="f.bin")
+    form()  # as aiohttp does when it sends: 3.12 and later move the fields into the writer
+    assert all(hasattr(part, "headers") and hasattr(part, "_value") for part, *_ in form._writer)

@@ -5,7 +5,7 @@ a form) or a payload, which aiohttp renders only later, as it sends.
 A FormData is rendered from its fields without calling it: before aiohttp 3.12 a FormData
 renders once only ("Form data has been processed already"), so rendering it here would break
 the real request. Its fields, and the parts of a payload it made, are aiohttp's private
-attributes: they are read here only, pinned by ``tests/test_recording_engine.py``.
+attributes: they are read here only, pinned by ``tests/test_secrets.py``.
 """
 
 from __future__ import annotations
