@@ -31,7 +31,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path, PurePath
 from typing import Any
 
-from pytest_opik_eval.masking import env_secrets, is_credential, is_secret_param, mask
+from pytest_opik_eval.masking import (
+    EnvironmentSecrets,
+    Scrubber,
+    env_secrets,
+    is_credential,
+    is_secret_param,
+    mask,
+)
 from pytest_opik_eval.run.code_reach import Libraries, Named, Reads, reads_of, source_of
 
 # Objects of these libraries hold connections, locks, loggers and clocks, not configuration:
@@ -62,10 +69,11 @@ class Fingerprint:
 
 
 class Fingerprints:
-    """Fingerprints made with the environment's ``secrets`` masked (see ``masking.env_secrets``);
-    each class's and each function's code fingerprinted once."""
+    """Fingerprints made with the environment's ``secrets`` masked (see ``masking``, a live view:
+    a key set after the session started is masked too); each class's and each function's code
+    fingerprinted once."""
 
-    def __init__(self, secrets: Mapping[str, str], environ: Mapping[str, str] | None = None) -> None:
+    def __init__(self, secrets: EnvironmentSecrets, environ: Mapping[str, str] | None = None) -> None:
         self.secrets = secrets
         self.environ = os.environ if environ is None else environ
         self.libraries = Libraries()
@@ -537,8 +545,8 @@ def _is_url(value: Any) -> bool:
     return cls.__name__ == "URL" and cls.__module__.split(".")[0] in ("httpx", "yarl")
 
 
-def _url(url: str, secrets: Mapping[str, str]) -> str:
+def _url(url: str, secrets: EnvironmentSecrets) -> str:
     """A client's URL as the recordings hold it: credential query parameters and userinfo out."""
-    from pytest_opik_eval.run.http_calls import Scrubber, canonical_url
+    from pytest_opik_eval.run.http_calls import canonical_url
 
-    return mask(canonical_url(url, Scrubber()), secrets)
+    return canonical_url(url, Scrubber(secrets))

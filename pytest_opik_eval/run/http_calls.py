@@ -11,78 +11,77 @@ from __future__ import annotations
 
 import base64
 import difflib
+import functools
+import gzip
+import hashlib
+import importlib
 import json
-import os
 import re
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pytest_opik_eval.masking import env_secrets, is_credential, is_secret_param, mask
+from pytest_opik_eval.masking import REDACTED, Scrubber, is_credential, is_secret_param
+from pytest_opik_eval.run import aiohttp_bodies
 from pytest_opik_eval.store.recordings import Interaction, RecordedRequest, RecordedResponse, RecordedUsage
 
 # Fields of a JSON request body (top level) that SDKs fill with per-call values: a request that
 # differs only there is the same request.
 VOLATILE_FIELDS = frozenset({"user", "safety_identifier", "prompt_cache_key", "metadata"})
-REDACTED = "REDACTED"  # the value of a credential query parameter or JSON field (see masking)
-# Response headers never stored: credentials and cookies; what replay makes untrue (the body is
-# stored decoded, whole); and what changes on every call (dates, request ids, timings, rate
-# limits), which no client needs again and which would make each re-recording a diff.
+# Response headers never stored (besides credentials, see masking): cookies; what replay makes
+# untrue (the body is stored decoded, whole); and what changes on every call (dates, request ids,
+# timings, rate limits), which no client needs again and which would make each re-recording a diff.
 _DROPPED_HEADER = re.compile(
-    r"set-cookie|cookie|content-length|transfer-encoding|.*(auth|token|secret|api-?key|password).*"
+    r"set-cookie|cookie|content-length|content-encoding|transfer-encoding"
     r"|date|age|expires|via|alt-svc|server-timing|traceparent|tracestate|cf-ray|cf-cache-status"
     r"|.*request-id|.*trace-id|x-amzn?-.*id.*|x-cloud-trace-context|x-envoy-upstream-service-time"
     r"|openai-processing-ms|.*ratelimit.*",
     re.IGNORECASE,
 )
 _BOUNDARY = re.compile(r"multipart/.*;\s*boundary=([^;]+)", re.IGNORECASE)
-_DECODERS = {
-    "gzip": lambda data: zlib.decompress(data, 16 + zlib.MAX_WBITS),
-    "x-gzip": lambda data: zlib.decompress(data, 16 + zlib.MAX_WBITS),
-    "deflate": lambda data: _inflate(data),
-}
+_FIELD_NAME = re.compile(rb'content-disposition:[^\r\n]*?[; ]name="?([^";\r\n]*)', re.IGNORECASE)
+_ZSTD_FRAME = b"\x28\xb5\x2f\xfd"
 
 
-class Scrubber:
-    """Replaces the values of secret-looking environment variables by ``<NAME>`` (see
-    ``masking``): those of the environment as it is when the scrubber is made (the recorder makes
-    one when it starts)."""
+class UnreadableBody(ValueError):
+    """A response body this process cannot decode, so cannot scrub: it is not recorded."""
 
-    def __init__(self) -> None:
-        self._secrets = env_secrets(os.environ)
 
-    def text(self, text: str) -> str:
-        return mask(text, self._secrets)
-
-    def value(self, value: Any) -> Any:
-        """A JSON value with every string (and key) scrubbed, and credential fields redacted."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, list):
-            return [self.value(v) for v in value]
-        if isinstance(value, dict):
-            # A credential field's string is redacted; a dict under it ("credentials") is walked.
-            return {
-                self.text(str(k)): REDACTED
-                if v and isinstance(v, str) and is_credential(str(k))
-                else self.value(v)
-                for k, v in value.items()
-            }
-        return value
+class _NoDecoder(Exception):
+    """No module of this process decodes the content coding (the message says what to install)."""
 
 
 def canonical_request(
-    method: str, url: str, body: Any, content_type: str | None, scrubber: Scrubber
+    method: str, url: str, body: Any, headers: Mapping[str, Any], scrubber: Scrubber
 ) -> RecordedRequest:
-    boundary = _BOUNDARY.search(content_type or "")
-    if boundary and not isinstance(body, (dict, list)):
-        # A multipart body (a file or audio upload) is cut by a random boundary on each call.
-        body = _bytes(body).replace(boundary.group(1).strip('"').encode(), b"BOUNDARY")
+    """The request as recordings hold it and find it again (see the module's docstring)."""
+    scrubber.refresh()
+    content_type = _header(headers, "content-type")
+    rendered = aiohttp_bodies.rendered(body)
+    if rendered is not None:
+        body, content_type = rendered
+    elif _form_pairs(body):  # aiohttp's data=[(name, value), ...]: a form
+        body, content_type = urlencode(body).encode(), aiohttp_bodies.FORM
+    elif not isinstance(body, (dict, list)):  # aiohttp's json= (or data=) is not encoded yet
+        body = _bytes(body)  # read once: the request may be scrubbed twice
+    found = scrubber.found()
+    request = _canonical(method, url, body, content_type, _header(headers, "content-encoding"), scrubber)
+    if scrubber.found() != found:  # a credential found by name: masked in the rest of the request too
+        request = _canonical(method, url, body, content_type, _header(headers, "content-encoding"), scrubber)
+    return request
+
+
+def _canonical(
+    method: str, url: str, body: Any, content_type: str | None, encoding: str | None, scrubber: Scrubber
+) -> RecordedRequest:
+    # The body first: a credential found there is masked in the URL too.
+    stored = _request_body(body, content_type, encoding, scrubber)
     return RecordedRequest(
         method=method.upper(),
         url=canonical_url(url, scrubber),
-        body=_request_body(body, scrubber),
+        body=stored,
         content_type=content_type.split(";")[0].strip() if content_type else None,
     )
 
@@ -90,23 +89,75 @@ def canonical_request(
 def canonical_url(url: str, scrubber: Scrubber) -> str:
     parts = urlsplit(url)
     netloc = parts.netloc.rpartition("@")[2]  # user:password@ never stored
-    query = sorted(
-        (name, REDACTED if is_secret_param(name) else value)
-        for name, value in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    return scrubber.text(urlunsplit((parts.scheme.lower(), netloc.lower(), parts.path, urlencode(query), "")))
+    query = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if is_secret_param(name):
+            scrubber.learn(value)
+            value = REDACTED
+        query.append((scrubber.text(name), scrubber.text(value)))
+    # Scrubbed before encoding: a secret with a "/" or a "+" is found as it is; "<NAME>" kept readable.
+    encoded = urlencode(sorted(query), safe="<>")
+    return scrubber.text(urlunsplit((parts.scheme.lower(), netloc.lower(), parts.path, encoded, "")))
 
 
-def _request_body(body: Any, scrubber: Scrubber) -> dict[str, Any] | None:
-    if isinstance(body, (dict, list)):  # aiohttp's json= or data=, not encoded yet
+def _request_body(
+    body: Any, content_type: str | None, encoding: str | None, scrubber: Scrubber
+) -> dict[str, Any] | None:
+    if isinstance(body, (dict, list)):
         return {"json": _without_volatile(scrubber.value(body))}
-    data = _bytes(body)
+    data: bytes = body
+    if data and encoding:  # a compressed request body (rare): read like a response's
+        try:
+            data = _decoded(data, encoding)
+        except UnreadableBody as error:
+            digest = hashlib.sha256(data).hexdigest()
+            return {"text": f"{REDACTED}: {error} (sha256 {digest})"}
     if not data:
         return None
+    boundary = _BOUNDARY.search(content_type or "")
+    if boundary:
+        # A multipart body (a file or audio upload) is cut by a random boundary on each call.
+        return {"text": _multipart(data, boundary.group(1).strip('"').encode(), scrubber)}
+    if aiohttp_bodies.FORM in (content_type or "").lower() and _is_text(data):
+        # A form's first field has no "&" before it, as the others: one is put there to find it.
+        return {"text": scrubber.text("&" + data.decode("utf-8"))[1:]}
     parsed = _json(data)
     if isinstance(parsed, (dict, list)):
         return {"json": _without_volatile(scrubber.value(parsed))}
     return _text_or_bytes(data, scrubber)
+
+
+def _form_pairs(body: Any) -> bool:
+    return (
+        isinstance(body, list)
+        and bool(body)
+        and all(isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str) for pair in body)
+    )
+
+
+def _multipart(data: bytes, boundary: bytes, scrubber: Scrubber) -> str:
+    """A multipart body as text, the same on every call: its boundary made ``BOUNDARY``, a
+    credential field's value redacted, a part that is not text (a file) in base64, as MIME writes
+    it, with the secrets' values masked in its bytes."""
+    sections = data.split(b"--" + boundary)
+    parts = [sections[0]]
+    for section in sections[1:]:
+        parts.append(section if section.startswith(b"--") else _part(section, scrubber))
+    return scrubber.text(f"--{aiohttp_bodies.BOUNDARY}".encode().join(parts).decode("utf-8", "replace"))
+
+
+def _part(section: bytes, scrubber: Scrubber) -> bytes:
+    head, blank, content = section.partition(b"\r\n\r\n")
+    end = b"\r\n" if content.endswith(b"\r\n") else b""
+    content = content[: len(content) - len(end)]
+    name = _FIELD_NAME.search(head)
+    if name and content and is_secret_param(name.group(1).decode("utf-8", "replace")):
+        scrubber.learn(content.decode("utf-8", "replace"))
+        content = REDACTED.encode()
+    elif not _is_text(content):
+        content = base64.b64encode(scrubber.bytes(content))
+        head += b"\r\nContent-Transfer-Encoding: base64"
+    return head + blank + content + end
 
 
 def _bytes(body: Any) -> bytes:
@@ -136,61 +187,163 @@ def _json(data: bytes) -> Any:
         return None
 
 
+def _is_text(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _text_or_bytes(data: bytes, scrubber: Scrubber) -> dict[str, Any]:
     try:
         return {"text": scrubber.text(data.decode("utf-8"))}
     except UnicodeDecodeError:
-        return {"base64": base64.b64encode(data).decode("ascii")}
+        return {"base64": base64.b64encode(scrubber.bytes(data)).decode("ascii")}
 
 
 def recorded_response(
     status: int, reason: str, headers: Mapping[str, Sequence[str]], body: bytes, scrubber: Scrubber
 ) -> RecordedResponse:
-    """The response to store: its body decoded (gzip, deflate) and kept as JSON, text or base64
-    by its content type; credentials, cookies and framing headers dropped."""
-    data, encoding = _decoded(body, _header(headers, "content-encoding"))
-    kept: dict[str, list[str]] = {}
-    for name, values in headers.items():
-        if not _DROPPED_HEADER.fullmatch(name) and name.lower() != "content-encoding":
-            # Lower case, as HTTP/2 sends them: the same file whichever client recorded it.
-            kept.setdefault(name.lower(), []).extend(scrubber.text(str(v)) for v in values)
-    if encoding:  # one the plugin cannot decode (br without the brotli package): kept encoded
-        kept["content-encoding"] = [encoding]
+    """The response to store: its body decoded (gzip, deflate, br, zstd) and kept as JSON, text
+    or base64 by its content type, scrubbed; credentials, cookies and framing headers dropped.
+    Raises :class:`UnreadableBody` for a body in a coding this process cannot decode."""
+    scrubber.refresh()
+    data = _decoded(body, _header(headers, "content-encoding"))
+    found = scrubber.found()
+    response = _response(status, reason, headers, data, scrubber)
+    if scrubber.found() != found:  # a credential found in the body: masked in the headers too
+        response = _response(status, reason, headers, data, scrubber)
+    return response
+
+
+def _response(
+    status: int, reason: str, headers: Mapping[str, Sequence[str]], data: bytes, scrubber: Scrubber
+) -> RecordedResponse:
     content_type = (_header(headers, "content-type") or "").lower()
     stored: dict[str, Any] | None = None
-    if data and not encoding:
+    if data:
         parsed = _json(data) if "json" in content_type else None
         stored = {"json": scrubber.value(parsed)} if parsed is not None else _text_or_bytes(data, scrubber)
-    elif data:
-        stored = {"base64": base64.b64encode(data).decode("ascii")}
-    return RecordedResponse(status=status, reason=reason or "", headers=kept, body=stored)
+    kept: dict[str, list[str]] = {}
+    for name, values in headers.items():
+        if not _DROPPED_HEADER.fullmatch(name) and not is_credential(name):
+            # Lower case, as HTTP/2 sends them: the same file whichever client recorded it.
+            kept.setdefault(name.lower(), []).extend(scrubber.text(str(v)) for v in values)
+    return RecordedResponse(status=status, reason=scrubber.text(reason or ""), headers=kept, body=stored)
 
 
-def _header(headers: Mapping[str, Sequence[str]], name: str) -> str | None:
-    values = [str(v) for key, found in headers.items() if key.lower() == name for v in found]
+def _header(headers: Mapping[str, Any], name: str) -> str | None:
+    values = [
+        str(v)
+        for key, found in headers.items()
+        if key.lower() == name
+        for v in (found if isinstance(found, (list, tuple)) else [found])
+    ]
     return ", ".join(values) if values else None
 
 
-def _decoded(data: bytes, encoding: str | None) -> tuple[bytes, str]:
-    """The body with its content codings undone, last applied first, and the codings left (those
-    with no decoder here). A body that does not decode was already plain: urllib3 and aiohttp
-    decode it themselves and leave the header."""
+def _decoded(data: bytes, encoding: str | None) -> bytes:
+    """The body with its content codings undone, last applied first. A body that does not decode
+    was already plain: urllib3 and aiohttp decode it themselves and leave the header. One in a
+    coding this process has no decoder for is read as it is if it is text, else it is
+    :class:`UnreadableBody`."""
     codings = [c.strip().lower() for c in (encoding or "").split(",") if c.strip()]
-    while codings and codings[-1] in (*_DECODERS, "identity"):
+    while codings:
         coding = codings.pop()
-        if coding != "identity":
-            try:
-                data = _DECODERS[coding](data)
-            except zlib.error:
-                return data, ""
-    return data, ", ".join(codings)
+        if coding == "identity":
+            continue
+        try:
+            decoded = _decode(coding, data)
+        except _NoDecoder as missing:
+            if _is_text(data):
+                return data
+            raise UnreadableBody(str(missing)) from None
+        if decoded is None:
+            return data
+        data = decoded
+    return data
 
 
-def _inflate(data: bytes) -> bytes:
+def _decode(coding: str, data: bytes) -> bytes | None:
+    """``data`` decoded, or None when it is not in that coding."""
+    decoder = _DECODERS.get(coding)
+    if decoder is None:
+        raise _NoDecoder(f"its body is {coding}-encoded, a coding this plugin does not decode")
+    return decoder(data)
+
+
+def _gunzip(data: bytes) -> bytes | None:
     try:
-        return zlib.decompress(data)
-    except zlib.error:  # raw deflate, as some servers send it
-        return zlib.decompress(data, -zlib.MAX_WBITS)
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error):
+        return None
+
+
+def _inflate(data: bytes) -> bytes | None:
+    for wbits in (zlib.MAX_WBITS, -zlib.MAX_WBITS):  # raw deflate too, as some servers send it
+        try:
+            return zlib.decompress(data, wbits)
+        except zlib.error:
+            continue
+    return None
+
+
+def _unbrotli(data: bytes) -> bytes | None:
+    # The modules httpx, urllib3 and aiohttp use: a client asks for br only when it has one.
+    brotli = _module("brotli") or _module("brotlicffi")
+    if brotli is None:
+        raise _NoDecoder("its body is br-encoded, and this process has no br decoder (pip install brotli)")
+    try:
+        return bytes(brotli.decompress(data))
+    except getattr(brotli, "error", Exception):
+        return None
+
+
+def _unzstd(data: bytes) -> bytes | None:
+    skippable = len(data) >= 4 and data[1:4] == b"\x2a\x4d\x18" and 0x50 <= data[0] <= 0x5F
+    if not (data.startswith(_ZSTD_FRAME) or skippable):
+        return None  # not zstd: decoded already
+    # Python 3.14's, its backport (urllib3's, aiohttp's), or zstandard (httpx's).
+    for name in ("compression.zstd", "backports.zstd"):
+        zstd = _module(name)
+        if zstd is not None:
+            try:
+                return bytes(zstd.decompress(data))
+            except zstd.ZstdError:
+                return None
+    zstandard = _module("zstandard")
+    if zstandard is None:
+        raise _NoDecoder(
+            "its body is zstd-encoded, and this process has no zstd decoder (pip install zstandard)"
+        )
+    decoded = []
+    try:
+        while data:  # frame after frame, as a stream may send them
+            frame = zstandard.ZstdDecompressor().decompressobj()
+            decoded.append(frame.decompress(data))
+            data = frame.unused_data
+    except zstandard.ZstdError:
+        return None
+    return b"".join(decoded)
+
+
+@functools.cache
+def _module(name: str) -> ModuleType | None:
+    """An optional module, imported when a response first needs it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
+_DECODERS: dict[str, Callable[[bytes], bytes | None]] = {
+    "gzip": _gunzip,
+    "x-gzip": _gunzip,
+    "deflate": _inflate,
+    "br": _unbrotli,
+    "zstd": _unzstd,
+}
 
 
 def body_bytes(body: Mapping[str, Any] | None) -> bytes:

@@ -44,7 +44,7 @@ import pytest
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.files import write_atomically
-from pytest_opik_eval.masking import env_secrets, mask
+from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.run.fingerprint import Fingerprint, Fingerprints, attributes, digest, qualified
 from pytest_opik_eval.store.records import ScoreRecord
 
@@ -103,7 +103,8 @@ class JudgeCache:
         self.strict = strict
         self.counts = JudgeCounts()
         environ = os.environ if environ is None else environ
-        self._secrets = env_secrets(environ)
+        # Read again whenever the environment changed: a key a session fixture sets is masked too.
+        self._secrets = EnvironmentSecrets(environ)
         self._fingerprints = Fingerprints(self._secrets, environ)
         self._notify = notify
         self._lock = threading.Lock()  # the counts and the memos: trials score on pool threads
@@ -153,9 +154,12 @@ class JudgeCache:
     def _write(
         self, path: Path, key: str, judge: _Judge, item_id: str, trial: int, records: list[ScoreRecord]
     ) -> None:
-        results = [self._masked(r.model_dump(mode="json", exclude_none=True)) for r in records]
+        results = [r.model_dump(mode="json", exclude_none=True) for r in records]
         entry = {"format": FORMAT, "key": key, **judge.about, "item_id": item_id, "trial": trial}
-        text = json.dumps({**entry, "results": results}, indent=2, sort_keys=True, ensure_ascii=False)
+        # Scrubbed as it is written, with the environment as it is now.
+        text = json.dumps(
+            self._masked({**entry, "results": results}), indent=2, sort_keys=True, ensure_ascii=False
+        )
         try:
             write_atomically(path, text + "\n")
         except OSError:
@@ -222,14 +226,9 @@ class JudgeCache:
             self._notify(message)
 
     def _masked(self, value: Any) -> Any:
-        """``value`` (JSON data) with the environment's secret values replaced by their names."""
-        if isinstance(value, str):
-            return mask(value, self._secrets)
-        if isinstance(value, dict):
-            return {k: self._masked(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._masked(v) for v in value]
-        return value
+        """``value`` (JSON data) scrubbed as the recordings are (see ``masking``), with the
+        environment's secrets as it is now."""
+        return Scrubber(self._secrets).value(value)
 
 
 def _miss_message(judge: _Judge, item_id: str, trial: int) -> str:

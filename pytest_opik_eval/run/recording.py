@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.options import RECORD_MODES, Host, host_text
 from pytest_opik_eval.own_requests import own_request
 from pytest_opik_eval.run import http_calls, tracing
@@ -48,6 +49,7 @@ from pytest_opik_eval.run.contexts import within
 from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 MISS_TYPE = "opik_eval_no_recording"
+_CANONICAL = "_opik_eval_canonical"  # the attribute of vcrpy's request that keeps its canonical form
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 _Key = tuple[str, int, str, int]
@@ -110,8 +112,9 @@ class Recorder:
 
     ``allowed``: the hosts (and ports) left alone in every mode, never recorded, replayed or
     refused. ``live_judges``: in mode ``none``, whether the metrics' requests while a trial is
-    scored go out (the judge cache is off); else they are refused. ``notify``: where a request
-    refused outside any trial is told (the terminal summary's notices)."""
+    scored go out (the judge cache is off); else they are refused. ``notify``: where what the user
+    should know goes (the terminal summary's notices): a request refused outside any trial, a
+    response not recorded."""
 
     def __init__(
         self,
@@ -133,12 +136,14 @@ class Recorder:
         self.live_judges = live_judges
         self._given = tuple(allowed)
         self.allowed: frozenset[Host] = frozenset(allowed)  # with their addresses once started
-        self._notify = notify
+        self.notify = notify
         self._recorded: dict[str, _Recorded] = {}
         self._totals = RecordingCounts()
         self._running: list[TrialScope] = []  # the scopes whose task runs now, in any thread
         self._session_thread: int | None = None  # where pytest runs hooks and fixtures
         self._patches: contextlib.ExitStack | None = None
+        # Read again whenever the environment changed: a key a session fixture sets is masked too.
+        self.secrets = EnvironmentSecrets()
 
     def start(self) -> None:
         if self._patches is not None or self.mode == "off":
@@ -162,6 +167,8 @@ class Recorder:
 
     def scope(self, key: TrialKey, attempt: str) -> TrialScope:
         """The recording scope of ``attempt`` (the store's id of a trial attempt)."""
+        # A parametrize id made of a key (test_answer[sk-...]) names a file: masked as a body is.
+        key = TrialKey(mask(key.test, self.secrets), mask(key.item_id, self.secrets), key.trial)
         return TrialScope(self, key, attempt, self._loaded(key.test))
 
     @contextlib.contextmanager
@@ -239,7 +246,7 @@ class Recorder:
                 scope.misses.append(Miss(request, why.format(host=host), recordable=False))
             self._totals.add(RecordingCounts(missed=1, refused=0 if blamed else 1))
         if not blamed:
-            self._notify(_SESSION_REFUSED.format(request=request, host=host))
+            self.notify(_SESSION_REFUSED.format(request=request, host=host))
 
 
 # Why a request made outside the trial's task was not sent, in mode none (see Recorder.refused).
@@ -290,6 +297,8 @@ class TrialScope:
         self.recorder = recorder
         self._recorded = recorded
         self._seen: Counter[str] = Counter()  # canonical request -> requests made so far
+        # The attempt's own: a credential found in one of its requests is masked in those after.
+        self.scrubber = Scrubber(recorder.secrets)
         has_recordings = (key.item_id, key.trial) in recorded.trials
         mode = recorder.mode
         # Mode once: a trial with recordings replays strictly; one without records, as vcrpy's
@@ -359,21 +368,27 @@ class TrialScope:
             400, "Bad Request", {"content-type": ["application/json"]}, http_calls.body_bytes({"json": body})
         )
 
-    def record(
-        self, request: RecordedRequest, response: dict[str, Any], scrubber: http_calls.Scrubber
-    ) -> None:
+    def record(self, request: RecordedRequest, response: dict[str, Any]) -> None:
         status = int(response["status"]["code"])
         # A transient failure is not recorded: its replay would repeat the SDK's backoff sleep.
         # The retry that succeeds takes its place (same occurrence).
         if status == 429 or status >= 500:
             return
-        stored = http_calls.recorded_response(
-            status,
-            response["status"].get("message") or "",
-            response["headers"],
-            response["body"].get("string") or b"",
-            scrubber,
-        )
+        try:
+            stored = http_calls.recorded_response(
+                status,
+                response["status"].get("message") or "",
+                response["headers"],
+                response["body"].get("string") or b"",
+                self.scrubber,
+            )
+        except http_calls.UnreadableBody as error:  # never written unscrubbed: not recorded
+            message = (
+                f"--eval-record: the response to {http_calls.one_line(request)} was not recorded: {error}; "
+                "a body the recorder cannot read cannot be kept free of secrets"
+            )
+            self.recorder.notify(message)
+            return
         usage = _priced(http_calls.usage_of(stored))
         key = self.key
         with self.recorder.lock:
@@ -424,32 +439,30 @@ class _Cassette:
 
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
-        # The environment's secrets, read once (per request, reading them cost more than the rest).
-        self.scrubber = http_calls.Scrubber()
-        # vcrpy asks can_play_response_for, then play_response, about one request, in one thread
-        # with nothing in between: its canonical form is made once.
-        self._last = threading.local()
 
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
         if scope is None:  # outside any trial: sent, unless strict replay refuses it
             return self.recorder.refuses(request.host, request.port)
-        if not scope.replays or self._left_alone(request):
-            return False  # a trial that only records, or a host left alone
-        return scope.answers(self._canonical(request))
+        if self._left_alone(request):
+            return False
+        # Made before the request is sent, even by a trial that only records: sending consumes
+        # what some bodies hold (the files of an aiohttp FormData).
+        canonical = self._canonical(request, scope)
+        return scope.replays and scope.answers(canonical)
 
     def play_response(self, request: Any) -> dict[str, Any]:
         scope = _current.get()
         if scope is None:
             return self._refused(request)
-        return scope.play(self._canonical(request))
+        return scope.play(self._canonical(request, scope))
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
         # Outside any trial (a fixture, a metric, the Opik backend), or a host left alone: not kept.
         if scope is None or self._left_alone(request):
             return
-        scope.record(self._canonical(request), response, self.scrubber)
+        scope.record(self._canonical(request, scope), response)
 
     def _left_alone(self, request: Any) -> bool:
         # Most sessions let no host through: the request's URL is not parsed for them.
@@ -458,7 +471,7 @@ class _Cassette:
     def _refused(self, request: Any) -> dict[str, Any]:
         """Mode none, outside any trial: the request is not sent; the app gets an HTTP 400 (SDKs
         do not retry it) that says why."""
-        line = f"{request.method} {http_calls.canonical_url(request.uri, self.scrubber)}"
+        line = f"{request.method} {http_calls.canonical_url(request.uri, Scrubber(self.recorder.secrets))}"
         host = host_text(request.host, request.port)
         self.recorder.refused(line, host)
         message = (
@@ -479,16 +492,16 @@ class _Cassette:
         # aiohttp's stub looks up a redirect's target with this; the target itself is the match.
         return [(request, [], [])]
 
-    def _canonical(self, request: Any) -> RecordedRequest:
-        last = getattr(self._last, "pair", None)
-        if last is not None and last[0] is request:
-            return cast(RecordedRequest, last[1])
-        content_type = next((str(v) for k, v in request.headers.items() if k.lower() == "content-type"), None)
-        canonical = http_calls.canonical_request(
-            request.method, request.uri, request.body, content_type, self.scrubber
-        )
-        self._last.pair = (request, canonical)
-        return canonical
+    def _canonical(self, request: Any, scope: TrialScope) -> RecordedRequest:
+        # vcrpy asks about one request (its own object) up to three times, with other requests'
+        # questions in between on one event loop: its canonical form is made once, kept on it.
+        canonical = getattr(request, _CANONICAL, None)
+        if canonical is None:
+            canonical = http_calls.canonical_request(
+                request.method, request.uri, request.body, request.headers, scope.scrubber
+            )
+            setattr(request, _CANONICAL, canonical)
+        return cast(RecordedRequest, canonical)
 
 
 def _priced(usage: RecordedUsage | None) -> RecordedUsage | None:
