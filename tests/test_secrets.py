@@ -33,7 +33,7 @@ import zstandard
 from conftest import Project
 
 from pytest_opik_eval.run.recording import Recorder, TrialKey
-from pytest_opik_eval.store.recordings import fold
+from pytest_opik_eval.store.recordings import Folded, fold
 from pytest_opik_eval.store.recordings import load as load_recordings
 
 TEST = "tests/test_app.py::test_answer"
@@ -385,7 +385,7 @@ def test_no_secret_reaches_a_recording_and_the_trial_still_replays(
         recorder.completed(key, "a1")  # mode all keeps what a completed attempt recorded
         assert recorder.counts().recorded > 0
         assert leaks(tmp_path, case.secrets) == []  # the journal, as the process wrote it
-    assert fold(tmp_path) == []
+    assert fold(tmp_path) == Folded()
     assert load_recordings(tmp_path, TEST)
     assert leaks(tmp_path, case.secrets) == []
     assert still_encoded(tmp_path) == []
