@@ -36,7 +36,7 @@ from pytest_opik_eval.options import (
     seconds,
 )
 from pytest_opik_eval.reports.spans import tree_lines
-from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines
+from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines, trial_verdict
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, ScoreRecord, Store, TrialRecord
 from pytest_opik_eval.store.base import experiments_with_trial, find_trial
@@ -342,11 +342,12 @@ def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str], 
             print(line)
         for line in gate_lines([result]):
             print(f"  {line}")
-        print(f"  {'item':<20} {'trial':>5}  {'status':<9} {'passed':<6}  scores")
+        print(f"  {'item':<20} {'trial':>5}  {'status':<9} {'verdict':<11}  scores")
+        soft = result.settings.soft_trials()
         for trial in result.trials:
             scores = _scores_text(trial.scores)
-            passed = "-" if trial.passed is None else ("yes" if trial.passed else "no")
-            row = f"  {trial.dataset_item_id:<20} {trial.trial:>5}  {trial.status:<9} {passed:<6}  {scores}"
+            verdict = trial_verdict(trial.passed, soft=soft) or "-"
+            row = f"  {trial.dataset_item_id:<20} {trial.trial:>5}  {trial.status:<9} {verdict:<11}  {scores}"
             print(escape_control(row))  # item ids and score names are data
         traced = next((t for t in result.trials if t.spans or t.usage is not None), None)
         if traced is not None:
@@ -402,7 +403,7 @@ def _show_trial(
         )
     if chain:
         lines.append(f"  {_rescore_note(chain, trial.node_id, named)}")
-    lines += _trial_lines(trial, rescored=bool(chain))
+    lines += _trial_lines(trial, rescored=bool(chain), soft=experiment.gates.soft_trials())
     for line in lines:
         print(escape_control(line))  # names, ids and errors are data (tree_lines escaped its own)
     return 0
@@ -462,10 +463,11 @@ def _rescore_note(chain: list[tuple[str, str | None]], node_id: str, named: Path
     )
 
 
-def _trial_lines(trial: TrialRecord, *, rescored: bool) -> list[str]:
-    """The trial's status, latency, scores and span tree."""
-    passed = "" if trial.passed is None else (", passed" if trial.passed else ", failed")
-    lines = [f"  item {trial.dataset_item_id}, trial {trial.trial}: {trial.status}{passed}"]
+def _trial_lines(trial: TrialRecord, *, rescored: bool, soft: bool) -> list[str]:
+    """The trial's status, verdict, latency, scores and span tree."""
+    verdict = trial_verdict(trial.passed, soft=soft)
+    status = f"{trial.status}, {verdict}" if verdict else trial.status
+    lines = [f"  item {trial.dataset_item_id}, trial {trial.trial}: {status}"]
     timings = [f"task {duration(trial.task_seconds)}"] if trial.task_seconds is not None else []
     timings += [f"{name} {duration(value)}" for name, value in trial.metric_seconds.items()]
     if timings:

@@ -83,7 +83,7 @@ def test_a_score_that_is_not_a_finite_number_fails_its_trial_naming_the_metric_a
     # The store stays readable by every later command.
     code, out, err = _cli(capsys, "show", "last")
     assert code == 0, err
-    assert re.search(r"^  nan +0  completed no +odd_metric=FAILED$", out, re.MULTILINE), out
+    assert re.search(r"^  nan +0  completed failed +odd_metric=FAILED$", out, re.MULTILINE), out
     assert project.run("--eval-resume=last").ret == 1  # completed trials that failed still fail
 
 
@@ -171,7 +171,7 @@ def test_a_store_holding_a_null_score_opens_and_reports_the_row(
     assert code == 0, err
     assert "could not be read" in err and "test_eval.py::test_qa[b-t0]" in err
     assert '"value": null' in err
-    assert re.search(r"^  b +0  completed no +equals_metric=FAILED$", out, re.MULTILINE), out
+    assert re.search(r"^  b +0  completed failed +equals_metric=FAILED$", out, re.MULTILINE), out
 
     # So does a resume: it runs the pending trial, and its summary and report read the rest.
     project.repair()

@@ -117,9 +117,9 @@ def test_show_experiment_prints_its_trials_and_scores(
         f"  experiment {experiment['id']}  run {report['run_id']}",
         "  trials: 3 planned, 2 completed (1 passed, 1 failed), 1 pending",
     ]
-    assert ["item", "trial", "status", "passed", "scores"] in lines
-    assert ["a", "0", "completed", "yes", "equals_metric=1"] in lines
-    assert ["b", "0", "completed", "no", "equals_metric=0"] in lines
+    assert ["item", "trial", "status", "verdict", "scores"] in lines
+    assert ["a", "0", "completed", "passed", "equals_metric=1"] in lines
+    assert ["b", "0", "completed", "failed", "equals_metric=0"] in lines
     assert ["c", "0", "pending", "-"] in lines
     assert f"resume the 1 pending: pytest --eval-resume={experiment['id']}" in out
     assert other["id"] not in out

@@ -604,7 +604,10 @@ def test_gate_options_replace_the_stored_gates_of_their_kind(
 
 @pytest.mark.parametrize("processes", [[], ["-p", "xdist", "-n", "2"]], ids=["single", "xdist"])
 def test_a_soft_failed_trial_reads_the_same_in_every_report(
-    project: Project, monkeypatch: pytest.MonkeyPatch, processes: list[str]
+    project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    processes: list[str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     project.dataset(items("a", "b", "c", "d"))
     project.eval_test(behaviour="if item['id'] == 'd': return 'wrong'")
@@ -654,3 +657,12 @@ def test_a_soft_failed_trial_reads_the_same_in_every_report(
     page = (project.path / "r.html").read_text()
     assert '<span class="bad">0 failed</span>, <span class="pending soft-failed"' in page
     assert ">1 soft-failed</span>" in page
+    # opik-eval show: the experiment's table and the trial itself.
+    capsys.readouterr()
+    store = ["--store", str(project.store_path)]
+    assert opik_eval([*store, "show", "last"]) == 0
+    rows = [line.split()[:4] for line in capsys.readouterr().out.splitlines()]
+    assert ["d", "0", "completed", "soft-failed"] in rows
+    assert ["a", "0", "completed", "passed"] in rows
+    assert opik_eval([*store, "show", "test_eval.py::test_qa[d-t0]"]) == 0
+    assert "  item d, trial 0: completed, soft-failed" in capsys.readouterr().out.splitlines()

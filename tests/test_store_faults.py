@@ -230,7 +230,7 @@ def test_a_read_only_store_is_one_line_and_stays_readable(project: Project, read
         cli = "import sys; from pytest_opik_eval.cli import main; sys.exit(main())"
         shown = project.pytester.run(*prefix, sys.executable, "-c", cli, "show", "last")
         assert shown.ret == 0, shown.stderr.str()
-        shown.stdout.fnmatch_lines(["*a * 0  completed yes*", "*b * 0  pending*"])
+        shown.stdout.fnmatch_lines(["*a * 0  completed passed*", "*b * 0  pending*"])
         # Under pytest-xdist the controller, which runs no trial itself, checks the store before
         # its workers start: one line, for a new run and for a resume alike.
         for args in (["--eval", *XDIST], ["--eval-resume=last", *XDIST]):

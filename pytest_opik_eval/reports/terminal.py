@@ -44,6 +44,14 @@ _OUTLIERS = 3  # the slowest and the most expensive trials named
 SOFT_FAILED = "soft-failed (missed thresholds; the gates decide)"
 
 
+def trial_verdict(passed: bool | None, *, soft: bool) -> str:
+    """A trial's verdict in a word: passed, failed, soft-failed (missed its thresholds where that
+    fails nothing: ``GateSettings.soft_trials``), or "" for a trial that has none yet."""
+    if passed is None:
+        return ""
+    return "passed" if passed else ("soft-failed" if soft else "failed")
+
+
 def summary_lines(
     experiments: Sequence[ExperimentResult], resume_command: Callable[[str], str], resumed: bool
 ) -> list[str]:
