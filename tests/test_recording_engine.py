@@ -571,6 +571,32 @@ def test_merge_adds_the_shards_recordings_and_keeps_its_own(tmp_path: Path) -> N
     ]
 
 
+def test_merge_says_what_a_shards_own_fold_could_not_write_and_adds_the_rest(tmp_path: Path) -> None:
+    shard = tmp_path / "shard"
+    other = "tests/test_app.py::test_other"
+    journal = Journal(shard, "killed", "main")
+    journal.add(TEST, interaction("q1", 0, "p", "a"))
+    journal.add(other, interaction("q1", 0, "p", "b"))
+    journal.close()  # left unfolded, as a killed shard leaves it
+    file_of(shard, TEST).mkdir(parents=True)  # a folder in the place of one test's file
+    with pytest.raises(ValueError) as raised:
+        merge(tmp_path / "merged", [shard])
+    message = str(raised.value)
+    assert message.startswith("1 interaction(s) added, but not all: ")
+    assert (
+        f"{file_of(shard, TEST)}: Is a directory" in message and f"waits in a journal of {shard}" in message
+    )
+    assert [i.response.body for i in load_recordings(tmp_path / "merged", other)] == [
+        {"json": {"answer": "b"}}
+    ]
+    # Nothing is lost: once the folder is out of the way, merging again adds the rest.
+    file_of(shard, TEST).rmdir()
+    assert merge(tmp_path / "merged", [shard]) == 1
+    assert [i.response.body for i in load_recordings(tmp_path / "merged", TEST)] == [
+        {"json": {"answer": "a"}}
+    ]
+
+
 def test_a_long_test_name_is_cut_with_a_hash_and_found_again_by_load_and_merge(tmp_path: Path) -> None:
     long_tests = [f"tests/test_app.py::test_answer[{'x' * 300}{n}]" for n in (1, 2)]
     shard = tmp_path / "shard"

@@ -434,19 +434,25 @@ def _loaded_or_set_aside(folder: Path, test: str, damaged: list[str]) -> list[In
 def merge(folder: Path, sources: Sequence[Path]) -> int:
     """Add the recordings of other folders (CI shards) to ``folder``'s; the number of
     interactions added. An interaction ``folder`` has already keeps its own answer. A source's
-    journals left by a killed shard are folded into it first."""
+    journals left by a killed shard are folded into it first: what that fold could not write (or
+    set aside) is not in the source's files, so merge adds the rest, then raises ``ValueError``
+    naming it, never reporting a merge that left recordings behind as whole."""
     added = 0
+    left: list[str] = []
     for source in sources:
         if source.resolve() == folder.resolve():
             continue
-        fold(source)
+        folded = fold(source)
+        left += folded.set_aside + [f"{why}; it waits in a journal of {source}" for why in folded.unsaved]
         for path in sorted(source.rglob("*.json")):
-            if _JOURNALS in path.relative_to(source).parts:
-                continue
+            if _JOURNALS in path.relative_to(source).parts or not path.is_file():
+                continue  # a journal, or a folder in a file's place (named in ``left``)
             recorded = _parsed(path, path.read_text(encoding="utf-8"))
             mine = {i.key: i for i in load(folder, recorded.test)}
             new = [i for i in recorded.interactions if i.key not in mine]
             if new:
                 _write(folder, recorded.test, [*mine.values(), *new])
                 added += len(new)
+    if left:
+        raise ValueError(f"{added} interaction(s) added, but not all: " + "; ".join(left))
     return added
