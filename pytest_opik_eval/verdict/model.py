@@ -18,7 +18,7 @@ from pytest_opik_eval.store.records import GateMode, GateSettings, ScoreRecord
 from pytest_opik_eval.store.records import Usage as Usage
 from pytest_opik_eval.store.records import UsageTotals as UsageTotals
 
-SCHEMA_VERSION: Literal[3] = 3
+SCHEMA_VERSION: Literal[4] = 4
 
 
 class _Report(BaseModel):
@@ -270,7 +270,7 @@ class RecordingReport(_Report):
 
 
 class Report(_Report):
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]
