@@ -166,7 +166,7 @@ def run_trial(
     scope = recorder.scope(key, attempt=f"{item}#{trial}")
     with scope.entered():
         answers = [chat(kind, url, prompt)[1] for prompt in prompts]
-    recorder.completed(key, scope.attempt)
+    recorder.completed(scope.attempt)
     return scope, answers
 
 

@@ -17,6 +17,7 @@ import contextlib
 import gzip
 import io
 import json
+import shutil
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -382,7 +383,7 @@ def test_no_secret_reaches_a_recording_and_the_trial_still_replays(
         key = TrialKey(TEST, "q1", 0)
         with recorder.scope(key, "a1").entered():
             case.send(server.url)
-        recorder.completed(key, "a1")  # mode all keeps what a completed attempt recorded
+        recorder.completed("a1")  # mode all keeps what a completed attempt recorded
         assert recorder.counts().recorded > 0
         assert leaks(tmp_path, case.secrets) == []  # the journal, as the process wrote it
     assert fold(tmp_path) == Folded()
@@ -746,6 +747,16 @@ def test_a_test_parametrized_by_a_key_keeps_it_out_of_its_file_name(
     assert "%3COPENAI_API_KEY%3E" in name  # test_answer[<OPENAI_API_KEY>], escaped
     # CI has another key: the same file.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-CIkey0000000000000000000")
+    reply = server.reply
+    server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen.path}")
+    project.run("--eval", "--eval-record=none").assert_outcomes(passed=2)
+    # Recorded afresh with mode all, which keeps what each completed attempt recorded: under the
+    # id masked as when its scope was made.
+    server.reply = reply
+    shutil.rmtree(folder)
+    project.run("--eval", "--eval-record=all").assert_outcomes(passed=2)
+    assert [path.name for path in (folder / "test_app.py").iterdir()] == [name]
+    assert leaks(folder, [SDK_KEY, "sk-proj-CIkey0000000000000000000"]) == []
     server.reply = lambda seen: pytest.fail(f"strict replay reached the server: {seen.path}")
     project.run("--eval", "--eval-record=none").assert_outcomes(passed=2)
 

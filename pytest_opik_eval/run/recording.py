@@ -140,6 +140,7 @@ class Recorder:
         self._recorded: dict[str, _Recorded] = {}
         self._totals = RecordingCounts()
         self._running: list[TrialScope] = []  # the scopes whose task runs now, in any thread
+        self._attempts: dict[str, TrialKey] = {}  # mode all: each attempt's key, until it completes
         self._session_thread: int | None = None  # where pytest runs hooks and fixtures
         self._patches: contextlib.ExitStack | None = None
         # Read again whenever the environment changed: a key a session fixture sets is masked too.
@@ -169,6 +170,9 @@ class Recorder:
         """The recording scope of ``attempt`` (the store's id of a trial attempt)."""
         # A parametrize id made of a key (test_answer[sk-...]) names a file: masked as a body is.
         key = TrialKey(mask(key.test, self.secrets), mask(key.item_id, self.secrets), key.trial)
+        if self.mode == "all":  # the key its recordings are journaled under, for completed()
+            with self.lock:
+                self._attempts[attempt] = key
         return TrialScope(self, key, attempt, self._loaded(key.test))
 
     @contextlib.contextmanager
@@ -191,10 +195,13 @@ class Recorder:
             with self.lock:
                 self._running.remove(scope)
 
-    def completed(self, key: TrialKey, attempt: str) -> None:
+    def completed(self, attempt: str) -> None:
         """``attempt`` completed (its marker is about to be cleared): in mode ``all``, what it
-        recorded replaces the trial's recordings, from the next fold on."""
-        if self.mode == "all":
+        recorded replaces the trial's recordings, from the next fold on. Journaled under the key
+        its scope was made with (masked then: the environment may have changed since)."""
+        with self.lock:
+            key = self._attempts.pop(attempt, None)
+        if key is not None:
             self.journal.complete(key.test, key.item_id, key.trial, attempt)
 
     def counts(self) -> RecordingCounts:

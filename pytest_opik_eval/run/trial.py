@@ -344,7 +344,7 @@ def clear_marker(item: pytest.Item, trial: Trial, store: Store, recorder: Record
         return
     assert trial.attempt_id is not None
     if recorder is not None:
-        recorder.completed(recording_key(trial), trial.attempt_id)
+        recorder.completed(trial.attempt_id)
     if trial.completed_attempt is None:
         store.complete_attempt(trial.attempt_id)
     else:
