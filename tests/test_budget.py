@@ -501,3 +501,44 @@ def test_the_html_report_says_the_budget_stopped_the_run(
     result.assert_outcomes(passed=89, deselected=11)
     page = html.read_text(encoding="utf-8")
     assert '<div class="budget"><p class="budget-line">eval budget: spent $22.25 of $100.00</p></div>' in page
+
+
+# The app asks twice: a plain httpx call (no span), recorded once and replayed since, then a new
+# question in a span of its own, which reports the 100 tokens that live call used.
+MIXED_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Equals
+from pytest_opik_eval.tracing import trace
+from app import ask
+
+LIVE = LIVE_CALL
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl", metrics=[Equals(threshold=0)], scoring_key_mapping={"reference": "expected_output"}
+)
+def test_answer(eval_item):
+    answer = ask(eval_item["input"]["question"])
+    if LIVE:
+        with trace.span("live call", type="llm"):
+            ask("again: " + eval_item["input"]["question"])
+            trace.usage(model="gpt-4o-mini", input_tokens=90, output_tokens=10)
+    return answer
+"""
+
+
+def test_a_replayed_call_never_takes_off_what_a_live_calls_span_spent(project: Project, llm: FakeLLM) -> None:
+    project.dataset(
+        [{"id": q, "input": {"question": q}, "expected_output": q} for q in ("capital", "colour", "planet")]
+    )
+    project.write("app.py", HTTPX_APP)
+    project.write("test_app.py", MIXED_TEST.replace("LIVE_CALL", "False"))
+    project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=3)
+
+    # The first call of each trial replays (15 tokens saved, reported by no span); the second goes
+    # out and its span reports 100 tokens: paid, all of it.
+    project.write("test_app.py", MIXED_TEST.replace("LIVE_CALL", "True"))
+    result, report = project.run_report("--eval", "--eval-record=new_episodes", "--eval-budget=1M tokens")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["eval recordings (--eval-record=new_episodes): 3 replayed, 3 recorded*"])
+    assert report["budget"]["spent"] == 300

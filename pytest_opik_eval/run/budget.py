@@ -27,7 +27,8 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +40,7 @@ from pytest_opik_eval.store.records import BudgetSetting, SpanRecord
 from pytest_opik_eval.verdict.usage import lineage
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.run.recording import RecordingCounts
+    from pytest_opik_eval.run.recording import TrialScope
 
 # Set on a test case whose trial the budget kept from starting: its report says so.
 NOT_STARTED = pytest.StashKey[bool]()
@@ -92,22 +93,24 @@ class Budget:
             item.stash[NOT_STARTED] = True
             pytest.skip(self.reason)
 
-    def add(self, spans: Sequence[SpanRecord], replayed: Mapping[str, RecordingCounts] | None = None) -> None:
+    def add(self, spans: Sequence[SpanRecord], replayed: TrialScope | None = None) -> None:
         """A trial ended: what its spans spent, less what its replayed calls (--eval-record) saved,
         by the span open where they were made (``TrialScope.saved_under``): the spans that report
-        a replayed call's usage, which nobody paid for again, are that span or under it."""
+        a replayed call's usage, which nobody paid for again, are that span or under it, but for
+        those open around a call that went out (``TrialScope.live_under``)."""
+        saved_under = {} if replayed is None else replayed.saved_under
         if self.unit == "tokens":
             spend = [(span, float(_tokens(span))) for span in spans]
             saved = {
-                under: float(c.saved_input_tokens + c.saved_output_tokens)
-                for under, c in (replayed or {}).items()
+                under: float(c.saved_input_tokens + c.saved_output_tokens) for under, c in saved_under.items()
             }
         else:
             spend = [(span, span.cost) for span in spans if span.cost is not None]
-            saved = {under: c.saved_cost or 0.0 for under, c in (replayed or {}).items()}
+            saved = {under: c.saved_cost or 0.0 for under, c in saved_under.items()}
             if any(span.cost is None and _tokens(span) for span in spans):
                 self.unpriced = True
-        amount = math.fsum(amount for _, amount in spend) - _replayed(spans, spend, saved)
+        live = set() if replayed is None else replayed.live_under
+        amount = math.fsum(amount for _, amount in spend) - _replayed(spans, spend, saved, live)
         if amount <= 0:
             return
         with self._lock:
@@ -123,29 +126,49 @@ class Budget:
 
 
 def _replayed(
-    spans: Sequence[SpanRecord], spend: Sequence[tuple[SpanRecord, float]], saved: Mapping[str, float]
+    spans: Sequence[SpanRecord],
+    spend: Sequence[tuple[SpanRecord, float]],
+    saved: Mapping[str, float],
+    live: AbstractSet[str],
 ) -> float:
     """What of ``spend`` the replayed calls account for: the amount ``saved`` by the calls made
     under each span, taken from what that span and the spans under it spent, never more (a call
-    no span reported, through plain httpx, cancels nothing); the innermost spans' calls first, so
-    that calls made under an outer span take only what is left."""
+    no span reported, through plain httpx, cancels nothing), and never from under a span open
+    around a call that went out (``live``), which was paid for; the innermost spans' calls
+    first, so that calls made under an outer span take only what is left."""
     if not saved:
         return 0.0
     parents = {span.id: span.parent_span_id for span in spans}
-    ancestors = [set(lineage(span.id, parents)) for span, _ in spend]
-    left = [amount for _, amount in spend]
+    children: dict[str | None, list[str]] = {}
+    for span in spans:
+        children.setdefault(span.parent_span_id, []).append(span.id)
+    left = {span.id: amount for span, amount in spend}
     taken = 0.0
     for under in sorted(saved, key=lambda under: -len(lineage(under, parents))):
         wanted = saved[under]
-        for index, amount in enumerate(left):
+        # A live call's span above this one (or this one) does not keep its own calls' savings out.
+        paid = live - set(lineage(under, parents))
+        for span_id in _below(under, children, paid):
             if wanted <= 0:
                 break
-            if under in ancestors[index]:
-                part = min(amount, wanted)
-                left[index] -= part
+            part = min(left.get(span_id, 0.0), wanted)
+            if part > 0:
+                left[span_id] -= part
                 wanted -= part
                 taken += part
     return taken
+
+
+def _below(top: str, children: Mapping[str | None, list[str]], skipped: AbstractSet[str]) -> Iterator[str]:
+    """``top`` and the spans under it, depth first, but for the subtrees of ``skipped``: one pass
+    over the subtree however deep it is."""
+    stack = [top]
+    while stack:
+        span_id = stack.pop()
+        if span_id in skipped:
+            continue
+        yield span_id
+        stack.extend(reversed(children.get(span_id, ())))
 
 
 def _tokens(span: SpanRecord) -> int:

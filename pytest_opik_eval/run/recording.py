@@ -299,8 +299,10 @@ class TrialScope:
         self.misses: list[Miss] = []
         self.counts = RecordingCounts()
         # What the replayed calls saved, by the id of the trial's span open where each was made
-        # (see ``play``): a budget subtracts it only from what that span and those under it report.
+        # (see ``play``): a budget subtracts it only from what that span and those under it report,
+        # but for the spans open around a call that went out (``live_under``), which were paid.
         self.saved_under: dict[str, RecordingCounts] = {}
+        self.live_under: set[str] = set()
         self.recorder = recorder
         self._recorded = recorded
         self._seen: Counter[str] = Counter()  # canonical request -> requests made so far
@@ -339,10 +341,7 @@ class TrialScope:
         return found or self.strict
 
     def play(self, request: RecordedRequest) -> dict[str, Any]:
-        trial = tracing.current()
-        # An instrumented client's span (track_openai's, a manual one) is open around its call;
-        # otherwise the span the app reports the call's usage on comes under the trial's innermost.
-        under = None if trial is None else trial.parent_span_id()
+        under = _open_span()
         with self.recorder.lock:
             times = self._seen[request.key]
             self._seen[request.key] += 1
@@ -375,7 +374,16 @@ class TrialScope:
             400, "Bad Request", {"content-type": ["application/json"]}, http_calls.body_bytes({"json": body})
         )
 
+    def sent(self) -> None:
+        """A request of the task went out (recorded, or to a host left alone): what the span open
+        around it reports was paid for, whatever a replayed call saved under an outer span."""
+        under = _open_span()
+        if under is not None:
+            with self.recorder.lock:
+                self.live_under.add(under)
+
     def record(self, request: RecordedRequest, response: dict[str, Any]) -> None:
+        self.sent()
         status = int(response["status"]["code"])
         # A transient failure is not recorded: its replay would repeat the SDK's backoff sleep.
         # The retry that succeeds takes its place (same occurrence).
@@ -467,7 +475,10 @@ class _Cassette:
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
         # Outside any trial (a fixture, a metric, the Opik backend), or a host left alone: not kept.
-        if scope is None or self._left_alone(request):
+        if scope is None:
+            return
+        if self._left_alone(request):
+            scope.sent()
             return
         scope.record(self._canonical(request, scope), response)
 
@@ -509,6 +520,14 @@ class _Cassette:
             )
             setattr(request, _CANONICAL, canonical)
         return cast(RecordedRequest, canonical)
+
+
+def _open_span() -> str | None:
+    """The trial's span open where a request is made: an instrumented client's (track_openai's,
+    a manual one) around its call, else the task span, under which the app reports the call's
+    usage on a span of its own (``trace.usage`` after the call)."""
+    trial = tracing.current()
+    return None if trial is None else trial.parent_span_id()
 
 
 def _priced(usage: RecordedUsage | None) -> RecordedUsage | None:

@@ -313,7 +313,7 @@ def _record_spans(
         notice(item.config, f"{where}: {rejected}")
     if spans:
         if budget is not None:
-            budget.add(spans, None if scope is None else scope.saved_under)
+            budget.add(spans, scope)
             if budget.unpriced:
                 notice(item.config, UNPRICED_SPEND)
         record = span_recorder(store)
