@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pytest_opik_eval.collect.planning import settings_for_resume
+from pytest_opik_eval.collect.planning import settings_for_gate
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.files import write_atomically
@@ -560,7 +560,7 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         store,
         experiments,
         None,
-        lambda e: settings_for_resume(e.gates, given),
+        lambda e: settings_for_gate(e.gates, given),
         Baselines(store, args.eval_baseline),
         resume,
     )

@@ -332,19 +332,32 @@ def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: Gate
 
 
 def settings_for_resume(stored: GateSettings, cli: GateOptions) -> GateSettings:
-    """A resume (and ``opik-eval gate``) gates as the original run did, unless its command line
-    says otherwise: each gate option given replaces the stored gates of its kind, all of them
-    (``--eval-fail-under=a=0.8`` leaves no stored ``fail_under`` on another metric;
-    ``--eval-max-cost=1/run`` no stored cost gate per item)."""
+    """A resume gates as the original run did, unless its command line says otherwise, per
+    metric: its command line is most often the original's (a CI's ``addopts``), so a gate it
+    gives is added to the stored ones (the marker's among them), replacing only the same gate."""
+    return _with_given(stored, cli, replace=False)
+
+
+def settings_for_gate(stored: GateSettings, cli: GateOptions) -> GateSettings:
+    """``opik-eval gate``: the stored gates, but each gate option given replaces the stored gates
+    of its kind, all of them (``--eval-fail-under=a=0.8`` leaves no stored ``fail_under`` on
+    another metric; ``--eval-max-cost=1/run`` no stored cost gate per item)."""
+    return _with_given(stored, cli, replace=True)
+
+
+def _with_given(stored: GateSettings, cli: GateOptions, *, replace: bool) -> GateSettings:
+    def per_metric(given: dict[str, float], kept: dict[str, float]) -> dict[str, float]:
+        return (given or kept) if replace else {**kept, **given}
+
     return stored.model_copy(
         update={
-            "fail_under": cli.fail_under or stored.fail_under,
+            "fail_under": per_metric(cli.fail_under, stored.fail_under),
             "min_pass_rate": _first(cli.min_pass_rate, stored.min_pass_rate),
-            "max_regression": cli.max_regression or stored.max_regression,
+            "max_regression": per_metric(cli.max_regression, stored.max_regression),
             "soft": stored.soft if cli.soft is None else cli.soft,
             "mode": cli.mode or stored.mode,
             "confidence": stored.confidence if cli.confidence is None else cli.confidence,
-            **_cost_and_latency(cli.max_cost, None if cli.max_cost else stored),
+            **_cost_and_latency(cli.max_cost, None if replace and cli.max_cost else stored),
             "max_latency": _latency(cli.max_latency) or stored.max_latency,
         }
     )
