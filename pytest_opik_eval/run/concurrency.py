@@ -68,16 +68,15 @@ def async_fixture(item: pytest.Function) -> str | None:
     return None
 
 
-def prepare_threads(*, recording: bool) -> None:
+def prepare_threads() -> None:
     """On the main thread, before trials run in the pool's threads: import what they would
     otherwise import first, mid-run, where the other threads' trials could meet it half made.
-    That is genai-prices, which prices spans (when a span can reach a trial) and the usage of
-    the calls recorded (``recording``) as each trial ends (see ``pricing.preload``); a session
-    whose trials can price nothing does not import it."""
-    from pytest_opik_eval.run import pricing, tracing
+    That is genai-prices, which prices spans and the usage of recorded calls as each trial ends
+    (see ``pricing.preload``): imported whenever it is installed, since a task may import a
+    traced SDK (openai, opik) itself, in the threads, once they run."""
+    from pytest_opik_eval.run import pricing
 
-    if recording or tracing.may_trace():
-        pricing.preload()
+    pricing.preload()
 
 
 class Pool:

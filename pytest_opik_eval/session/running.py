@@ -54,7 +54,7 @@ class Running:
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
         self.state.start_recording()
         if any(plan.threads > 1 for plan in self.state.plans_seen):
-            prepare_threads(recording=self.state.recorder is not None)
+            prepare_threads()
         if self.state.resume is not None:
             return  # the run and its experiments are in the store already
         shards = self.state.shards
