@@ -19,6 +19,7 @@ import io
 import json
 import shutil
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +34,9 @@ import requests
 import zstandard
 from conftest import Project
 
+from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
+from pytest_opik_eval.run import http_calls
+from pytest_opik_eval.run.http_calls import UnreadableBody
 from pytest_opik_eval.run.recording import Recorder, TrialKey
 from pytest_opik_eval.store.recordings import Folded, fold
 from pytest_opik_eval.store.recordings import load as load_recordings
@@ -418,6 +422,30 @@ def test_a_body_in_a_coding_the_recorder_cannot_read_is_not_recorded_and_it_says
         "compress-encoded, a coding this plugin does not decode; a body the recorder cannot read cannot "
         "be kept free of secrets"
     ]
+
+
+@pytest.mark.parametrize(
+    "coding, compress",
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("zstd", lambda data: zstandard.ZstdCompressor().compress(data)),
+        ("br", brotli.compress),
+    ],
+)
+def test_a_compressed_body_cut_short_is_never_stored_as_it_came(
+    monkeypatch: pytest.MonkeyPatch, coding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    body = json.dumps({"echo": ENV_KEY, "padding": "x" * 200}).encode()
+    headers = {"content-type": ["application/json"], "content-encoding": [coding]}
+    scrubber = Scrubber(EnvironmentSecrets())
+    # Cut short: it does not decode, and the key inside is out of the scrubber's reach.
+    with pytest.raises(UnreadableBody, match=f"its body is {coding}-encoded and does not decode"):
+        http_calls.recorded_response(200, "OK", headers, compress(body)[:-12], scrubber)
+    # Decoded already by the client (urllib3, aiohttp leave the header): read, and scrubbed.
+    stored = http_calls.recorded_response(200, "OK", headers, body, scrubber)
+    assert stored.body == {"json": {"echo": "<OPENAI_API_KEY>", "padding": "x" * 200}}
 
 
 def test_a_secret_set_after_the_recorder_started_is_masked(

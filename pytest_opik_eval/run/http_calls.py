@@ -260,9 +260,23 @@ def _decoded(data: bytes, encoding: str | None) -> bytes:
                 return data
             raise UnreadableBody(str(missing)) from None
         if decoded is None:
+            if _looks_encoded(coding, data):  # cut short, or damaged: its secrets out of reach
+                raise UnreadableBody(f"its body is {coding}-encoded and does not decode (cut short?)")
             return data
         data = decoded
     return data
+
+
+def _looks_encoded(coding: str, data: bytes) -> bool:
+    """Whether ``data``, which did not decode, still bears its coding's mark (a gzip, zlib or
+    zstd header), or, for br, which has none, is not text: not a body decoded already."""
+    if coding in ("gzip", "x-gzip"):
+        return data.startswith(b"\x1f\x8b")
+    if coding == "deflate":
+        return len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+    if coding == "zstd":
+        return data.startswith(_ZSTD_FRAME)
+    return coding == "br" and not _is_text(data)
 
 
 def _decode(coding: str, data: bytes) -> bytes | None:
@@ -322,6 +336,8 @@ def _unzstd(data: bytes) -> bytes | None:
         while data:  # frame after frame, as a stream may send them
             frame = zstandard.ZstdDecompressor().decompressobj()
             decoded.append(frame.decompress(data))
+            if not frame.eof:  # a frame cut short: what came out of it is not the body
+                return None
             data = frame.unused_data
     except zstandard.ZstdError:
         return None
