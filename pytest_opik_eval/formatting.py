@@ -31,23 +31,32 @@ def percent(value: float | None) -> str:
 # and a change is never bigger than the two figures it is between seem to allow.
 _COST_DIGITS = 3
 _CHANGE_DIGITS = 2
+_PLAIN_DIGITS = 6  # a machine's copy: as precise as the store's sums need
 _MAX_DECIMALS = 12  # past a trillionth of a dollar, a difference is the sum's rounding
 
 
-def dollars(cost: float | None, *, against: Iterable[float | None] = (), plain: bool = False) -> str:
+def dollars(cost: float | None, *, against: Iterable[float | None] = ()) -> str:
     """A cost in USD, with the digits that matter: cents from a dollar up (``$12.35``), three
     significant digits below (``$0.0021``, ``$0.000081``), and, beside the costs ``against`` it is
-    compared with, enough decimals to show how it differs from each (``$12.3451 -> $12.3459``).
-    ``plain``: the number alone, for a machine to read (``0.000081``: no ``$``, no separators)."""
+    compared with, enough decimals to show how it differs from each (``$12.3451 -> $12.3459``)."""
     if cost is None:
         return MISSING
     decimals = _decimals(cost, _COST_DIGITS, least=2)
     for other in against:
         if other is not None and other != cost:
             decimals = max(decimals, _decimals(cost - other, _CHANGE_DIGITS, least=2))
-    digits = _fixed(abs(cost), decimals, 2, separators=not plain)
+    digits = _fixed(abs(cost), decimals, 2)
     sign = "-" if cost < 0 and digits.strip("0.,") else ""
-    return sign + digits if plain else f"{sign}${digits}"
+    return f"{sign}${digits}"
+
+
+def plain_number(value: float | None) -> str:
+    """A number for a machine to read (a JUnit property): six significant digits, never an
+    exponent nor a separator (``0.000081``, ``12.3457``, ``2.5``); "" for None."""
+    if value is None:
+        return ""
+    digits = _fixed(abs(value), _decimals(value, _PLAIN_DIGITS), 0, separators=False)
+    return f"-{digits}" if value < 0 and digits.strip("0.") else digits
 
 
 def _fixed(value: float, decimals: int, least: int, *, separators: bool = True) -> str:

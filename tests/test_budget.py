@@ -340,8 +340,8 @@ def test_the_step_summary_and_junit_carry_the_budget(
     }
     assert props == {
         "eval.budget.unit": "usd",
-        "eval.budget.limit": "2.50",
-        "eval.budget.spent": "2.50",
+        "eval.budget.limit": "2.5",
+        "eval.budget.spent": "2.5",
         "eval.budget.reached": "true",
         "eval.budget.not_started": "90",
     }

@@ -356,9 +356,8 @@ def test_cost_tokens_and_latency_changes_against_the_baseline(
     suite = ET.parse(app.path / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert (
-        properties["eval.test_qa.baseline.cost_per_item.delta"] == "0.114"
-    )  # 49 * 0.007 / 3, as the summary shows it
+    # 49 * 0.007 / 3, to six digits for a machine to read (the summary shows $0.114)
+    assert properties["eval.test_qa.baseline.cost_per_item.delta"] == "0.114333"
     assert properties["eval.test_qa.baseline.tokens_per_item.delta"] == "490"
     # Cheaper than the expensive run: the change reads "better".
     expensive = app.last_experiment_id()
@@ -420,8 +419,9 @@ def test_small_costs_show_the_digits_that_tell_them_apart(
     suite = ET.parse(app.path / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
-    assert properties["eval.test_qa.baseline.cost_per_item.delta"] == "-0.0000632"
-    assert properties["eval.test_qa.usage.app.cost"] == "0.000539"  # as the summary shows it
+    # Six significant digits for a machine to read, never an exponent (8.1e-05).
+    assert properties["eval.test_qa.baseline.cost_per_item.delta"] == "-0.00006318"
+    assert properties["eval.test_qa.usage.app.cost"] == "0.00053946"
     # opik-eval show prints a trial's span tree with the same digits
     capsys.readouterr()
     opik_eval(["--store", str(app.store_path), "show", "test_eval.py::test_qa[a-t0]"])
@@ -430,7 +430,7 @@ def test_small_costs_show_the_digits_that_tell_them_apart(
 
 def test_figures_side_by_side_never_read_alike() -> None:
     # Written alone, a figure has a few significant digits; beside another, enough to differ.
-    from pytest_opik_eval.formatting import direction, dollars, duration, figure_row
+    from pytest_opik_eval.formatting import direction, dollars, duration, figure_row, plain_number
 
     assert [dollars(c) for c in (12345.678, 0.5, 0.0021, 0.000081, 0, -0.25)] == [
         "$12,345.68",
@@ -440,7 +440,14 @@ def test_figures_side_by_side_never_read_alike() -> None:
         "$0.00",
         "-$0.25",
     ]
-    assert dollars(0.000081, plain=True) == "0.000081"  # JUnit: no exponent
+    assert [plain_number(v) for v in (0.000081, 2.5, 12.3456789, -0.25, 0, None)] == [
+        "0.000081",  # JUnit: no exponent
+        "2.5",
+        "12.3457",
+        "-0.25",
+        "0",
+        "",
+    ]
     assert (dollars(4.996, against=[5]), dollars(5, against=[4.996])) == ("$4.996", "$5.00")
     assert figure_row("cost_per_item", 12.3451, 12.3459, 0.0008) == ("$12.3451", "$12.3459", "+$0.0008")
     assert direction(0.0008, 0.0008 / 12.3451) == "+0.0065%, worse"  # not "+0%"

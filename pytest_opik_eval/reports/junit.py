@@ -17,7 +17,7 @@ import pytest
 
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.formatting import dollars, level
+from pytest_opik_eval.formatting import level, plain_number
 from pytest_opik_eval.verdict.model import BudgetReport, ConfidenceInterval, ExperimentSummary
 from pytest_opik_eval.verdict.results import ExperimentResult
 
@@ -34,23 +34,23 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
             (base + "trials", str(s.trials)),
             (base + "completed", str(s.completed)),
             (base + "pending", str(s.pending)),
-            (base + "pass_rate", _num(s.pass_rate)),
+            (base + "pass_rate", plain_number(s.pass_rate)),
             *_interval(base + "pass_rate", s.pass_rate_interval),
             (base + "gates_met", str(e.gates_met).lower()),
         ]
         if s.item_pass_rate is not None:  # k of n, with several trials per item
-            properties.append((base + "item_pass_rate", _num(s.item_pass_rate.estimate)))
+            properties.append((base + "item_pass_rate", plain_number(s.item_pass_rate.estimate)))
             properties += _interval(base + "item_pass_rate", s.item_pass_rate)
         for k in s.pass_at_k:
-            properties.append((f"{base}pass_at_{k}", _num(s.pass_at_k[k])))
+            properties.append((f"{base}pass_at_{k}", plain_number(s.pass_at_k[k])))
             if k in s.pass_hat_k:
-                properties.append((f"{base}pass_hat_{k}", _num(s.pass_hat_k[k])))
+                properties.append((f"{base}pass_hat_{k}", plain_number(s.pass_hat_k[k])))
         for name, m in s.metrics.items():
             properties += [
-                (f"{base}{name}.mean", _num(m.mean)),
+                (f"{base}{name}.mean", plain_number(m.mean)),
                 *_interval(f"{base}{name}.mean", m.interval),
-                (f"{base}{name}.min", _num(m.min)),
-                (f"{base}{name}.max", _num(m.max)),
+                (f"{base}{name}.min", plain_number(m.min)),
+                (f"{base}{name}.max", plain_number(m.max)),
                 (f"{base}{name}.failed", str(m.failed)),
             ]
         properties += _usage_properties(base, s)
@@ -66,13 +66,13 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
                 (base + "baseline.shared_items", str(b.shared_items)),
                 (base + "baseline.regressions", str(len(b.regressions))),
                 (base + "baseline.fixes", str(len(b.fixes))),
-                (base + "baseline.flips_p_value", _num(b.flips_p_value)),
+                (base + "baseline.flips_p_value", plain_number(b.flips_p_value)),
             ]
             for name, delta in b.metrics.items():
-                properties.append((f"{base}baseline.{name}.delta", _num(delta.delta)))
+                properties.append((f"{base}baseline.{name}.delta", plain_number(delta.delta)))
                 properties += _interval(f"{base}baseline.{name}.delta", delta.interval)
             for name, change in b.figures.items():  # cost, tokens, latency: higher is worse
-                moved = _cost(change.delta) if name.startswith("cost") else _num(change.delta)
+                moved = plain_number(change.delta)
                 properties.append((f"{base}baseline.{name}.delta", moved))
     # Experiment and metric names and gate details carry data; pytest escapes only what XML
     # forbids in values, so an ESC in a name would make the file unreadable.
@@ -84,14 +84,7 @@ def budget_properties(budget: BudgetReport | None) -> list[tuple[str, str]]:
     from starting."""
     if budget is None:
         return []
-    amounts = (budget.limit, budget.spent)
-    # Dollars as precise as the other reports show them: the spend never reads as the limit
-    # unless it is.
-    limit, spent = (
-        (dollars(a, against=amounts, plain=True) for a in amounts)
-        if budget.unit == "usd"
-        else (_num(a) for a in amounts)
-    )
+    limit, spent = plain_number(budget.limit), plain_number(budget.spent)
     return [
         ("eval.budget.unit", budget.unit),
         ("eval.budget.limit", limit),
@@ -115,9 +108,9 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
     properties = []
     if s.latency is not None:
         properties += [
-            (base + "latency.p50", _num(s.latency.p50)),
-            (base + "latency.p95", _num(s.latency.p95)),
-            (base + "latency.max", _num(s.latency.max)),
+            (base + "latency.p50", plain_number(s.latency.p50)),
+            (base + "latency.p95", plain_number(s.latency.p95)),
+            (base + "latency.max", plain_number(s.latency.max)),
         ]
     usage = s.usage
     for who, totals in (("app", usage.app), ("judge", usage.judge)) if usage is not None else ():
@@ -130,7 +123,7 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
             (name + "total_tokens", str(totals.total_tokens)),
         ]
         if totals.cost is not None:
-            properties.append((name + "cost", _cost(totals.cost)))
+            properties.append((name + "cost", plain_number(totals.cost)))
         if totals.unpriced:  # the cost is then a floor
             properties.append((name + "unpriced_spans", str(sum(totals.unpriced.values()))))
     return properties
@@ -139,13 +132,6 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
 def _interval(name: str, interval: ConfidenceInterval | None) -> list[tuple[str, str]]:
     if interval is None:
         return []
-    return [(name + ".ci", f"{_num(interval.low)}..{_num(interval.high)}@{level(interval.level)}")]
-
-
-def _cost(value: float | None) -> str:
-    """A cost in USD with the digits every report shows (``0.000081``, not ``8.1e-05``)."""
-    return "" if value is None else dollars(value, plain=True)
-
-
-def _num(value: float | None) -> str:
-    return "" if value is None else f"{value:.6g}"
+    return [
+        (name + ".ci", f"{plain_number(interval.low)}..{plain_number(interval.high)}@{level(interval.level)}")
+    ]
