@@ -46,10 +46,11 @@ _SECRET_WORDS = frozenset(
     {"credential", "credentials", "secret", "secrets", "password", "passwords", "passwd", "passphrase"}
 )
 # Words that make it one as the name or its last word: auth, x-auth, OPENAI_APIKEY, x-jwt, Cookie.
-_SECRET_NAMES = frozenset({"apikey", "auth", "authorization", "jwt", "cookie", "assertion"})
+_SECRET_NAMES = frozenset({"apikey", "auth", "authorization", "jwt", "cookie"})
 # Words that make it one as its last word after another one: access_token, x-api-key,
-# GITHUB_PAT; not max_tokens, nor a logprob's "token", nor a "key" field of the app's own data.
-_SECRET_LAST_WORDS = frozenset({"token", "key", "pat"})
+# GITHUB_PAT, client_assertion; not max_tokens, nor a logprob's "token", nor a "key" or an
+# "assertion" field of the app's own data (a test generator's).
+_SECRET_LAST_WORDS = frozenset({"token", "key", "pat", "assertion"})
 # Pairs of words that make it one wherever they are: AWSAccessKeyId, OPENAI_API_KEY_PROD,
 # x-session-id.
 _SECRET_PAIRS = frozenset({("key", "id"), ("api", "key"), ("access", "key"), ("session", "id")})
@@ -57,7 +58,8 @@ _SECRET_PAIRS = frozenset({("key", "id"), ("api", "key"), ("access", "key"), ("s
 # ?key=), a URL's signature (X-Amz-Signature, sig), an OAuth code. Not JSON fields: Anthropic's
 # and Gemini's thinking blocks carry a "signature" the app sends back as it is.
 _SECRET_PARAM_WORDS = frozenset({"signature", "token", "key"})
-_SECRET_PARAMS = frozenset({"sig", "code"})  # by their whole name: a zip_code is no secret
+# By their whole name (a zip_code is no secret): OAuth's assertion grant sends ?assertion=<JWT>.
+_SECRET_PARAMS = frozenset({"sig", "code", "assertion"})
 
 
 @functools.lru_cache(maxsize=4096)  # names repeat: every request has the same fields
@@ -107,12 +109,13 @@ def env_secrets(environ: Mapping[str, str]) -> dict[str, str]:
     """The values of ``environ``'s secret variables (8 characters or more), each with the
     placeholder that stands for it (``<OPENAI_API_KEY>``), longest first: a value that contains
     another is replaced whole."""
-    found = {
-        value: f"<{name}>"
-        for name, value in sorted(environ.items())
-        if len(value) >= _MIN_CHARS and is_secret_env(name)
-    }
-    return dict(sorted(found.items(), key=lambda pair: -len(pair[0])))
+    return _longest_first(
+        {
+            value: f"<{name}>"
+            for name, value in sorted(environ.items())
+            if len(value) >= _MIN_CHARS and is_secret_env(name)
+        }
+    )
 
 
 def _variants(value: str) -> set[str]:

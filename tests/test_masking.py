@@ -47,6 +47,7 @@ from pytest_opik_eval.run.http_calls import canonical_url
         "auth",
         "jwt",
         "client_assertion",
+        "assertion",  # OAuth's JWT bearer grant
         "session_id",
     ],
 )
@@ -102,7 +103,8 @@ def test_credential_fields_are_found(name: str) -> None:
     # thinking block's signature, the app's own keys.
     "name",
     ["max_tokens", "prompt_tokens", "token", "signature", "thoughtSignature", "key", "model", "keyword",
-     "token_type", "session", "author", "oauth", "auth_type", "authorization_url", "input_tokens"],
+     "token_type", "session", "author", "oauth", "auth_type", "authorization_url", "input_tokens",
+     "assertion", "assertions"],
 )  # fmt: skip
 def test_provider_fields_are_no_credentials(name: str) -> None:
     assert not is_credential(name)
