@@ -241,6 +241,10 @@ def test_mode_none_refuses_connections_inside_a_trial_and_outside_but_those_let_
             socket.create_connection(address)  # outside the trial, in the session's thread: a fixture
         with sending():
             socket.create_connection(address).close()  # the plugin's own
+        # Datagrams are no HTTP call (a metrics client's statsd, the local-address trick): left alone.
+        for where in (contextlib.nullcontext(), scope.entered()):
+            with where, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+                udp.connect(address)
     with session(tmp_path, "none", allowed=[("localhost", address[1])]) as allowing:
         socket.create_connection(address).close()  # localhost's address
         with allowing.scope(TrialKey(TEST, "q1", 0), "a2").entered():

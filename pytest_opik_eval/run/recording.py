@@ -257,12 +257,15 @@ class Recorder:
 
 
 # Why a request made outside the trial's task was not sent, in mode none (see Recorder.refused).
+_THREAD_FIX = (
+    "run that code in the trial's context (executor.submit(contextvars.copy_context().run, "
+    "function), asyncio.to_thread), or let the host through with --eval-record-allow-host={host}"
+)
 _THREAD_REFUSED = (
     "not sent: it was made outside the trial's context (in a thread the task started itself: "
     "ThreadPoolExecutor.submit, threading.Thread, loop.run_in_executor), so it cannot be recorded or "
     "replayed, and strict replay sends nothing else; every trial running in this process then fails\n"
-    "fix: run that code in the trial's context (executor.submit(contextvars.copy_context().run, "
-    "function), asyncio.to_thread), or let the host through with --eval-record-allow-host={host}"
+    f"fix: {_THREAD_FIX}"
 )
 _METRIC_REFUSED = (
     "not sent: a metric made it while the trial was scored, and strict replay with the judge cache on "
@@ -494,9 +497,7 @@ class _Cassette:
         self.recorder.refused(line, host)
         message = (
             f"opik-eval: --eval-record=none did not send {line}: it was made outside any trial's context "
-            "(a thread the task started itself?), so it has no recording; run it in the trial's context "
-            f"(contextvars.copy_context().run, asyncio.to_thread), or let the host through with "
-            f"--eval-record-allow-host={host}"
+            "(a thread the task started itself?), so it has no recording; " + _THREAD_FIX.format(host=host)
         )
         body = {"error": {"message": message, "type": MISS_TYPE}}
         return _vcr_response(
@@ -554,15 +555,16 @@ def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body:
 
 @contextlib.contextmanager
 def _socket_guard(recorder: Recorder) -> Iterator[None]:
-    """Mode ``none``: an internet socket's connect is refused (a library vcrpy does not patch, a
-    raw socket) inside a trial, and outside any where :meth:`Recorder.refuses` it; a host let
+    """Mode ``none``: an internet TCP socket's connect is refused (a library vcrpy does not patch,
+    a raw socket) inside a trial, and outside any where :meth:`Recorder.refuses` it; a host let
     through is left alone."""
     from unittest import mock
 
     real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
 
     def blocked(sock: socket.socket, address: Any) -> bool:
-        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        # TCP only: a datagram socket's connect sends nothing (a metrics client, a UDP exporter).
+        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
             return False
         host, port = str(address[0]), int(address[1])
         scope = _current.get()
