@@ -77,6 +77,12 @@ def test_a_metric_with_a_threshold_or_a_gate_gets_none(
 ) -> None:
     write(project, metrics, marker)
     result = project.run("--eval", *options)
+    # Each of the 3 items ran in both experiments and was scored (a bad marker or option would
+    # stop it short).
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 6, outcomes
+    assert "errors" not in outcomes and "error" not in outcomes
+    result.stdout.fnmatch_lines(["*eval summary*"])
     result.stdout.no_fnmatch_line("*has no threshold and no gate*")
 
 
@@ -109,4 +115,6 @@ def test_the_readmes_eval_examples_give_every_metric_a_threshold(project: Projec
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.no_fnmatch_line("*has no threshold and no gate*")
     result = project.run("--eval", "test_readme_0.py")
+    # trial_count=3: a passes, b ("Well, b") fails Equals, on each trial.
+    result.assert_outcomes(passed=3, failed=3)
     result.stdout.no_fnmatch_line("*has no threshold and no gate*")
