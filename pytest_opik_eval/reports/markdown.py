@@ -239,10 +239,10 @@ def _baseline_lines(e: ExperimentReport) -> list[str]:
     if figures:
         lines += ["", *figures]
     bullets = []
-    if b.regressions or b.fixes:
+    if b.regressions:
         bullets.append(
-            f"- Flips: McNemar's exact test p={b.flips_p_value:.3f} (a small p: more flips one way "
-            "than chance explains)"
+            f"- As many regressions by chance: p={b.regressions_p_value:.3f} (exact one-sided test on "
+            "the items' verdicts; the gates decide on the means)"
         )
     if b.regressions:
         bullets.append(f"- Regressions: {_ids(b.regressions)}")

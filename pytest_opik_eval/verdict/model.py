@@ -18,7 +18,7 @@ from pytest_opik_eval.store.records import GateMode, GateSettings, ScoreRecord
 from pytest_opik_eval.store.records import Usage as Usage
 from pytest_opik_eval.store.records import UsageTotals as UsageTotals
 
-SCHEMA_VERSION: Literal[3] = 3
+SCHEMA_VERSION: Literal[4] = 4
 
 
 class _Report(BaseModel):
@@ -47,15 +47,21 @@ class TrialReport(_Report):
 
 
 class ConfidenceInterval(_Report):
-    """An estimate with its two-sided confidence interval. The item is the unit: an item's trials
-    are one observation, so ``items`` is the sample size."""
+    """An estimate with its confidence interval. The item is the unit: an item's trials are one
+    observation (their mean), so ``items`` is the sample size. Two-sided at ``level``, or, with
+    ``one_sided``, each end a one-sided bound at ``level`` (what a gate's one-sided test uses)."""
 
-    estimate: float
+    estimate: float  # the mean over items of each item's mean
     low: float
     high: float
     level: float  # 0.95 for a 95% interval
     items: int
-    method: Literal["bootstrap", "wilson"]  # the cluster bootstrap, or Wilson's score interval
+    # The score method: the bound is the furthest mean that the score test against the most
+    # likely population with that mean (on the values seen and the scale's ends) does not
+    # reject, with Student's t on n - 1 degrees of freedom (Wilson's bound for pass/fail items,
+    # Tango's for pass/fail differences).
+    method: Literal["score"] = "score"
+    one_sided: bool = False
 
     def straddles(self, bound: float) -> bool:
         """Whether ``bound`` lies inside the interval: the data cannot tell on which side of it
@@ -99,6 +105,8 @@ class ExperimentSummary(_Report):
     item_pass_rate: ConfidenceInterval | None = None
     pass_at_k: dict[str, float] = {}
     pass_hat_k: dict[str, float] = {}
+    pass_at_k_interval: dict[str, ConfidenceInterval] = {}  # per k, over the items, as pass_at_k
+    pass_hat_k_interval: dict[str, ConfidenceInterval] = {}
     latency: LatencySummary | None = None  # None: no trial measured its task
     usage: Usage | None = None  # the trials' usage summed; None: no trial had any
 
@@ -136,21 +144,38 @@ class GateVerdict(_Report):
     # many items would settle a close call.
     notes: list[str] = []
     mode: GateMode = "normal"
+    # Score gates: the one-sided bounds the decision used (one_sided, at the tested level).
     interval: ConfidenceInterval | None = None
-    # The interval holds the bound: the data cannot tell on which side of it the truth lies.
+    # The bounds hold the bound: the data cannot tell on which side of it the truth lies. A gate
+    # that strict mode passes, or normal mode fails on a regression, is never borderline.
     borderline: bool = False
-    p_value: float | None = None  # regression gates: the one-sided p-value decided on (Holm-adjusted)
-    detectable_drop: float | None = None  # regression gates: the drop caught with 80% power
-    items_needed: int | None = None  # items that would settle a close call at this variance
+    # The p-value decided on: one-sided ("one_sided"), and for normal-mode regression gates
+    # Holm-adjusted over every such gate of the session ("family" of them; the level was divided
+    # by "adjusted_for" at the step that decided this one, and "p_value_unadjusted" is before).
+    p_value: float | None = None
+    p_value_unadjusted: float | None = None
+    one_sided: bool = True
+    adjusted_for: int = 1
+    family: int = 1
+    # Regression gates: the exact sign-flip test that nothing changed (normal mode fails only
+    # when it, too, is below the level).
+    p_chance: float | None = None
+    # Regression gates, from the design (items, trials, and the baseline's spread): the drop
+    # normal mode catches with 80% power (None: no drop the scale allows); and the items that
+    # would catch a drop of twice DELTA (normal mode), or show a drop below DELTA when there is
+    # none (strict), with 80% chance, at the same trials (None: not within 100,000).
+    detectable_drop: float | None = None
+    items_needed: int | None = None
 
 
 class MetricDelta(_Report):
+    # Over the items both scored, each item's mean over its trials, then the mean over items:
+    # each item weighs the same whatever its trials, so current_mean - baseline_mean is delta.
     baseline_mean: float | None
     current_mean: float | None
-    # current - baseline: the mean of the per-item differences over the items both scored (each
-    # item weighs the same; with as many trials per item in both runs, the difference of means)
+    # current - baseline: the mean of the per-item differences over the items both scored
     delta: float | None
-    interval: ConfidenceInterval | None = None  # of delta: the paired bootstrap over those items
+    interval: ConfidenceInterval | None = None  # of delta: two-sided, the paired score interval
     items: int = 0  # the items both runs scored, which the difference is over
     sd: float | None = None  # the standard deviation of the per-item differences
 
@@ -189,9 +214,10 @@ class BaselineComparison(_Report):
     only_in_baseline: list[str]  # and the reverse
     regressions: list[str]  # item ids that passed in the baseline and fail now
     fixes: list[str]  # item ids that failed in the baseline and pass now
-    # McNemar's exact test on those flips: the two-sided p-value that flips one way are no more
-    # likely than the other (1.0 without flips).
-    flips_p_value: float = 1.0
+    # The exact one-sided test on those flips of the items' verdicts (pass/fail, k of n): the
+    # chance of at least this many regressions among the flips if a flip were as likely either
+    # way (1.0 without flips). Informational: the gates decide on the metrics' means.
+    regressions_p_value: float = 1.0
     # The items both planned, sorted by their change in the first metric (worst first).
     items: list[ItemChange] = []
     # Over those items: "cost_per_item" (USD, the app's spans: the mean over items of an item's
@@ -260,7 +286,7 @@ class RecordingReport(_Report):
 
 
 class Report(_Report):
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]

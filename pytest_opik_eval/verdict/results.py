@@ -73,9 +73,12 @@ class ExperimentResult:
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
-    # The paired comparison with the baseline, per metric: what the regression gates test; and
-    # the baseline's item verdicts, for the report's A/B rows (built only when one is written).
+    # The paired comparison with the baseline, per metric, and the tests of the regression gates
+    # on it; the baseline's item verdicts, for the report's A/B rows (built only when one is
+    # written); the baseline's scores by item, which set what a regression gate can detect.
     paired: dict[str, stats.PairedComparison] = field(default_factory=dict)
+    tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
+    baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
     # Each metric's computed scores by item id (``values_by_item``), computed once.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
@@ -281,39 +284,48 @@ def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list
 
 
 def _mean_interval(items: dict[str, list[float]], level: float) -> ConfidenceInterval:
-    """A pass/fail metric's mean (every score 0 or 1) is a pass rate: its interval is the pass
-    rate's, which stays honest when every score is 1 (a bootstrap would give [1, 1])."""
-    if all(value in (0.0, 1.0) for values in items.values() for value in values):
-        passed = ((int(sum(values)), len(values)) for values in items.values())
-        return confidence_interval(stats.pass_rate_interval(passed, level))
     return confidence_interval(stats.mean_interval(items.values(), level))
+
+
+def pass_rates(items: Sequence[ItemResult]) -> list[tuple[int, int]]:
+    """Each item's (passed trials, completed trials), for the items with a completed trial."""
+    return [(i.passed, i.trials - i.pending) for i in items if i.trials > i.pending]
+
+
+def item_passes(items: Sequence[ItemResult]) -> list[tuple[int, int]]:
+    """Each decided item's k-of-n verdict as (passed, 1) or (0, 1): one outcome per item."""
+    return [(int(i.verdict == "passed"), 1) for i in items if i.verdict != "pending"]
 
 
 def item_statistics(
     summary: ExperimentSummary, items: Sequence[ItemResult], level: float
 ) -> ExperimentSummary:
-    """The intervals over items: the trial pass rate's; and with several trials per item, the
-    k-of-n item pass rate's (Wilson), and pass@k and pass^k for k up to the trials every item
+    """The intervals over items: the pass rate's; and with several trials per item, the k-of-n
+    item pass rate's, and pass@k and pass^k (with theirs) for k up to the trials every item
     has, over the items with none pending."""
-    ran = [(i.passed, i.trials - i.pending) for i in items if i.trials > i.pending]
+    ran = pass_rates(items)
     if not ran:
         return summary
     summary = summary.model_copy(
         update={"pass_rate_interval": confidence_interval(stats.pass_rate_interval(ran, level))}
     )
     settled = [i for i in items if i.pending == 0]
-    decided = [i.verdict == "passed" for i in items if i.verdict != "pending"]
+    decided = item_passes(items)
     if not settled or max(i.trials for i in items) < 2:
         return summary
     pairs = [(i.trials, i.passed) for i in settled]
-    ks = range(1, min(i.trials for i in settled) + 1)
+    ks = [str(k) for k in range(1, min(i.trials for i in settled) + 1)]
+    at_k = [confidence_interval(stats.pass_at_k_interval(pairs, int(k), level)) for k in ks]
+    hat_k = [confidence_interval(stats.pass_hat_k_interval(pairs, int(k), level)) for k in ks]
     return summary.model_copy(
         update={
-            "item_pass_rate": confidence_interval(stats.item_pass_rate_interval(decided, level))
+            "item_pass_rate": confidence_interval(stats.pass_rate_interval(decided, level))
             if decided
             else None,
-            "pass_at_k": {str(k): stats.mean_pass_at_k(pairs, k) for k in ks},
-            "pass_hat_k": {str(k): stats.mean_pass_hat_k(pairs, k) for k in ks},
+            "pass_at_k": {k: i.estimate for k, i in zip(ks, at_k, strict=True)},
+            "pass_hat_k": {k: i.estimate for k, i in zip(ks, hat_k, strict=True)},
+            "pass_at_k_interval": dict(zip(ks, at_k, strict=True)),
+            "pass_hat_k_interval": dict(zip(ks, hat_k, strict=True)),
         }
     )
 
@@ -325,7 +337,8 @@ def confidence_interval(interval: stats.Interval) -> ConfidenceInterval:
         high=interval.high,
         level=interval.level,
         items=interval.n,
-        method=interval.method,
+        method="score",
+        one_sided=interval.one_sided,
     )
 
 
