@@ -141,7 +141,7 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="ID",
         dest="eval_baseline",
         type=_resume_id,
-        help="Compare with a baseline: an experiment id, a run id, 'last' (the test's newest complete "
+        help="Compare with a baseline: an experiment id, a run id, 'last' (the test's newest earlier "
         "experiment) or 'last-passing' (its newest that met its gates) (ini eval_baseline)",
     )
     group.addoption(

@@ -15,6 +15,7 @@ import scipy.special  # type: ignore[import-untyped]
 import scipy.stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
+from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import statistics as st
 
 ALPHA = 0.05
@@ -78,7 +79,7 @@ def tango_variance(b: int, c: int, n: int, delta: float) -> float:
     found = scipy.optimize.minimize_scalar(
         minus_log_likelihood, bounds=(1e-12, upper - 1e-12), method="bounded", options={"xatol": 1e-12}
     )
-    pc = found.x
+    pc = float(found.x)
     return pc + (pc + delta) - delta * delta
 
 
@@ -89,7 +90,7 @@ def test_for_pass_fail_differences_the_null_variance_is_tangos(b: int, c: int, n
     s = st.sample([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), -1.0, 1.0)
     for delta in (0.05, 0.1, 0.3):
         if -s.mean < delta:  # the null drop is above the observed one: the lower side
-            assert st._null_variance(s, -delta) == pytest.approx(tango_variance(b, c, n, delta), rel=1e-5)
+            assert st.null_variance(s, -delta) == pytest.approx(tango_variance(b, c, n, delta), rel=1e-5)
 
 
 def binomial_outcomes(n: int, p: float) -> list[tuple[int, float]]:
@@ -324,32 +325,32 @@ def test_holm_says_what_each_level_was_divided_by() -> None:
 
 def test_the_design_reads_the_intra_item_correlation() -> None:
     # Items that always agree with themselves (temperature 0): icc 1; independent trials: about 0.
-    agreeing = st.design_of([[1.0] * 3] * 30 + [[0.0] * 3] * 10)
+    agreeing = dp.design_of([[1.0] * 3] * 30 + [[0.0] * 3] * 10)
     assert agreeing.binary and agreeing.icc == pytest.approx(1.0) and agreeing.trials == 3
     rng = random.Random(5)
-    independent = st.design_of([[float(rng.random() < 0.7) for _ in range(5)] for _ in range(400)])
+    independent = dp.design_of([[float(rng.random() < 0.7) for _ in range(5)] for _ in range(400)])
     assert independent.icc < 0.05 and independent.mean == pytest.approx(0.7, abs=0.03)
-    continuous = st.design_of([[0.5, 0.7], [0.2, 0.2], [0.9, 0.8]])
+    continuous = dp.design_of([[0.5, 0.7], [0.2, 0.2], [0.9, 0.8]])
     assert not continuous.binary and continuous.within == pytest.approx((0.02 + 0 + 0.005) / 3)
 
 
 def test_the_detectable_drop_stays_on_the_scale_and_shrinks_with_items() -> None:
-    small = st.Design(items=3, trials=1, mean=0.8, binary=True)
-    assert st.minimum_detectable_drop(small, 0.05, ALPHA) is None  # 3 items catch nothing
-    drops = [st.minimum_detectable_drop(small.with_size(n), 0.05, ALPHA) for n in (30, 100, 500)]
+    small = dp.Design(items=3, trials=1, mean=0.8, binary=True)
+    assert dp.minimum_detectable_drop(small, 0.05, ALPHA) is None  # 3 items catch nothing
+    drops = [dp.minimum_detectable_drop(small.with_size(n), 0.05, ALPHA) for n in (30, 100, 500)]
     assert all(d is not None for d in drops)
     assert 0.8 >= drops[0] > drops[1] > drops[2] > 0.05  # type: ignore[operator]
 
 
 def test_items_needed_is_the_smallest_size_with_the_power() -> None:
-    design = st.Design(items=40, trials=1, mean=0.8, binary=True, icc=0.3)
+    design = dp.Design(items=40, trials=1, mean=0.8, binary=True, icc=0.3)
 
-    def power(d: st.Design) -> float:
-        return st.detection_power(d, 0.15, 0.05, ALPHA)
+    def power(d: dp.Design) -> float:
+        return dp.detection_power(d, 0.15, 0.05, ALPHA)
 
-    n = st.items_needed(design, power)
+    n = dp.items_needed(design, power)
     assert n is not None and power(design.with_size(n)) >= 0.8 > power(design.with_size(n - 1))
-    assert st.items_needed(design, lambda d: 0.0) is None
+    assert dp.items_needed(design, lambda d: 0.0) is None
 
 
 # --- multi-trial items --------------------------------------------------------------------

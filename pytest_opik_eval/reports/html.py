@@ -637,9 +637,10 @@ aria-label="{escape(metric)} score histogram">{"".join(bars)}{line}
 
 
 def _estimate(interval: ConfidenceInterval, show: Callable[[float | None], str] = score) -> str:
-    """``0.750 [0.583, 0.917] 95%, 6 items``"""
+    """``0.750 [0.583, 0.917] 95%, 6 items``; a gate's bounds ``... one-sided 95%, 6 items``"""
     items = f"{interval.items:,} item{'s' if interval.items != 1 else ''}"
-    return f"{show(interval.estimate)} {bounds(interval, show)} {level(interval.level)}, {items}"
+    sided = "one-sided " if interval.one_sided else ""
+    return f"{show(interval.estimate)} {bounds(interval, show)} {sided}{level(interval.level)}, {items}"
 
 
 def _code(text: str) -> str:

@@ -156,14 +156,24 @@ def _gate_lines(e: ExperimentReport) -> list[str]:
         "",
         f"**Gates {'met' if e.gates_met else 'not met'}**",
         "",
-        _row(["verdict", "gate", "estimate", f"{level(e.settings.confidence)} interval", "items", "bound"]),
+        _row(["verdict", "gate", "estimate", "one-sided bounds", "items", "bound"]),
         _row(["---", "---", "---:", "---:", "---:", "---:"]),
     ]
     for g in e.gates:
         show = _gate_figure(g)
         items = str(g.interval.items) if g.interval is not None else "-"
+        tested = f" at {level(g.interval.level)}" if g.interval is not None else ""
         lines.append(
-            _row([_verdict(g), _gate_name(g), show(g.value), bounds(g.interval, show), items, show(g.bound)])
+            _row(
+                [
+                    _verdict(g),
+                    _gate_name(g),
+                    show(g.value),
+                    bounds(g.interval, show) + tested,
+                    items,
+                    show(g.bound),
+                ]
+            )
         )
     lines.append("")
     for g in e.gates:

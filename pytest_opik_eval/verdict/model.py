@@ -71,7 +71,9 @@ class ConfidenceInterval(_Report):
 
 
 class MetricSummary(_Report):
-    mean: float | None  # None when every score of the metric failed
+    # The mean over items of each item's mean over its scores (the mean of the scores when every
+    # item has as many); None when every score of the metric failed.
+    mean: float | None
     min: float | None
     max: float | None
     count: int  # scores that did not fail
@@ -96,7 +98,9 @@ class ExperimentSummary(_Report):
     pending: int
     passed: int
     failed: int
-    pass_rate: float | None  # passed / completed
+    # The mean over items of each item's passed / completed trials (passed / completed when every
+    # item has as many completed trials).
+    pass_rate: float | None
     metrics: dict[str, MetricSummary]
     pass_rate_interval: ConfidenceInterval | None = None  # of pass_rate, the item as the unit
     # With several trials per item: the share of items whose k-of-n verdict passed, and per k

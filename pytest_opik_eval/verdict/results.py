@@ -8,6 +8,7 @@ the rest of the session's end) are built from them only when a report is written
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -225,8 +226,10 @@ def summarize(
     by_item: dict[str, dict[str, list[float]]] | None = None,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
-    the intervals of the means too (the item as the unit). ``by_item``: ``values_by_item`` of
-    the completed trials, when the caller has it."""
+    the intervals of the means too. The item is the unit: a mean or a pass rate is the mean over
+    items of each item's mean over its completed trials (with as many trials per item, the mean
+    over trials), the estimate its interval is around. ``by_item``: ``values_by_item`` of the
+    completed trials, when the caller has it."""
     completed = [t for t in trials if t.status == "completed"]
     if by_item is None:
         by_item = values_by_item(completed)
@@ -243,7 +246,7 @@ def summarize(
         scored = len(v) + failed.get(name, 0)
         met = sum(1 for value in v if value >= threshold) if threshold is not None else 0
         metrics[name] = MetricSummary(
-            mean=sum(v) / len(v) if v else None,
+            mean=math.fsum(math.fsum(i) / len(i) for i in items.values()) / len(items) if v else None,
             min=min(v) if v else None,
             max=max(v) if v else None,
             count=len(v),
@@ -252,14 +255,21 @@ def summarize(
             pass_rate=met / scored if threshold is not None and scored else None,
             interval=_mean_interval(items, level) if v and level else None,
         )
-    passed = sum(1 for t in completed if t.passed)
+    passes: dict[str, list[int]] = {}  # item id -> [passed, completed]
+    for trial in completed:
+        counts = passes.get(trial.dataset_item_id)
+        if counts is None:
+            counts = passes[trial.dataset_item_id] = [0, 0]
+        counts[0] += trial.passed is True
+        counts[1] += 1
+    rates = [passed / count for passed, count in passes.values()]
     return ExperimentSummary(
         trials=len(trials),
         completed=len(completed),
         pending=len(trials) - len(completed),
-        passed=passed,
+        passed=sum(passed for passed, _ in passes.values()),
         failed=sum(1 for t in completed if t.passed is False),
-        pass_rate=passed / len(completed) if completed else None,
+        pass_rate=math.fsum(rates) / len(rates) if rates else None,
         metrics=metrics,
     )
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 
 from pytest_opik_eval.formatting import level, score, signed
 from pytest_opik_eval.store.records import GateSettings
+from pytest_opik_eval.verdict import design as plan
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import ConfidenceInterval, GateKind, GateVerdict, MetricDelta
 from pytest_opik_eval.verdict.results import (
@@ -196,7 +197,7 @@ def _regression(
         )
     shared = set(result.paired[metric].shared)
     before = result.baseline_values.get(metric, {})
-    design = stats.design_of(
+    design = plan.design_of(
         [before[item] for item in shared if item in before], trials=_trials(result, metric)
     )
     detectable, needed, need_note = _design_notes(design, delta, alpha / divisor, strict, cleared)
@@ -227,21 +228,21 @@ def _trials(result: ExperimentResult, metric: str) -> int:
 
 
 def _design_notes(
-    design: stats.Design, delta: float, alpha: float, strict: bool, cleared: bool
+    design: plan.Design, delta: float, alpha: float, strict: bool, cleared: bool
 ) -> tuple[float | None, int | None, list[str]]:
     """What the design can detect, and, when that falls short, how many items would do."""
     size = f"{design.items} items x {design.trials} trial{'s' if design.trials != 1 else ''}"
-    detectable = stats.minimum_detectable_drop(design, delta, alpha)
+    detectable = plan.minimum_detectable_drop(design, delta, alpha)
     if detectable is None:
         notes = [f"at {size} no drop is caught with 80% power (see opik-eval plan)"]
     else:
         notes = [f"catches a drop of {score(detectable)} or more with 80% power at {size}"]
     needed = None
     if strict and not cleared:
-        needed = stats.items_needed(design, lambda d: stats.clearance_power(d, delta, alpha))
+        needed = plan.items_needed(design, lambda d: plan.clearance_power(d, delta, alpha))
         what = f"show a drop below {delta:g} when nothing changed"
     elif not strict and (detectable is None or detectable > 2 * delta):
-        needed = stats.items_needed(design, lambda d: stats.detection_power(d, 2 * delta, delta, alpha))
+        needed = plan.items_needed(design, lambda d: plan.detection_power(d, 2 * delta, delta, alpha))
         what = f"catch a drop of {2 * delta:g}"
     if needed is not None and needed > design.items:
         notes.append(f"about {needed} items would {what} with 80% chance at {design.trials} trial(s) each")

@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -192,7 +192,7 @@ def _bin(values: list[float]) -> tuple[float, float, float]:
     return mean, len(values), math.fsum((v - mean) ** 2 for v in values) / len(values)
 
 
-def _null_variance(s: Sample, value: float) -> float:
+def null_variance(s: Sample, value: float) -> float:
     """The variance of the items' values under the most likely population whose mean is
     ``value`` (below the sample's mean), on the observed values and the range's lower end: the
     observed values reweighted, w_j = n_j / (n (1 + lam (x_j - value))) (the empirical
@@ -257,7 +257,7 @@ def _statistic(s: Sample, value: float) -> float:
     gap = s.mean - value - CORRECTION / s.n
     if gap <= 0.0:
         return 0.0
-    variance = _null_variance(s, value)
+    variance = null_variance(s, value)
     return math.inf if variance <= 0.0 else gap * math.sqrt(s.n / variance)
 
 
@@ -541,182 +541,6 @@ def holm(p_values: Sequence[float], alpha: float = 1.0 - LEVEL) -> list[Adjusted
             stopped = divisor
         adjusted[i] = Adjusted(running, stopped or divisor, stopped is None)
     return adjusted
-
-
-# --- what a design can detect -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Design:
-    """A paired comparison's design: ``items``, ``trials`` per item (in both runs), and what the
-    baseline says of its scores: their ``mean``; for pass/fail scores, the intra-item
-    correlation ``icc`` (items' pass probabilities spread as a beta distribution, the beta-
-    binomial model); for other scores, the variance of one trial's score within an item
-    (``within``). With one trial per item a baseline cannot tell items that differ from trials
-    that vary: it is taken as all trial variation (icc 0), the noisiest case."""
-
-    items: int
-    trials: int
-    mean: float
-    binary: bool
-    icc: float = 0.0
-    within: float = 0.0
-
-    def with_size(self, items: int, trials: int | None = None) -> Design:
-        return replace(self, items=items, trials=self.trials if trials is None else trials)
-
-    def differences(self, drop: float) -> Sample:
-        """The population of an item's difference (current - baseline) when the mean drops by
-        ``drop``, as ``items`` items: for pass/fail scores, each item's pass probability p
-        lowered to p (1 - drop / mean), both runs' passed trials binomial; for other scores,
-        every item lower by ``drop`` with normal trial noise. Weighted points, not a draw."""
-        if self.binary:
-            points = _binary_differences(self, drop)
-        else:
-            sd = math.sqrt(2.0 * self.within / self.trials)
-            points = [(max(-1.0, min(1.0, sd * z - drop)), 1.0 / _POINTS) for z in _NORMAL_POINTS]
-        return _weighted(points, self.items)
-
-
-_POINTS = 40
-_NORMAL_POINTS = [normal_quantile((i + 0.5) / _POINTS) for i in range(_POINTS)]
-
-
-def _binary_differences(design: Design, drop: float) -> list[tuple[float, float]]:
-    k, mean = design.trials, design.mean
-    shrink = 1.0 - drop / mean if mean > 0 else 1.0
-    probabilities = _beta_points(mean, design.icc)
-    totals: dict[float, float] = {}
-    for p in probabilities:
-        before = _binomial_pmf(k, p)
-        after = _binomial_pmf(k, p * shrink)
-        for i, a in enumerate(before):
-            for j, b in enumerate(after):
-                key = (j - i) / k
-                totals[key] = totals.get(key, 0.0) + a * b / len(probabilities)
-    return list(totals.items())
-
-
-def _beta_points(mean: float, icc: float) -> list[float]:
-    """Items' pass probabilities: the quantiles of the beta distribution with this mean and
-    intra-item correlation (1 / (a + b + 1)); all at the mean when icc is 0."""
-    if icc <= 0.0 or mean <= 0.0 or mean >= 1.0:
-        return [mean]
-    total = 1.0 / min(icc, 0.999) - 1.0
-    a, b = mean * total, (1.0 - mean) * total
-    points = []
-    for i in range(_POINTS):
-        target, lo, hi = (i + 0.5) / _POINTS, 0.0, 1.0
-        for _ in range(60):
-            middle = (lo + hi) / 2.0
-            lo, hi = (middle, hi) if beta_cdf(middle, a, b) < target else (lo, middle)
-        points.append((lo + hi) / 2.0)
-    return points
-
-
-def _binomial_pmf(k: int, p: float) -> list[float]:
-    return [math.comb(k, i) * p**i * (1.0 - p) ** (k - i) for i in range(k + 1)]
-
-
-def _weighted(points: Iterable[tuple[float, float]], n: int) -> Sample:
-    merged: dict[float, float] = {}
-    for value, weight in points:
-        merged[value] = merged.get(value, 0.0) + weight
-    mean = math.fsum(v * w for v, w in merged.items())
-    variance = math.fsum(w * (v - mean) ** 2 for v, w in merged.items())
-    values = tuple((v, w * n, 0.0) for v, w in sorted(merged.items()) if w > 0.0)
-    return Sample(values, n, mean, variance, -1.0, 1.0)
-
-
-def design_of(items: Iterable[Sequence[float]], trials: int | None = None) -> Design:
-    """The design of a comparison with this baseline (each item's trial values), at its own
-    size, or with ``trials`` per item: its mean, and its intra-item correlation (pass/fail
-    scores, by the analysis of variance) or its pooled within-item variance (other scores)."""
-    values = [list(v) for v in items if v]
-    if not values:
-        raise ValueError("a design needs a baseline with at least one item")
-    means = item_means(values)
-    mean = math.fsum(means) / len(means)
-    binary = all(x in (0.0, 1.0) for v in values for x in v)
-    repeated = [v for v in values if len(v) > 1]
-    within = math.fsum(_variance(v) for v in repeated) / len(repeated) if repeated else _spread(means)
-    icc = 0.0
-    if binary and repeated and 0.0 < mean < 1.0:
-        # Var(item mean) = p(1 - p) (icc + (1 - icc) / k): the between-item share of the total.
-        total = mean * (1.0 - mean)
-        between = max(0.0, _spread(means) - within / (sum(map(len, values)) / len(values)))
-        icc = min(1.0, between / total)
-    size = round(sum(map(len, values)) / len(values))
-    return Design(len(values), trials or size, mean, binary, icc, within)
-
-
-def _variance(values: Sequence[float]) -> float:
-    mean = math.fsum(values) / len(values)
-    return math.fsum((x - mean) ** 2 for x in values) / (len(values) - 1)
-
-
-def _spread(values: Sequence[float]) -> float:
-    return _variance(values) if len(values) > 1 else 0.0
-
-
-def _power(population: Sample, value: float, alpha: float) -> float:
-    """The chance that the test of "the mean is above ``value``" rejects at one-sided ``alpha``
-    on n items drawn from ``population`` (normal approximation of the score test: its
-    corrected distance over the null's standard error, in the population's)."""
-    n = population.n
-    if n < 2 or population.mean <= value:
-        return 0.0
-    gap = (population.mean - value - CORRECTION / n) * math.sqrt(n)
-    t = t_quantile(1.0 - alpha, n - 1)
-    spread = math.sqrt(population.variance)
-    if spread == 0.0:
-        return 1.0 if gap > t * math.sqrt(_null_variance(population, value)) else 0.0
-    return NormalDist().cdf((gap - t * math.sqrt(_null_variance(population, value))) / spread)
-
-
-def detection_power(design: Design, drop: float, delta: float, alpha: float) -> float:
-    """The chance that normal mode fails the gate when the true drop is ``drop`` (the sign-flip
-    test of no change needs at least log2(1 / alpha) items to reject)."""
-    if 2.0**-design.items > alpha:
-        return 0.0
-    return _power(design.differences(drop).reflected(), delta, alpha)
-
-
-def clearance_power(design: Design, delta: float, alpha: float) -> float:
-    """The chance that strict mode passes the gate when nothing changed."""
-    return _power(design.differences(0.0), -delta, alpha)
-
-
-def minimum_detectable_drop(design: Design, delta: float, alpha: float, power: float = POWER) -> float | None:
-    """The smallest true drop normal mode catches with probability ``power`` at this design, or
-    ``None`` when not even a drop to a mean of 0 is caught that often."""
-    if detection_power(design, design.mean, delta, alpha) < power:
-        return None
-    low, high = delta, design.mean
-    while high - low > 1e-4:
-        middle = (low + high) / 2.0
-        if detection_power(design, middle, delta, alpha) >= power:
-            high = middle
-        else:
-            low = middle
-    return high
-
-
-def items_needed(
-    design: Design, power_at: Callable[[Design], float], power: float = POWER, most: int = 100_000
-) -> int | None:
-    """The fewest items (at the design's trials) for ``power_at`` to reach ``power``; ``None``
-    beyond ``most``."""
-    if power_at(design.with_size(most)) < power:
-        return None
-    low, high = 2, most
-    while low < high:
-        middle = (low + high) // 2
-        if power_at(design.with_size(middle)) >= power:
-            high = middle
-        else:
-            low = middle + 1
-    return low
 
 
 # --- multi-trial items --------------------------------------------------------------------

@@ -20,9 +20,9 @@ NEWEST = (LAST, LAST_PASSING)
 
 class Baselines:
     """Finds the baseline of each experiment: a given experiment, the same test's experiment in
-    a given run, or the test's newest earlier experiment that completed every trial this one
-    selects (``last``: whatever its gates said; ``last-passing``: whose gates were met, which
-    picks runs that scored high by luck more often than not)."""
+    a given run, the test's newest earlier experiment whose session ended (``last``, whatever its
+    gates said), or its newest whose gates were met with nothing pending and that ran every trial
+    this one selects (``last-passing``, which prefers runs that scored high by luck)."""
 
     def __init__(self, store: Store, requested: str | None) -> None:
         self.store = store
@@ -36,12 +36,14 @@ class Baselines:
         if self.requested is None:
             return None, None
         test = experiment.test + (f"[{experiment.params}]" if experiment.params else "")
-        if self.requested in NEWEST:
-            passing = self.requested == LAST_PASSING
-            found = self._newest_covering(experiment, passing=passing)
+        if self.requested == LAST:
+            found = self.store.latest(experiment.test, experiment.params, experiment.id, passing=False)
+            return found, None if found else f"no earlier experiment of {test}; comparison skipped"
+        if self.requested == LAST_PASSING:
+            found = self._last_passing_covering(experiment)
             note = (
-                f"no earlier experiment of {test} completed every trial of its {len(experiment.items)}"
-                f" selected item(s){' and met its gates' if passing else ''}; comparison skipped"
+                f"no earlier experiment of {test} that planned every trial of its {len(experiment.items)}"
+                " selected item(s) met its gates with nothing pending; comparison skipped"
             )
             return found, None if found else note
         if len(self._given) == 1 and self._given[0].id == self.requested:
@@ -51,21 +53,19 @@ class Baselines:
                 return candidate, None
         return None, f"run {self.requested} has no experiment of {test}; comparison skipped"
 
-    def _newest_covering(self, experiment: ExperimentRecord, *, passing: bool) -> ExperimentRecord | None:
-        """The newest earlier experiment that completed every trial of every item this
-        experiment selected: one run with ``-k``, or with a narrower filter, ran fewer items,
-        and comparing its means with this one's would compare different item sets."""
+    def _last_passing_covering(self, experiment: ExperimentRecord) -> ExperimentRecord | None:
+        """The newest passing experiment that planned every trial of every item this experiment
+        selected: one run with ``-k``, or with a narrower filter, passed over fewer items, and
+        comparing its means with this one's would compare different item sets."""
         wanted = [str(item["id"]) for item in experiment.items]
         before = experiment.id
         while True:
-            found = self.store.latest(experiment.test, experiment.params, before, passing=passing)
+            found = self.store.latest(experiment.test, experiment.params, before, passing=True)
             if found is None:
                 return None
-            completed = {
-                (t.dataset_item_id, t.trial) for t in self.store.trial_states(found.id) if t.completed
-            }
+            planned = {(t.dataset_item_id, t.trial) for t in self.store.trial_states(found.id)}
             trials = range(found.selection.trial_count)
-            if all((item, trial) in completed for item in wanted for trial in trials):
+            if all((item, trial) in planned for item in wanted for trial in trials):
                 return found
             before = found.id
 
