@@ -17,7 +17,6 @@ from pytest_opik_eval.verdict.statistics import (
     CORRECTION,
     POWER,
     Sample,
-    beta_cdf,
     item_means,
     normal_quantile,
     null_variance,
@@ -49,53 +48,56 @@ class Design:
         ``drop``, as ``items`` items: for pass/fail scores, each item's pass probability p
         lowered to p (1 - drop / mean), both runs' passed trials binomial; for other scores,
         every item lower by ``drop`` with normal trial noise. Weighted points, not a draw."""
-        if self.binary:
-            points = _binary_differences(self, drop)
-        else:
-            sd = math.sqrt(2.0 * self.within / self.trials)
-            points = [(max(-1.0, min(1.0, sd * z - drop)), 1.0 / _POINTS) for z in _NORMAL_POINTS]
-        return _weighted(points, self.items)
+        return _weighted(
+            _points(self.binary, self.mean, self.icc, self.within, self.trials, drop), self.items
+        )
+
+
+@lru_cache(maxsize=4096)
+def _points(
+    binary: bool, mean: float, icc: float, within: float, trials: int, drop: float
+) -> tuple[tuple[float, float], ...]:
+    """The differences' values and weights (the same at any number of items)."""
+    if binary:
+        return tuple(_binary_differences(mean, icc, trials, drop))
+    sd = math.sqrt(2.0 * within / trials)
+    return tuple((max(-1.0, min(1.0, sd * z - drop)), 1.0 / _POINTS) for z in _NORMAL_POINTS)
 
 
 _POINTS = 40
 _NORMAL_POINTS = [normal_quantile((i + 0.5) / _POINTS) for i in range(_POINTS)]
 
 
-def _binary_differences(design: Design, drop: float) -> list[tuple[float, float]]:
-    k, mean = design.trials, design.mean
+def _binary_differences(mean: float, icc: float, k: int, drop: float) -> list[tuple[float, float]]:
+    """P(difference = (j - i) / k): i of k trials passed before, j after, the item's pass
+    probability p drawn from the beta distribution (p after: p * shrink), in closed form from
+    the beta's moments E[p^a (1 - p)^b]."""
     shrink = 1.0 - drop / mean if mean > 0 else 1.0
-    probabilities = _beta_points(mean, design.icc)
+    moment = _beta_moments(mean, icc)
     totals: dict[float, float] = {}
-    for p in probabilities:
-        before = _binomial_pmf(k, p)
-        after = _binomial_pmf(k, p * shrink)
-        for i, a in enumerate(before):
-            for j, b in enumerate(after):
-                key = (j - i) / k
-                totals[key] = totals.get(key, 0.0) + a * b / len(probabilities)
+    for i in range(k + 1):
+        for j in range(k + 1):
+            # (1 - p s)^(k - j) expanded: sum over m of C(k - j, m) (-s)^m p^m
+            inner = math.fsum(
+                math.comb(k - j, m) * (-shrink) ** m * moment(i + j + m, k - i) for m in range(k - j + 1)
+            )
+            mass = max(0.0, math.comb(k, i) * math.comb(k, j) * shrink**j * inner)
+            key = (j - i) / k
+            totals[key] = totals.get(key, 0.0) + mass
     return list(totals.items())
 
 
-@lru_cache(maxsize=64)
-def _beta_points(mean: float, icc: float) -> tuple[float, ...]:
-    """Items' pass probabilities: the quantiles of the beta distribution with this mean and
-    intra-item correlation (1 / (a + b + 1)); all at the mean when icc is 0."""
+def _beta_moments(mean: float, icc: float) -> Callable[[int, int], float]:
+    """E[p^a (1 - p)^b] for p of the beta distribution with this mean and intra-item correlation
+    (1 / (a + b + 1)); p is the mean itself when icc is 0."""
     if icc <= 0.0 or mean <= 0.0 or mean >= 1.0:
-        return (mean,)
+        return lambda a, b: mean**a * (1.0 - mean) ** b
     total = 1.0 / min(icc, 0.999) - 1.0
-    a, b = mean * total, (1.0 - mean) * total
-    points = []
-    for i in range(_POINTS):
-        target, lo, hi = (i + 0.5) / _POINTS, 0.0, 1.0
-        for _ in range(60):
-            middle = (lo + hi) / 2.0
-            lo, hi = (middle, hi) if beta_cdf(middle, a, b) < target else (lo, middle)
-        points.append((lo + hi) / 2.0)
-    return tuple(points)
-
-
-def _binomial_pmf(k: int, p: float) -> list[float]:
-    return [math.comb(k, i) * p**i * (1.0 - p) ** (k - i) for i in range(k + 1)]
+    alpha, beta = mean * total, (1.0 - mean) * total
+    base = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
+    return lambda a, b: math.exp(
+        math.lgamma(alpha + a) + math.lgamma(beta + b) - math.lgamma(alpha + beta + a + b) - base
+    )
 
 
 def _weighted(points: Iterable[tuple[float, float]], n: int) -> Sample:
@@ -127,7 +129,8 @@ def design_of(items: Iterable[Sequence[float]], trials: int | None = None) -> De
         between = max(0.0, _spread(means) - within / (sum(map(len, values)) / len(values)))
         icc = min(1.0, between / total)
     size = round(sum(map(len, values)) / len(values))
-    return Design(len(values), trials or size, mean, binary, icc, within)
+    # Rounded beyond the estimates' precision, so that designs alike share their populations.
+    return Design(len(values), trials or size, round(mean, 3), binary, round(icc, 2), float(f"{within:.3g}"))
 
 
 def _variance(values: Sequence[float]) -> float:

@@ -52,10 +52,10 @@ POWER = 0.80
 # The sign-flip test's resolution: magnitudes in sixtieths (exact for items of up to 6 trials, and
 # for 4 against 5), and its exact distribution computed up to this many steps, normal beyond.
 FLIP_STEPS = 60
-FLIP_WORK = 200_000
+FLIP_WORK = 30_000
 # Over this many distinct values (continuous scores), a mean's test works on this many bins of
 # adjacent values (their means and variances), so that it costs the same at any number of items.
-BINS = 256
+BINS = 64
 
 
 def normal_quantile(p: float) -> float:
@@ -116,9 +116,15 @@ def t_sf(x: float, df: int) -> float:
     return tail if x > 0 else 1.0 - tail
 
 
+def _t_density(x: float, df: int) -> float:
+    log_front = math.lgamma((df + 1) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_front - (df + 1) / 2.0 * math.log1p(x * x / df))
+
+
 @lru_cache(maxsize=4096)
 def t_quantile(p: float, df: int) -> float:
-    """The t with P(T <= t) = p, for Student's t with ``df`` >= 1 degrees of freedom."""
+    """The t with P(T <= t) = p, for Student's t with ``df`` >= 1 degrees of freedom: exact for
+    1 and 2, else Newton's steps from the Cornish-Fisher expansion (bisection if they stall)."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"a quantile needs 0 < p < 1, got {p!r}")
     if p < 0.5:
@@ -127,17 +133,21 @@ def t_quantile(p: float, df: int) -> float:
         return 0.0
     if df == 1:
         return math.tan(math.pi * (p - 0.5))
-    low, high = 0.0, max(1.0, 2.0 * normal_quantile(p))
+    if df == 2:
+        return (2.0 * p - 1.0) / math.sqrt(2.0 * p * (1.0 - p))
+    z = normal_quantile(p)
+    x = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df * df)
+    for _ in range(50):
+        step = (t_sf(x, df) - (1.0 - p)) / _t_density(x, df)
+        x += step
+        if abs(step) <= 1e-13 * max(1.0, abs(x)):
+            return x
+    low, high = 0.0, max(1.0, 2.0 * x)
     while t_sf(high, df) > 1.0 - p:
         low, high = high, 2.0 * high
-    for _ in range(200):  # bisection to the float's resolution
+    while high - low > 1e-13 * high:
         middle = (low + high) / 2.0
-        if middle in (low, high):
-            break
-        if t_sf(middle, df) > 1.0 - p:
-            low = middle
-        else:
-            high = middle
+        low, high = (middle, high) if t_sf(middle, df) > 1.0 - p else (low, middle)
     return (low + high) / 2.0
 
 
@@ -268,13 +278,46 @@ def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
     if s.n < 2:
         return s.low
     t = t_quantile(confidence, s.n - 1)
-    lo, hi = s.low, s.mean  # rejected at the range's end (nothing below it), not at the mean
-    while hi - lo > 1e-10 * (s.high - s.low):
-        middle = (lo + hi) / 2.0
-        if _statistic(s, middle) > t:
-            lo = middle
+
+    def excess(value: float) -> float:  # positive where the value is rejected; decreasing
+        return _statistic(s, value) - t if value > s.low else math.inf
+
+    # A bracket from the t bound, where the answer usually is, widened towards the range's end.
+    start = max(s.low, s.mean - t * math.sqrt(s.variance / s.n))
+    step = max(s.mean - start, (s.high - s.low) * 1e-3)
+    lo, hi = start, s.mean
+    while lo > s.low and excess(lo) <= 0.0:
+        lo, hi = max(s.low, lo - step), lo
+        step *= 2.0
+    return _root_between(excess, lo, hi, (s.high - s.low) * 1e-10)
+
+
+def _root_between(f: Callable[[float], float], lo: float, hi: float, tolerance: float) -> float:
+    """The point where decreasing ``f`` crosses 0 in [lo, hi] (f(lo) > 0 >= f(hi), or lo at
+    the range's end), by regula falsi (Illinois) with bisection where f is infinite: the upper
+    end of the final bracket, so that the value returned is never rejected."""
+    f_lo, f_hi = f(lo), f(hi)
+    if f_lo <= 0.0:
+        return lo
+    side = 0
+    while hi - lo > tolerance:
+        if math.isfinite(f_lo) and math.isfinite(f_hi) and f_lo != f_hi:
+            middle = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+            if not lo < middle < hi:
+                middle = (lo + hi) / 2.0
         else:
-            hi = middle
+            middle = (lo + hi) / 2.0
+        f_middle = f(middle)
+        if f_middle > 0.0:
+            lo, f_lo = middle, f_middle
+            if side == -1:
+                f_hi /= 2.0
+            side = -1
+        else:
+            hi, f_hi = middle, f_middle
+            if side == 1:
+                f_lo /= 2.0
+            side = 1
     return hi
 
 
