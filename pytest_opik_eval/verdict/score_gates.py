@@ -173,11 +173,11 @@ def _regression(
             )
         elif drop > delta:
             detail = (
-                f"{changed}, beyond -{delta:g} but not shown to be "
+                f"{changed}, beyond {_allowed(delta)} but not shown to be "
                 f"(the drop is at least {score(low)}, {_p(p_value)}{adjustment})"
             )
         else:
-            detail = f"{changed} (at most -{delta:g} allowed)"
+            detail = f"{changed} (at most {_allowed(delta)} allowed)"
     baseline = result.baseline
     if baseline is not None and (baseline.only_in_current or baseline.only_in_baseline):
         detail += f", over the {baseline.shared_items} item(s) both planned"
@@ -261,6 +261,11 @@ def _bounds_note(
         f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}] "
         f"one-sided {level(interval.level)} bounds{on}, {items}{borderline}"
     )
+
+
+def _allowed(delta: float) -> str:
+    """The change allowed, as the changes are written: -0.05, or 0."""
+    return f"{-delta:g}" if delta else "0"
 
 
 def _p(p_value: float | None) -> str:
