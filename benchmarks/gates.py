@@ -152,13 +152,14 @@ def score(name: str, value: float) -> ScoreRecord:
     return _SCORES[key]
 
 
-def result(
+def records(
     run: str, test: int, metrics: Sequence[Sequence[Sequence[float]]], settings: GateSettings
-) -> ExperimentResult:
-    """The experiment's result from each metric's per-item trial scores."""
+) -> tuple[ExperimentRecord, list[TrialRecord]]:
+    """The experiment and its trials, as the store hands them back, from each metric's per-item
+    trial scores."""
     n, trials = len(metrics[0]), len(metrics[0][0])
     record = experiment(run, test, n, trials, settings)
-    records = [
+    return record, [
         TrialRecord(
             id=f"{run}-{test}-{i}-{t}",
             experiment_id=record.id,
@@ -175,7 +176,13 @@ def result(
         for i in range(n)
         for t in range(trials)
     ]
-    return experiment_result(record, records, run, settings, intervals=False)
+
+
+def result(
+    run: str, test: int, metrics: Sequence[Sequence[Sequence[float]]], settings: GateSettings
+) -> ExperimentResult:
+    """The experiment's result, by the package's own code."""
+    return experiment_result(*records(run, test, metrics, settings), run, settings, intervals=False)
 
 
 def session(
@@ -419,17 +426,19 @@ def cost(items: int, trials: int, repeat: int) -> dict[str, float]:
         [rng.random() for _ in means],
         0.02,
     )
+    baseline_records = records("baseline", 0, [before], gates)
+    candidate_records = records("candidate", 0, [after], gates)
     runs: list[dict[str, float]] = []
     for _ in range(repeat):
         gc.collect()
-        gc.disable()
+        gc.disable()  # as the session judges: under gcpause.no_gc_pass
         try:
             times: dict[str, float] = {}
             start = time.perf_counter()
-            baseline = result("baseline", 0, [before], gates)
+            baseline = experiment_result(*baseline_records, None, gates, intervals=False)
             times["baseline result"] = time.perf_counter() - start
             start = time.perf_counter()
-            candidate = result("candidate", 0, [after], gates)
+            candidate = experiment_result(*candidate_records, "candidate", gates)
             times["candidate result"] = time.perf_counter() - start
             start = time.perf_counter()
             judged = judge_session([with_baseline(candidate, baseline)], str)

@@ -205,7 +205,7 @@ def experiment_result(
     items = item_results(trials, settings.pass_threshold)
     values = values_by_item([t for t in trials if t.status == "completed"])
     level = settings.confidence if intervals else None
-    summary = summarize(trials, settings.thresholds, level, values)
+    summary = summarize(trials, settings.thresholds, level, values, verdicts=items)
     summary.latency = latency_summary(trials)
     summary.usage = usage_summary(usage_of(t) for t in trials)
     return ExperimentResult(
@@ -224,12 +224,14 @@ def summarize(
     thresholds: dict[str, float | None],
     level: float | None = None,
     by_item: dict[str, dict[str, list[float]]] | None = None,
+    *,
+    verdicts: Sequence[ItemResult] | None = None,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
     the intervals of the means too. The item is the unit: a mean or a pass rate is the mean over
     items of each item's mean over its completed trials (with as many trials per item, the mean
     over trials), the estimate its interval is around. ``by_item``: ``values_by_item`` of the
-    completed trials, when the caller has it."""
+    completed trials, and ``verdicts`` their ``item_results``, when the caller has them."""
     completed = [t for t in trials if t.status == "completed"]
     if by_item is None:
         by_item = values_by_item(completed)
@@ -246,7 +248,7 @@ def summarize(
         scored = len(v) + failed.get(name, 0)
         met = sum(1 for value in v if value >= threshold) if threshold is not None else 0
         metrics[name] = MetricSummary(
-            mean=math.fsum(math.fsum(i) / len(i) for i in items.values()) / len(items) if v else None,
+            mean=_mean_over_items(items, v) if v else None,
             min=min(v) if v else None,
             max=max(v) if v else None,
             count=len(v),
@@ -255,23 +257,27 @@ def summarize(
             pass_rate=met / scored if threshold is not None and scored else None,
             interval=_mean_interval(items, level) if v and level else None,
         )
-    passes: dict[str, list[int]] = {}  # item id -> [passed, completed]
-    for trial in completed:
-        counts = passes.get(trial.dataset_item_id)
-        if counts is None:
-            counts = passes[trial.dataset_item_id] = [0, 0]
-        counts[0] += trial.passed is True
-        counts[1] += 1
-    rates = [passed / count for passed, count in passes.values()]
+    passed = sum(1 for t in completed if t.passed)
+    ran = pass_rates(item_results(trials, None) if verdicts is None else verdicts)
+    balanced = len({count for _, count in ran}) <= 1  # as many completed trials per item
     return ExperimentSummary(
         trials=len(trials),
         completed=len(completed),
         pending=len(trials) - len(completed),
-        passed=sum(passed for passed, _ in passes.values()),
+        passed=passed,
         failed=sum(1 for t in completed if t.passed is False),
-        pass_rate=math.fsum(rates) / len(rates) if rates else None,
+        pass_rate=(passed / len(completed) if balanced else math.fsum(p / n for p, n in ran) / len(ran))
+        if ran
+        else None,
         metrics=metrics,
     )
+
+
+def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> float:
+    """The mean over items of each item's mean (with one score per item, of the scores)."""
+    if len(values) == len(items):
+        return math.fsum(values) / len(values)
+    return math.fsum(math.fsum(v) / len(v) for v in items.values()) / len(items)
 
 
 def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list[float]]]:

@@ -195,11 +195,10 @@ def _regression(
             f"{change.items} item{'s' if change.items != 1 else ''} cannot tell this drop from chance "
             f"(an exact sign-flip test of no change: p={test.p_chance:.3g})"
         )
-    shared = set(result.paired[metric].shared)
     before = result.baseline_values.get(metric, {})
-    design = plan.design_of(
-        [before[item] for item in shared if item in before], trials=_trials(result, metric)
-    )
+    shared = result.paired[metric].shared  # the items both scored: the baseline has them all
+    baseline_items = before.values() if len(shared) == len(before) else [before[item] for item in shared]
+    design = plan.design_of(baseline_items, trials=_trials(result, metric))
     detectable, needed, need_note = _design_notes(design, delta, alpha / divisor, strict, cleared)
     notes += need_note
     return verdict(
