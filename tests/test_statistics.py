@@ -332,6 +332,13 @@ def test_the_design_reads_the_intra_item_correlation() -> None:
     assert independent.icc < 0.05 and independent.mean == pytest.approx(0.7, abs=0.03)
     continuous = dp.design_of([[0.5, 0.7], [0.2, 0.2], [0.9, 0.8]])
     assert not continuous.binary and continuous.within == pytest.approx((0.02 + 0 + 0.005) / 3, rel=1e-3)
+    # One trial per item: the paired differences say how much an item varies between runs (half
+    # their variance); without them, the noisiest case (every item's spread is within it).
+    single = [[1.0]] * 15 + [[0.0]] * 5
+    assert dp.design_of(single).icc == 0.0
+    steady = dp.design_of(single, differences=[0.0] * 18 + [-1.0, 1.0])
+    assert steady.within == pytest.approx((2 / 19) / 2, rel=1e-3)
+    assert steady.icc == pytest.approx(1 - (1 / 19) / (0.75 * 0.25), abs=0.01)
 
 
 def test_the_detectable_drop_stays_on_the_scale_and_shrinks_with_items() -> None:

@@ -110,27 +110,37 @@ def _weighted(points: Iterable[tuple[float, float]], n: int) -> Sample:
     return Sample(values, n, mean, variance, -1.0, 1.0)
 
 
-def design_of(items: Iterable[Sequence[float]], trials: int | None = None) -> Design:
+def design_of(
+    items: Iterable[Sequence[float]], trials: int | None = None, differences: Sequence[float] | None = None
+) -> Design:
     """The design of a comparison with this baseline (each item's trial values), at its own
-    size, or with ``trials`` per item: its mean, and its intra-item correlation (pass/fail
-    scores, by the analysis of variance) or its pooled within-item variance (other scores)."""
+    size, or with ``trials`` per item: its mean, and how an item's score varies from one trial
+    to the next (its within-item variance, and for pass/fail scores the intra-item correlation
+    that leaves): from the baseline's items' trials when they have several; with one trial each,
+    from the paired ``differences`` when given (two runs of an item differ by that variation,
+    twice over; a real change only adds to it), else all of the baseline's spread (the noisiest
+    case: flaky items cannot be told from hard ones)."""
     values = [list(v) for v in items if v]
     if not values:
         raise ValueError("a design needs a baseline with at least one item")
     means = item_means(values)
     mean = math.fsum(means) / len(means)
     binary = all(x in (0.0, 1.0) for v in values for x in v)
+    per_item = sum(map(len, values)) / len(values)
     repeated = [v for v in values if len(v) > 1]
-    within = math.fsum(_variance(v) for v in repeated) / len(repeated) if repeated else _spread(means)
-    icc = 0.0
-    if binary and repeated and 0.0 < mean < 1.0:
-        # Var(item mean) = p(1 - p) (icc + (1 - icc) / k): the between-item share of the total.
-        total = mean * (1.0 - mean)
-        between = max(0.0, _spread(means) - within / (sum(map(len, values)) / len(values)))
-        icc = min(1.0, between / total)
-    size = round(sum(map(len, values)) / len(values))
+    if repeated:
+        within = math.fsum(_variance(v) for v in repeated) / len(repeated)
+        between = max(0.0, _spread(means) - within / per_item)  # Var(item mean) = between + within / k
+    elif differences is not None and len(differences) > 1:
+        within = _spread(differences) / 2.0
+        between = max(0.0, _spread(means) - within)
+    else:
+        within, between = _spread(means), 0.0
+    icc = min(1.0, between / (mean * (1.0 - mean))) if binary and 0.0 < mean < 1.0 else 0.0
     # Rounded beyond the estimates' precision, so that designs alike share their populations.
-    return Design(len(values), trials or size, round(mean, 3), binary, round(icc, 2), float(f"{within:.3g}"))
+    return Design(
+        len(values), trials or round(per_item), round(mean, 3), binary, round(icc, 2), float(f"{within:.3g}")
+    )
 
 
 def _variance(values: Sequence[float]) -> float:

@@ -198,7 +198,11 @@ def _regression(
     before = result.baseline_values.get(metric, {})
     shared = result.paired[metric].shared  # the items both scored: the baseline has them all
     baseline_items = before.values() if len(shared) == len(before) else [before[item] for item in shared]
-    design = plan.design_of(baseline_items, trials=_trials(result, metric))
+    design = plan.design_of(
+        baseline_items,
+        trials=_trials(result, metric),
+        differences=list(result.paired[metric].differences.values()),
+    )
     detectable, needed, need_note = _design_notes(design, delta, alpha / divisor, strict, cleared)
     notes += need_note
     return verdict(
