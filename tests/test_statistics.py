@@ -338,7 +338,8 @@ def test_the_design_reads_the_intra_item_correlation() -> None:
     assert dp.design_of(single).icc == 0.0
     steady = dp.design_of(single, differences=[0.0] * 18 + [-1.0, 1.0])
     assert steady.within == pytest.approx((2 / 19) / 2, rel=1e-3)
-    assert steady.icc == pytest.approx(1 - (1 / 19) / (0.75 * 0.25), abs=0.01)
+    # between = the item means' spread (sample variance) - within
+    assert steady.icc == pytest.approx((0.75 * 0.25 * 20 / 19 - 1 / 19) / (0.75 * 0.25), abs=0.005)
 
 
 def test_the_detectable_drop_stays_on_the_scale_and_shrinks_with_items() -> None:
