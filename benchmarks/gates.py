@@ -218,69 +218,83 @@ COUNTS = (
 )
 
 
+Draws = list[tuple[list[float], list[float], list[tuple[list[list[float]], list[list[float]]]]]]
+CANDIDATES = ((0.0, "aa", "strict_aa"), (DELTA, "at_delta", "strict_at_delta"), (2 * DELTA, "power", None))
+
+
+def draw(row: Row, rng: random.Random) -> Draws:
+    """Per test: its items' means, their draws for breaking, and per metric the uniform draws
+    of each item's trials in the baseline and in the candidates."""
+    draws = []
+    for _ in range(row.tests):
+        means = item_parameters(rng, row.kind, row.items)
+        breaks = [rng.random() for _ in means]
+        per_metric = [
+            (
+                [[rng.random() for _ in range(row.trials)] for _ in means],
+                [[rng.random() for _ in range(row.trials)] for _ in means],
+            )
+            for _ in range(row.metrics)
+        ]
+        draws.append((means, breaks, per_metric))
+    return draws
+
+
+def run(row: Row, draws: Draws, name: str, drop: float, *, better: bool = False) -> list[ExperimentResult]:
+    """The session's results, the baseline's (``name`` "baseline": no drop) or a candidate's."""
+    out = []
+    for test, (means, breaks, per_metric) in enumerate(draws):
+        metrics = [
+            scores(row.kind, means, before, breaks, 0.0)
+            if name == "baseline"
+            else scores(row.kind, means, now, breaks, drop)
+            for before, now in per_metric
+        ]
+        if better:
+            metrics[0] = improved(row.kind, metrics[0])
+        out.append(result(name, test, metrics, NORMAL[row.metrics]))
+    return out
+
+
 def measure(row: Row, reruns: int) -> dict[str, int]:
     counts = dict.fromkeys(COUNTS, 0)
     for rerun in range(reruns):
-        rng = random.Random(f"{row.name}-{rerun}")
-        draws = []
-        for _ in range(row.tests):
-            means = item_parameters(rng, row.kind, row.items)
-            breaks = [rng.random() for _ in means]
-            per_metric = [
-                (
-                    [[rng.random() for _ in range(row.trials)] for _ in means],
-                    [[rng.random() for _ in range(row.trials)] for _ in means],
-                )
-                for _ in range(row.metrics)
-            ]
-            draws.append((means, breaks, per_metric))
-        normal, strict = NORMAL[row.metrics], STRICT[row.metrics]
-
-        def run(name: str, drop: float, better: bool = False) -> list[ExperimentResult]:
-            out = []
-            for test, (means, breaks, per_metric) in enumerate(draws):
-                metrics = [
-                    scores(
-                        row.kind,
-                        means,
-                        now if name != "baseline" else before,
-                        breaks,
-                        drop if name != "baseline" else 0.0,
-                    )
-                    for before, now in per_metric
-                ]
-                if better:
-                    metrics[0] = improved(row.kind, metrics[0])
-                out.append(result(name, test, metrics, normal))
-            return out
-
-        baselines = run("baseline", 0.0)
-        for drop, key_normal, key_strict in (
-            (0.0, "aa", "strict_aa"),
-            (DELTA, "at_delta", "strict_at_delta"),
-            (2 * DELTA, "power", None),
-        ):
-            candidates = run("candidate", drop)
-            judged_normal = session(baselines, candidates, normal)
-            judged_strict = session(baselines, candidates, strict)
-            counts[key_normal] += failed(judged_normal)
-            if key_strict is not None:
-                counts[key_strict] += not failed(judged_strict)
-            # A better run never gates worse, in either mode (checked where the verdicts are the
-            # closest calls: at a drop of DELTA).
-            if drop == DELTA:
-                better = run("candidate", drop, better=True)
-                for settings, judged in ((normal, judged_normal), (strict, judged_strict)):
-                    counts["monotone"] += len(unmet(session(baselines, better, settings)) - unmet(judged))
-            if drop == 2 * DELTA and row.items >= 2:
-                change = (
-                    judged_normal[0].baseline.metrics["m0"].interval if judged_normal[0].baseline else None
-                )
-                if change is not None:
-                    counts["coverage_runs"] += 1
-                    counts["covered"] += change.low <= -drop <= change.high
+        draws = draw(row, random.Random(f"{row.name}-{rerun}"))
+        baselines = run(row, draws, "baseline", 0.0)
+        for drop, key_normal, key_strict in CANDIDATES:
+            judge_candidate(row, draws, baselines, drop, key_normal, key_strict, counts)
         counts["runs"] += 1
     return counts
+
+
+def judge_candidate(
+    row: Row,
+    draws: Draws,
+    baselines: list[ExperimentResult],
+    drop: float,
+    key_normal: str,
+    key_strict: str | None,
+    counts: dict[str, int],
+) -> None:
+    normal, strict = NORMAL[row.metrics], STRICT[row.metrics]
+    candidates = run(row, draws, "candidate", drop)
+    judged_normal = session(baselines, candidates, normal)
+    judged_strict = session(baselines, candidates, strict)
+    counts[key_normal] += failed(judged_normal)
+    if key_strict is not None:
+        counts[key_strict] += not failed(judged_strict)
+    # A better run never gates worse, in either mode (checked where the verdicts are the closest
+    # calls: at a drop of DELTA).
+    if drop == DELTA:
+        better = run(row, draws, "candidate", drop, better=True)
+        for settings, judged in ((normal, judged_normal), (strict, judged_strict)):
+            counts["monotone"] += len(unmet(session(baselines, better, settings)) - unmet(judged))
+    comparison = judged_normal[0].baseline
+    if drop == 2 * DELTA and row.items >= 2 and comparison is not None:
+        change = comparison.metrics["m0"].interval
+        if change is not None:
+            counts["coverage_runs"] += 1
+            counts["covered"] += change.low <= -drop <= change.high
 
 
 def improved(kind: str, items: list[list[float]]) -> list[list[float]]:
@@ -311,20 +325,27 @@ def percent(count: int, runs: int) -> str:
 
 def print_rates(results: dict[int, dict[str, int]]) -> None:
     print(
-        f"max_regression METRIC={DELTA:g} per metric, normal and strict modes, confidence 0.95; the share of\n"
-        "reruns (Monte-Carlo count in the last column; standard error 0.7 points at 5% for 1,000).\n"
+        f"max_regression METRIC={DELTA:g} per metric, normal and strict modes, confidence 0.95; the share\n"
+        "of reruns (Monte-Carlo count in the last column; standard error 1 point at 5% for 500).\n"
     )
-    head = f"{'scores':<11}{'items':>6}{'trials':>7}{'metrics':>8}{'tests':>6}"
+    head = f"{'scores':<11}{'items':>6}{'trials':>7}{'metrics':>8}{'tests':>6}{'A/A':>8}{'at DELTA':>9}"
     print(
-        f"{head}{'A/A':>8}{'at DELTA':>9}{'power':>7}{'strict@DELTA':>13}{'strict A/A':>11}{'coverage':>9}{'monotone':>9}{'runs':>7}"
+        f"{head}{'power':>7}{'strict@DELTA':>13}{'strict A/A':>11}{'coverage':>9}{'monotone':>9}{'runs':>7}"
     )
     for index in sorted(results):
         row, c = ROWS[index], results[index]
+        shares = [
+            (percent(c["aa"], c["runs"]), 8),
+            (percent(c["at_delta"], c["runs"]), 9),
+            (percent(c["power"], c["runs"]), 7),
+            (percent(c["strict_at_delta"], c["runs"]), 13),
+            (percent(c["strict_aa"], c["runs"]), 11),
+            (percent(c["covered"], c["coverage_runs"]), 9),
+        ]
         print(
             f"{row.kind:<11}{row.items:>6}{row.trials:>7}{row.metrics:>8}{row.tests:>6}"
-            f"{percent(c['aa'], c['runs']):>8}{percent(c['at_delta'], c['runs']):>9}{percent(c['power'], c['runs']):>7}"
-            f"{percent(c['strict_at_delta'], c['runs']):>13}{percent(c['strict_aa'], c['runs']):>11}"
-            f"{percent(c['covered'], c['coverage_runs']):>9}{c['monotone']:>9}{c['runs']:>7}"
+            + "".join(f"{share:>{width}}" for share, width in shares)
+            + f"{c['monotone']:>9}{c['runs']:>7}"
         )
 
 
@@ -488,27 +509,26 @@ def main() -> None:
         print(
             "(an estimate rule: about half the runs fail it by chance); the regression gate's false alarms:"
         )
-        jobs = [(n, chain, choose) for n in (30, 100) for choose in ("last-passing", "last")]
+        chains = [(n, chain, choose) for n in (30, 100) for choose in ("last-passing", "last")]
         for (n, _, choose), (alarms, judged) in zip(
-            jobs, in_parallel(_bias_job, jobs, args.jobs), strict=True
+            chains, in_parallel(_bias_job, chains, args.jobs), strict=True
         ):
             print(f"  {n:>4} items, --eval-baseline={choose:<13} {percent(alarms, judged)} of {judged}")
         print(flush=True)
     if "power" in parts:
         print("The detectable drop a regression gate prints (80% power), and how often a drop that large")
         print("is caught (a drop spread over the items in proportion, as the design assumes):")
-        jobs = [
+        designs = [
             (kind, n, k, max(100, reruns // 2))
             for kind in ("pass/fail", "continuous")
             for n in (30, 100, 500)
             for k in (1, 3)
         ]
         for (kind, n, k, _), (drop, caught, runs) in zip(
-            jobs, in_parallel(_power_job, jobs, args.jobs), strict=True
+            designs, in_parallel(_power_job, designs, args.jobs), strict=True
         ):
-            print(
-                f"  {kind:<11}{n:>5} items x {k}: printed {drop:.3f}, caught {percent(caught, runs)} of {runs}"
-            )
+            caught_share = percent(caught, runs)
+            print(f"  {kind:<11}{n:>5} items x {k}: printed {drop:.3f}, caught {caught_share} of {runs}")
         print(flush=True)
     if "cost" in parts:
         print("Cost of every gate (fail_under, min_pass_rate, max_regression) with a baseline, median of 5:")
