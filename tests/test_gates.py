@@ -298,7 +298,7 @@ def test_baseline_regressions_and_fixes(project: Project) -> None:
             "-0.1 but not shown to be (the drop is at least -0.733, p=0.500)",
             "  -0.333 [-0.930, +0.733] one-sided 95% bounds on the change, 3 items, borderline",
             "  at 3 items x 1 trial no drop is caught with 80% power (see opik-eval plan)",
-            "  about * items would catch a drop of 0.2 with 80% chance at 1 trial(s) each",
+            "  about * items would catch a drop of 0.2 with 80% chance at 1 trial each",
         ]
     )
     gate = report["experiments"][0]["gates"][0]

@@ -248,7 +248,8 @@ def _design_notes(
         needed = plan.items_needed(design, lambda d: plan.detection_power(d, 2 * delta, delta, alpha))
         what = f"catch a drop of {2 * delta:g}"
     if needed is not None and needed > design.items:
-        notes.append(f"about {needed} items would {what} with 80% chance at {design.trials} trial(s) each")
+        trials = f"{design.trials} trial{'s' if design.trials != 1 else ''}"
+        notes.append(f"about {needed} items would {what} with 80% chance at {trials} each")
     return detectable, needed, notes
 
 
