@@ -121,7 +121,7 @@ def test_one_item_going_from_pass_to_fail_is_no_evidence(project: Project) -> No
         "met: test_app: max_regression equals_metric: mean changed by -1.000 from the baseline, beyond "
         "-0.05 but not shown to be (the drop is at least -1.000, p=1.000)",
         "  -1.000 [-1.000, +1.000] one-sided 95% bounds on the change, 1 item, borderline",
-        "  at 1 items x 1 trial no drop is caught with 80% power (see opik-eval plan)",
+        "  at 1 item x 1 trial no drop is caught with 80% power (see opik-eval plan)",
     ]
     [gate] = gates(report)
     assert (gate["p_value"], gate["p_chance"], gate["detectable_drop"]) == (1.0, 0.5, None)

@@ -156,28 +156,7 @@ def _regression(
     divisor = 1 if strict or adjusted is None else adjusted.divisor
     confidence = 1.0 - alpha / divisor
     low, high = test.drop_bounds(confidence)
-    changed = f"mean changed by {signed(-drop)} from the baseline"
-    adjustment = f", adjusted for {divisor} gates" if divisor > 1 else ""
-    if strict:
-        p_value = test.p_within
-        cleared = p_value <= alpha
-        shown = "" if cleared else "not "
-        detail = f"{changed}; the drop is {shown}shown below {delta:g} (at most {score(high)}, {_p(p_value)})"
-    else:
-        p_value = adjusted.p_value if adjusted is not None else test.p_beyond
-        cleared = not (adjusted.rejected if adjusted is not None else p_value <= alpha)
-        if not cleared:
-            detail = (
-                f"mean dropped by {score(drop)} from the baseline, beyond the {delta:g} allowed "
-                f"(at least {score(low)}, {_p(p_value)}{adjustment})"
-            )
-        elif drop > delta:
-            detail = (
-                f"{changed}, beyond {_allowed(delta)} but not shown to be "
-                f"(the drop is at least {score(low)}, {_p(p_value)}{adjustment})"
-            )
-        else:
-            detail = f"{changed} (at most {_allowed(delta)} allowed)"
+    p_value, cleared, detail = _regression_decision(test, alpha, strict, adjusted, (low, high))
     baseline = result.baseline
     if baseline is not None and (baseline.only_in_current or baseline.only_in_baseline):
         detail += f", over the {baseline.shared_items} item(s) both planned"
@@ -192,18 +171,12 @@ def _regression(
         )
     if not strict and test.p_bound <= alpha / divisor < test.p_chance:
         notes.append(
-            f"{change.items} item{'s' if change.items != 1 else ''} cannot tell this drop from chance "
+            f"{_count(change.items, 'item')} cannot tell this drop from chance "
             f"(an exact sign-flip test of no change: p={test.p_chance:.3g})"
         )
-    before = result.baseline_values.get(metric, {})
-    shared = result.paired[metric].shared  # the items both scored: the baseline has them all
-    baseline_items = before.values() if len(shared) == len(before) else [before[item] for item in shared]
-    design = plan.design_of(
-        baseline_items,
-        trials=_trials(result, metric),
-        differences=list(result.paired[metric].differences.values()),
+    detectable, needed, need_note = _design_notes(
+        _design(result, metric), delta, alpha / divisor, strict, cleared
     )
-    detectable, needed, need_note = _design_notes(design, delta, alpha / divisor, strict, cleared)
     notes += need_note
     return verdict(
         "max_regression", metric, change.delta, -delta, cleared and not result.summary.pending, detail
@@ -224,6 +197,49 @@ def _regression(
     )
 
 
+def _regression_decision(
+    test: stats.RegressionTest,
+    alpha: float,
+    strict: bool,
+    adjusted: stats.Adjusted | None,
+    drop_bounds: tuple[float, float],
+) -> tuple[float, bool, str]:
+    """The p-value decided on, whether the gate is cleared, and the sentence that says so."""
+    delta, drop = test.delta, test.drop
+    low, high = drop_bounds
+    changed = f"mean changed by {signed(-drop)} from the baseline"
+    if strict:
+        cleared = test.p_within <= alpha
+        shown = "" if cleared else "not "
+        upper = f"at most {score(high)}, {_p(test.p_within)}"
+        return test.p_within, cleared, f"{changed}; the drop is {shown}shown below {delta:g} ({upper})"
+    p_value = adjusted.p_value if adjusted is not None else test.p_beyond
+    cleared = not (adjusted.rejected if adjusted is not None else p_value <= alpha)
+    adjustment = (
+        f", adjusted for {adjusted.divisor} gates" if adjusted is not None and adjusted.divisor > 1 else ""
+    )
+    if not cleared:
+        beyond = f"beyond the {delta:g} allowed (at least {score(low)}, {_p(p_value)}{adjustment})"
+        return p_value, cleared, f"mean dropped by {score(drop)} from the baseline, {beyond}"
+    if drop > delta:
+        lower = f"the drop is at least {score(low)}, {_p(p_value)}{adjustment}"
+        return p_value, cleared, f"{changed}, beyond {_allowed(delta)} but not shown to be ({lower})"
+    return p_value, cleared, f"{changed} (at most {_allowed(delta)} allowed)"
+
+
+def _design(result: ExperimentResult, metric: str) -> plan.Design:
+    """The comparison's design: the baseline's scores of the items both runs scored, the current
+    run's trials per item, and the paired differences."""
+    before = result.baseline_values.get(metric, {})
+    pairs = result.paired[metric]  # the items both scored: the baseline has them all
+    baseline_items = (
+        before.values() if len(pairs.shared) == len(before) else [before[i] for i in pairs.shared]
+    )
+    return plan.design_of(
+        baseline_items, trials=_trials(result, metric), differences=list(pairs.differences.values())
+    )
+
+
 def _trials(result: ExperimentResult, metric: str) -> int:
     """The current run's trials per item for this metric (the mean, rounded)."""
     by_item = result.values.get(metric, {})
@@ -234,7 +250,7 @@ def _design_notes(
     design: plan.Design, delta: float, alpha: float, strict: bool, cleared: bool
 ) -> tuple[float | None, int | None, list[str]]:
     """What the design can detect, and, when that falls short, how many items would do."""
-    size = f"{design.items} items x {design.trials} trial{'s' if design.trials != 1 else ''}"
+    size = f"{_count(design.items, 'item')} x {_count(design.trials, 'trial')}"
     detectable = plan.minimum_detectable_drop(design, delta, alpha)
     if detectable is None:
         notes = [f"at {size} no drop is caught with 80% power (see opik-eval plan)"]
@@ -248,8 +264,9 @@ def _design_notes(
         needed = plan.items_needed(design, lambda d: plan.detection_power(d, 2 * delta, delta, alpha))
         what = f"catch a drop of {2 * delta:g}"
     if needed is not None and needed > design.items:
-        trials = f"{design.trials} trial{'s' if design.trials != 1 else ''}"
-        notes.append(f"about {needed} items would {what} with 80% chance at {trials} each")
+        notes.append(
+            f"about {needed} items would {what} with 80% chance at {_count(design.trials, 'trial')} each"
+        )
     return detectable, needed, notes
 
 
@@ -259,12 +276,16 @@ def _bounds_note(
     """The estimate and the one-sided bounds the gate decided on, over how many items;
     "borderline" when they hold the bound (the data cannot tell on which side it lies)."""
     borderline = ", borderline" if interval.low < bound < interval.high else ""
-    items = f"{interval.items} item{'s' if interval.items != 1 else ''}"
+    items = _count(interval.items, "item")
     on = f" on the {what}" if what else ""
     return (
         f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}] "
         f"one-sided {level(interval.level)} bounds{on}, {items}{borderline}"
     )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
 
 
 def _allowed(delta: float) -> str:
