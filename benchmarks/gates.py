@@ -3,7 +3,8 @@ coverage and monotonicity, measured by driving the package's own gate code (``ex
 ``with_baseline``, ``judge_session``) over simulated sessions; then what baseline selection does,
 whether the printed detectable drop is caught 80% of the time, and what the gates cost.
 
-    python benchmarks/gates.py [--reruns N] [--quick] [--jobs 2] [--only rates|baselines|power|cost]
+    python benchmarks/gates.py [--reruns N] [--quick] [--jobs 2]
+                               [--only rates|baselines|power|cost] [--row TEXT]
 
 A row is a kind of score, a number of items and of trials per item, of gated metrics per test and
 of gated tests in the session. Each rerun draws a fresh set of items from the row's population (the
@@ -484,14 +485,18 @@ def in_parallel(function: Callable[[Any], Any], jobs: Sequence[Any], processes: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reruns", type=int, help="reruns per row (default 1,000; 40 with --quick)")
+    parser.add_argument(
+        "--reruns",
+        type=int,
+        help="reruns per row (default 500: about half an hour on two cores; 40 with --quick)",
+    )
     parser.add_argument("--quick", action="store_true", help="few reruns: a smoke run")
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--only", choices=["rates", "baselines", "power", "cost"], action="append")
     parser.add_argument("--row", action="append", help="only the rows whose name contains this")
     parser.add_argument("--json", type=Path, help="also write the rates' counts here")
     args = parser.parse_args()
-    reruns = args.reruns or (40 if args.quick else 1000)
+    reruns = args.reruns or (40 if args.quick else 500)
     parts = args.only or ["rates", "baselines", "power", "cost"]
     started = time.perf_counter()
     if "rates" in parts:
