@@ -1,36 +1,35 @@
-"""Can the regression gate be trusted? Its false-alarm rate, its power and its cost, measured by
-driving the real gate code (``experiment_result`` and ``judge``) over simulated runs.
+"""Do the gates hold at every sample size and across a session? Their error rates, power, interval
+coverage and monotonicity, measured by driving the package's own gate code (``experiment_result``,
+``with_baseline``, ``judge_session``) over simulated sessions; then what baseline selection does,
+whether the printed detectable drop is caught 80% of the time, and what the gates cost.
 
-    python benchmarks/gates.py [--reruns N] [--quick] [--old-package-path PATH | --old-commit REV]
-                               [--cell 50x1-equal ...] [--no-cost | --no-rates] [--jobs 2]
+    python benchmarks/gates.py [--reruns N] [--quick] [--jobs 2]
+                               [--only rates|baselines|power|cost] [--row TEXT]
 
-The gate is ``max_regression equals_metric=0.05`` over a pass/fail metric: a trial scores 1 with
-its item's probability. A cell is a number of items (50, 200), of trials per item (1, 3) and a
-difficulty: equal (every item p=0.8) or varied (p uniform in 0.6-0.95, fixed per item, the same
-in both runs). In each of N reruns a baseline and a candidate are drawn independently:
-- A/A: the candidate is the same app; the share of reruns whose gate is not met is the false-
-  alarm rate (target <= 5% in every cell);
-- power: the candidate's pass probability is lower by 0.10 and by 0.30 (clipped at 0); the share
-  of reruns whose gate is not met is the rate at which it catches the drop (target >= 80% for
-  0.30 on 50 items with one trial);
-- strict mode under A/A: the share of reruns in which it proves the drop is below 0.05.
-The three candidates of a rerun share its random draws (a trial passes when its uniform draw is
-below its probability), so the columns differ by the drop alone. 250 reruns per cell by default
-(a Monte-Carlo standard error of 1.4 points at 5%; about five minutes on two busy cores); to
-settle one cell, measure it alone with more: ``--cell 50x1-equal --reruns 2000 --no-cost``
-(rerun i draws the same outcomes whatever the number of reruns).
-
-Then the cost: every gate (fail_under, min_pass_rate, max_regression, with a baseline) over
-100,000 trials per run, as 20,000 items x 5 trials and as 100,000 x 1, the median of a few runs
-(target <= 1 s), split into building each run's result and judging, with the garbage collector
-paused as the session judges (under ``gcpause.no_gc_pass``); building the records is not counted.
-
-Both rules run side by side: the new one from this checkout, the old one (the point-estimate rule
-"fail when the mean dropped by more than DELTA") from a checkout of the old package, by default
-commit 8840b3d extracted with ``git archive`` into a temporary folder. Each runs in a subprocess
-whose PYTHONPATH puts its package first; the driver code is the same for both (it gives
-``GateSettings`` only the fields that version has). Seeds are fixed: the same command prints the
-same rates.
+A row is a kind of score, a number of items and of trials per item, of gated metrics per test and
+of gated tests in the session. Each rerun draws a fresh set of items from the row's population (the
+item is the unit: the dataset is a sample of the items the app will meet), runs a baseline and
+candidates on them, and judges the whole session, each gate ``max_regression METRIC=0.05``:
+- pass/fail scores: each item passes its trials with its own probability, drawn from a beta
+  distribution with mean 0.75 and intra-item correlation 0.5 (many items always pass or always
+  fail, some are flaky); a drop of D breaks a share D / 0.75 of the items (they fail every trial:
+  the hardest case for strict mode, and the usual way an app regresses);
+- continuous scores: each item's mean score is drawn from Beta(6, 2) (mean 0.75), its trials
+  spread uniformly around it (at most 0.25 either way, within [0, 1]); a drop of D lowers every
+  item's mean in proportion (by D / 0.75 of it);
+- several metrics of a test share its items' difficulty, each with trials of its own; several
+  tests have items of their own.
+Columns, each the share of the row's reruns (the Monte-Carlo count in the last column):
+- A/A: the session fails (any gate not met, normal mode) though nothing changed (target <= 5%);
+- at DELTA: the session fails though every drop is exactly DELTA, tolerated (target <= 5%);
+- power: the session fails when every metric drops by 2 x DELTA;
+- strict at DELTA: strict mode passes every gate though every drop is exactly DELTA (<= 5%);
+- strict A/A: strict mode passes every gate when nothing changed;
+- coverage: the first metric's two-sided 95% paired interval holds the true change, at a drop of
+  2 x DELTA (>= 94% from 10 items);
+- monotone: gates that a better run (one more passed trial, or one score raised by 0.1) fails
+  though the run itself met them, over every candidate and mode (target 0).
+Seeds are fixed: the same command prints the same figures; rows run in ``--jobs`` processes.
 """
 
 from __future__ import annotations
@@ -39,153 +38,418 @@ import argparse
 import gc
 import json
 import math
-import os
+import multiprocessing
 import random
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
 from typing import Any
 
-HERE = Path(__file__).resolve().parents[1]  # this checkout: the new package
-OLD_COMMIT = "8840b3d"  # main before issue 13: the point-estimate rule
-METRIC = "equals_metric"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package
+
+from pytest_opik_eval.store.records import (  # noqa: E402
+    DatasetRecord,
+    ExperimentRecord,
+    GateSettings,
+    ScoreRecord,
+    Selection,
+    TrialRecord,
+)
+from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
+from pytest_opik_eval.verdict.results import ExperimentResult, experiment_result  # noqa: E402
+from pytest_opik_eval.verdict.summary import judge_session, passed  # noqa: E402
+
 DELTA = 0.05
-SHIFTS = (0.0, 0.10, 0.30)
-SIZES = (50, 200)
-TRIALS = (1, 3)
-DIFFICULTIES = ("equal", "varied")
-
-Cell = tuple[int, int, str]  # items, trials per item, difficulty
+MEAN = 0.75
+ICC = 0.5
+SIZES = (1, 3, 10, 30, 100, 500)
+TRIALS = (1, 3, 5)
 
 
-# --- the worker: runs in a subprocess, with one version of the package on its path ------------
+@dataclass(frozen=True)
+class Row:
+    kind: str  # "pass/fail" or "continuous"
+    items: int
+    trials: int
+    metrics: int = 1
+    tests: int = 1
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind} {self.items}x{self.trials} m{self.metrics} t{self.tests}"
 
 
-def probabilities(items: int, difficulty: str) -> list[float]:
-    """Each item's pass probability: fixed per item, the same in every rerun and in both runs."""
-    if difficulty == "equal":
-        return [0.8] * items
-    rng = random.Random(f"difficulty-{items}")
-    return [rng.uniform(0.6, 0.95) for _ in range(items)]
+ROWS = [Row(kind, n, k) for kind in ("pass/fail", "continuous") for n in SIZES for k in TRIALS] + [
+    Row(kind, n, 3, metrics, tests)
+    for kind in ("pass/fail", "continuous")
+    for n in (3, 30, 100)
+    for metrics, tests in ((4, 1), (1, 5), (4, 5))
+]
 
 
-def settings(**fields: Any) -> Any:
-    """A ``GateSettings`` with the fields this version of the package has (the old one has no
-    ``mode`` or ``confidence``)."""
-    from pytest_opik_eval.store.records import GateSettings
-
-    known = {name: value for name, value in fields.items() if name in GateSettings.model_fields}
-    return GateSettings.model_validate(known)
+# --- the populations ---------------------------------------------------------------------
 
 
-class Simulator:
-    """Builds the store's records of a simulated run and judges it with the package's own code.
+def item_parameters(rng: random.Random, kind: str, n: int) -> list[float]:
+    """Each item's mean score (a pass probability for pass/fail scores)."""
+    if kind == "pass/fail":
+        total = 1.0 / ICC - 1.0
+        return [rng.betavariate(MEAN * total, (1.0 - MEAN) * total) for _ in range(n)]
+    return [rng.betavariate(6.0, 2.0) for _ in range(n)]
 
-    The package is imported inside the functions, from whichever version the worker's path
-    holds: its objects are typed ``Any`` here."""
 
-    def __init__(self) -> None:
-        self.experiments: dict[tuple[str, int, int], Any] = {}
+def scores(
+    kind: str, means: Sequence[float], draws: Sequence[Sequence[float]], breaks: Sequence[float], drop: float
+) -> list[list[float]]:
+    """Each item's trial scores, from its mean, the trials' uniform draws and the item's draw for
+    breaking (common random numbers: the candidates differ by the drop alone)."""
+    out = []
+    for mean, trial_draws, broken in zip(means, draws, breaks, strict=True):
+        if kind == "pass/fail":
+            p = 0.0 if broken < drop / MEAN else mean
+            out.append([1.0 if u < p else 0.0 for u in trial_draws])
+        else:
+            m = mean * (1.0 - drop / MEAN)
+            width = min(m, 1.0 - m, 0.25)
+            out.append([m + width * (2.0 * u - 1.0) for u in trial_draws])
+    return out
 
-    def experiment(self, run: str, items: int, trials: int) -> Any:
-        from pytest_opik_eval.store.records import DatasetRecord, ExperimentRecord, Selection
 
-        key = (run, items, trials)
-        if key not in self.experiments:
-            self.experiments[key] = ExperimentRecord(
-                id=f"{run}-{items}x{trials}",
-                run_id=run,
-                name="test_qa",
-                test="test_qa.py::test_qa",
-                params="",
-                created_at="2026-01-01T00:00:00",
-                dataset=DatasetRecord(source="data.jsonl", path=None, version="v"),
-                selection=Selection(trial_count=trials),
-                items=[{"id": f"item-{i}"} for i in range(items)],
+# --- the package's records and verdicts ---------------------------------------------------
+
+NORMAL = {m: GateSettings(max_regression={f"m{j}": DELTA for j in range(m)}, soft=True) for m in (1, 4)}
+STRICT = {m: NORMAL[m].model_copy(update={"mode": "strict"}) for m in (1, 4)}
+
+
+def experiment(run: str, test: int, n: int, trials: int, settings: GateSettings) -> ExperimentRecord:
+    return ExperimentRecord.model_construct(
+        id=f"{run}-{test}",
+        run_id=run,
+        name=f"test_{test}",
+        test=f"test_qa.py::test_{test}",
+        params="",
+        created_at="2026-01-01T00:00:00",
+        dataset=DatasetRecord.model_construct(source="data.jsonl", path=None, version="v"),
+        selection=Selection.model_construct(trial_count=trials),
+        items=[{"id": f"item-{i}"} for i in range(n)],
+        gates=settings,
+        rescore_of=None,
+    )
+
+
+_SCORES: dict[tuple[str, float], ScoreRecord] = {}
+
+
+def score(name: str, value: float) -> ScoreRecord:
+    """A score record; pass/fail ones shared (there are two of each metric)."""
+    if value not in (0.0, 1.0):
+        return ScoreRecord.model_construct(name=name, value=value)
+    key = (name, value)
+    if key not in _SCORES:
+        _SCORES[key] = ScoreRecord.model_construct(name=name, value=value)
+    return _SCORES[key]
+
+
+def records(
+    run: str, test: int, metrics: Sequence[Sequence[Sequence[float]]], settings: GateSettings
+) -> tuple[ExperimentRecord, list[TrialRecord]]:
+    """The experiment and its trials, as the store hands them back, from each metric's per-item
+    trial scores."""
+    n, trials = len(metrics[0]), len(metrics[0][0])
+    record = experiment(run, test, n, trials, settings)
+    return record, [
+        TrialRecord(
+            id=f"{run}-{test}-{i}-{t}",
+            experiment_id=record.id,
+            dataset_item_id=f"item-{i}",
+            trial=t,
+            node_id=f"test_qa.py::test_{test}[item-{i}-t{t}]",
+            status="completed",
+            attempts=1,
+            session_id=run,
+            output={},
+            scores=[score(f"m{j}", m[i][t]) for j, m in enumerate(metrics)],
+            passed=True,
+        )
+        for i in range(n)
+        for t in range(trials)
+    ]
+
+
+def result(
+    run: str, test: int, metrics: Sequence[Sequence[Sequence[float]]], settings: GateSettings
+) -> ExperimentResult:
+    """The experiment's result, by the package's own code."""
+    return experiment_result(*records(run, test, metrics, settings), run, settings, intervals=False)
+
+
+def session(
+    baselines: Sequence[ExperimentResult], candidates: Sequence[ExperimentResult], settings: GateSettings
+) -> list[ExperimentResult]:
+    compared = [
+        with_baseline(replace(c, settings=settings), b) for c, b in zip(candidates, baselines, strict=True)
+    ]
+    return judge_session(compared, lambda experiment_id: f"pytest --eval-resume={experiment_id}")
+
+
+def failed(judged: Sequence[ExperimentResult]) -> bool:
+    return not all(passed(r) for r in judged)
+
+
+def unmet(judged: Sequence[ExperimentResult]) -> set[tuple[str, str | None]]:
+    return {(r.name, g.metric) for r in judged for g in r.gates if not g.met}
+
+
+# --- one row -----------------------------------------------------------------------------
+
+
+COUNTS = (
+    "aa",
+    "at_delta",
+    "power",
+    "strict_at_delta",
+    "strict_aa",
+    "covered",
+    "coverage_runs",
+    "monotone",
+    "runs",
+)
+
+
+Draws = list[tuple[list[float], list[float], list[tuple[list[list[float]], list[list[float]]]]]]
+CANDIDATES = ((0.0, "aa", "strict_aa"), (DELTA, "at_delta", "strict_at_delta"), (2 * DELTA, "power", None))
+
+
+def draw(row: Row, rng: random.Random) -> Draws:
+    """Per test: its items' means, their draws for breaking, and per metric the uniform draws
+    of each item's trials in the baseline and in the candidates."""
+    draws = []
+    for _ in range(row.tests):
+        means = item_parameters(rng, row.kind, row.items)
+        breaks = [rng.random() for _ in means]
+        per_metric = [
+            (
+                [[rng.random() for _ in range(row.trials)] for _ in means],
+                [[rng.random() for _ in range(row.trials)] for _ in means],
             )
-        return self.experiments[key]
-
-    def records(self, run: str, outcomes: Sequence[Sequence[bool]]) -> tuple[Any, list[Any]]:
-        """The experiment and its trials, as the store hands them back, from each item's trial
-        outcomes."""
-        from pytest_opik_eval.store.records import ScoreRecord, TrialRecord
-
-        experiment = self.experiment(run, len(outcomes), len(outcomes[0]))
-        one, zero = ScoreRecord(name=METRIC, value=1.0), ScoreRecord(name=METRIC, value=0.0)
-        trials = [
-            TrialRecord(
-                id=f"{run}-{i}-{t}",
-                experiment_id=experiment.id,
-                dataset_item_id=f"item-{i}",
-                trial=t,
-                node_id=f"test_qa.py::test_qa[item-{i}-t{t}]",
-                status="completed",
-                attempts=1,
-                session_id=run,
-                output={},
-                scores=[one if passed else zero],
-                passed=passed,
-            )
-            for i, item in enumerate(outcomes)
-            for t, passed in enumerate(item)
+            for _ in range(row.metrics)
         ]
-        return experiment, trials
-
-    def result(self, run: str, outcomes: Sequence[Sequence[bool]], gates: Any) -> Any:
-        """The experiment's result (summary, item verdicts), by the package's own code."""
-        from pytest_opik_eval.verdict.results import experiment_result
-
-        return experiment_result(*self.records(run, outcomes), run, gates)
+        draws.append((means, breaks, per_metric))
+    return draws
 
 
-def judge(result: Any, gates: Any, baseline: Any) -> Any:
-    from pytest_opik_eval.verdict.gates import judge as real_judge
+def run(row: Row, draws: Draws, name: str, drop: float, *, better: bool = False) -> list[ExperimentResult]:
+    """The session's results, the baseline's (``name`` "baseline": no drop) or a candidate's."""
+    out = []
+    for test, (means, breaks, per_metric) in enumerate(draws):
+        metrics = [
+            scores(row.kind, means, before, breaks, 0.0)
+            if name == "baseline"
+            else scores(row.kind, means, now, breaks, drop)
+            for before, now in per_metric
+        ]
+        if better:
+            metrics[0] = improved(row.kind, metrics[0])
+        out.append(result(name, test, metrics, NORMAL[row.metrics]))
+    return out
 
-    return real_judge(result, gates, baseline, lambda experiment_id: f"pytest --eval-resume={experiment_id}")
 
-
-def rates(cell: Cell, reruns: int, strict: bool) -> dict[str, int]:
-    """For one cell, over ``reruns`` reruns: how many times the gate was not met, per shift, and
-    (``strict``) how many times strict mode passed under A/A."""
-    items, trials, difficulty = cell
-    p = probabilities(items, difficulty)
-    normal = settings(max_regression={METRIC: DELTA}, thresholds={METRIC: 0.5})
-    strict_settings = settings(max_regression={METRIC: DELTA}, thresholds={METRIC: 0.5}, mode="strict")
-    simulator = Simulator()
-    counts = {f"fail {shift:g}": 0 for shift in SHIFTS} | {"strict pass": 0}
+def measure(row: Row, reruns: int) -> dict[str, int]:
+    counts = dict.fromkeys(COUNTS, 0)
     for rerun in range(reruns):
-        rng = random.Random(f"{items}-{trials}-{difficulty}-{rerun}")
-        before = [[rng.random() < q for _ in range(trials)] for q in p]
-        draws = [[rng.random() for _ in range(trials)] for _ in p]
-        baseline = simulator.result("baseline", before, normal)
-        for shift in SHIFTS:
-            after = [[u < max(0.0, q - shift) for u in row] for q, row in zip(p, draws, strict=True)]
-            candidate = simulator.result("candidate", after, normal)
-            counts[f"fail {shift:g}"] += not judge(candidate, normal, baseline).gates_met
-            if strict and shift == 0.0:
-                counts["strict pass"] += judge(candidate, strict_settings, baseline).gates_met
+        draws = draw(row, random.Random(f"{row.name}-{rerun}"))
+        baselines = run(row, draws, "baseline", 0.0)
+        for drop, key_normal, key_strict in CANDIDATES:
+            judge_candidate(row, draws, baselines, drop, key_normal, key_strict, counts)
+        counts["runs"] += 1
     return counts
 
 
-def cost(items: int, trials: int, repeat: int) -> dict[str, float]:
-    """Seconds (median of ``repeat`` runs) to build each run's result and to judge every gate,
-    over ``items`` x ``trials`` trials per run (the records' building is not counted)."""
-    from pytest_opik_eval.verdict.results import experiment_result
+def judge_candidate(
+    row: Row,
+    draws: Draws,
+    baselines: list[ExperimentResult],
+    drop: float,
+    key_normal: str,
+    key_strict: str | None,
+    counts: dict[str, int],
+) -> None:
+    normal, strict = NORMAL[row.metrics], STRICT[row.metrics]
+    candidates = run(row, draws, "candidate", drop)
+    judged_normal = session(baselines, candidates, normal)
+    judged_strict = session(baselines, candidates, strict)
+    counts[key_normal] += failed(judged_normal)
+    if key_strict is not None:
+        counts[key_strict] += not failed(judged_strict)
+    # A better run never gates worse, in either mode (checked where the verdicts are the closest
+    # calls: at a drop of DELTA).
+    if drop == DELTA:
+        better = run(row, draws, "candidate", drop, better=True)
+        for settings, judged in ((normal, judged_normal), (strict, judged_strict)):
+            counts["monotone"] += len(unmet(session(baselines, better, settings)) - unmet(judged))
+    comparison = judged_normal[0].baseline
+    if drop == 2 * DELTA and row.items >= 2 and comparison is not None:
+        change = comparison.metrics["m0"].interval
+        if change is not None:
+            counts["coverage_runs"] += 1
+            counts["covered"] += change.low <= -drop <= change.high
 
-    p = probabilities(items, "varied")
-    gates = settings(
-        fail_under={METRIC: 0.7}, min_pass_rate=0.7, max_regression={METRIC: DELTA}, thresholds={METRIC: 0.5}
+
+def improved(kind: str, items: list[list[float]]) -> list[list[float]]:
+    """The same run, one trial better: the first failed trial passes (pass/fail), or the lowest
+    score rises by 0.1 (continuous)."""
+    better = [list(v) for v in items]
+    if kind == "pass/fail":
+        for values in better:
+            if 0.0 in values:
+                values[values.index(0.0)] = 1.0
+                break
+        return better
+    item, trial = min(
+        ((i, t) for i, v in enumerate(better) for t in range(len(v))), key=lambda it: better[it[0]][it[1]]
     )
-    simulator = Simulator()
+    better[item][trial] = min(1.0, better[item][trial] + 0.1)
+    return better
+
+
+def _measure_job(job: tuple[int, int]) -> tuple[int, dict[str, int]]:
+    index, reruns = job
+    return index, measure(ROWS[index], reruns)
+
+
+def percent(count: int, runs: int) -> str:
+    return f"{100 * count / runs:5.1f}%" if runs else "    -"
+
+
+def print_rates(results: dict[int, dict[str, int]]) -> None:
+    print(
+        f"max_regression METRIC={DELTA:g} per metric, normal and strict modes, confidence 0.95; the share\n"
+        "of reruns (Monte-Carlo count in the last column; standard error 1 point at 5% for 500).\n"
+    )
+    head = f"{'scores':<11}{'items':>6}{'trials':>7}{'metrics':>8}{'tests':>6}{'A/A':>8}{'at DELTA':>9}"
+    print(
+        f"{head}{'power':>7}{'strict@DELTA':>13}{'strict A/A':>11}{'coverage':>9}{'monotone':>9}{'runs':>7}"
+    )
+    for index in sorted(results):
+        row, c = ROWS[index], results[index]
+        shares = [
+            (percent(c["aa"], c["runs"]), 8),
+            (percent(c["at_delta"], c["runs"]), 9),
+            (percent(c["power"], c["runs"]), 7),
+            (percent(c["strict_at_delta"], c["runs"]), 13),
+            (percent(c["strict_aa"], c["runs"]), 11),
+            (percent(c["covered"], c["coverage_runs"]), 9),
+        ]
+        print(
+            f"{row.kind:<11}{row.items:>6}{row.trials:>7}{row.metrics:>8}{row.tests:>6}"
+            + "".join(f"{share:>{width}}" for share, width in shares)
+            + f"{c['monotone']:>9}{c['runs']:>7}"
+        )
+
+
+# --- baseline selection --------------------------------------------------------------------
+
+
+def baseline_bias(items: int, chain: int, choose: str) -> tuple[int, int]:
+    """A chain of runs of an unchanged app, each gated with fail_under at its true mean (which
+    fails about half the runs by chance) and a regression gate against the baseline ``choose``
+    picks: ``last`` the previous run, ``last-passing`` the newest that met its gates. Returns how
+    many regression gates failed, of how many judged."""
+    settings = GateSettings(fail_under={"m0": MEAN}, max_regression={"m0": DELTA}, soft=True)
+    rng = random.Random(f"chain-{items}")
+    history: list[tuple[ExperimentResult, bool]] = []
+    alarms = judged = 0
+    for step in range(chain):
+        means = item_parameters(rng, "pass/fail", items)
+        now = result(
+            f"run{step}",
+            0,
+            [scores("pass/fail", means, [[rng.random()] for _ in means], [1.0] * items, 0.0)],
+            settings,
+        )
+        candidates = [r for r, ok in reversed(history) if ok or choose == "last"]
+        if candidates:
+            [verdict] = judge_session([with_baseline(now, candidates[0])], str)
+            judged += 1
+            alarms += not next(g for g in verdict.gates if g.kind == "max_regression").met
+            ok = passed(verdict)
+        else:
+            ok = passed(judge_session([now], str)[0])
+        history.append((now, ok))
+    return alarms, judged
+
+
+# --- is the printed detectable drop caught 80% of the time? --------------------------------
+
+
+def detectable_power(kind: str, items: int, trials: int, reruns: int) -> tuple[float, int, int]:
+    """Draw a baseline, read the detectable drop its regression gate prints (against an unchanged
+    candidate), then run a candidate whose items all drop by that much (pass probabilities lowered
+    in proportion: the design's model) and see whether the gate fails. Returns the median printed
+    drop, the failures, and the reruns that printed one."""
+    settings = GateSettings(max_regression={"m0": DELTA}, soft=True)
+    drops, caught, runs = [], 0, 0
+    for rerun in range(reruns):
+        rng = random.Random(f"mdd-{kind}-{items}-{trials}-{rerun}")
+        means = item_parameters(rng, kind, items)
+        before = [[rng.random() for _ in range(trials)] for _ in means]
+        baseline = result("baseline", 0, [scores(kind, means, before, [1.0] * items, 0.0)], settings)
+        same = result(
+            "candidate",
+            0,
+            [scores(kind, means, [[rng.random() for _ in range(trials)] for _ in means], [1.0] * items, 0.0)],
+            settings,
+        )
+        [judged] = judge_session([with_baseline(same, baseline)], str)
+        drop = judged.gates[0].detectable_drop
+        if drop is None:
+            continue
+        drops.append(drop)
+        shrunk = [m * (1.0 - drop / MEAN) for m in means]
+        after = [[rng.random() for _ in range(trials)] for _ in means]
+        values = (
+            [[1.0 if u < p else 0.0 for u in row] for p, row in zip(shrunk, after, strict=True)]
+            if kind == "pass/fail"
+            else scores(kind, shrunk, after, [1.0] * items, 0.0)
+        )
+        worse = result("candidate", 0, [values], settings)
+        [verdict] = judge_session([with_baseline(worse, baseline)], str)
+        caught += not verdict.gates[0].met
+        runs += 1
+    return (median(drops) if drops else math.nan), caught, runs
+
+
+# --- the cost at 100,000 trials ----------------------------------------------------------
+
+
+def cost(items: int, trials: int, repeat: int) -> dict[str, float]:
+    """Seconds (median of ``repeat`` runs) to build each run's result and to judge every gate
+    (fail_under, min_pass_rate, max_regression) with a baseline, over items x trials trials per
+    run, the collector paused as the session judges (building the records is not counted)."""
+    gates = GateSettings(
+        fail_under={"m0": 0.7},
+        min_pass_rate=0.7,
+        max_regression={"m0": DELTA},
+        thresholds={"m0": 0.5},
+        soft=True,
+    )
     rng = random.Random(f"cost-{items}-{trials}")
-    before = [[rng.random() < q for _ in range(trials)] for q in p]
-    after = [[rng.random() < q - 0.02 for _ in range(trials)] for q in p]
-    baseline_records = simulator.records("baseline", before)
-    candidate_records = simulator.records("candidate", after)
+    means = item_parameters(rng, "pass/fail", items)
+    before = scores(
+        "pass/fail", means, [[rng.random() for _ in range(trials)] for _ in means], [1.0] * items, 0.0
+    )
+    after = scores(
+        "pass/fail",
+        means,
+        [[rng.random() for _ in range(trials)] for _ in means],
+        [rng.random() for _ in means],
+        0.02,
+    )
+    baseline_records = records("baseline", 0, [before], gates)
+    candidate_records = records("candidate", 0, [after], gates)
     runs: list[dict[str, float]] = []
     for _ in range(repeat):
         gc.collect()
@@ -193,179 +457,101 @@ def cost(items: int, trials: int, repeat: int) -> dict[str, float]:
         try:
             times: dict[str, float] = {}
             start = time.perf_counter()
-            baseline = experiment_result(*baseline_records, None, gates)
+            baseline = experiment_result(*baseline_records, None, gates, intervals=False)
             times["baseline result"] = time.perf_counter() - start
             start = time.perf_counter()
             candidate = experiment_result(*candidate_records, "candidate", gates)
             times["candidate result"] = time.perf_counter() - start
             start = time.perf_counter()
-            judged = judge(candidate, gates, baseline)
+            judged = judge_session([with_baseline(candidate, baseline)], str)
             times["judge"] = time.perf_counter() - start
         finally:
             gc.enable()
+        assert len(judged[0].gates) == 3, judged[0].gates
         times["all"] = sum(times.values())
-        assert len(judged.gates) == 3, judged.gates
         runs.append(times)
     return {step: median(r[step] for r in runs) for step in runs[0]}
 
 
-CELLS: list[Cell] = [(i, t, d) for i in SIZES for t in TRIALS for d in DIFFICULTIES]
+# --- the driver --------------------------------------------------------------------------
 
 
-def cell_name(cell: Cell) -> str:
-    items, trials, difficulty = cell
-    return f"{items}x{trials}-{difficulty}"
-
-
-def worker(part: str, cells: Sequence[int], reruns: int, repeat: int, strict: bool) -> None:
-    """Prints one JSON object: where the package came from, and the part's figures."""
-    import pytest_opik_eval
-
-    out: dict[str, Any] = {"package": str(Path(pytest_opik_eval.__file__).parent)}
-    if part == "rates":
-        out["cells"] = {str(index): rates(CELLS[index], reruns, strict) for index in cells}
-    else:
-        out["cost"] = {f"{i} x {t}": cost(i, t, repeat) for i, t in ((20_000, 5), (100_000, 1))}
-    print(json.dumps(out))
-
-
-# --- the driver: runs the workers, prints the tables ---------------------------------------
-
-
-def old_package(commit: str, folder: Path) -> Path:
-    """The package as it was at ``commit``, extracted into ``folder`` (the repository is not
-    touched: no worktree, no checkout)."""
-    archive = subprocess.run(
-        ["git", "-C", str(HERE), "archive", commit, "pytest_opik_eval"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    return folder
-
-
-class Worker:
-    """A subprocess running one part with one version of the package first on its path."""
-
-    def __init__(self, root: Path, part: str, cells: Sequence[int], args: argparse.Namespace) -> None:
-        self.root = root
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        command = [sys.executable, __file__, "--worker", part, f"--reruns={args.reruns}"]
-        command += [f"--repeat={args.repeat}", f"--cells={','.join(map(str, cells))}"]
-        command += ["--strict"] if root == HERE else []
-        self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
-
-    def result(self) -> dict[str, Any]:
-        out, _ = self.process.communicate()
-        if self.process.returncode != 0:
-            raise SystemExit(f"the worker for {self.root} exited with {self.process.returncode}")
-        result: dict[str, Any] = json.loads(out)
-        # PYTHONPATH comes before the venv's editable install: check that it did.
-        if Path(result["package"]).parent.resolve() != self.root.resolve():
-            raise SystemExit(f"the worker for {self.root} imported the package from {result['package']}")
-        return result
-
-
-def measure_rates(
-    root: Path, cells: Sequence[int], jobs: int, args: argparse.Namespace
-) -> dict[int, dict[str, int]]:
-    """The cells' counts, the cells shared among ``jobs`` workers (the costliest cells, with
-    three trials and 200 items, spread evenly)."""
-    order = sorted(cells, key=lambda index: CELLS[index][0] * CELLS[index][1])
-    workers = [Worker(root, "rates", order[job::jobs], args) for job in range(jobs)]
-    return {int(index): counts for w in workers for index, counts in w.result()["cells"].items()}
-
-
-def percent(count: int, reruns: int) -> str:
-    return f"{100 * count / reruns:6.1f}%"
-
-
-def print_rates(old: dict[int, dict[str, int]], new: dict[int, dict[str, int]], reruns: int) -> None:
-    """The table: one row per cell, the old rule's figure beside the new one's."""
-    se = 100 * math.sqrt(0.05 * 0.95 / reruns)
-    se_80 = 100 * math.sqrt(0.8 * 0.2 / reruns)
-    print(
-        f"Gate max_regression {METRIC}={DELTA:g} over a 0/1 metric: the share of {reruns} reruns per cell\n"
-        f"whose gate is not met (Monte-Carlo standard error {se:.1f} points at 5%, {se_80:.1f} at 80%).\n"
-        "old: fails when the mean dropped by more than 0.05 (point estimates);\n"
-        "new: normal mode, confidence 0.95; strict: the share of A/A reruns that strict mode\n"
-        "passes (it proves the drop is below 0.05).\n"
-    )
-    groups = ("A/A false alarm", "drop 0.10 found", "drop 0.30 found")
-    print(f"{'':23}" + "   ".join(f"{group:^15}" for group in groups) + "   strict")
-    print(f"{'items trials p':23}" + "   ".join(f"{'old':>7} {'new':>7}" for _ in groups) + "   A/A pass")
-    for index, (before, now) in sorted((index, (old[index], new[index])) for index in new):
-        items, trials, difficulty = CELLS[index]
-        p = "0.8" if difficulty == "equal" else "0.6-0.95"
-        columns = "   ".join(
-            f"{percent(before[f'fail {s:g}'], reruns)} {percent(now[f'fail {s:g}'], reruns)}" for s in SHIFTS
-        )
-        # Above the target: by how many Monte-Carlo standard errors (at 5%), to tell chance from a flaw.
-        excess = (now["fail 0"] / reruns - 0.05) / math.sqrt(0.05 * 0.95 / reruns)
-        flag = f"  <- above 5% by {excess:.1f} SE" if excess > 0 else ""
-        print(f"{items:>5} {trials:>6} {p:<8}  {columns}   {percent(now['strict pass'], reruns):>8}{flag}")
-
-
-def print_cost(old: dict[str, Any], new: dict[str, Any], repeat: int) -> None:
-    print(
-        "\nCost of every gate (fail_under, min_pass_rate, max_regression) with a baseline: each run's\n"
-        f"result (experiment_result), then judge, the collector paused as in the session; median of\n"
-        f"{repeat} runs, target <= 1 s in all\n"
-    )
-    steps = ("baseline result", "candidate result", "judge", "all")
-    print(f"{'trials per run':<22}" + "".join(f"{step:>17}" for step in steps))
-    for size in new["cost"]:
-        for rule, figures in (("old", old), ("new", new)):
-            row = "".join(f"{figures['cost'][size][step] * 1000:14.0f} ms" for step in steps)
-            print(f"{size + ', ' + rule:<22}{row}")
+def in_parallel(function: Callable[[Any], Any], jobs: Sequence[Any], processes: int) -> list[Any]:
+    if processes <= 1:
+        return [function(job) for job in jobs]
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        return pool.map(function, jobs, chunksize=1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reruns", type=int, help="simulated reruns per cell (default 250, 40 with --quick)")
-    parser.add_argument("--repeat", type=int, help="runs of the cost, of which the median (default 5)")
-    parser.add_argument("--quick", action="store_true", help="few reruns, one cost run: a smoke run")
-    parser.add_argument("--jobs", type=int, default=2, help="processes for the new rule's rates (default 2)")
-    parser.add_argument("--old-package-path", type=Path, help="a folder holding the old pytest_opik_eval")
     parser.add_argument(
-        "--old-commit", default=OLD_COMMIT, help=f"the old rule's commit (default {OLD_COMMIT})"
+        "--reruns",
+        type=int,
+        help="reruns per row (default 500: about half an hour on two cores; 40 with --quick)",
     )
-    parser.add_argument(
-        "--cell",
-        action="append",
-        choices=[cell_name(cell) for cell in CELLS],
-        help="measure only this cell (repeatable), e.g. with many more reruns",
-    )
-    parser.add_argument("--no-cost", action="store_true", help="skip the cost")
-    parser.add_argument("--no-rates", action="store_true", help="skip the rates: the cost only")
-    parser.add_argument("--worker", choices=["rates", "cost"], help=argparse.SUPPRESS)
-    parser.add_argument("--cells", default="", help=argparse.SUPPRESS)
-    parser.add_argument("--strict", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--quick", action="store_true", help="few reruns: a smoke run")
+    parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    parser.add_argument("--only", choices=["rates", "baselines", "power", "cost"], action="append")
+    parser.add_argument("--row", action="append", help="only the rows whose name contains this")
+    parser.add_argument("--json", type=Path, help="also write the rates' counts here")
     args = parser.parse_args()
-    args.reruns = args.reruns or (40 if args.quick else 250)
-    args.repeat = args.repeat or (1 if args.quick else 5)
-    if args.worker:
-        cells = [int(index) for index in args.cells.split(",") if index]
-        worker(args.worker, cells, args.reruns, args.repeat, args.strict)
-        return
+    reruns = args.reruns or (40 if args.quick else 500)
+    parts = args.only or ["rates", "baselines", "power", "cost"]
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        compare(args.old_package_path or old_package(args.old_commit, Path(tmp)), args)
+    if "rates" in parts:
+        chosen = [i for i, row in enumerate(ROWS) if not args.row or any(r in row.name for r in args.row)]
+        # The costliest rows first, so that the processes finish together.
+        chosen.sort(key=lambda i: -ROWS[i].items * ROWS[i].trials * ROWS[i].metrics * ROWS[i].tests)
+        results = dict(in_parallel(_measure_job, [(i, reruns) for i in chosen], args.jobs))
+        print_rates(results)
+        if args.json:
+            args.json.write_text(json.dumps({ROWS[i].name: c for i, c in results.items()}, indent=1))
+        print(f"({time.perf_counter() - started:.0f} s)\n", flush=True)
+    if "baselines" in parts:
+        chain = max(200, reruns * 2)
+        print(f"Baseline selection: {chain} runs of an unchanged pass/fail app, fail_under at its true mean")
+        print(
+            "(an estimate rule: about half the runs fail it by chance); the regression gate's false alarms:"
+        )
+        chains = [(n, chain, choose) for n in (30, 100) for choose in ("last-passing", "last")]
+        for (n, _, choose), (alarms, judged) in zip(
+            chains, in_parallel(_bias_job, chains, args.jobs), strict=True
+        ):
+            print(f"  {n:>4} items, --eval-baseline={choose:<13} {percent(alarms, judged)} of {judged}")
+        print(flush=True)
+    if "power" in parts:
+        print("The detectable drop a regression gate prints (80% power), and how often a drop that large")
+        print("is caught (a drop spread over the items in proportion, as the design assumes):")
+        designs = [
+            (kind, n, k, max(100, reruns // 2))
+            for kind in ("pass/fail", "continuous")
+            for n in (30, 100, 500)
+            for k in (1, 3)
+        ]
+        for (kind, n, k, _), (drop, caught, runs) in zip(
+            designs, in_parallel(_power_job, designs, args.jobs), strict=True
+        ):
+            caught_share = percent(caught, runs)
+            print(f"  {kind:<11}{n:>5} items x {k}: printed {drop:.3f}, caught {caught_share} of {runs}")
+        print(flush=True)
+    if "cost" in parts:
+        print("Cost of every gate (fail_under, min_pass_rate, max_regression) with a baseline, median of 5:")
+        for n, k in ((20_000, 5), (100_000, 1)):
+            figures = cost(n, k, 1 if args.quick else 5)
+            print(
+                f"  {n:,} x {k}: "
+                + ", ".join(f"{step} {seconds * 1000:.0f} ms" for step, seconds in figures.items())
+            )
     print(f"\n{time.perf_counter() - started:.0f} s in all")
 
 
-def compare(old_root: Path, args: argparse.Namespace) -> None:
-    """Both rules' rates, then their costs."""
-    print(
-        f"old rule: {old_root} ({args.old_package_path or args.old_commit})\nnew rule: {HERE}\n", flush=True
-    )
-    cells = [i for i, cell in enumerate(CELLS) if not args.cell or cell_name(cell) in args.cell]
-    if not args.no_rates:
-        old_rates = measure_rates(old_root, cells, 1, args)  # quick: one process, before the new one's
-        new_rates = measure_rates(HERE, cells, min(args.jobs, len(cells)), args)
-        print_rates(old_rates, new_rates, args.reruns)
-    if not args.no_cost:
-        # The costs one at a time, nothing else running.
-        old_cost, new_cost = (Worker(root, "cost", [], args).result() for root in (old_root, HERE))
-        print_cost(old_cost, new_cost, args.repeat)
+def _bias_job(job: tuple[int, int, str]) -> tuple[int, int]:
+    return baseline_bias(*job)
+
+
+def _power_job(job: tuple[str, int, int, int]) -> tuple[float, int, int]:
+    return detectable_power(*job)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """The cost of the gates' statistics at 100,000 trials, in pure Python.
 
-    python benchmarks/stats_cost.py [--items 20000] [--trials 5] [--resamples 2000] [--repeat 5]
+    python benchmarks/stats_cost.py [--items 20000] [--trials 5] [--repeat 5]
 
 Two runs (a baseline and a current one) of ITEMS x TRIALS trials, each item passing with its own
 probability (0.6 to 0.95). Everything a gated run would compute, timed from the trials as flat
 records (grouping them by item, the caller's part, is shown apart): a metric's mean interval,
-the trial and the k-of-n item pass rates' intervals, the paired comparison with its bootstrap,
-McNemar's test, the evidence for both gate rules, Holm over the metrics, the minimum detectable
-drop and the items needed, pass@k and pass^k. Once for pass/fail scores (the items take a few
-distinct values: the exact grouped bootstrap) and once for continuous scores (every item its own
-value: the binned bootstrap). Each figure is the median of REPEAT runs (the machine is shared).
+the trial and the k-of-n item pass rates' intervals, the paired comparison, the exact test of the
+flips, the regression tests (the score test against DELTA both ways, the sign-flip test), Holm
+over the metrics, the design's detectable drop and the items needed, pass@k and pass^k with their
+intervals. Once for pass/fail scores (the items take a few distinct values) and once for
+continuous scores (every item its own value: the tests work on bins). Each figure is the median
+of REPEAT runs (the machine is shared).
 
 Named ``stats_cost``, not ``statistics``: a script's folder comes first on ``sys.path``, and a
 ``statistics.py`` there would shadow the standard library's for ``bench.py``.
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable
 from statistics import median
 
+from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import statistics as st
 
 Trial = tuple[str, float, bool]  # item id, score, passed
@@ -53,7 +55,7 @@ def by_item(records: list[Trial]) -> tuple[Items, dict[str, bool]]:
     return scores, verdicts
 
 
-def everything(current: list[Trial], baseline: list[Trial], resamples: int) -> dict[str, float]:
+def everything(current: list[Trial], baseline: list[Trial]) -> dict[str, float]:
     """Each step's seconds."""
     times: dict[str, float] = {}
 
@@ -69,26 +71,32 @@ def everything(current: list[Trial], baseline: list[Trial], resamples: int) -> d
     times["(group trials by item)"] = time.perf_counter() - start
     counts = [(len(v), sum(s >= 0.5 for s in v)) for v in scores.values()]
 
-    timed("metric mean interval", lambda: st.mean_interval(scores.values(), resamples=resamples))
-    timed("trial pass rate", lambda: st.pass_rate_interval([(c, n) for n, c in counts], resamples=resamples))
-    timed("item pass rate (k of n)", lambda: st.item_pass_rate_interval(verdicts.values()))
-    comparison = timed(
-        "paired comparison", lambda: st.paired_comparison(scores, before_scores, resamples=resamples)
-    )
-    assert isinstance(comparison, st.PairedComparison) and comparison.bootstrap is not None
-    boot = comparison.bootstrap
-    timed("McNemar flips", lambda: st.flips(verdicts, before_verdicts))
-    evidence = timed("evidence, Holm", lambda: st.regression_evidence(boot, delta=0.05))
-    assert isinstance(evidence, st.RegressionEvidence)
-    timed("evidence, Holm", lambda: st.holm([evidence.p_drop, 0.03, 0.2]))
+    timed("metric mean interval", lambda: st.mean_interval(scores.values()))
+    timed("trial pass rate", lambda: st.pass_rate_interval([(c, n) for n, c in counts]))
+    timed("item pass rate (k of n)", lambda: st.pass_rate_interval((int(v), 1) for v in verdicts.values()))
+    comparison = timed("paired comparison", lambda: st.paired_comparison(scores, before_scores))
+    assert isinstance(comparison, st.PairedComparison) and comparison.sample is not None
+    regressions = sum(1 for i, v in verdicts.items() if before_verdicts.get(i) and not v)
+    fixes = sum(1 for i, v in verdicts.items() if v and before_verdicts.get(i) is False)
+    timed("flips' exact test", lambda: st.regressions_by_chance(regressions, fixes))
+    differences = list(comparison.differences.values())
+    test = timed("regression tests, Holm", lambda: st.regression_test(differences, delta=0.05))
+    assert isinstance(test, st.RegressionTest)
+    timed("regression tests, Holm", lambda: st.holm([test.p_beyond, 0.03, 0.2]))
+    timed("bounds on the drop", lambda: test.drop_bounds(0.95))
+
+    def detectable() -> object:
+        design = dp.design_of(before_scores.values(), differences=differences)
+        return (
+            dp.minimum_detectable_drop(design, 0.05, 0.05),
+            dp.items_needed(design, lambda d: dp.detection_power(d, 0.1, 0.05, 0.05)),
+        )
+
+    timed("detectable drop", detectable)
     timed(
-        "detectable drop",
-        lambda: (
-            st.minimum_detectable_drop(len(comparison.shared), comparison.sd, delta=0.05),
-            st.items_needed(0.1, comparison.sd, delta=0.05),
-        ),
+        "pass@k, pass^k",
+        lambda: (st.pass_at_k_interval(counts, 3), st.pass_hat_k_interval(counts, 3)),
     )
-    timed("pass@k, pass^k", lambda: (st.mean_pass_at_k(counts, 3), st.mean_pass_hat_k(counts, 3)))
     return times
 
 
@@ -96,16 +104,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=20000)
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(
-        f"{args.items} items x {args.trials} trials, {args.resamples} resamples, median of {args.repeat} runs"
-    )
+    print(f"{args.items} items x {args.trials} trials, median of {args.repeat} runs")
     for continuous in (False, True):
         baseline = simulate(args.items, args.trials, seed=1, continuous=continuous)
         current = simulate(args.items, args.trials, seed=2, continuous=continuous, worse=0.02)
-        runs = [everything(current, baseline, args.resamples) for _ in range(args.repeat)]
+        runs = [everything(current, baseline) for _ in range(args.repeat)]
         print(f"\n{'continuous' if continuous else 'pass/fail'} scores:")
         for step in runs[0]:
             print(f"  {step:<26} {median(r[step] for r in runs) * 1000:7.1f} ms")

@@ -1,17 +1,19 @@
 """The ``opik-eval`` command: list runs, show an experiment or run, export it as JSON, score its
-stored outputs again."""
+stored outputs again, gate it, plan the items and trials a regression gate needs."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import json
+import math
 import os
 import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pytest_opik_eval.collect.planning import settings_for_gate
 from pytest_opik_eval.escaping import escape_control
@@ -42,6 +44,9 @@ from pytest_opik_eval.store import ExperimentRecord, RunRecord, ScoreRecord, Sto
 from pytest_opik_eval.store.base import experiments_with_trial, find_trial
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.verdict.design import Design, PlanRow
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed
 
@@ -73,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "merge": lambda: _merge(store, args),
         "gate": lambda: _gate(store, args, resume),
         "export": lambda: _export(store, args, resume),
+        "plan": lambda: _plan(store, args),
     }
     try:
         return commands[args.command]()
@@ -180,7 +186,51 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--eval-max-latency", metavar="SECONDS[@pNN]", type=latency_limit)
     gate.add_argument("--eval-gate-mode", choices=GATE_MODES)
     gate.add_argument("--eval-confidence", metavar="LEVEL", type=confidence)
+    plan = commands.add_parser(
+        "plan",
+        help="how many items and trials a regression gate needs, from the scores of a stored run",
+        description="From each experiment of a stored run taken as the baseline (its mean, and how "
+        "its items' trials vary), how many items a regression gate needs to catch a drop with 80%% "
+        "power (normal mode), or to show no drop beyond DELTA when nothing changed (strict mode), "
+        "at 1, 3 and 5 trials per item (or --trials), and the drop it catches at the run's size.",
+    )
+    plan.add_argument("id", help="an experiment id, a run id or name, or 'last'")
+    plan.add_argument("--drop", type=_drop, help="the drop to catch (default: twice DELTA)")
+    plan.add_argument(
+        "--delta", type=rate, help="the drop tolerated, DELTA (default: the gate's stored with it, else 0.05)"
+    )
+    plan.add_argument("--metric", action="append", default=[], help="only this score (repeatable)")
+    plan.add_argument("--trials", type=_counts, default=(1, 3, 5), help="trials per item, such as 1,3,5")
+    plan.add_argument("--confidence", type=confidence, help="the gates' level (default: the run's)")
+    plan.add_argument(
+        "--gates",
+        type=_count,
+        default=1,
+        help="the session's normal-mode regression gates, adjusted together (Holm: the first at level / N)",
+    )
     return parser
+
+
+def _drop(value: str) -> float:
+    drop = rate(value)
+    if drop <= 0.0:
+        raise argparse.ArgumentTypeError(f"expected a drop above 0, such as 0.1; got {value!r}")
+    return drop
+
+
+def _count(value: str) -> int:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, such as 5; got {value!r}")
+    return int(value)
+
+
+def _counts(value: str) -> tuple[int, ...]:
+    try:
+        return tuple(_count(part) for part in value.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers from 1 separated by commas, such as 1,3,5; got {value!r}"
+        ) from None
 
 
 def _open(store_path: Path, backend: str, *, create: bool) -> Store:
@@ -569,6 +619,74 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
     failed = [r.name for r in results if not passed(r) or r.summary.pending]
     print(escape_control(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}"))
     return 1 if failed else 0
+
+
+def _plan(store: Store, args: argparse.Namespace) -> int:
+    """Per experiment and score: the design the stored run implies, and what it needs."""
+    from pytest_opik_eval.verdict.design import design_of, plan
+    from pytest_opik_eval.verdict.results import experiment_result
+
+    _, experiments = store.find(args.id)
+    for experiment in experiments:
+        result = experiment_result(
+            experiment, store.trials(experiment.id), None, experiment.gates, intervals=False
+        )
+        size = f"{len(result.items)} items x {experiment.selection.trial_count} trial(s)"
+        print(escape_control(f"{experiment.name} ({experiment.test}) experiment {experiment.id}: {size}"))
+        level = args.confidence or experiment.gates.confidence
+        for metric in args.metric or list(result.values):
+            by_item = result.values.get(metric)
+            if not by_item:
+                print(escape_control(f"  {metric}: no completed trial has this score"))
+                continue
+            design = design_of(by_item.values())
+            delta = (
+                args.delta if args.delta is not None else experiment.gates.max_regression.get(metric, 0.05)
+            )
+            drop = args.drop or 2 * delta
+            if drop <= delta:
+                print(
+                    escape_control(
+                        f"  {metric}: a drop of {drop:g} is within DELTA {delta:g}: nothing to catch"
+                    )
+                )
+                continue
+            rows = plan(design, drop, delta, (1.0 - level) / args.gates, args.trials)
+            for line in _plan_lines(metric, design, rows, drop, delta, level, args.gates):
+                print(escape_control(line))
+    return 0
+
+
+def _plan_lines(
+    metric: str, design: Design, rows: Sequence[PlanRow], drop: float, delta: float, level: float, gates: int
+) -> list[str]:
+    if design.binary:
+        spread = (
+            f"intra-item correlation {design.icc:.2f}"
+            if design.trials > 1
+            else "one trial per item: trials taken as independent (the noisiest)"
+        )
+        kind = f"pass/fail, mean {design.mean:.3f}, {spread}"
+    else:
+        kind = f"mean {design.mean:.3f}, within-item sd {math.sqrt(design.within):.3f}"
+    adjusted = f", adjusted for {gates} gates" if gates > 1 else ""
+    catch = f"catch {drop:g}"
+    clear = f"show none > {delta:g}"
+    lines = [
+        f"  {metric}: {kind}",
+        f"    80% chance, one-sided {level * 100:g}%{adjusted}; items needed to:",
+        f"    {'trials':>6}  {catch:>14}  {clear:>16}  drop caught at {design.items} items",
+    ]
+    for row in rows:
+        caught = "none" if row.caught_at_size is None else f"{row.caught_at_size:.3f}"
+        lines.append(
+            f"    {row.trials:>6}  {_needed(row.to_catch):>14}  {_needed(row.to_clear):>16}  {caught}"
+        )
+    return lines
+
+
+def _needed(items: int | None) -> str:
+    return "over 100,000" if items is None else f"{items:,}"
 
 
 def _export(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:

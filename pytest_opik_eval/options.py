@@ -143,7 +143,8 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="ID",
         dest="eval_baseline",
         type=_resume_id,
-        help="Compare with a baseline: an experiment id, a run id, or 'last-passing' (ini eval_baseline)",
+        help="Compare with a baseline: an experiment id, a run id, 'last' (the test's newest earlier "
+        "experiment) or 'last-passing' (its newest that met its gates) (ini eval_baseline)",
     )
     group.addoption(
         "--eval-max-regression",
@@ -243,7 +244,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_fail_under", "METRIC=MIN gates, one per line", type="linelist")
     parser.addini("eval_min_pass_rate", "The minimum share of passed trials (or items)", type="string")
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
-    parser.addini("eval_baseline", "The baseline to compare with (an id, or last-passing)", type="string")
+    parser.addini("eval_baseline", "The baseline: an id, last, or last-passing", type="string")
     parser.addini("eval_max_regression", "METRIC=DELTA regression gates, one per line", type="linelist")
     parser.addini("eval_max_cost", "USD[/item|/run] cost gates, one per line", type="linelist")
     parser.addini("eval_max_latency", "SECONDS[@pNN]: a gate on the task latency", type="string")

@@ -167,10 +167,8 @@ def evidence_experiment() -> ExperimentReport:
         mode="strict",
     )
     summary = item_statistics(summarize(trials, settings.thresholds, 0.95), item_results(trials, None), 0.95)
-    mean = ConfidenceInterval(estimate=0.857, low=0.6, high=1.0, level=0.95, items=4, method="bootstrap")
-    change = ConfidenceInterval(
-        estimate=-0.125, low=-0.375, high=0.0, level=0.95, items=4, method="bootstrap"
-    )
+    mean = ConfidenceInterval(estimate=0.857, low=0.6, high=1.0, level=0.95, items=4, one_sided=True)
+    change = ConfidenceInterval(estimate=-0.125, low=-0.375, high=0.0, level=0.95, items=4, one_sided=True)
     gates = [
         GateVerdict(
             kind="fail_under",
@@ -179,7 +177,7 @@ def evidence_experiment() -> ExperimentReport:
             bound=0.9,
             met=False,
             detail="mean 0.857, lower bound 0.600 is below 0.9",
-            notes=["0.857 [0.600, 1.000] 95% interval, 4 items, borderline"],
+            notes=["0.857 [0.600, 1.000] one-sided 95% bounds, 4 items, borderline"],
             mode="strict",
             interval=mean,
             borderline=True,
@@ -190,10 +188,10 @@ def evidence_experiment() -> ExperimentReport:
             value=-0.125,
             bound=-0.05,
             met=False,
-            detail="mean changed by -0.125 from the baseline; not shown to be above -0.05 (p=0.300)",
+            detail="mean changed by -0.125 from the baseline; the drop is not shown below 0.05 (at most 0.375, p=0.300)",
             notes=[
-                "-0.125 [-0.375, +0.000] 95% paired interval, 4 items, borderline",
-                "detects a drop of 0.400 or more with 80% power at this size and variance",
+                "-0.125 [-0.375, +0.000] one-sided 95% bounds on the change, 4 items, borderline",
+                "catches a drop of 0.400 or more with 80% power at 4 items x 2 trials",
             ],
             mode="strict",
             interval=change,
@@ -218,7 +216,7 @@ def evidence_experiment() -> ExperimentReport:
         only_in_baseline=["old"],
         regressions=["capital"],
         fixes=["inject"],
-        flips_p_value=1.0,
+        regressions_p_value=0.5,
         # worst first by accuracy, not in the dataset's order
         items=[
             ItemChange(
@@ -306,9 +304,10 @@ def test_static_sections() -> None:
         '<b>7</b> completed\n (<span class="ok">6 passed</span>, <span class="bad">1 failed</span>)' in html
     )
     assert '<b class="trials-pending">1</b> pending' in html
-    # accuracy over the 7 completed trials: six 1.0 and one 0.0, threshold 0.5
+    # accuracy over the 4 items' completed trials (1, 0.5, 1 and 1): six 1.0 and one 0.0 of 7
+    # pass the threshold 0.5
     assert (
-        '<tr data-metric="accuracy"><td>accuracy</td><td>0.857</td><td>0.000</td><td>1.000</td>'
+        '<tr data-metric="accuracy"><td>accuracy</td><td>0.875</td><td>0.000</td><td>1.000</td>'
         "<td>0</td><td>0.500</td><td>85.7%</td></tr>"
     ) in html
     assert (
@@ -575,10 +574,10 @@ def test_evidence_sections() -> None:
     html = render_html(evidence_report(), {"exp-1": sample_items()})
     # the mean's interval beside it; the pass rates with theirs; pass@k and pass^k
     assert "<th>mean</th><th>95% interval</th><th>min</th>" in html
-    assert '<td>accuracy</td><td>0.857</td><td class="interval">[0.625, 1.000]</td><td>0.000</td>' in html
-    assert '<p class="pass-rate">trial pass rate 0.857 [0.625, 1.000] 95%, 4 items</p>' in html
+    assert '<td>accuracy</td><td>0.875</td><td class="interval">[0.183, 1.000]</td><td>0.000</td>' in html
+    assert '<p class="pass-rate">trial pass rate 0.875 [0.183, 1.000] 95%, 4 items</p>' in html
     assert (
-        '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.208, 0.939] 95%, 3 items</p>' in html
+        '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.036, 0.996] 95%, 3 items</p>' in html
     )
     assert re.findall(r'<tr data-k="(\d)"><td>\d</td><td>([\d.]+)</td><td>([\d.]+)</td></tr>', html) == [
         ("1", "0.833", "0.833"),
@@ -594,19 +593,19 @@ def test_evidence_sections() -> None:
     ]
     absolute, regression = (card[3] for card in cards)
     assert '<span class="badge wait borderline"' in absolute and ">strict</span>" in absolute
-    assert 'aria-label="0.857 [0.600, 1.000] 95%, 4 items; bound 0.900"' in absolute
-    assert "<li>0.857 [0.600, 1.000] 95% interval, 4 items, borderline" in absolute
-    assert 'aria-label="-0.125 [-0.375, +0.000] 95%, 4 items; bound -0.050"' in regression
-    assert "<li>detects a drop of 0.400 or more with 80% power at this size and variance" in regression
-    # the baseline: each metric's paired interval, McNemar's test on the flips
+    assert 'aria-label="0.857 [0.600, 1.000] one-sided 95%, 4 items; bound 0.900"' in absolute
+    assert "<li>0.857 [0.600, 1.000] one-sided 95% bounds, 4 items, borderline" in absolute
+    assert 'aria-label="-0.125 [-0.375, +0.000] one-sided 95%, 4 items; bound -0.050"' in regression
+    assert "<li>catches a drop of 0.400 or more with 80% power at 4 items x 2 trials" in regression
+    # the baseline: each metric's paired interval, the exact test on the flips
     assert "<th>delta</th><th>95% paired interval</th><th>items</th>" in html
     assert '<td class="bad">-0.125</td><td class="interval">[-0.375, +0.000]</td><td>4</td>' in html
-    assert "1 regression(s), 1 fix(es): McNemar's exact test p=1.000" in html
+    assert "1 regression(s), 1 fix(es): as many regressions by chance p=0.500" in html
     # the A/B view: its summary, and its rows as data for the script, in the report's order
     assert (
         '<p class="ab-summary">5 item(s) in both runs (1 only in this experiment, 1 only in the baseline)'
         ' &middot; <span class="bad">1 regression(s)</span>, <span class="ok">1 fix(es)</span>'
-        " &middot; McNemar's exact test p=1.000</p>"
+        " &middot; as many regressions by chance p=0.500</p>"
     ) in html
     assert re.findall(r'<th class="sortable" data-column="(\d)" data-metric="(\w+)"', html) == [
         ("0", "accuracy"),
@@ -672,7 +671,7 @@ def test_ab_view_in_chromium(page: Any, tmp_path: Path) -> None:
     assert [row[0] for row in ab_rows(page)] == ["capital"]
     # the gate cards: the interval against the bound, and the notes
     card = page.locator("li.gate[data-kind=max_regression]")
-    assert "borderline" in card.inner_text() and "detects a drop of 0.400" in card.inner_text()
+    assert "borderline" in card.inner_text() and "catches a drop of 0.400" in card.inner_text()
     assert card.locator("svg.gate-interval").is_visible()
     assert page.locator("script").count() == 2
     assert page.problems == []
@@ -688,14 +687,14 @@ def test_a_gated_run_shows_its_evidence_and_the_ab_view(project: Project, page: 
     assert "items passing 2 of 2 trials 0.750 [" in page.locator(".item-pass-rate").inner_text()
     absolute = page.locator("li.gate[data-kind=fail_under]")
     assert absolute.get_attribute("data-borderline") == "true"
-    assert "95% interval, 8 items, borderline" in absolute.inner_text()
+    assert "one-sided 95% bounds, 8 items, borderline" in absolute.inner_text()
     regression = page.locator("li.gate[data-kind=max_regression]")
-    assert "95% paired interval, 7 items" in regression.inner_text()
+    assert "one-sided 95% bounds on the change, 7 items" in regression.inner_text()
     assert "with 80% power" in regression.inner_text()
     summary = page.locator(".ab-summary").inner_text()
     assert summary == (
         "7 item(s) in both runs (1 only in this experiment, 1 only in the baseline) · 2 regression(s), "
-        "1 fix(es) · McNemar's exact test p=1.000"
+        "1 fix(es) · as many regressions by chance p=0.500"
     )
     assert ab_rows(page) == [
         ("f", "-1.000", "passed", "failed", "regression"),

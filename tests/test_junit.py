@@ -47,16 +47,16 @@ def test_suite_properties_carry_the_evidence(project: Project) -> None:
     # a gate's value starts as it always did, and goes on with its notes
     absolute = props["eval.test_qa.gate.fail_under.equals_metric"]
     assert absolute.startswith("not met: mean 0.812 is below 0.9; 0.812 [")
-    assert "95% interval, 8 items, borderline" in absolute
+    assert "one-sided 95% bounds, 8 items, borderline" in absolute
     regression = props["eval.test_qa.gate.max_regression.equals_metric"]
     assert regression.startswith("met: mean changed by -0.071 from the baseline")
-    assert "; -0.071 [" in regression and "95% paired interval, 7 items" in regression
-    assert "with 80% power at this size and variance" in regression
+    assert "; -0.071 [" in regression and "one-sided 95% bounds on the change, 7 items" in regression
+    assert "no drop is caught with 80% power" in regression
 
     # the paired comparison: 7 shared items, e and f regressed, a was fixed
     assert props["eval.test_qa.baseline.shared_items"] == "7"
     assert (props["eval.test_qa.baseline.regressions"], props["eval.test_qa.baseline.fixes"]) == ("2", "1")
-    assert props["eval.test_qa.baseline.flips_p_value"] == "1"
+    assert props["eval.test_qa.baseline.regressions_p_value"] == "0.5"
     assert props["eval.test_qa.baseline.equals_metric.delta"] == f"{-0.5 / 7:.6g}"
     low, high = interval(props["eval.test_qa.baseline.equals_metric.delta.ci"])
     assert low < -0.5 / 7 < high

@@ -26,17 +26,17 @@ def test_sections() -> None:
         "\n"
         "`test_qa.py::test_qa` · experiment `exp-1` · run `run-1`\n"
         "\n"
-        "8 trials: 7 completed (6 passed, 1 failed), 1 pending · pass rate 85.7% · "
+        "8 trials: 7 completed (6 passed, 1 failed), 1 pending · pass rate 87.5% · "
         "items: 2 passed, 1 failed, 1 pending\n"
         "\n"
         "| metric | mean | min | max | failed | threshold | pass rate | Δ baseline |\n"
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n"
-        "| accuracy | 0.857 | 0.000 | 1.000 | 0 | 0.500 | 85.7% | -0.067 |\n"
+        "| accuracy | 0.875 | 0.000 | 1.000 | 0 | 0.500 | 85.7% | -0.067 |\n"
         "| relevance | 0.750 | 0.750 | 0.750 | 0 | - | - | - |\n"
         "\n"
         "**Gates not met**\n"
         "\n"
-        "| verdict | gate | estimate | 95% interval | items | bound |\n"
+        "| verdict | gate | estimate | one-sided bounds | items | bound |\n"
         "| --- | --- | ---: | ---: | ---: | ---: |\n"
         "| ❌ not met | `fail_under` accuracy | 0.833 | - | - | 0.900 |\n"
         "| ✅ met | `min_pass_rate` | 0.800 | - | - | 0.500 |\n"
@@ -47,7 +47,8 @@ def test_sections() -> None:
         "**Failed items (1):** `capital`\n"
         "\n"
         "**Baseline** qa baseline (`exp-0`): 1 regression(s), 1 fix(es), over the 4 item(s) both planned\n"
-        "- Flips: McNemar's exact test p=1.000 (a small p: more flips one way than chance explains)\n"
+        "- As many regressions by chance: p=1.000 (exact one-sided test on the items' verdicts; the gates "
+        "decide on the means)\n"
         "- Regressions: `capital`\n"
         "- Fixes: `sum`\n"
         "\n"
@@ -124,32 +125,34 @@ def test_the_evidence_behind_each_number() -> None:
     text = step_summary(evidence_report(), resume)
     # the mean's interval beside it
     assert "| metric | mean | 95% interval | min | max |" in text
-    assert "| accuracy | 0.857 | [0.625, 1.000] | 0.000 | 1.000 | 0 | 0.500 | 85.7% | -0.125 |\n" in text
+    # (items as the unit: greeting 1, capital 0.5, sum 1 of its completed trial, inject 1)
+    assert "| accuracy | 0.875 | [0.183, 1.000] | 0.000 | 1.000 | 0 | 0.500 | 85.7% | -0.125 |\n" in text
     # two trials per item: k of n with its interval, pass@k and pass^k
-    assert "Items passing 2 of 2 trials: 0.667 [0.208, 0.939] 95%, 3 item(s)\n" in text
+    assert "Items passing 2 of 2 trials: 0.667 [0.036, 0.996] 95%, 3 item(s)\n" in text
     assert (
         "| k | pass@k | pass^k |\n| ---: | ---: | ---: |\n| 1 | 0.833 | 0.833 |\n| 2 | 1.000 | 0.667 |\n"
     ) in text
     # each gate: verdict, borderline, estimate, interval, items, bound; then its notes
     assert (
-        "| ❌ not met · ⚠️ borderline | `fail_under` accuracy (strict) | 0.857 | [0.600, 1.000] | 4 | 0.900 |\n"
-        "| ❌ not met · ⚠️ borderline | `max_regression` accuracy (strict) | -0.125 | [-0.375, +0.000] | 4 "
-        "| -0.050 |\n"
+        "| ❌ not met · ⚠️ borderline | `fail_under` accuracy (strict) | 0.857 | [0.600, 1.000] at 95% | 4 "
+        "| 0.900 |\n"
+        "| ❌ not met · ⚠️ borderline | `max_regression` accuracy (strict) | -0.125 | [-0.375, +0.000] at 95% "
+        "| 4 | -0.050 |\n"
     ) in text
     assert (
-        "- ❌ `max_regression` accuracy (strict): mean changed by -0.125 from the baseline; not shown to be "
-        "above -0.05 (p=0.300)\n"
-        "  - -0.125 [-0.375, +0.000] 95% paired interval, 4 items, borderline\n"
-        "  - detects a drop of 0.400 or more with 80% power at this size and variance\n"
+        "- ❌ `max_regression` accuracy (strict): mean changed by -0.125 from the baseline; the drop is not "
+        "shown below 0.05 (at most 0.375, p=0.300)\n"
+        "  - -0.125 [-0.375, +0.000] one-sided 95% bounds on the change, 4 items, borderline\n"
+        "  - catches a drop of 0.400 or more with 80% power at 4 items x 2 trials\n"
     ) in text
-    # the baseline: each metric's paired change, then McNemar's test on the flips
+    # the baseline: each metric's paired change, then the exact test on the flips
     assert (
         "| metric | baseline | current | change | 95% paired interval | items |\n"
         "| --- | ---: | ---: | ---: | ---: | ---: |\n"
         "| accuracy | 0.960 | 0.835 | -0.125 | [-0.375, +0.000] | 4 |\n"
         "| relevance | 0.750 | 0.750 | +0.000 | - | 4 |\n"
         "\n"
-        "- Flips: McNemar's exact test p=1.000"
+        "- As many regressions by chance: p=0.500"
     ) in text
     assert "- Only in this experiment: `new`\n- Only in the baseline: `old`\n" in text
 
@@ -175,9 +178,9 @@ def test_step_summary_of_a_gated_run(project: Project, monkeypatch: pytest.Monke
     regression = next(line for line in lines if "`max_regression` equals_metric |" in line)
     assert regression.startswith("| ✅ met") and "| -0.071 | [" in regression
     assert regression.endswith("| 7 | -0.050 |")
-    assert any(line.startswith("  - detects a drop of ") for line in lines)
+    assert "  - at 7 items x 2 trials no drop is caught with 80% power (see opik-eval plan)" in lines
     change = next(line for line in lines if line.startswith("| equals_metric | 0.857 | 0.786 |"))
     assert change.endswith(" | 7 |") and "| -0.071 | [" in change
-    assert "- Flips: McNemar's exact test p=1.000" in second
+    assert "- As many regressions by chance: p=0.500" in second
     assert "- Regressions: `e`, `f`\n- Fixes: `a`\n" in second
     assert "- Only in this experiment: `new`\n- Only in the baseline: `old`" in second

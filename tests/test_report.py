@@ -67,19 +67,22 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
     summary = experiment["summary"]
     assert summary.pop("latency")["trials"] == 3  # the completed trials (the gate judges those)
     assert summary.pop("usage") is None
-    # The item is the unit of every interval: a's completed trial and b's two are 2 observations.
+    # The item is the unit of every mean and interval: a's completed trial and b's two are 2
+    # observations, a scoring 1 and b 0.
     mean_interval = summary["metrics"]["equals_metric"].pop("interval")
-    assert mean_interval["estimate"] == 1 / 3
-    assert (mean_interval["level"], mean_interval["items"], mean_interval["method"]) == (0.95, 2, "bootstrap")
-    assert mean_interval["low"] <= 1 / 3 <= mean_interval["high"]
+    assert mean_interval["estimate"] == 0.5
+    assert (mean_interval["level"], mean_interval["items"], mean_interval["method"]) == (0.95, 2, "score")
+    assert mean_interval["low"] <= 0.5 <= mean_interval["high"]
     assert summary.pop("pass_rate_interval")["items"] == 2
     # k of n and pass@k are over the items with no trial pending: b alone, which failed both.
     item_rate = summary.pop("item_pass_rate")
-    assert (item_rate["estimate"], item_rate["items"], item_rate["method"]) == (0.0, 1, "wilson")
+    assert (item_rate["estimate"], item_rate["items"], item_rate["method"]) == (0.0, 1, "score")
     assert (summary.pop("pass_at_k"), summary.pop("pass_hat_k")) == (
         {"1": 0.0, "2": 0.0},
         {"1": 0.0, "2": 0.0},
     )
+    assert [i["items"] for i in summary.pop("pass_at_k_interval").values()] == [1, 1]
+    assert [i["estimate"] for i in summary.pop("pass_hat_k_interval").values()] == [0.0, 0.0]
     assert summary == {
         "trials": 4,
         "completed": 3,
@@ -87,10 +90,10 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         "passed": 1,
         "failed": 2,
         "soft_failed": 0,
-        "pass_rate": 1 / 3,
+        "pass_rate": 0.5,  # a passed its completed trial, b failed both: each item weighs alike
         "metrics": {
             "equals_metric": {
-                "mean": 1 / 3,
+                "mean": 0.5,
                 "min": 0.0,
                 "max": 1.0,
                 "count": 3,
@@ -148,8 +151,8 @@ def test_summary_lists_each_experiment_with_the_resume_command(project: Project)
             "test_qa (test_eval.py::test_qa)",
             "  experiment *  run *",
             "  trials: 2 planned, 1 completed (1 passed, 0 failed), 1 pending",
-            "  metric                     mean    min    max failed   pass  gate",
-            "  equals_metric             1.000  1.000  1.000      0  1.000",
+            "  metric               mean  95% interval        min    max failed   pass  gate",
+            "  equals_metric       1.000  [0.000, 1.000]    1.000  1.000      0  1.000",
             "  resume the 1 pending: pytest --eval-resume=*",
             "test_qa (test_other.py::test_qa)",
             "*",
@@ -270,7 +273,7 @@ def test_report_carries_the_intervals_the_gates_and_the_paired_comparison(projec
     rate = summary["pass_rate_interval"]
     assert (rate["estimate"], rate["level"], rate["items"]) == (13 / 16, 0.95, 8)
     items_rate = summary["item_pass_rate"]
-    assert (items_rate["estimate"], items_rate["items"], items_rate["method"]) == (6 / 8, 8, "wilson")
+    assert (items_rate["estimate"], items_rate["items"], items_rate["method"]) == (6 / 8, 8, "score")
     # f fails both trials, e one: 7 of 8 items pass at least once in 2, 6 of 8 pass both.
     assert summary["pass_at_k"] == {"1": 13 / 16, "2": 7 / 8}
     assert summary["pass_hat_k"] == {"1": 13 / 16, "2": 6 / 8}
@@ -278,8 +281,11 @@ def test_report_carries_the_intervals_the_gates_and_the_paired_comparison(projec
     [gate] = experiment["gates"]
     assert (gate["kind"], gate["metric"], gate["mode"]) == ("max_regression", "equals_metric", "normal")
     assert gate["interval"]["items"] == 7 and gate["interval"]["level"] == 0.95
-    assert 0 < gate["p_value"] < 1 and gate["detectable_drop"] > 0
-    assert gate["notes"] and any("80% power" in note for note in gate["notes"])
+    assert 0 < gate["p_value"] < 1 and gate["p_value"] == gate["p_value_unadjusted"]
+    assert (gate["one_sided"], gate["adjusted_for"], gate["family"]) == (True, 1, 1)
+    # 7 items catch no drop with 80% power; the gate says how many would catch one of 0.1.
+    assert gate["detectable_drop"] is None and gate["items_needed"] > 7
+    assert "at 7 items x 2 trials no drop is caught with 80% power (see opik-eval plan)" in gate["notes"]
 
     baseline = experiment["baseline"]
     assert (baseline["shared_items"], baseline["only_in_current"], baseline["only_in_baseline"]) == (
@@ -293,7 +299,8 @@ def test_report_carries_the_intervals_the_gates_and_the_paired_comparison(projec
     assert change["items"] == 7 and change["interval"]["items"] == 7
     assert change["interval"]["low"] < change["delta"] < change["interval"]["high"]
     assert (baseline["regressions"], baseline["fixes"]) == (["e", "f"], ["a"])
-    assert baseline["flips_p_value"] == 1.0  # 2 flips one way, 1 the other: no evidence
+    # 2 regressions and 1 fix: as many regressions or more by chance 4 times in 8.
+    assert baseline["regressions_p_value"] == pytest.approx(0.5)
     assert [(i["dataset_item_id"], i["flip"], i["changes"]["equals_metric"]) for i in baseline["items"]] == [
         ("f", "regression", -1.0),
         ("e", "regression", -0.5),

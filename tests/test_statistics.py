@@ -1,5 +1,6 @@
-"""The gates' statistics against known values: textbook examples, direct combinatorics, and
-scipy and statsmodels as reference implementations (used here only, never by the plugin)."""
+"""The gates' statistics against known values: textbook forms, exact enumeration of every outcome
+of small designs, and scipy and statsmodels as reference implementations (used here only, never
+by the plugin)."""
 
 from __future__ import annotations
 
@@ -9,170 +10,222 @@ import random
 
 import numpy as np
 import pytest
+import scipy.optimize  # type: ignore[import-untyped]
+import scipy.special  # type: ignore[import-untyped]
 import scipy.stats  # type: ignore[import-untyped]
-from statsmodels.stats.contingency_tables import mcnemar  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
-from statsmodels.stats.proportion import proportion_confint  # type: ignore[import-untyped]
 
+from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import statistics as st
 
-
-def simulated_items(n: int, trials: int, seed: int, varied: bool = True) -> list[list[float]]:
-    """n items, each passing its trials with its own probability (0.6 to 0.95), as 1.0/0.0."""
-    rng = random.Random(seed)
-    items = []
-    for _ in range(n):
-        p = rng.uniform(0.6, 0.95) if varied else 0.8
-        items.append([float(rng.random() < p) for _ in range(trials)])
-    return items
+ALPHA = 0.05
 
 
-# --- closed forms -------------------------------------------------------------------------
+# --- Student's t and the beta function ------------------------------------------------------
 
 
-def test_normal_quantile_matches_scipy() -> None:
-    for p in (0.001, 0.025, 0.05, 0.2, 0.5, 0.8, 0.95, 0.975, 0.999):
-        assert st.normal_quantile(p) == pytest.approx(scipy.stats.norm.ppf(p), abs=1e-9)
-    assert st.normal_quantile(0.975) == pytest.approx(1.959964, abs=1e-6)
+@pytest.mark.parametrize("df", [1, 2, 3, 9, 29, 99, 999, 100_000])
+def test_t_quantiles_and_tails_match_scipy(df: int) -> None:
+    for p in (0.6, 0.9, 0.95, 0.975, 0.99, 0.9999, 0.025):
+        assert st.t_quantile(p, df) == pytest.approx(scipy.stats.t.ppf(p, df), rel=1e-9, abs=1e-12)
+    for x in (-3.0, -0.5, 0.1, 1.7, 6.0, 40.0):
+        assert st.t_sf(x, df) == pytest.approx(scipy.stats.t.sf(x, df), rel=1e-8, abs=1e-15)
 
 
-def test_wilson_interval_for_8_of_10_is_the_textbook_one() -> None:
-    interval = st.wilson_interval(8, 10)
-    assert (interval.estimate, interval.n, interval.method) == (0.8, 10, "wilson")
-    assert interval.low == pytest.approx(0.4902, abs=5e-5)
-    assert interval.high == pytest.approx(0.9433, abs=5e-5)
+@pytest.mark.parametrize(("a", "b"), [(0.5, 0.5), (2.0, 3.0), (50.0, 0.5), (0.5, 40_000.0), (7.3, 1.1)])
+def test_the_beta_cdf_matches_scipy(a: float, b: float) -> None:
+    for x in (1e-6, 0.01, 0.3, 0.5, 0.77, 0.999):
+        assert st.beta_cdf(x, a, b) == pytest.approx(scipy.special.betainc(a, b, x), rel=1e-9, abs=1e-15)
 
 
-@pytest.mark.parametrize("level", [0.8, 0.9, 0.95, 0.99])
-@pytest.mark.parametrize(
-    ("successes", "n"), [(0, 1), (1, 1), (0, 10), (10, 10), (3, 7), (41, 50), (180, 200)]
-)
-def test_wilson_interval_matches_statsmodels(successes: int, n: int, level: float) -> None:
-    interval = st.wilson_interval(successes, n, level)
-    low, high = proportion_confint(successes, n, alpha=1 - level, method="wilson")
-    assert (interval.low, interval.high) == pytest.approx((low, high), abs=1e-12)
-    assert 0.0 <= interval.low <= interval.estimate <= interval.high <= 1.0
+def test_a_quantile_needs_a_probability() -> None:
+    with pytest.raises(ValueError, match="0 < p < 1"):
+        st.t_quantile(1.0, 3)
 
 
-def test_wilson_interval_rejects_impossible_counts() -> None:
-    with pytest.raises(ValueError, match="0 <= successes <= n"):
-        st.wilson_interval(11, 10)
-    with pytest.raises(ValueError, match="between 0 and 1"):
-        st.wilson_interval(1, 2, level=95)
+# --- bounds on a mean over items --------------------------------------------------------------
 
 
-def test_the_item_pass_rate_is_wilson_over_items() -> None:
-    interval = st.item_pass_rate_interval([True] * 41 + [False] * 9)
-    low, high = proportion_confint(41, 50, method="wilson")
-    assert (interval.estimate, interval.n) == (0.82, 50)
-    assert (interval.low, interval.high) == pytest.approx((low, high))
+def wilson_lower(successes: int, n: int, z: float) -> float:
+    p = successes / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - half) / (1 + z * z / n)
 
 
-def test_the_trial_pass_rate_with_one_trial_per_item_is_wilson() -> None:
-    interval = st.pass_rate_interval([(1, 1)] * 41 + [(0, 1)] * 9)
-    assert interval == st.wilson_interval(41, 50)
+@pytest.mark.parametrize(("successes", "n"), [(10, 10), (9, 10), (3, 7), (41, 50), (180, 200), (1, 30)])
+def test_for_pass_fail_items_the_bound_is_wilsons_with_t_for_z(
+    successes: int, n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the continuity correction, the score bound over 0/1 values is Wilson's (the
+    # population most likely to have mean m is Bernoulli(m): variance m(1 - m)).
+    monkeypatch.setattr(st, "CORRECTION", 0.0)
+    s = st.sample([1.0] * successes + [0.0] * (n - successes))
+    t = st.t_quantile(0.95, n - 1)
+    assert st.lower_bound(s, 0.95) == pytest.approx(wilson_lower(successes, n, t), abs=1e-8)
 
 
-def test_the_trial_pass_rate_when_every_trial_passed_falls_back_to_wilson_over_items() -> None:
-    # Nothing to resample: the bootstrap would say [1, 1]; the items, not the trials, are the unit.
-    interval = st.pass_rate_interval([(3, 3)] * 50)
-    assert (interval.estimate, interval.method, interval.high) == (1.0, "wilson", 1.0)
-    assert interval.low == pytest.approx(st.wilson_interval(50, 50).low)
+def tango_variance(b: int, c: int, n: int, delta: float) -> float:
+    """Tango's restricted maximum-likelihood variance of a paired pass/fail difference (b items
+    pass -> fail, c fail -> pass, of n): the trinomial likelihood maximized numerically over the
+    nuisance p_c, with p_b = p_c + delta."""
 
+    def minus_log_likelihood(pc: float) -> float:
+        pb = pc + delta
+        terms = [(b, pb), (c, pc), (n - b - c, 1 - pb - pc)]
+        return -sum(k * math.log(p) if k else 0.0 for k, p in terms)
 
-def test_the_trial_pass_rate_with_several_trials_is_the_cluster_bootstrap() -> None:
-    items = simulated_items(50, 3, seed=1)
-    interval = st.pass_rate_interval([(int(sum(v)), len(v)) for v in items])
-    assert interval == st.mean_interval(items)
-    assert interval.method == "bootstrap"
-    assert interval.estimate == pytest.approx(sum(map(sum, items)) / 150)
-
-
-# --- the cluster bootstrap ----------------------------------------------------------------
-
-
-def test_the_bootstrap_is_reproducible_and_its_seed_matters() -> None:
-    rng = random.Random(2)
-    items = [[rng.random() for _ in range(3)] for _ in range(200)]
-    first, again = st.mean_interval(items), st.mean_interval(items)
-    assert first == again
-    other = st.mean_interval(items, seed=7)
-    assert other != first
-    assert other.low == pytest.approx(first.low, abs=0.01)
-    # On pass/fail data too, replicate for replicate.
-    outcomes = [float(rng.random() < 0.8) for _ in range(500)]
-    assert st.bootstrap(outcomes) == st.bootstrap(outcomes)
-
-
-def scipy_percentile_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
-    result = scipy.stats.bootstrap(
-        (np.array(values),),
-        np.mean,
-        confidence_level=level,
-        n_resamples=4000,
-        method="percentile",
-        rng=np.random.default_rng(0),
+    upper = (1 - delta) / 2
+    found = scipy.optimize.minimize_scalar(
+        minus_log_likelihood, bounds=(1e-12, upper - 1e-12), method="bounded", options={"xatol": 1e-12}
     )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    pc = float(found.x)
+    return pc + (pc + delta) - delta * delta
 
 
 @pytest.mark.parametrize(
-    ("n", "trials", "resampling"),
-    [
-        (30, 1, "grouped"),  # pass/fail, one trial: 2 distinct values
-        (50, 3, "grouped"),  # 4 distinct item totals
-        (300, 5, "grouped"),
-        (40, 5, "direct"),  # continuous scores: every item its own value
-        (300, 2, "direct"),
-        (2000, 3, "binned"),
-    ],
+    ("b", "c", "n"), [(2, 0, 100), (0, 0, 30), (8, 3, 40), (5, 5, 20), (1, 9, 30), (12, 0, 12)]
 )
-def test_the_bootstrap_agrees_with_scipys_on_item_means(n: int, trials: int, resampling: str) -> None:
-    # With as many trials per item, the mean over trials is the mean of the item means, which
-    # scipy resamples one by one. The intervals are random: same ballpark, not same digits.
-    rng = random.Random(n)
-    if resampling == "grouped":
-        items = simulated_items(n, trials, seed=n)
-    else:
-        items = [[rng.betavariate(5, 2) for _ in range(trials)] for _ in range(n)]
-    interval = st.mean_interval(items)
-    means = [sum(v) / trials for v in items]
-    low, high = scipy_percentile_interval(means)
-    width = high - low
-    assert interval.estimate == pytest.approx(float(np.mean(means)))
-    assert interval.low == pytest.approx(low, abs=0.08 * width)
-    assert interval.high == pytest.approx(high, abs=0.08 * width)
+def test_for_pass_fail_differences_the_null_variance_is_tangos(b: int, c: int, n: int) -> None:
+    s = st.sample([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), -1.0, 1.0)
+    for delta in (0.05, 0.1, 0.3):
+        if -s.mean < delta:  # the null drop is above the observed one: the lower side
+            assert st.null_variance(s, -delta) == pytest.approx(tango_variance(b, c, n, delta), rel=1e-5)
 
 
-def test_the_binned_bootstrap_keeps_a_heavy_tail_s_spread() -> None:
-    # 1,000 items of 1,000 distinct values, most of the spread in the top bin: its variance is
-    # what the binned resampling must carry.
-    rng = random.Random(9)
-    values = [rng.lognormvariate(0, 1.5) for _ in range(1000)]
-    interval = st.mean_interval([[v] for v in values])
-    low, high = scipy_percentile_interval(values)
-    width = high - low
-    assert interval.low == pytest.approx(low, abs=0.08 * width)
-    assert interval.high == pytest.approx(high, abs=0.08 * width)
+def binomial_outcomes(n: int, p: float) -> list[tuple[int, float]]:
+    return [(x, float(scipy.stats.binom.pmf(x, n, p))) for x in range(n + 1)]
 
 
-def test_the_item_is_the_unit_not_the_trial() -> None:
-    # Three trials that always agree carry no more information than one: the interval is as wide.
-    rng = random.Random(3)
-    outcomes = [float(rng.random() < 0.7) for _ in range(60)]
-    one = st.mean_interval([[v] for v in outcomes])
-    three = st.mean_interval([[v] * 3 for v in outcomes])
-    assert three == one
-    # Whereas 180 independent outcomes would give a narrower one.
-    independent = st.mean_interval([[v] for v in outcomes * 3])
-    assert independent.high - independent.low < 0.7 * (one.high - one.low)
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 10, 13, 20, 30, 50, 80])
+def test_strict_absolute_tests_keep_their_level_exactly(n: int) -> None:
+    # Every outcome of n pass/fail items whose true rate is exactly the bound: how often the
+    # lower bound clears it (strict mode passes a gate it should fail).
+    bounds = {x: st.lower_bound(st.sample([1.0] * x + [0.0] * (n - x)), 0.95) for x in range(n + 1)}
+    for bound in (0.5, 0.7, 0.8, 0.9, 0.95):
+        error = sum(p for x, p in binomial_outcomes(n, bound) if bounds[x] > bound)
+        assert error <= ALPHA + 0.003, (bound, error)
 
 
-def test_items_with_different_trial_counts_weigh_by_their_trials() -> None:
-    items = [[1.0, 1.0, 1.0, 1.0], [0.0], [1.0, 0.0], [0.5, 0.5, 0.5]] * 10
-    interval = st.mean_interval(items)
-    assert interval.estimate == pytest.approx(sum(map(sum, items)) / sum(map(len, items)))
-    assert interval.low < interval.estimate < interval.high
+def trinomial(n: int, pb: float, pc: float) -> list[tuple[int, int, float]]:
+    cells = [(b, c) for b in range(n + 1) for c in range(n + 1 - b)]
+    counts = np.array([[b, c, n - b - c] for b, c in cells])
+    masses = scipy.stats.multinomial.pmf(counts, n, [pb, pc, 1 - pb - pc])
+    return [(b, c, float(mass)) for (b, c), mass in zip(cells, masses, strict=True)]
+
+
+@pytest.mark.parametrize("n", [1, 3, 6, 8, 14, 21, 30])
+def test_the_regression_tests_keep_their_level_exactly_over_every_outcome(n: int) -> None:
+    # Pass/fail items with one trial: every (regressions, fixes) outcome, at the boundary of each
+    # null (a drop of exactly DELTA; no change at all) over the nuisance (how flaky the app is).
+    delta = 0.05
+    tests = {
+        (b, c): st.regression_test([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), delta)
+        for b in range(n + 1)
+        for c in range(n + 1 - b)
+    }
+    for pc in np.linspace(0.0, (1 - delta) / 2, 12):
+        at_delta = trinomial(n, pc + delta, pc)
+        strict_error = sum(p for b, c, p in at_delta if tests[b, c].p_within <= ALPHA)
+        normal_error = sum(p for b, c, p in at_delta if tests[b, c].p_beyond <= ALPHA)
+        assert strict_error <= ALPHA + 0.003 and normal_error <= ALPHA + 0.003, (
+            pc,
+            strict_error,
+            normal_error,
+        )
+    for p in np.linspace(0.0, 0.5, 11):
+        false_alarm = sum(q for b, c, q in trinomial(n, p, p) if tests[b, c].p_beyond <= ALPHA)
+        assert false_alarm <= ALPHA, (p, false_alarm)
+
+
+def test_a_flaky_app_never_fails_on_a_handful_of_items() -> None:
+    # A 50/50 app: each item passes or fails at random in each run. With 1 to 4 items no outcome
+    # is a regression (the exact sign-flip test cannot go below 1/16).
+    for n in range(1, 5):
+        for b in range(n + 1):
+            assert st.regression_test([-1.0] * b + [0.0] * (n - b), 0.0).p_beyond >= 1 / 16
+
+
+def test_the_examples_of_the_review() -> None:
+    # One item going pass -> fail: p = 1, no test at all on one item.
+    assert st.regression_test([-1.0], 0.05).p_beyond == 1.0
+    # 3 of 3 items regressing: the exact one-sided sign test's 1/8, which the gate needs too.
+    three = st.regression_test([-1.0] * 3, 0.05)
+    assert three.p_chance == pytest.approx(0.125) and three.p_beyond >= three.p_chance
+    # Strict mode does not show non-inferiority from 2 unchanged items, nor from 30 or 71.
+    for n in (2, 30, 71):
+        assert st.regression_test([0.0] * n, 0.05).p_within > ALPHA
+    # ... from 72 it can: the chance that none of 72 items shows a 5% breakage is 2.5%.
+    assert st.regression_test([0.0] * 72, 0.05).p_within <= ALPHA
+
+
+def test_each_p_value_is_its_bounds_inversion() -> None:
+    rng = random.Random(4)
+    for _ in range(30):
+        n = rng.randint(2, 60)
+        s = st.sample([rng.betavariate(2, 1) for _ in range(n)])
+        for a in (0.05, 0.01):
+            low = st.lower_bound(s, 1 - a)
+            assert st.p_above(s, low - 1e-6) <= a < st.p_above(s, low + 1e-6) or low == 0.0
+            high = st.upper_bound(s, 1 - a)
+            assert st.p_below(s, high + 1e-6) <= a < st.p_below(s, high - 1e-6) or high == 1.0
+
+
+def test_one_item_bounds_nothing_and_equal_values_still_have_a_spread() -> None:
+    one = st.sample([0.7])
+    assert (st.lower_bound(one), st.upper_bound(one), st.p_above(one, 0.1)) == (0.0, 1.0, 1.0)
+    # Two equal continuous scores: no zero-width interval; ten give a narrower one.
+    two, ten = st.interval(st.sample([0.8, 0.8])), st.interval(st.sample([0.8] * 10))
+    assert two.low < 0.3 and two.high == pytest.approx(1.0, abs=1e-3)
+    assert two.low < ten.low < 0.8 < ten.high
+
+
+def test_a_better_run_never_gets_a_lower_bound() -> None:
+    # 10 items x 5 trials all passing, against the same run with one failed trial.
+    all_passed = st.pass_rate_interval([(5, 5)] * 10)
+    one_failed = st.pass_rate_interval([(5, 5)] * 9 + [(4, 5)])
+    assert all_passed.low > one_failed.low
+    assert all_passed.low < 0.9  # 10 items cannot show a rate of 0.9
+    # Every pass/fail outcome of up to 40 items: more passes, a bound no lower.
+    for n in (5, 12, 40):
+        lows = [st.lower_bound(st.sample([1.0] * x + [0.0] * (n - x))) for x in range(n + 1)]
+        assert lows == sorted(lows)
+    # Paired: fewer regressions or more fixes, a smaller p for "within delta", larger for "beyond".
+    n = 25
+    tests = {
+        (b, c): st.regression_test([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), 0.05)
+        for b in range(n + 1)
+        for c in range(n + 1 - b)
+    }
+    for (b, c), test in tests.items():
+        if b > 0:
+            better = tests[b - 1, c]
+            assert better.p_within <= test.p_within + 1e-12 and better.p_beyond >= test.p_beyond - 1e-12
+        if b + c < n:
+            better = tests[b, c + 1]
+            assert better.p_within <= test.p_within + 1e-12 and better.p_beyond >= test.p_beyond - 1e-12
+
+
+def test_the_two_sided_interval_covers_at_its_level_for_pass_fail_items() -> None:
+    for n in (10, 30, 100):
+        intervals = {x: st.interval(st.sample([1.0] * x + [0.0] * (n - x))) for x in range(n + 1)}
+        for p in (0.5, 0.7, 0.8, 0.9, 0.97):
+            coverage = sum(
+                q for x, q in binomial_outcomes(n, p) if intervals[x].low <= p <= intervals[x].high
+            )
+            assert coverage >= 0.95, (n, p, coverage)
+
+
+def test_many_distinct_values_are_binned_with_their_spread() -> None:
+    # 20,000 continuous values: 256 bins, the bound as the t bound's at this size.
+    rng = random.Random(7)
+    values = [rng.gauss(0.6, 0.1) for _ in range(20_000)]
+    s = st.sample(values)
+    assert len(s.values) == st.BINS
+    half = st.t_quantile(0.975, len(values) - 1) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+    interval = st.interval(s)
+    assert interval.low == pytest.approx(float(np.mean(values)) - half, abs=half * 0.05)
+    assert interval.high == pytest.approx(float(np.mean(values)) + half, abs=half * 0.05)
 
 
 def test_an_empty_item_or_no_item_is_an_error() -> None:
@@ -180,48 +233,34 @@ def test_an_empty_item_or_no_item_is_an_error() -> None:
         st.mean_interval([[1.0], []])
     with pytest.raises(ValueError, match="at least one item"):
         st.mean_interval([])
+    with pytest.raises(ValueError, match="need 0 <= passed <= trials"):
+        st.pass_rate_interval([(3, 2)])
 
 
-@pytest.mark.parametrize(("n", "p"), [(7, 0.3), (40, 0.1), (500, 0.2), (20000, 1 / 6), (1000, 0.9)])
-def test_the_binomial_draws_follow_the_binomial_distribution(n: int, p: float) -> None:
-    rng = random.Random(11)
-    draws = [st._binomial(rng, n, p) for _ in range(20000)]
-    assert min(draws) >= 0 and max(draws) <= n
-    # Chi-square goodness of fit over cells of at least 5 expected draws (seeded: not flaky).
-    pmf = scipy.stats.binom(n, p).pmf(np.arange(n + 1)) * len(draws)
-    observed = np.bincount(draws, minlength=n + 1)
-    cells_observed, cells_expected, acc_o, acc_e = [], [], 0.0, 0.0
-    for o, e in zip(observed, pmf, strict=True):
-        acc_o, acc_e = acc_o + o, acc_e + e
-        if acc_e >= 5:
-            cells_observed.append(acc_o)
-            cells_expected.append(acc_e)
-            acc_o, acc_e = 0.0, 0.0
-    cells_observed[-1] += acc_o
-    cells_expected[-1] += acc_e
-    scale = sum(cells_observed) / sum(cells_expected)
-    result = scipy.stats.chisquare(cells_observed, [e * scale for e in cells_expected])
-    assert result.pvalue > 0.001
+def test_the_item_is_the_unit_and_items_weigh_alike() -> None:
+    items = [[1.0, 1.0, 1.0, 1.0], [0.0], [1.0, 0.0], [0.5, 0.5, 0.5]] * 5
+    interval = st.mean_interval(items)
+    assert interval.estimate == pytest.approx((1 + 0 + 0.5 + 0.5) / 4) and interval.n == 20
 
 
 # --- the paired comparison ----------------------------------------------------------------
 
 
-def test_the_paired_comparison_pairs_by_item_id() -> None:
+def test_the_paired_comparison_pairs_by_item_id_and_its_means_subtract() -> None:
     current = {"a": [1.0, 0.0], "b": [1.0], "c": [0.5], "new": [1.0]}
-    baseline = {"old": [0.0], "c": [1.0], "a": [1.0, 1.0], "b": [0.0, 0.0]}
+    baseline = {"old": [0.0], "c": [1.0], "a": [1.0, 1.0, 1.0, 1.0], "b": [0.0, 0.0]}
     comparison = st.paired_comparison(current, baseline)
     assert comparison.shared == ("a", "b", "c")
     assert comparison.only_in_current == ("new",)
     assert comparison.only_in_baseline == ("old",)
     assert comparison.differences == {"a": -0.5, "b": 1.0, "c": -0.5}
-    assert comparison.mean == pytest.approx(0.0)
-    assert comparison.sd == pytest.approx(math.sqrt(0.75))
-    assert comparison.bootstrap is not None and comparison.bootstrap.n == 3
+    assert comparison.sample is not None and comparison.sample.mean == pytest.approx(0.0)
+    # Each item's mean, then the mean over items: 1.000 -> 0.500 would mix weightings.
+    assert comparison.baseline_mean == pytest.approx(2 / 3)
+    assert comparison.current_mean == pytest.approx(2 / 3)
 
 
 def test_equal_differences_of_pass_fail_means_are_one_value() -> None:
-    # 0.6 - 0.4 != 0.8 - 0.6 in floats; the bootstrap groups items by value, so they must be equal.
     assert 0.6 - 0.4 != 0.8 - 0.6
     comparison = st.paired_comparison(
         {"a": [1.0, 1.0, 1.0, 0.0, 0.0], "b": [1.0] * 4 + [0.0]},
@@ -230,124 +269,31 @@ def test_equal_differences_of_pass_fail_means_are_one_value() -> None:
     assert len(set(comparison.differences.values())) == 1
 
 
-def test_a_comparison_without_shared_items_has_no_interval() -> None:
-    comparison = st.paired_comparison({"a": [1.0]}, {"b": [1.0]})
-    assert (comparison.shared, comparison.mean, comparison.bootstrap) == ((), None, None)
-
-
-@pytest.mark.parametrize("trials", [1, 3])
-def test_the_paired_bootstrap_agrees_with_scipys(trials: int) -> None:
-    base = simulated_items(200, trials, seed=4)
-    rng = random.Random(5)
-    current = [[v if rng.random() < 0.8 else float(rng.random() < 0.6) for v in item] for item in base]
-    comparison = st.paired_comparison(
-        {str(i): v for i, v in enumerate(current)}, {str(i): v for i, v in enumerate(base)}
+def brute_force_flip(differences: list[float]) -> float:
+    steps = [round(abs(d) * st.FLIP_STEPS) for d in differences]
+    observed = sum(s if d > 0 else -s for s, d in zip(steps, differences, strict=True))
+    signs = list(itertools.product((-1, 1), repeat=len(steps)))
+    return sum(1 for sign in signs if sum(a * b for a, b in zip(sign, steps, strict=True)) <= observed) / len(
+        signs
     )
-    assert comparison.bootstrap is not None
-    interval = comparison.bootstrap.interval()
-    x = np.array([sum(v) / trials for v in current])
-    y = np.array([sum(v) / trials for v in base])
-    result = scipy.stats.bootstrap(
-        (x, y),
-        lambda a, b, axis: np.mean(a - b, axis=axis),
-        paired=True,
-        n_resamples=4000,
-        method="percentile",
-        rng=np.random.default_rng(0),
-    )
-    width = result.confidence_interval.high - result.confidence_interval.low
-    assert interval.estimate == pytest.approx(float(np.mean(x - y)))
-    assert interval.low == pytest.approx(result.confidence_interval.low, abs=0.08 * width)
-    assert interval.high == pytest.approx(result.confidence_interval.high, abs=0.08 * width)
 
 
-def test_flips_and_mcnemar() -> None:
-    baseline = {"a": True, "b": True, "c": False, "d": True, "e": False, "gone": True}
-    current = {"a": False, "b": False, "c": True, "d": True, "e": False, "new": False}
-    result = st.flips(current, baseline)
-    assert (result.regressions, result.fixes) == (("a", "b"), ("c",))
-    assert result.p_value == 1.0
+def test_the_sign_flip_test_is_exact() -> None:
+    rng = random.Random(3)
+    for _ in range(20):
+        differences = [rng.choice([0.0, rng.uniform(-1, 1)]) for _ in range(rng.randint(1, 11))]
+        assert st.chance_of_drop(differences) == pytest.approx(brute_force_flip(differences), abs=1e-12)
 
 
 @pytest.mark.parametrize(
-    ("b", "c", "expected"),
-    [
-        (0, 0, 1.0),
-        (0, 5, 2 / 32),  # both tails of Binomial(5, 1/2) at their ends
-        (1, 6, 2 * 8 / 128),
-        (6, 1, 2 * 8 / 128),
-        (4, 4, 1.0),
-        (3, 4, 1.0),
-        (0, 1, 1.0),
-    ],
+    ("b", "c"), [(0, 0), (3, 0), (1, 6), (6, 1), (12, 30), (40, 7), (300, 360), (5000, 5200)]
 )
-def test_mcnemar_exact_known_values(b: int, c: int, expected: float) -> None:
-    assert st.mcnemar_exact(b, c) == pytest.approx(expected, rel=1e-12)
+def test_on_pass_fail_flips_it_is_the_one_sided_mcnemar_test(b: int, c: int) -> None:
+    expected = scipy.stats.binomtest(b, b + c, 0.5, alternative="greater").pvalue if b + c else 1.0
+    assert st.regressions_by_chance(b, c) == pytest.approx(expected, rel=1e-6)
 
 
-@pytest.mark.parametrize(
-    ("b", "c"),
-    # Beyond EXACT_FLIPS (2,000) the sum is taken in floating point: large, close and far counts.
-    [(1, 9), (12, 30), (25, 25), (40, 7), (0, 17), (300, 360), (1000, 1000), (990, 1011), (2000, 2150)]
-    + [(14000, 15000), (15000, 15100), (0, 2500), (1200, 1500), (30000, 29000)],
-)
-def test_mcnemar_exact_matches_scipy_and_statsmodels(b: int, c: int) -> None:
-    p = st.mcnemar_exact(b, c)
-    assert p == pytest.approx(scipy.stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
-    assert p == pytest.approx(mcnemar([[50, b], [c, 50]], exact=True).pvalue, rel=1e-9)
-
-
-# --- the decisions ------------------------------------------------------------------------
-
-
-def bootstrap_of(differences: list[float]) -> st.Bootstrap:
-    return st.bootstrap(differences)
-
-
-def test_a_clear_drop_beyond_delta_is_a_regression_and_not_non_inferior() -> None:
-    # 100 items, 30 flipped from pass to fail, 2 the other way: a drop of 0.28.
-    evidence = st.regression_evidence(bootstrap_of([-1.0] * 30 + [1.0] * 2 + [0.0] * 68), delta=0.05)
-    assert evidence.drop == pytest.approx(0.28)
-    assert evidence.p_drop < 0.001
-    assert evidence.p_drop_beyond_delta < 0.001
-    assert evidence.p_within_delta > 0.5
-    assert evidence.upper_drop > 0.28
-    assert st.regressed(evidence)
-    assert not st.non_inferior(evidence)
-
-
-def test_noise_is_no_regression_but_cannot_prove_non_inferiority() -> None:
-    # A drop of 0.06 on 50 items: beyond delta, but not significant; nor shown to be below it.
-    evidence = st.regression_evidence(bootstrap_of([-1.0] * 8 + [1.0] * 5 + [0.0] * 37), delta=0.05)
-    assert evidence.drop == pytest.approx(0.06)
-    assert evidence.p_drop > 0.05
-    assert not st.regressed(evidence)
-    assert not st.non_inferior(evidence)
-
-
-def test_a_significant_drop_within_delta_is_no_regression() -> None:
-    evidence = st.regression_evidence(bootstrap_of([-1.0] * 40 + [0.0] * 960), delta=0.05)
-    assert evidence.drop == pytest.approx(0.04)
-    assert evidence.p_drop < 0.001
-    assert not st.regressed(evidence)
-    # ... but its interval reaches past delta: not shown to be non-inferior at 0.05.
-    assert evidence.upper_drop > 0.05
-    assert not st.non_inferior(evidence)
-    assert st.non_inferior(st.regression_evidence(bootstrap_of([-1.0] * 40 + [0.0] * 960), delta=0.1))
-
-
-def test_the_decisions_take_holm_adjusted_p_values() -> None:
-    evidence = st.regression_evidence(bootstrap_of([-1.0] * 12 + [1.0] * 2 + [0.0] * 86), delta=0.05)
-    assert evidence.p_drop < 0.05 and st.regressed(evidence)
-    assert not st.regressed(evidence, p_drop=0.06)
-    assert st.non_inferior(evidence, p_within_delta=0.01)
-
-
-def test_the_one_sided_p_values_count_the_data_as_a_replicate() -> None:
-    boot = st.Bootstrap(estimate=0.5, replicates=(0.1, 0.2, 0.3, 0.4), n=10)
-    assert boot.p_above(0.25) == 3 / 5  # 0.1, 0.2, and the data
-    assert boot.p_below(0.25) == 3 / 5
-    assert boot.p_above(0.0) == 1 / 5
+# --- Holm -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -358,37 +304,61 @@ def test_holm_matches_statsmodels(p_values: list[float]) -> None:
     adjusted = st.holm(p_values)
     if p_values:
         expected = multipletests(p_values, method="holm")[1]
-        assert adjusted == pytest.approx(list(expected))
+        assert [a.p_value for a in adjusted] == pytest.approx(list(expected))
+        assert [a.rejected for a in adjusted] == list(multipletests(p_values, alpha=0.05, method="holm")[0])
     else:
         assert adjusted == []
 
 
-# --- what a sample can detect -------------------------------------------------------------
+def test_holm_says_what_each_level_was_divided_by() -> None:
+    # All rejected: each at its own step.
+    assert [a.divisor for a in st.holm([0.01, 0.02, 0.04])] == [3, 2, 1]
+    # None rejected: every one tested at the first step's alpha / 3.
+    assert [a.divisor for a in st.holm([0.02, 0.03, 0.5])] == [3, 3, 3]
+    # The first rejected, the rest stopped at the second step.
+    steps = st.holm([0.001, 0.04, 0.03])
+    assert [(a.divisor, a.rejected) for a in steps] == [(3, True), (2, False), (2, False)]
 
 
-def test_the_minimum_detectable_drop_is_z_alpha_plus_z_power_standard_errors() -> None:
-    # 100 items, sd 0.5: se 0.05; one-sided 5% and 80% power: (1.6448536 + 0.8416212) * 0.05.
-    assert st.minimum_detectable_drop(100, 0.5) == pytest.approx(0.1243237, abs=1e-7)
-    # The default rule also needs the estimate beyond delta: delta 0.2 > 1.6449 se.
-    assert st.minimum_detectable_drop(100, 0.5, delta=0.2) == pytest.approx(0.2 + 0.8416212 * 0.05)
-    assert st.minimum_detectable_drop(400, 0.5) == pytest.approx(0.1243237 / 2, abs=1e-7)
+# --- what a design can detect -------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("drop", "sd", "delta"), [(0.1, 0.5, 0.0), (0.05, 0.3, 0.0), (0.1, 0.5, 0.05), (0.3, 0.6, 0.2)]
-)
-def test_items_needed_is_the_smallest_n_that_detects_the_drop(drop: float, sd: float, delta: float) -> None:
-    n = st.items_needed(drop, sd, delta=delta)
-    assert n is not None
-    assert st.minimum_detectable_drop(n, sd, delta=delta) <= drop + 1e-12
-    assert n == 1 or st.minimum_detectable_drop(n - 1, sd, delta=delta) > drop
+def test_the_design_reads_the_intra_item_correlation() -> None:
+    # Items that always agree with themselves (temperature 0): icc 1; independent trials: about 0.
+    agreeing = dp.design_of([[1.0] * 3] * 30 + [[0.0] * 3] * 10)
+    assert agreeing.binary and agreeing.icc == pytest.approx(1.0) and agreeing.trials == 3
+    rng = random.Random(5)
+    independent = dp.design_of([[float(rng.random() < 0.7) for _ in range(5)] for _ in range(400)])
+    assert independent.icc < 0.05 and independent.mean == pytest.approx(0.7, abs=0.03)
+    continuous = dp.design_of([[0.5, 0.7], [0.2, 0.2], [0.9, 0.8]])
+    assert not continuous.binary and continuous.within == pytest.approx((0.02 + 0 + 0.005) / 3, rel=1e-3)
+    # One trial per item: the paired differences say how much an item varies between runs (half
+    # their variance); without them, the noisiest case (every item's spread is within it).
+    single = [[1.0]] * 15 + [[0.0]] * 5
+    assert dp.design_of(single).icc == 0.0
+    steady = dp.design_of(single, differences=[0.0] * 18 + [-1.0, 1.0])
+    assert steady.within == pytest.approx((2 / 19) / 2, rel=1e-3)
+    # between = the item means' spread (sample variance) - within
+    assert steady.icc == pytest.approx((0.75 * 0.25 * 20 / 19 - 1 / 19) / (0.75 * 0.25), abs=0.005)
 
 
-def test_items_needed_for_the_textbook_case() -> None:
-    # ((1.6448536 + 0.8416212) * 0.5 / 0.1) ** 2 = 154.6
-    assert st.items_needed(0.1, 0.5) == 155
-    assert st.items_needed(0.05, 0.5, delta=0.05) is None
-    assert st.items_needed(0.1, 0.0) == 1
+def test_the_detectable_drop_stays_on_the_scale_and_shrinks_with_items() -> None:
+    small = dp.Design(items=3, trials=1, mean=0.8, binary=True)
+    assert dp.minimum_detectable_drop(small, 0.05, ALPHA) is None  # 3 items catch nothing
+    drops = [dp.minimum_detectable_drop(small.with_size(n), 0.05, ALPHA) for n in (30, 100, 500)]
+    assert all(d is not None for d in drops)
+    assert 0.8 >= drops[0] > drops[1] > drops[2] > 0.05  # type: ignore[operator]
+
+
+def test_items_needed_is_the_smallest_size_with_the_power() -> None:
+    design = dp.Design(items=40, trials=1, mean=0.8, binary=True, icc=0.3)
+
+    def power(d: dp.Design) -> float:
+        return dp.detection_power(d, 0.15, 0.05, ALPHA)
+
+    n = dp.items_needed(design, power)
+    assert n is not None and power(design.with_size(n)) >= 0.8 > power(design.with_size(n - 1))
+    assert dp.items_needed(design, lambda d: 0.0) is None
 
 
 # --- multi-trial items --------------------------------------------------------------------
@@ -406,13 +376,12 @@ def test_pass_at_k_and_pass_hat_k_match_direct_combinatorics(n: int, c: int, k: 
     assert st.pass_hat_k(n, c, k) == pytest.approx(all_passed)
 
 
-def test_pass_at_1_is_the_pass_rate_and_averages_over_items() -> None:
-    items = [(5, 5), (5, 3), (5, 0), (5, 1)]
-    assert st.mean_pass_at_k(items, 1) == pytest.approx(9 / 20)
-    assert st.mean_pass_hat_k(items, 1) == pytest.approx(9 / 20)
-    assert st.mean_pass_at_k(items, 5) == pytest.approx(3 / 4)
-    assert st.mean_pass_hat_k(items, 5) == pytest.approx(1 / 4)
-    assert st.mean_pass_hat_k(items, 2) == pytest.approx((1 + 3 / 10 + 0 + 0) / 4)
+def test_pass_at_k_averages_over_items_with_an_interval() -> None:
+    items = [(5, 5), (5, 3), (5, 0), (5, 1)] * 5
+    at_1 = st.pass_at_k_interval(items, 1)
+    assert at_1.estimate == pytest.approx(9 / 20) and at_1.low < 9 / 20 < at_1.high and at_1.n == 20
+    assert st.pass_at_k_interval(items, 5).estimate == pytest.approx(3 / 4)
+    assert st.pass_hat_k_interval(items, 2).estimate == pytest.approx((1 + 3 / 10 + 0 + 0) / 4)
 
 
 def test_pass_at_k_needs_k_of_the_trials() -> None:

@@ -254,14 +254,15 @@ class FirstLetter:  # not a BaseMetric: duck-typed like the Opik SDK's metrics
         "failed": 0,
         "threshold": None,
         "pass_rate": None,
-        # Every length was 1.0: a 0/1 metric to the statistics, its interval Wilson's for 2 of 2.
+        # Every length was 1.0, over 2 items: t with one degree of freedom, nearly no bound.
         "interval": {
             "estimate": 1.0,
-            "low": pytest.approx(0.34238, abs=1e-5),
+            "low": pytest.approx(0.00689, abs=1e-5),
             "high": 1.0,
             "level": 0.95,
             "items": 2,
-            "method": "wilson",
+            "method": "score",
+            "one_sided": False,
         },
     }
 

@@ -535,7 +535,7 @@ def _baseline_html(e: ExperimentReport) -> str:
 <table><thead><tr><th>metric</th><th>baseline</th><th>current</th><th>delta</th>{paired_heads}</tr></thead>
 <tbody>{rows}</tbody></table>
 {_figures_html(b.figures)}
-{_flips_html(b.regressions, b.fixes, b.flips_p_value)}
+{_flips_html(b.regressions, b.fixes, b.regressions_p_value)}
 {_id_list("only-current", "Only in this experiment", b.only_in_current) if b.only_in_current else ""}
 {_id_list("only-baseline", "Only in the baseline", b.only_in_baseline) if b.only_in_baseline else ""}
 {_id_list("regressions", "Regressions (passed in the baseline, fail now)", b.regressions)}
@@ -571,8 +571,9 @@ def _flips_html(regressions: Sequence[str], fixes: Sequence[str], p_value: float
     if not regressions and not fixes:
         return ""
     return (
-        f'<p class="flips">{len(regressions):,} regression(s), {len(fixes):,} fix(es): McNemar\'s exact '
-        f"test p={p_value:.3f} (a small p: more flips one way than chance explains)</p>"
+        f'<p class="flips">{len(regressions):,} regression(s), {len(fixes):,} fix(es): as many '
+        f"regressions by chance p={p_value:.3f} (exact one-sided test on the items' verdicts; the "
+        "gates decide on the means)</p>"
     )
 
 
@@ -597,8 +598,8 @@ def _ab_html(e: ExperimentReport) -> str:
     summary = (
         f"{b.shared_items:,} item(s) in both runs{' (' + ', '.join(only) + ')' if only else ''} &middot; "
         f'<span class="bad">{len(b.regressions):,} regression(s)</span>, '
-        f'<span class="ok">{len(b.fixes):,} fix(es)</span> &middot; McNemar\'s exact test '
-        f"p={b.flips_p_value:.3f}"
+        f'<span class="ok">{len(b.fixes):,} fix(es)</span> &middot; as many regressions by chance '
+        f"p={b.regressions_p_value:.3f}"
     )
     return f"""<div class="ab-view">
 <h3>A/B against the baseline <span class="ab-count"></span></h3>
@@ -667,9 +668,10 @@ aria-label="{escape(metric)} score histogram">{"".join(bars)}{line}
 
 
 def _estimate(interval: ConfidenceInterval, show: Callable[[float | None], str] = score) -> str:
-    """``0.750 [0.583, 0.917] 95%, 6 items``"""
+    """``0.750 [0.583, 0.917] 95%, 6 items``; a gate's bounds ``... one-sided 95%, 6 items``"""
     items = f"{interval.items:,} item{'s' if interval.items != 1 else ''}"
-    return f"{show(interval.estimate)} {bounds(interval, show)} {level(interval.level)}, {items}"
+    sided = "one-sided " if interval.one_sided else ""
+    return f"{show(interval.estimate)} {bounds(interval, show)} {sided}{level(interval.level)}, {items}"
 
 
 def _code(text: str) -> str:

@@ -66,7 +66,7 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
                 (base + "baseline.shared_items", str(b.shared_items)),
                 (base + "baseline.regressions", str(len(b.regressions))),
                 (base + "baseline.fixes", str(len(b.fixes))),
-                (base + "baseline.flips_p_value", plain_number(b.flips_p_value)),
+                (base + "baseline.regressions_p_value", plain_number(b.regressions_p_value)),
             ]
             for name, delta in b.metrics.items():
                 properties.append((f"{base}baseline.{name}.delta", plain_number(delta.delta)))

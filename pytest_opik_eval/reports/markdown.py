@@ -156,14 +156,24 @@ def _gate_lines(e: ExperimentReport) -> list[str]:
         "",
         f"**Gates {'met' if e.gates_met else 'not met'}**",
         "",
-        _row(["verdict", "gate", "estimate", f"{level(e.settings.confidence)} interval", "items", "bound"]),
+        _row(["verdict", "gate", "estimate", "one-sided bounds", "items", "bound"]),
         _row(["---", "---", "---:", "---:", "---:", "---:"]),
     ]
     for g in e.gates:
         show = _gate_figure(g)
         items = str(g.interval.items) if g.interval is not None else "-"
+        tested = f" at {level(g.interval.level)}" if g.interval is not None else ""
         lines.append(
-            _row([_verdict(g), _gate_name(g), show(g.value), bounds(g.interval, show), items, show(g.bound)])
+            _row(
+                [
+                    _verdict(g),
+                    _gate_name(g),
+                    show(g.value),
+                    bounds(g.interval, show) + tested,
+                    items,
+                    show(g.bound),
+                ]
+            )
         )
     lines.append("")
     for g in e.gates:
@@ -240,10 +250,10 @@ def _baseline_lines(e: ExperimentReport) -> list[str]:
     if figures:
         lines += ["", *figures]
     bullets = []
-    if b.regressions or b.fixes:
+    if b.regressions:
         bullets.append(
-            f"- Flips: McNemar's exact test p={b.flips_p_value:.3f} (a small p: more flips one way "
-            "than chance explains)"
+            f"- As many regressions by chance: p={b.regressions_p_value:.3f} (exact one-sided test on "
+            "the items' verdicts; the gates decide on the means)"
         )
     if b.regressions:
         bullets.append(f"- Regressions: {_ids(b.regressions)}")

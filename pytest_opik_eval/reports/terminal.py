@@ -37,6 +37,7 @@ from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.usage import usage_of
 
 _NAME = 24  # width of the metric column
+_TABLE_NAME = 18  # in the metric table, which has the interval too
 _LISTED = 10  # ids named in one line before "and N more"
 _WIDTH = 80
 _OUTLIERS = 3  # the slowest and the most expensive trials named
@@ -296,12 +297,13 @@ def _metric_table(experiment: ExperimentResult) -> list[str]:
     if not metrics:
         return []
     gated = {g.metric: g.met for g in experiment.gates if g.kind == "fail_under"}
-    lines = [f"  {'metric':<{_NAME}}   mean    min    max failed   pass  gate"]
+    interval = f"{level(experiment.settings.confidence)} interval"
+    lines = [f"  {'metric':<{_TABLE_NAME}}   mean  {interval:<16}    min    max failed   pass  gate"]
     for name, m in metrics.items():
         gate = "" if name not in gated else ("ok" if gated[name] else "FAIL")
         lines.append(
-            f"  {_cut(name):<{_NAME}} {score(m.mean, 6)} {score(m.min, 6)} {score(m.max, 6)} {m.failed:>6} "
-            f"{score(m.pass_rate, 6)}  {gate}".rstrip()
+            f"  {_cut(name, _TABLE_NAME):<{_TABLE_NAME}} {score(m.mean, 6)}  {bounds(m.interval):<16} "
+            f"{score(m.min, 6)} {score(m.max, 6)} {m.failed:>6} {score(m.pass_rate, 6)}  {gate}".rstrip()
         )
     return lines
 
@@ -320,10 +322,12 @@ def _item_lines(experiment: ExperimentResult) -> list[str]:
         lines.append(f"    item pass rate {_interval(summary.item_pass_rate)}")
     if summary.pass_at_k:
         k = max(summary.pass_at_k, key=int)
-        lines.append(
-            f"    pass@1 {score(summary.pass_at_k['1'])}  pass@{k} {score(summary.pass_at_k[k])}  "
-            f"pass^{k} {score(summary.pass_hat_k[k])}"
-        )
+        for name, value, interval in (
+            ("pass@1", summary.pass_at_k["1"], summary.pass_at_k_interval.get("1")),
+            (f"pass@{k}", summary.pass_at_k[k], summary.pass_at_k_interval.get(k)),
+            (f"pass^{k}", summary.pass_hat_k[k], summary.pass_hat_k_interval.get(k)),
+        ):
+            lines.append(f"    {name:<8} {score(value)} {bounds(interval)}")
     for item in items:
         if item.verdict == "failed":
             lines.append(
@@ -359,8 +363,12 @@ def baseline_lines(experiment: ExperimentResult) -> list[str]:
     lines += figure_lines(baseline.figures)
     lines.append(f"    regressions ({len(baseline.regressions)}): {_ids(baseline.regressions)}")
     lines.append(f"    fixes ({len(baseline.fixes)}): {_ids(baseline.fixes)}")
-    if baseline.regressions or baseline.fixes:
-        lines.append(f"    flips either way as likely (McNemar exact test): p={baseline.flips_p_value:.3f}")
+    if baseline.regressions:
+        # On the items' verdicts, not the means the gates decide on: informational.
+        lines.append(
+            f"    as many regressions by chance: p={baseline.regressions_p_value:.3f} "
+            "(exact one-sided test on the items' flips)"
+        )
     return lines
 
 
@@ -389,6 +397,6 @@ def _ids(ids: Sequence[str]) -> str:
     return shown + (f", ... and {len(ids) - _LISTED} more" if len(ids) > _LISTED else "")
 
 
-def _cut(name: str) -> str:
+def _cut(name: str, width: int = _NAME) -> str:
     name = escape_control(name)  # escaped before it is padded, so the columns stay aligned
-    return name if len(name) <= _NAME else name[: _NAME - 1] + "~"
+    return name if len(name) <= width else name[: width - 1] + "~"

@@ -60,7 +60,8 @@ class Store(Protocol):
 
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
         """At the end of a session: whether the experiment's gates were all met with nothing
-        pending (so that ``--eval-baseline=last-passing`` can find it), and its aggregate scores."""
+        pending (``--eval-baseline=last`` finds it, and ``last-passing`` if they were), and its
+        aggregate scores."""
         ...
 
     def flush(self) -> str | None:
@@ -74,9 +75,9 @@ class Store(Protocol):
         project's ``-W error`` would turn into errors."""
         ...
 
-    def last_passing(self, test: str, params: str, before: str) -> ExperimentRecord | None:
+    def latest(self, test: str, params: str, before: str, *, passing: bool) -> ExperimentRecord | None:
         """The newest experiment of this test (and parametrize id) older than experiment
-        ``before`` whose recorded verdict is passing, if any."""
+        ``before`` whose session recorded its verdict (``passing``: a passing one), if any."""
         ...
 
     def runs(self) -> list[RunSummary]:

@@ -924,11 +924,12 @@ class LocalStore:
     # -- reads ---------------------------------------------------------------------------
 
     @_locked
-    def last_passing(self, test: str, params: str, before: str) -> ExperimentRecord | None:
+    def latest(self, test: str, params: str, before: str, *, passing: bool) -> ExperimentRecord | None:
         if self._db is None:
             return None
+        verdict = "verdict = 1" if passing else "verdict IS NOT NULL"
         row = self._db.execute(
-            "SELECT record FROM experiments WHERE test = ? AND params = ? AND verdict = 1 AND id < ?"
+            f"SELECT record FROM experiments WHERE test = ? AND params = ? AND {verdict} AND id < ?"
             " ORDER BY id DESC LIMIT 1",
             (test, params, before),
         ).fetchone()

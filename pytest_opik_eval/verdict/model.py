@@ -51,15 +51,21 @@ class TrialReport(_Report):
 
 
 class ConfidenceInterval(_Report):
-    """An estimate with its two-sided confidence interval. The item is the unit: an item's trials
-    are one observation, so ``items`` is the sample size."""
+    """An estimate with its confidence interval. The item is the unit: an item's trials are one
+    observation (their mean), so ``items`` is the sample size. Two-sided at ``level``, or, with
+    ``one_sided``, each end a one-sided bound at ``level`` (what a gate's one-sided test uses)."""
 
-    estimate: float
+    estimate: float  # the mean over items of each item's mean
     low: float
     high: float
     level: float  # 0.95 for a 95% interval
     items: int
-    method: Literal["bootstrap", "wilson"]  # the cluster bootstrap, or Wilson's score interval
+    # The score method: the bound is the furthest mean that the score test against the most
+    # likely population with that mean (on the values seen and the scale's ends) does not
+    # reject, with Student's t on n - 1 degrees of freedom (Wilson's bound for pass/fail items,
+    # Tango's for pass/fail differences).
+    method: Literal["score"] = "score"
+    one_sided: bool = False
 
     def straddles(self, bound: float) -> bool:
         """Whether ``bound`` lies inside the interval: the data cannot tell on which side of it
@@ -69,7 +75,9 @@ class ConfidenceInterval(_Report):
 
 
 class MetricSummary(_Report):
-    mean: float | None  # None when every score of the metric failed
+    # The mean over items of each item's mean over its scores (the mean of the scores when every
+    # item has as many); None when every score of the metric failed.
+    mean: float | None
     min: float | None
     max: float | None
     count: int  # scores that did not fail
@@ -94,7 +102,9 @@ class ExperimentSummary(_Report):
     pending: int
     passed: int
     failed: int  # completed trials that missed their thresholds, and failed the session
-    pass_rate: float | None  # passed / completed
+    # The mean over items of each item's passed / completed trials (passed / completed when every
+    # item has as many completed trials).
+    pass_rate: float | None
     metrics: dict[str, MetricSummary]
     # completed trials that missed their thresholds where that does not fail the session by
     # itself (passed + failed + soft_failed = completed)
@@ -106,6 +116,8 @@ class ExperimentSummary(_Report):
     item_pass_rate: ConfidenceInterval | None = None
     pass_at_k: dict[str, float] = {}
     pass_hat_k: dict[str, float] = {}
+    pass_at_k_interval: dict[str, ConfidenceInterval] = {}  # per k, over the items, as pass_at_k
+    pass_hat_k_interval: dict[str, ConfidenceInterval] = {}
     latency: LatencySummary | None = None  # None: no trial measured its task
     usage: Usage | None = None  # the trials' usage summed; None: no trial had any
 
@@ -143,21 +155,38 @@ class GateVerdict(_Report):
     # many items would settle a close call.
     notes: list[str] = []
     mode: GateMode = "normal"
+    # Score gates: the one-sided bounds the decision used (one_sided, at the tested level).
     interval: ConfidenceInterval | None = None
-    # The interval holds the bound: the data cannot tell on which side of it the truth lies.
+    # The bounds hold the bound: the data cannot tell on which side of it the truth lies. A gate
+    # that strict mode passes, or normal mode fails on a regression, is never borderline.
     borderline: bool = False
-    p_value: float | None = None  # regression gates: the one-sided p-value decided on (Holm-adjusted)
-    detectable_drop: float | None = None  # regression gates: the drop caught with 80% power
-    items_needed: int | None = None  # items that would settle a close call at this variance
+    # The p-value decided on: one-sided ("one_sided"), and for normal-mode regression gates
+    # Holm-adjusted over every such gate of the session ("family" of them; the level was divided
+    # by "adjusted_for" at the step that decided this one, and "p_value_unadjusted" is before).
+    p_value: float | None = None
+    p_value_unadjusted: float | None = None
+    one_sided: bool = True
+    adjusted_for: int = 1
+    family: int = 1
+    # Regression gates: the exact sign-flip test that nothing changed (normal mode fails only
+    # when it, too, is below the level).
+    p_chance: float | None = None
+    # Regression gates, from the design (items, trials, and the baseline's spread): the drop
+    # normal mode catches with 80% power (None: no drop the scale allows); and the items that
+    # would catch a drop of twice DELTA (normal mode), or show a drop below DELTA when there is
+    # none (strict), with 80% chance, at the same trials (None: not within 100,000).
+    detectable_drop: float | None = None
+    items_needed: int | None = None
 
 
 class MetricDelta(_Report):
+    # Over the items both scored, each item's mean over its trials, then the mean over items:
+    # each item weighs the same whatever its trials, so current_mean - baseline_mean is delta.
     baseline_mean: float | None
     current_mean: float | None
-    # current - baseline: the mean of the per-item differences over the items both scored (each
-    # item weighs the same; with as many trials per item in both runs, the difference of means)
+    # current - baseline: the mean of the per-item differences over the items both scored
     delta: float | None
-    interval: ConfidenceInterval | None = None  # of delta: the paired bootstrap over those items
+    interval: ConfidenceInterval | None = None  # of delta: two-sided, the paired score interval
     items: int = 0  # the items both runs scored, which the difference is over
     sd: float | None = None  # the standard deviation of the per-item differences
 
@@ -196,9 +225,10 @@ class BaselineComparison(_Report):
     only_in_baseline: list[str]  # and the reverse
     regressions: list[str]  # item ids that passed in the baseline and fail now
     fixes: list[str]  # item ids that failed in the baseline and pass now
-    # McNemar's exact test on those flips: the two-sided p-value that flips one way are no more
-    # likely than the other (1.0 without flips).
-    flips_p_value: float = 1.0
+    # The exact one-sided test on those flips of the items' verdicts (pass/fail, k of n): the
+    # chance of at least this many regressions among the flips if a flip were as likely either
+    # way (1.0 without flips). Informational: the gates decide on the metrics' means.
+    regressions_p_value: float = 1.0
     # The items both planned, sorted by their change in the first metric (worst first).
     items: list[ItemChange] = []
     # Over those items: "cost_per_item" (USD, the app's spans: the mean over items of an item's

@@ -8,6 +8,7 @@ the rest of the session's end) are built from them only when a report is written
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -73,9 +74,12 @@ class ExperimentResult:
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
-    # The paired comparison with the baseline, per metric: what the regression gates test; and
-    # the baseline's item verdicts, for the report's A/B rows (built only when one is written).
+    # The paired comparison with the baseline, per metric, and the tests of the regression gates
+    # on it; the baseline's item verdicts, for the report's A/B rows (built only when one is
+    # written); the baseline's scores by item, which set what a regression gate can detect.
     paired: dict[str, stats.PairedComparison] = field(default_factory=dict)
+    tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
+    baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
     # Each metric's computed scores by item id (``values_by_item``), computed once.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
@@ -203,7 +207,9 @@ def experiment_result(
     items = item_results(trials, settings.pass_threshold)
     values = values_by_item([t for t in trials if t.status == "completed"])
     level = settings.confidence if intervals else None
-    summary = summarize(trials, settings.thresholds, level, values, soft=settings.soft_trials())
+    summary = summarize(
+        trials, settings.thresholds, level, values, verdicts=items, soft=settings.soft_trials()
+    )
     summary.latency = latency_summary(trials)
     summary.usage = usage_summary(usage_of(t) for t in trials)
     return ExperimentResult(
@@ -223,12 +229,16 @@ def summarize(
     level: float | None = None,
     by_item: dict[str, dict[str, list[float]]] | None = None,
     *,
+    verdicts: Sequence[ItemResult] | None = None,
     soft: bool = False,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
-    the intervals of the means too (the item as the unit). ``by_item``: ``values_by_item`` of
-    the completed trials, when the caller has it. ``soft``: a trial that missed its thresholds
-    counts as soft-failed, not failed (``GateSettings.soft_trials``)."""
+    the intervals of the means too. The item is the unit: a mean or a pass rate is the mean over
+    items of each item's mean over its completed trials (with as many trials per item, the mean
+    over trials), the estimate its interval is around. ``by_item``: ``values_by_item`` of the
+    completed trials, and ``verdicts`` their ``item_results``, when the caller has them.
+    ``soft``: a trial that missed its thresholds counts as soft-failed, not failed
+    (``GateSettings.soft_trials``)."""
     completed = [t for t in trials if t.status == "completed"]
     if by_item is None:
         by_item = values_by_item(completed)
@@ -245,7 +255,7 @@ def summarize(
         scored = len(v) + failed.get(name, 0)
         met = sum(1 for value in v if value >= threshold) if threshold is not None else 0
         metrics[name] = MetricSummary(
-            mean=sum(v) / len(v) if v else None,
+            mean=_mean_over_items(items, v) if v else None,
             min=min(v) if v else None,
             max=max(v) if v else None,
             count=len(v),
@@ -256,6 +266,8 @@ def summarize(
         )
     passed = sum(1 for t in completed if t.passed)
     missed = sum(1 for t in completed if t.passed is False)
+    ran = pass_rates(item_results(trials, None) if verdicts is None else verdicts)
+    balanced = len({count for _, count in ran}) <= 1  # as many completed trials per item
     return ExperimentSummary(
         trials=len(trials),
         completed=len(completed),
@@ -263,9 +275,18 @@ def summarize(
         passed=passed,
         failed=0 if soft else missed,
         soft_failed=missed if soft else 0,
-        pass_rate=passed / len(completed) if completed else None,
+        pass_rate=(passed / len(completed) if balanced else math.fsum(p / n for p, n in ran) / len(ran))
+        if ran
+        else None,
         metrics=metrics,
     )
+
+
+def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> float:
+    """The mean over items of each item's mean (with one score per item, of the scores)."""
+    if len(values) == len(items):
+        return math.fsum(values) / len(values)
+    return math.fsum(math.fsum(v) / len(v) for v in items.values()) / len(items)
 
 
 def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list[float]]]:
@@ -288,39 +309,48 @@ def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list
 
 
 def _mean_interval(items: dict[str, list[float]], level: float) -> ConfidenceInterval:
-    """A pass/fail metric's mean (every score 0 or 1) is a pass rate: its interval is the pass
-    rate's, which stays honest when every score is 1 (a bootstrap would give [1, 1])."""
-    if all(value in (0.0, 1.0) for values in items.values() for value in values):
-        passed = ((int(sum(values)), len(values)) for values in items.values())
-        return confidence_interval(stats.pass_rate_interval(passed, level))
     return confidence_interval(stats.mean_interval(items.values(), level))
+
+
+def pass_rates(items: Sequence[ItemResult]) -> list[tuple[int, int]]:
+    """Each item's (passed trials, completed trials), for the items with a completed trial."""
+    return [(i.passed, i.trials - i.pending) for i in items if i.trials > i.pending]
+
+
+def item_passes(items: Sequence[ItemResult]) -> list[tuple[int, int]]:
+    """Each decided item's k-of-n verdict as (passed, 1) or (0, 1): one outcome per item."""
+    return [(int(i.verdict == "passed"), 1) for i in items if i.verdict != "pending"]
 
 
 def item_statistics(
     summary: ExperimentSummary, items: Sequence[ItemResult], level: float
 ) -> ExperimentSummary:
-    """The intervals over items: the trial pass rate's; and with several trials per item, the
-    k-of-n item pass rate's (Wilson), and pass@k and pass^k for k up to the trials every item
+    """The intervals over items: the pass rate's; and with several trials per item, the k-of-n
+    item pass rate's, and pass@k and pass^k (with theirs) for k up to the trials every item
     has, over the items with none pending."""
-    ran = [(i.passed, i.trials - i.pending) for i in items if i.trials > i.pending]
+    ran = pass_rates(items)
     if not ran:
         return summary
     summary = summary.model_copy(
         update={"pass_rate_interval": confidence_interval(stats.pass_rate_interval(ran, level))}
     )
     settled = [i for i in items if i.pending == 0]
-    decided = [i.verdict == "passed" for i in items if i.verdict != "pending"]
+    decided = item_passes(items)
     if not settled or max(i.trials for i in items) < 2:
         return summary
     pairs = [(i.trials, i.passed) for i in settled]
-    ks = range(1, min(i.trials for i in settled) + 1)
+    ks = [str(k) for k in range(1, min(i.trials for i in settled) + 1)]
+    at_k = [confidence_interval(stats.pass_at_k_interval(pairs, int(k), level)) for k in ks]
+    hat_k = [confidence_interval(stats.pass_hat_k_interval(pairs, int(k), level)) for k in ks]
     return summary.model_copy(
         update={
-            "item_pass_rate": confidence_interval(stats.item_pass_rate_interval(decided, level))
+            "item_pass_rate": confidence_interval(stats.pass_rate_interval(decided, level))
             if decided
             else None,
-            "pass_at_k": {str(k): stats.mean_pass_at_k(pairs, k) for k in ks},
-            "pass_hat_k": {str(k): stats.mean_pass_hat_k(pairs, k) for k in ks},
+            "pass_at_k": {k: i.estimate for k, i in zip(ks, at_k, strict=True)},
+            "pass_hat_k": {k: i.estimate for k, i in zip(ks, hat_k, strict=True)},
+            "pass_at_k_interval": dict(zip(ks, at_k, strict=True)),
+            "pass_hat_k_interval": dict(zip(ks, hat_k, strict=True)),
         }
     )
 
@@ -332,7 +362,8 @@ def confidence_interval(interval: stats.Interval) -> ConfidenceInterval:
         high=interval.high,
         level=interval.level,
         items=interval.n,
-        method=interval.method,
+        method="score",
+        one_sided=interval.one_sided,
     )
 
 

@@ -1,60 +1,61 @@
-"""The statistics behind the gates: intervals with the item as the unit, the paired comparison
-with a baseline, the tests a gate decides on, and what a sample of this size can detect.
+"""The statistics behind the gates: bounds on a mean over items, the paired comparison with a
+baseline, the tests a gate decides on, Holm over a session's gates, and what a design of n items
+and k trials can detect.
 
-Pure functions over numbers, standard library only (no pytest, no numpy): 100,000 trials take a
-fraction of a second because every resampling works on per-item sums, compressed to the values
-they take (see ``Bootstrap``).
+Pure functions over numbers, standard library only (no pytest, no numpy, no scipy): every step is
+one pass over the items, so 100,000 trials take a few milliseconds.
 
 Conventions:
-- An *item* is the unit: its trials are one cluster. An item is given as the sequence of its
-  trials' values (a metric's scores, or 1.0/0.0 for passed/failed trials).
-- Deterministic: resampling draws from ``random.Random(seed)`` with a fixed default seed, so the
-  same data give the same interval, on every machine and Python version.
-- ``level`` is a two-sided confidence level in (0, 1), 0.95 by default; a one-sided test at the
-  same level has ``alpha = 1 - level``.
+- An *item* is the unit: its trials are one observation, the item's mean over them. A mean over
+  items lies in a known range: [0, 1] for scores and pass rates, [-1, 1] for a paired difference
+  (current minus baseline).
+- ``level`` is a two-sided confidence level in (0, 1), 0.95 by default; ``confidence`` is a one-
+  sided one: a lower bound at confidence 0.95 is below the truth 95% of the time.
 - A *difference* is current minus baseline, so a *drop* (current got worse, for a score where
   higher is better) is a negative difference, and ``drop = -difference``.
 
-Choices made:
-- Intervals for a mean over items: the percentile cluster bootstrap, 2,000 resamples. Percentile
-  rather than BCa: it needs no jackknife (BCa's is one pass per distinct item value, and its
-  acceleration is unstable for the 0/1 data most gates see), it respects the range of the
-  statistic (a rate stays in [0, 1]), and its one-sided tail fractions are the p-values the
-  gates decide on, so an interval and its test never disagree. Its known weakness, too narrow
-  on a handful of items, is where the closed forms below take over.
-- A pass rate over items with one trial each: the Wilson score interval (exact enough at any n,
-  never outside [0, 1], not degenerate at 0 or 1 passes).
-- The k-of-n item pass rate: each item's verdict is one Bernoulli outcome per item, items are
-  independent, so it is the Wilson interval over items.
-- The trial pass rate with several trials per item: the cluster bootstrap; when every trial
-  passed (or every trial failed) the bootstrap has nothing to resample, and the Wilson interval
-  over items (as if an item's trials were one outcome: the conservative end) is given instead.
-- pass@k: the unbiased estimator of Chen et al. (2021), 1 - C(n-c, k) / C(n, k); pass^k (all k
-  of k trials pass): its counterpart C(c, k) / C(n, k), unbiased for p^k when an item's trials
-  are independent; both averaged over items.
+The method, the same for every kind of score (pass/fail, counts of passed trials, continuous
+scores), so that a run never changes method when its scores change, and a better run never gets
+a worse bound ("bounded t"):
+- the t bound on the mean of the item values: mean - t * s / sqrt(n), t with n - 1 degrees of
+  freedom; honest from about 10 items whatever the shape, and exact for normal data;
+- widened where the sample cannot see what could hide from it: the least favourable population
+  with the observed mean is two-point, the bulk at the mean and a share at the end of the range
+  (items that broke, scoring 0), which n items miss entirely with a chance that the t bound
+  ignores when they all agree (no spread is not proof). Its variance, (mean - m)(m - low) at a
+  hypothesized mean m, is a floor on the variance the test uses; solved, the bound is the mean
+  with t^2 pseudo-items at the end of the range: (n * mean + t^2 * low) / (n + t^2). For pass/
+  fail data that is Wilson's score bound with t for z; for all n items passing it is within a
+  few thousandths of the exact binomial bound.
+- The bound is the lower of the two (the upper bound the higher), never outside the range. One
+  item has no spread to estimate: it bounds nothing (the range's ends), and its tests have p = 1.
+- Each p-value is the bound's inversion: p <= a exactly when the bound at confidence 1 - a
+  excludes the value, so a printed bound and its test never disagree.
+- "No change" is also tested exactly: if an unchanged app's items were as likely to move up as
+  down, how often would chance alone give a total drop this large? The sign-flip randomization
+  test (for pass/fail items with one trial, the exact one-sided McNemar test). A regression gate
+  fails only when both this test and the bound against DELTA say so: 3 items that all regressed
+  give p = 1/8, never a regression.
 """
 
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 
 LEVEL = 0.95
-RESAMPLES = 2000
-SEED = 20250513
 POWER = 0.80
-EXACT_FLIPS = 2000  # McNemar's test in integers up to this many flips, in floating point beyond
-
-# How the bootstrap resamples (see ``Bootstrap``): items grouped by their distinct values, up to
-# MAX_GROUPS of them; items drawn one by one, up to DIRECT_ITEMS of them; otherwise BINS bins.
-# Each costs about a microsecond per group or item and resample: at most 0.1 s for 2,000.
-MAX_GROUPS = 32
-DIRECT_ITEMS = 400
-BINS = 16
+# The sign-flip test's resolution: magnitudes in sixtieths (exact for items of up to 6 trials, and
+# for 4 against 5), and its exact distribution computed up to this many steps, normal beyond.
+FLIP_STEPS = 60
+FLIP_WORK = 30_000
+# Over this many distinct values (continuous scores), a mean's test works on this many bins of
+# adjacent values (their means and variances), so that it costs the same at any number of items.
+BINS = 64
 
 
 def normal_quantile(p: float) -> float:
@@ -68,303 +69,332 @@ def _alpha(level: float) -> float:
     return 1.0 - level
 
 
+# --- Student's t, from the regularized incomplete beta function ---------------------------
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the incomplete beta function (modified Lentz), for x below
+    (a + 1) / (a + b + 2), where it converges in O(sqrt(max(a, b))) steps."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 10_000):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return fraction
+
+
+def beta_cdf(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b): P(X <= x) for X ~ Beta(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def t_sf(x: float, df: int) -> float:
+    """P(T >= x) for Student's t with ``df`` >= 1 degrees of freedom."""
+    if x == 0.0:
+        return 0.5
+    if math.isinf(x):
+        return 0.0 if x > 0 else 1.0
+    tail = 0.5 * beta_cdf(df / (df + x * x), df / 2.0, 0.5)
+    return tail if x > 0 else 1.0 - tail
+
+
+def _t_density(x: float, df: int) -> float:
+    log_front = math.lgamma((df + 1) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_front - (df + 1) / 2.0 * math.log1p(x * x / df))
+
+
+@lru_cache(maxsize=4096)
+def t_quantile(p: float, df: int) -> float:
+    """The t with P(T <= t) = p, for Student's t with ``df`` >= 1 degrees of freedom: exact for
+    1 and 2, else Newton's steps from the Cornish-Fisher expansion (bisection if they stall)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"a quantile needs 0 < p < 1, got {p!r}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    if p == 0.5:
+        return 0.0
+    if df == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if df == 2:
+        return (2.0 * p - 1.0) / math.sqrt(2.0 * p * (1.0 - p))
+    z = normal_quantile(p)
+    x = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df * df)
+    for _ in range(50):
+        step = (t_sf(x, df) - (1.0 - p)) / _t_density(x, df)
+        x += step
+        if abs(step) <= 1e-13 * max(1.0, abs(x)):
+            return x
+    low, high = 0.0, max(1.0, 2.0 * x)
+    while t_sf(high, df) > 1.0 - p:
+        low, high = high, 2.0 * high
+    while high - low > 1e-13 * high:
+        middle = (low + high) / 2.0
+        low, high = (middle, high) if t_sf(middle, df) > 1.0 - p else (low, middle)
+    return (low + high) / 2.0
+
+
+# --- a mean over items ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Per-item values (item means, or paired differences), grouped: each distinct value with
+    its number of items (or, over ``BINS`` values, bins of adjacent values: their mean, count and
+    variance); and the range [low, high] their mean can take."""
+
+    values: tuple[tuple[float, float, float], ...]  # (value, items, variance within a bin)
+    n: int
+    mean: float
+    variance: float  # the sample variance of the items' values (0.0 for fewer than two)
+    low: float = 0.0
+    high: float = 1.0
+
+    def reflected(self) -> Sample:
+        """The same values negated: an upper bound is the reflection's lower bound."""
+        return Sample(
+            tuple((-v, c, w) for v, c, w in reversed(self.values)),
+            self.n,
+            -self.mean,
+            self.variance,
+            -self.high,
+            -self.low,
+        )
+
+
+def sample(values: Iterable[float], low: float = 0.0, high: float = 1.0) -> Sample:
+    """The summary of per-item values in [low, high]."""
+    counted = Counter(values)  # items share few values (pass/fail, counts of passed trials)
+    n = sum(counted.values())
+    if n == 0:
+        raise ValueError("a mean over items needs at least one item")
+    mean = math.fsum(value * count for value, count in counted.items()) / n
+    squares = math.fsum((value - mean) ** 2 * count for value, count in counted.items())
+    ordered = sorted(counted.items())
+    if len(ordered) > BINS:
+        ordered_values = [value for value, count in ordered for _ in range(count)]
+        grouped = tuple(_bin(ordered_values[n * b // BINS : n * (b + 1) // BINS]) for b in range(BINS))
+    else:
+        grouped = tuple((value, float(count), 0.0) for value, count in ordered)
+    clipped = min(high, max(low, mean))
+    return Sample(grouped, n, clipped, squares / (n - 1) if n > 1 else 0.0, low, high)
+
+
+def _bin(values: list[float]) -> tuple[float, float, float]:
+    mean = math.fsum(values) / len(values)
+    return mean, len(values), math.fsum((v - mean) ** 2 for v in values) / len(values)
+
+
+def null_variance(s: Sample, value: float) -> float:
+    """The variance of the items' values under the most likely population whose mean is
+    ``value`` (below the sample's mean), on the observed values and the range's lower end: the
+    observed values reweighted, w_j = n_j / (n (1 + lam (x_j - value))) (the empirical
+    likelihood's tilt), and, when that cannot reach ``value``, a share at ``low`` (items that
+    could have broken unseen) with lam at its largest, 1 / (value - low). For pass/fail
+    differences (values -1, 0, 1) this is Tango's restricted maximum-likelihood variance, for
+    pass/fail values Wilson's."""
+    n, low = s.n, s.low
+    largest = 1.0 / (value - low)
+    if s.values[0][0] > low and _tilt(s, value, largest)[0] > 0.0:
+        weights = [(x, c * (value - low) / (n * (x - low)), w) for x, c, w in s.values]
+        at_low = max(0.0, 1.0 - math.fsum(weight for _, weight, _ in weights))
+    else:
+        lam = _root(s, value, largest)
+        weights = [(x, c / (n * (1.0 + lam * (x - value))), w) for x, c, w in s.values]
+        at_low = 0.0
+    spread = math.fsum(weight * ((x - value) ** 2 + w) for x, weight, w in weights)
+    return spread + at_low * (low - value) ** 2
+
+
+def _tilt(s: Sample, value: float, lam: float) -> tuple[float, float]:
+    """The tilted weights' mean of (x - value), times n, and its derivative in lam (negative:
+    the mean decreases as lam grows)."""
+    total, slope = 0.0, 0.0
+    for x, count, _ in s.values:
+        shifted = x - value
+        denominator = 1.0 + lam * shifted
+        if denominator <= 0.0:
+            return -math.inf, -math.inf
+        total += count * shifted / denominator
+        slope -= count * shifted * shifted / (denominator * denominator)
+    return total, slope
+
+
+def _root(s: Sample, value: float, largest: float) -> float:
+    """The lam in [0, largest) where the tilted mean is ``value``: Newton's steps, kept inside a
+    bracket that bisection narrows when a step would leave it."""
+    lo, hi, lam = 0.0, largest, 0.0
+    for _ in range(200):
+        total, slope = _tilt(s, value, lam)
+        if total > 0.0:
+            lo = lam
+        else:
+            hi = lam
+        if abs(total) <= 1e-12 * s.n or hi - lo <= 1e-15 * largest:
+            break
+        step = lam - total / slope if math.isfinite(slope) and slope < 0.0 else math.nan
+        lam = step if lo < step < hi else (lo + hi) / 2.0
+    return lam
+
+
+# Half an item's worth, towards the hypothesis, taken off the distance between the mean and the
+# value tested: the continuity correction that keeps the tests at their level when few items
+# move (a count of 3 regressions is not a normal variable). Exact sizes, enumerated for pass/fail
+# items with one trial, from 1 to 150 items: at most about 5.2% at 5%.
+CORRECTION = 0.5
+
+
+def _statistic(s: Sample, value: float) -> float:
+    """The score statistic for the mean against ``value`` (below the mean): the corrected
+    distance in standard errors of the most likely population with that mean."""
+    gap = s.mean - value - CORRECTION / s.n
+    if gap <= 0.0:
+        return 0.0
+    variance = null_variance(s, value)
+    return math.inf if variance <= 0.0 else gap * math.sqrt(s.n / variance)
+
+
+def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
+    """The one-sided lower confidence bound on the mean: the lowest value the score test at
+    1 - ``confidence`` does not reject (the t quantile with n - 1 degrees of freedom)."""
+    _alpha(confidence)
+    if s.n < 2:
+        return s.low
+    t = t_quantile(confidence, s.n - 1)
+
+    def excess(value: float) -> float:  # positive where the value is rejected; decreasing
+        return _statistic(s, value) - t if value > s.low else math.inf
+
+    # A bracket from the t bound, where the answer usually is, widened towards the range's end.
+    start = max(s.low, s.mean - t * math.sqrt(s.variance / s.n))
+    step = max(s.mean - start, (s.high - s.low) * 1e-3)
+    lo, hi = start, s.mean
+    while lo > s.low and excess(lo) <= 0.0:
+        lo, hi = max(s.low, lo - step), lo
+        step *= 2.0
+    return _root_between(excess, lo, hi, (s.high - s.low) * 1e-10)
+
+
+def _root_between(f: Callable[[float], float], lo: float, hi: float, tolerance: float) -> float:
+    """The point where decreasing ``f`` crosses 0 in [lo, hi] (f(lo) > 0 >= f(hi), or lo at
+    the range's end), by regula falsi (Illinois) with bisection where f is infinite: the upper
+    end of the final bracket, so that the value returned is never rejected."""
+    f_lo, f_hi = f(lo), f(hi)
+    if f_lo <= 0.0:
+        return lo
+    side = 0
+    while hi - lo > tolerance:
+        if math.isfinite(f_lo) and math.isfinite(f_hi) and f_lo != f_hi:
+            middle = hi - f_hi * (hi - lo) / (f_hi - f_lo)
+            if not lo < middle < hi:
+                middle = (lo + hi) / 2.0
+        else:
+            middle = (lo + hi) / 2.0
+        f_middle = f(middle)
+        if f_middle > 0.0:
+            lo, f_lo = middle, f_middle
+            if side == -1:
+                f_hi /= 2.0
+            side = -1
+        else:
+            hi, f_hi = middle, f_middle
+            if side == 1:
+                f_lo /= 2.0
+            side = 1
+    return hi
+
+
+def upper_bound(s: Sample, confidence: float = LEVEL) -> float:
+    """The one-sided upper confidence bound on the mean (the reflection's lower bound)."""
+    return -lower_bound(s.reflected(), confidence)
+
+
+def p_above(s: Sample, value: float) -> float:
+    """One-sided p-value for "the mean is above ``value``" (against: it is at most ``value``):
+    at most a exactly when ``lower_bound(s, 1 - a)`` is above ``value``."""
+    if s.n < 2:
+        return 1.0
+    if s.mean == value:
+        return 0.5
+    if s.mean < value:
+        return 1.0 - p_above(s.reflected(), -value)
+    if value <= s.low:  # a mean at most the range's end: every item there, which they are not
+        return 0.0
+    return t_sf(_statistic(s, value), s.n - 1)
+
+
+def p_below(s: Sample, value: float) -> float:
+    """One-sided p-value for "the mean is below ``value``" (as ``p_above``, reflected)."""
+    return p_above(s.reflected(), -value)
+
+
 @dataclass(frozen=True)
 class Interval:
-    """An estimate with its two-sided confidence interval, over ``n`` items."""
+    """An estimate with its confidence interval over ``n`` items: two-sided at ``level``, or
+    (``one_sided``) each end a one-sided bound at ``level``."""
 
     estimate: float
     low: float
     high: float
     level: float
     n: int
-    method: str  # "wilson" or "bootstrap"
+    one_sided: bool = False
 
 
-# --- closed forms -------------------------------------------------------------------------
+def interval(s: Sample, level: float = LEVEL) -> Interval:
+    """The two-sided interval: each end the one-sided bound at (1 + level) / 2."""
+    confidence = 1.0 - _alpha(level) / 2.0
+    return Interval(s.mean, lower_bound(s, confidence), upper_bound(s, confidence), level, s.n)
 
 
-def wilson_interval(successes: int, n: int, level: float = LEVEL) -> Interval:
-    """The Wilson score interval for a proportion: ``successes`` of ``n`` independent Bernoulli
-    outcomes (items with one trial each, or items' k-of-n verdicts)."""
-    alpha = _alpha(level)
-    if n <= 0 or not 0 <= successes <= n:
-        raise ValueError(
-            f"cannot take {successes} successes of {n} outcomes: need 0 <= successes <= n, n > 0"
-        )
-    z = normal_quantile(1.0 - alpha / 2.0)
-    p = successes / n
-    z2n = z * z / n
-    centre = (p + z2n / 2.0) / (1.0 + z2n)
-    half = z * math.sqrt(p * (1.0 - p) / n + z2n / (4.0 * n)) / (1.0 + z2n)
-    # Exactly 0 and 1 at the ends, without rounding error pushing a bound past them.
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return Interval(p, low, high, level, n, "wilson")
+def bounds(s: Sample, confidence: float) -> Interval:
+    """Both one-sided bounds at ``confidence``: what a one-sided test at 1 - confidence uses."""
+    return Interval(s.mean, lower_bound(s, confidence), upper_bound(s, confidence), confidence, s.n, True)
 
 
-def item_pass_rate_interval(verdicts: Iterable[bool], level: float = LEVEL) -> Interval:
-    """The k-of-n item pass rate (the share of items whose verdict passed) with its Wilson
-    interval: each item's verdict is one independent outcome."""
-    outcomes = list(verdicts)
-    return wilson_interval(sum(outcomes), len(outcomes), level)
+def mean_interval(items: Iterable[Sequence[float]], level: float = LEVEL) -> Interval:
+    """A score's mean over items (each item's mean over its trials) with its interval."""
+    return interval(sample(item_means(items)), level)
 
 
-# --- the cluster bootstrap ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Group:
-    """Items sharing one trial count, whose totals are one value (or, binned, close values)."""
-
-    items: int
-    trials: int  # trials per item
-    mean: float  # the mean of the items' totals
-    variance: float  # their population variance: 0.0 when they share one total
-
-
-@dataclass(frozen=True)
-class Bootstrap:
-    """The bootstrap distribution of a mean over items: ``estimate`` on the data, ``replicates``
-    (sorted) on resamples of the items with replacement.
-
-    The statistic is the sum of the resampled items' totals over the sum of their trial counts,
-    the mean over trials that the summary reports (the mean of item means when every item has
-    as many trials). Drawing n items one by one costs n draws per resample, too many at 20,000
-    items; but a resample only needs how many times each item is drawn, and items with the same
-    (total, trials) are interchangeable. So, in the first of these that applies:
-    - grouped (exact): the items take at most ``MAX_GROUPS`` distinct (total, trials) values
-      (pass/fail data, counts of passed trials, discrete scores): a resample draws the groups'
-      counts from their multinomial distribution, one binomial draw per group, whatever n;
-    - direct (exact): at most ``DIRECT_ITEMS`` items: a resample draws them one by one;
-    - binned (approximate, many items with many distinct values, such as continuous scores):
-      each trial count's items are split into ``BINS`` bins of adjacent sorted totals, a bin's
-      count is drawn exactly (multinomial), and the sum of the draws inside a bin from the
-      normal distribution with the bin's mean and variance. A resample's mean and variance are
-      those of the exact bootstrap; only the shape within a bin, a small part of the spread of
-      a mean over hundreds of items, is approximated.
-    """
-
-    estimate: float
-    replicates: tuple[float, ...]
-    n: int
-
-    def interval(self, level: float = LEVEL) -> Interval:
-        """The percentile interval: the alpha/2 and 1 - alpha/2 quantiles of the replicates."""
-        alpha = _alpha(level)
-        low = _quantile(self.replicates, alpha / 2.0)
-        high = _quantile(self.replicates, 1.0 - alpha / 2.0)
-        return Interval(self.estimate, low, high, level, self.n, "bootstrap")
-
-    def p_above(self, value: float) -> float:
-        """One-sided p-value for "the true mean is above ``value``": the share of replicates at
-        or below it, counting the data as one more replicate ((k + 1) / (B + 1), never 0)."""
-        at_or_below = sum(1 for r in self.replicates if r <= value)
-        return (at_or_below + 1) / (len(self.replicates) + 1)
-
-    def p_below(self, value: float) -> float:
-        """One-sided p-value for "the true mean is below ``value``" (as ``p_above``)."""
-        at_or_above = sum(1 for r in self.replicates if r >= value)
-        return (at_or_above + 1) / (len(self.replicates) + 1)
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """The q-quantile of sorted values, interpolating linearly (numpy's default)."""
-    position = q * (len(ordered) - 1)
-    below = math.floor(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
-
-
-def bootstrap(
-    totals: Sequence[float],
-    trials: Sequence[int] | None = None,
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-) -> Bootstrap:
-    """The cluster bootstrap of the mean over trials, from per-item sums: ``totals[i]`` is the
-    sum of item i's trial values and ``trials[i]`` its number of trials (1 each when omitted, for
-    per-item values such as paired differences). Items are independent; their trials need not
-    be."""
-    counts = [1] * len(totals) if trials is None else list(trials)
-    if not totals or len(counts) != len(totals) or min(counts) <= 0:
-        raise ValueError("the bootstrap needs at least one item, each with a total and at least one trial")
-    if resamples < 1:
-        raise ValueError(f"the bootstrap needs at least one resample, got {resamples}")
-    rng = random.Random(seed)
-    n = len(totals)
-    distinct = Counter(zip(counts, totals, strict=True))
-    if len(distinct) <= MAX_GROUPS:
-        groups = [_Group(items, count, total, 0.0) for (count, total), items in sorted(distinct.items())]
-        replicates = [_resample(groups, n, rng) for _ in range(resamples)]
-    elif n <= DIRECT_ITEMS:
-        replicates = _direct(totals, counts, resamples, rng)
-    else:
-        groups = _bins(totals, counts)
-        replicates = [_resample(groups, n, rng) for _ in range(resamples)]
-    return Bootstrap(math.fsum(totals) / sum(counts), tuple(sorted(replicates)), n)
-
-
-def _direct(
-    totals: Sequence[float], trials: Sequence[int], resamples: int, rng: random.Random
-) -> list[float]:
-    """Resamples drawn item by item."""
-    n = len(totals)
-    if min(trials) == max(trials):
-        scale = n * trials[0]
-        return [sum(rng.choices(totals, k=n)) / scale for _ in range(resamples)]
-    replicates = []
-    for _ in range(resamples):
-        drawn = rng.choices(range(n), k=n)
-        replicates.append(sum(map(totals.__getitem__, drawn)) / sum(map(trials.__getitem__, drawn)))
-    return replicates
-
-
-def _bins(totals: Sequence[float], trials: Sequence[int]) -> list[_Group]:
-    """The items of each trial count in bins of adjacent totals, about ``BINS`` bins in all."""
-    by_trials: dict[int, list[float]] = {}
-    for total, count in zip(totals, trials, strict=True):
-        by_trials.setdefault(count, []).append(total)
-    groups = []
-    for count, values in by_trials.items():
-        values.sort()
-        bins = max(1, round(BINS * len(values) / len(totals)))
-        for b in range(bins):
-            chunk = values[len(values) * b // bins : len(values) * (b + 1) // bins]
-            if chunk:
-                mean = math.fsum(chunk) / len(chunk)
-                variance = math.fsum((v - mean) ** 2 for v in chunk) / len(chunk)
-                groups.append(_Group(len(chunk), count, mean, variance))
-    return groups
-
-
-def _resample(groups: Sequence[_Group], n: int, rng: random.Random) -> float:
-    """One bootstrap replicate: how many of n draws fall in each group (multinomial, by
-    successive binomial draws), and the sum of their totals over the sum of their trials."""
-    left, weight_left = n, n
-    total = 0.0
-    trials = 0
-    for group in groups:
-        if left == 0:
-            break
-        drawn = left if group.items == weight_left else _binomial(rng, left, group.items / weight_left)
-        left -= drawn
-        weight_left -= group.items
-        if drawn:
-            total += drawn * group.mean
-            if group.variance:
-                total += math.sqrt(drawn * group.variance) * rng.gauss(0.0, 1.0)
-            trials += drawn * group.trials
-    return total / trials
-
-
-def _binomial(rng: random.Random, n: int, p: float) -> int:
-    """A draw from Binomial(n, p): by inversion for a small mean, by Hormann's BTRS (transformed
-    rejection, as Python 3.12's ``random.binomialvariate``) otherwise. Our own, so that a seed
-    gives the same draws on every Python version."""
-    if p <= 0.0 or n == 0:
-        return 0
-    if p >= 1.0:
-        return n
-    if p > 0.5:
-        return n - _binomial(rng, n, 1.0 - p)
-    if n * p < 10.0:
-        return _binomial_inversion(rng, n, p)
-    return _binomial_btrs(rng, n, p)
-
-
-def _binomial_inversion(rng: random.Random, n: int, p: float) -> int:
-    """Sequential search of the cumulative distribution (expected n * p + 1 steps)."""
-    q = 1.0 - p
-    ratio = p / q
-    factor = (n + 1) * ratio
-    while True:
-        mass = q**n
-        u = rng.random()
-        k = 0
-        while u > mass and k <= n:
-            u -= mass
-            k += 1
-            mass *= factor / k - ratio
-        if k <= n:
-            return k  # else rounding ran past n: draw again
-
-
-def _binomial_btrs(rng: random.Random, n: int, p: float) -> int:
-    """W. Hormann, "The generation of binomial random variates" (1993), algorithm BTRS, for
-    n * p >= 10 and p <= 0.5. Most draws are accepted at the first, cheap test; the exact test's
-    constants are computed only when a draw gets that far."""
-    spq = math.sqrt(n * p * (1.0 - p))
-    b = 1.15 + 2.53 * spq
-    a = -0.0873 + 0.0248 * b + 0.01 * p
-    c = n * p + 0.5
-    v_r = 0.92 - 4.2 / b
-    random_ = rng.random
-    while True:
-        u = random_() - 0.5
-        v = random_()
-        us = 0.5 - abs(u)
-        k = math.floor((2.0 * a / us + b) * u + c)
-        if k < 0 or k > n:
-            continue
-        if us >= 0.07 and v <= v_r:
-            return k
-        alpha = (2.83 + 5.1 / b) * spq
-        m = math.floor((n + 1) * p)
-        h = math.lgamma(m + 1) + math.lgamma(n - m + 1)
-        bound = h - math.lgamma(k + 1) - math.lgamma(n - k + 1) + (k - m) * math.log(p / (1.0 - p))
-        if math.log(v * alpha / (a / (us * us) + b)) <= bound:
-            return k
-
-
-def _sums(items: Iterable[Sequence[float]]) -> tuple[list[float], list[int]]:
-    totals: list[float] = []
-    trials: list[int] = []
+def item_means(items: Iterable[Sequence[float]]) -> list[float]:
+    """Each item's mean over its trial values."""
+    means = []
     for values in items:
         if not values:
             raise ValueError("an item has no trial values: leave it out, or give it its values")
-        totals.append(math.fsum(values))
-        trials.append(len(values))
-    return totals, trials
+        means.append(values[0] if len(values) == 1 else math.fsum(values) / len(values))
+    return means
 
 
-def mean_interval(
-    items: Iterable[Sequence[float]],
-    level: float = LEVEL,
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-) -> Interval:
-    """A metric's mean over all trials with its cluster bootstrap interval, the item as the
-    unit: ``items`` gives each item's trial values."""
-    totals, trials = _sums(items)
-    return bootstrap(totals, trials, resamples=resamples, seed=seed).interval(level)
-
-
-def pass_rate_interval(
-    items: Iterable[tuple[int, int]],
-    level: float = LEVEL,
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
-) -> Interval:
-    """The trial pass rate (passed trials over all trials) with its interval, the item as the
-    unit: ``items`` gives each item's (passed trials, trials). Wilson when every item has one
-    trial; otherwise the cluster bootstrap, or, when every trial passed or every trial failed
-    (nothing to resample), the Wilson interval over items."""
-    pairs = list(items)
-    if not pairs:
-        raise ValueError("a pass rate needs at least one item, each with at least one trial")
-    passed, trials = (list(column) for column in zip(*pairs, strict=True))
-    if min(trials) <= 0:
-        raise ValueError("a pass rate needs at least one item, each with at least one trial")
-    total_passed, total_trials = sum(passed), sum(trials)
-    if total_trials == len(trials) or total_passed in (0, total_trials):
-        interval = wilson_interval(round(total_passed * len(trials) / total_trials), len(trials), level)
-        return Interval(
-            total_passed / total_trials, interval.low, interval.high, level, len(trials), "wilson"
-        )
-    return bootstrap([float(p) for p in passed], trials, resamples=resamples, seed=seed).interval(level)
+def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -> Interval:
+    """The pass rate over items (each item's passed trials over its trials) with its interval:
+    ``items`` gives each item's (passed trials, trials)."""
+    rates = []
+    for passed, trials in items:
+        if trials <= 0 or not 0 <= passed <= trials:
+            raise ValueError(
+                f"an item has {passed} passed of {trials} trials: need 0 <= passed <= trials, trials > 0"
+            )
+        rates.append(passed / trials)
+    return interval(sample(rates), level)
 
 
 # --- the paired comparison ----------------------------------------------------------------
@@ -375,205 +405,199 @@ class PairedComparison:
     """Two runs compared item by item over the items both have.
 
     ``differences`` maps each shared item to its mean in the current run minus its mean in the
-    baseline (each item weighs the same, whatever its number of trials); ``mean`` is their mean,
-    ``sd`` their sample standard deviation (0.0 for fewer than two items), and ``bootstrap`` the
-    bootstrap distribution of their mean (``None`` without shared items)."""
+    baseline (each item weighs the same, whatever its number of trials); ``sample`` summarizes
+    them (``None`` without shared items), ``baseline_mean`` and ``current_mean`` are the means
+    of the item means over those items (so their difference is the sample's mean)."""
 
     shared: tuple[str, ...]
     only_in_current: tuple[str, ...]
     only_in_baseline: tuple[str, ...]
     differences: dict[str, float]
-    mean: float | None
-    sd: float
-    bootstrap: Bootstrap | None
+    sample: Sample | None
+    baseline_mean: float | None
+    current_mean: float | None
 
 
 def paired_comparison(
-    current: Mapping[str, Sequence[float]],
-    baseline: Mapping[str, Sequence[float]],
-    *,
-    resamples: int = RESAMPLES,
-    seed: int = SEED,
+    current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
 ) -> PairedComparison:
-    """Pair two runs by item id (each maps an item id to its trial values) and bootstrap the mean
-    of the per-item differences: the paired bootstrap, items resampled with their difference."""
-    shared = tuple(item for item in current if item in baseline)
-    differences = {
-        # One trial each, the common case, needs no sums.
-        item: now[0] - before[0] if len(now) == 1 == len(before) else _difference(now, before)
-        for item in shared
-        for now, before in ((current[item], baseline[item]),)
-    }
-    values = list(differences.values())
-    mean = math.fsum(values) / len(values) if values else None
-    sd = (
-        math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1))
-        if mean is not None and len(values) > 1
-        else 0.0
-    )
+    """Pair two runs by item id (each maps an item id to its trial values); one pass over the
+    items (100,000 are common)."""
+    differences: dict[str, float] = {}
+    now: list[float] = []
+    before: list[float] = []
+    for item, values in current.items():
+        previous = baseline.get(item)
+        if previous is None:
+            continue
+        if len(values) == 1 == len(previous):  # the common case needs no sums
+            now.append(values[0])
+            before.append(previous[0])
+            differences[item] = values[0] - previous[0]
+        else:
+            now.append(math.fsum(values) / len(values))
+            before.append(math.fsum(previous) / len(previous))
+            # One division: equal differences of pass/fail means (0.6 - 0.4, 0.8 - 0.6) come out
+            # as one float, which the sign-flip test and the sample group.
+            differences[item] = _difference(values, previous)
+    shared = tuple(differences)
+    every = len(shared) == len(current), len(shared) == len(baseline)
     return PairedComparison(
         shared=shared,
-        only_in_current=tuple(item for item in current if item not in baseline),
-        only_in_baseline=tuple(item for item in baseline if item not in current),
+        only_in_current=() if every[0] else tuple(i for i in current if i not in baseline),
+        only_in_baseline=() if every[1] else tuple(i for i in baseline if i not in current),
         differences=differences,
-        mean=mean,
-        sd=sd,
-        bootstrap=bootstrap(values, resamples=resamples, seed=seed) if values else None,
+        sample=sample(differences.values(), -1.0, 1.0) if shared else None,
+        baseline_mean=math.fsum(before) / len(before) if shared else None,
+        current_mean=math.fsum(now) / len(now) if shared else None,
     )
 
 
 def _difference(current: Sequence[float], baseline: Sequence[float]) -> float:
-    """The difference of two means in one division: equal differences of pass/fail means (0.6 -
-    0.4 and 0.8 - 0.6) come out as one float, so the bootstrap can group them."""
     if not current or not baseline:
         raise ValueError("an item has no trial values: leave it out, or give it its values")
     numerator = math.fsum(current) * len(baseline) - math.fsum(baseline) * len(current)
     return numerator / (len(current) * len(baseline))
 
 
-@dataclass(frozen=True)
-class Flips:
-    """Items whose pass/fail verdict changed between two runs, with McNemar's exact test."""
-
-    regressions: tuple[str, ...]  # passed in the baseline, fail now
-    fixes: tuple[str, ...]  # failed in the baseline, pass now
-    p_value: float  # two-sided: are flips one way more likely than the other?
-
-
-def flips(current: Mapping[str, bool], baseline: Mapping[str, bool]) -> Flips:
-    """The pass/fail flips over the items both runs have (each maps an item id to whether it
-    passed), and McNemar's exact test on them."""
-    shared = [item for item in current if item in baseline]
-    regressions = tuple(i for i in shared if baseline[i] and not current[i])
-    fixes = tuple(i for i in shared if current[i] and not baseline[i])
-    return Flips(regressions, fixes, mcnemar_exact(len(regressions), len(fixes)))
-
-
-def mcnemar_exact(b: int, c: int) -> float:
-    """McNemar's exact test: the two-sided p-value for ``b`` flips one way and ``c`` the other,
-    under the null hypothesis that a flip goes either way with probability 1/2 (the binomial
-    test: twice the smaller tail of Binomial(b + c, 1/2), at most 1). Exact integer arithmetic up
-    to ``EXACT_FLIPS`` flips; beyond, whose integers grow to n bits each (0.1 s at 30,000 flips),
-    the same sum of terms in floating point from their logarithms (relative error about 1e-10)."""
-    if b < 0 or c < 0:
-        raise ValueError(f"flip counts must not be negative, got {b} and {c}")
-    n, smaller = b + c, min(b, c)
-    if 2 * smaller == n:
+def chance_of_drop(differences: Iterable[float]) -> float:
+    """The exact sign-flip test of "nothing changed": if each item's difference were as likely
+    to have either sign (two runs of the same app), the chance of a total at most the one
+    observed. Magnitudes in sixtieths (``FLIP_STEPS``); for pass/fail items with one trial this
+    is the exact one-sided McNemar (binomial) test; computed exactly while that takes at most
+    ``FLIP_WORK`` steps, by the normal approximation beyond (many items moved)."""
+    groups: Counter[int] = Counter()
+    total = 0
+    for difference in differences:
+        step = round(abs(difference) * FLIP_STEPS)
+        if step:
+            groups[step] += 1
+            total += step if difference > 0 else -step
+    if not groups:
         return 1.0
-    if n > EXACT_FLIPS:
-        log_n = math.lgamma(n + 1) - n * math.log(2.0)
-        logs = [log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in range(smaller + 1)]
-        top = logs[-1]  # the largest term: the tail's terms grow towards the middle
-        return min(1.0, 2.0 * math.exp(top) * math.fsum(math.exp(v - top) for v in logs))
-    term, tail = 1, 1  # C(n, 0), and the sum of C(n, i) for i <= smaller
-    for i in range(smaller):
-        term = term * (n - i) // (i + 1)
-        tail += term
-    return min(1.0, 2 * tail / (1 << n))
+    divisor = math.gcd(*groups)
+    groups = Counter({step // divisor: count for step, count in groups.items()})
+    observed = total // divisor
+    work, support, reach = 0, 1, 0
+    for step, count in sorted(groups.items(), key=lambda group: -group[1]):
+        work += support * (count + 1)
+        reach += step * count
+        support = min(support * (count + 1), 2 * reach + 1)
+    if work > FLIP_WORK:
+        spread = math.sqrt(sum(step * step * count for step, count in groups.items()))
+        return NormalDist().cdf((observed + 1) / spread)  # a continuity correction of one unit
+    return _flip_tail(groups, observed)
+
+
+def _flip_tail(groups: Counter[int], observed: int) -> float:
+    """P(sum of +-step over every item <= observed), signs fair and independent: the sum's
+    distribution built group by group (a group of ``count`` items of one step contributes
+    step * (count - 2 * j) with j ~ Binomial(count, 1/2))."""
+    distribution = {0: 1.0}
+    for step, count in sorted(groups.items(), key=lambda group: -group[1]):
+        weights = _half_binomial(count)
+        spread: dict[int, float] = {}
+        for value, mass in distribution.items():
+            for j, weight in enumerate(weights):
+                key = value + step * (count - 2 * j)
+                spread[key] = spread.get(key, 0.0) + mass * weight
+        distribution = spread
+    return min(1.0, math.fsum(mass for value, mass in distribution.items() if value <= observed))
+
+
+def _half_binomial(count: int) -> list[float]:
+    """The probabilities of Binomial(count, 1/2), from their logarithms (no overflow)."""
+    log_all = math.lgamma(count + 1) - count * math.log(2.0)
+    return [math.exp(log_all - math.lgamma(j + 1) - math.lgamma(count - j + 1)) for j in range(count + 1)]
+
+
+def regressions_by_chance(regressions: int, fixes: int) -> float:
+    """The exact one-sided test on items' pass/fail flips: the chance, if a flip were as likely
+    either way, of at least ``regressions`` of the ``regressions + fixes`` flips being
+    regressions (1.0 without flips)."""
+    if regressions < 0 or fixes < 0:
+        raise ValueError(f"flip counts must not be negative, got {regressions} and {fixes}")
+    return chance_of_drop([-1.0] * regressions + [1.0] * fixes)
 
 
 # --- the decisions ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class RegressionEvidence:
-    """What the data say about a drop (baseline minus current) against a tolerated ``delta``.
+class RegressionTest:
+    """What the paired differences say about a drop against a tolerated ``delta``.
 
-    One-sided p-values from the bootstrap of the mean difference, ready for ``holm``:
-    - ``p_drop``: for "there is a drop" (the mean difference is below 0);
-    - ``p_drop_beyond_delta``: for "the drop is greater than delta";
-    - ``p_within_delta``: for "the drop is less than delta" (non-inferiority).
-    ``upper_drop`` is the one-sided upper confidence bound on the drop at ``level``."""
+    One-sided p-values, ready for ``holm``:
+    - ``p_beyond``: for "the drop is greater than delta" (normal mode fails on it): the larger
+      of ``p_bound`` (the score test against delta) and ``p_chance``;
+    - ``p_within``: for "the drop is less than delta" (strict mode passes on it);
+    - ``p_chance``: the exact sign-flip test of "nothing changed"."""
 
-    drop: float
+    differences: Sample
     delta: float
-    upper_drop: float
-    p_drop: float
-    p_drop_beyond_delta: float
-    p_within_delta: float
-    level: float
+    p_beyond: float
+    p_within: float
+    p_chance: float
+    p_bound: float
+
+    @property
+    def drop(self) -> float:
+        return -self.differences.mean
+
+    def drop_bounds(self, confidence: float) -> tuple[float, float]:
+        """The one-sided lower and upper bounds on the drop that a test at 1 - confidence uses:
+        the lower one no higher than 0 while the sign-flip test cannot tell the drop from chance
+        (so that it excludes delta exactly when normal mode fails)."""
+        low = -upper_bound(self.differences, confidence)
+        if self.p_chance > 1.0 - confidence:
+            low = min(low, 0.0)
+        return low, -lower_bound(self.differences, confidence)
 
 
-def regression_evidence(difference: Bootstrap, delta: float, level: float = LEVEL) -> RegressionEvidence:
-    """The evidence on a drop from the bootstrap of the mean difference (current - baseline)."""
-    alpha = _alpha(level)
-    return RegressionEvidence(
-        drop=-difference.estimate,
+def regression_test(differences: Sequence[float], delta: float) -> RegressionTest:
+    """The tests on the per-item differences (current - baseline) against ``delta``."""
+    s = sample(differences, -1.0, 1.0)
+    chance = chance_of_drop(differences)
+    bound = p_below(s, -delta)
+    return RegressionTest(
+        differences=s,
         delta=delta,
-        upper_drop=-_quantile(difference.replicates, alpha),
-        p_drop=difference.p_below(0.0),
-        p_drop_beyond_delta=difference.p_below(-delta),
-        p_within_delta=difference.p_above(-delta),
-        level=level,
+        p_beyond=max(bound, chance),
+        p_within=p_above(s, -delta),
+        p_chance=chance,
+        p_bound=bound,
     )
 
 
-def regressed(evidence: RegressionEvidence, p_drop: float | None = None) -> bool:
-    """The default rule: a regression when the drop is significant (one-sided, at the level)
-    and its estimate exceeds delta. ``p_drop`` overrides the evidence's (a Holm-adjusted one)."""
-    p = evidence.p_drop if p_drop is None else p_drop
-    return p <= 1.0 - evidence.level and evidence.drop > evidence.delta
+@dataclass(frozen=True)
+class Adjusted:
+    """One hypothesis of a family after Holm: its adjusted p-value, and the number its level was
+    divided by at the step that decided it (its one-sided bound is printed at alpha / divisor)."""
+
+    p_value: float
+    divisor: int
+    rejected: bool
 
 
-def non_inferior(evidence: RegressionEvidence, p_within_delta: float | None = None) -> bool:
-    """The strict rule: passes only when the data show the drop is below delta (one-sided, at the
-    level). ``p_within_delta`` overrides the evidence's (a Holm-adjusted one)."""
-    p = evidence.p_within_delta if p_within_delta is None else p_within_delta
-    return p <= 1.0 - evidence.level
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given: reject hypothesis i at family-wise
-    level alpha when its adjusted p-value is at most alpha. Valid under any dependence."""
+def holm(p_values: Sequence[float], alpha: float = 1.0 - LEVEL) -> list[Adjusted]:
+    """Holm's step-down procedure, in the order given: the family-wise error is at most alpha
+    under any dependence. A hypothesis of rank r (1 = smallest p) among m is tested at
+    alpha / (m - r + 1) while every smaller one was rejected; once one is not, the rest are
+    tested, and kept, at that step's level."""
     m = len(p_values)
     order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [0.0] * m
-    running = 0.0
+    adjusted: list[Adjusted] = [Adjusted(1.0, 1, False)] * m
+    running, stopped = 0.0, None
     for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p_values[i]))
-        adjusted[i] = running
+        divisor = m - rank
+        running = max(running, min(1.0, divisor * p_values[i]))
+        if stopped is None and running > alpha:
+            stopped = divisor
+        adjusted[i] = Adjusted(running, stopped or divisor, stopped is None)
     return adjusted
 
 
-# --- what a sample can detect -------------------------------------------------------------
-
-
-def minimum_detectable_drop(
-    n: int, sd: float, level: float = LEVEL, power: float = POWER, delta: float = 0.0
-) -> float:
-    """The smallest true drop a paired comparison of ``n`` items catches with probability
-    ``power``, when per-item differences have standard deviation ``sd`` (normal approximation of
-    the mean difference, standard error sd / sqrt(n)). The gate fails when the drop is
-    significant (its estimate beyond z_(1-alpha) standard errors, one-sided) and beyond
-    ``delta``: so the estimate must clear max(delta, z_(1-alpha) se), and it does with
-    probability ``power`` when the true drop is z_power se above that."""
-    alpha = _alpha(level)
-    if n <= 0 or sd < 0.0:
-        raise ValueError(f"need n > 0 items and sd >= 0, got n={n}, sd={sd}")
-    se = sd / math.sqrt(n)
-    return max(delta, normal_quantile(1.0 - alpha) * se) + normal_quantile(power) * se
-
-
-def items_needed(
-    drop: float, sd: float, level: float = LEVEL, power: float = POWER, delta: float = 0.0
-) -> int | None:
-    """The number of items for ``minimum_detectable_drop`` to reach ``drop``: the smallest n with
-    max(delta, z_(1-alpha) se) + z_power se <= drop. ``None`` when no n will do (a drop not
-    beyond delta is never a regression)."""
-    alpha = _alpha(level)
-    if drop <= delta or drop <= 0.0:
-        return None
-    if sd == 0.0:
-        return 1
-    z_alpha, z_power = normal_quantile(1.0 - alpha), normal_quantile(power)
-    se = drop / (z_alpha + z_power)
-    if z_power > 0.0:
-        se = min(se, (drop - delta) / z_power)
-    n = math.ceil((sd / se) ** 2 - 1e-9)  # no extra item for rounding error in an exact square
-    return max(1, n)
-
-
-# --- multi-trial items ----------------------------------------------------------------------
+# --- multi-trial items --------------------------------------------------------------------
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -596,22 +620,22 @@ def _check_trials(n: int, c: int, k: int) -> None:
         raise ValueError(f"need 0 <= passed ({c}) <= trials ({n}) and 1 <= k ({k}) <= trials")
 
 
-def mean_pass_at_k(items: Iterable[tuple[int, int]], k: int) -> float:
-    """pass@k averaged over items, each given as (trials, passed)."""
-    return _mean_over_items(pass_at_k, items, k)
+def pass_at_k_interval(items: Iterable[tuple[int, int]], k: int, level: float = LEVEL) -> Interval:
+    """pass@k averaged over items, each given as (trials, passed), with its interval."""
+    return _over_items(pass_at_k, items, k, level)
 
 
-def mean_pass_hat_k(items: Iterable[tuple[int, int]], k: int) -> float:
-    """pass^k averaged over items, each given as (trials, passed)."""
-    return _mean_over_items(pass_hat_k, items, k)
+def pass_hat_k_interval(items: Iterable[tuple[int, int]], k: int, level: float = LEVEL) -> Interval:
+    """pass^k averaged over items, each given as (trials, passed), with its interval."""
+    return _over_items(pass_hat_k, items, k, level)
 
 
-def _mean_over_items(
-    estimator: Callable[[int, int, int], float], items: Iterable[tuple[int, int]], k: int
-) -> float:
+def _over_items(
+    estimator: Callable[[int, int, int], float], items: Iterable[tuple[int, int]], k: int, level: float
+) -> Interval:
     # Items share a few (trials, passed) pairs: each pair's estimate is computed once.
     pairs = Counter(items)
     if not pairs:
         raise ValueError("pass@k and pass^k need at least one item")
-    total = math.fsum(estimator(n, c, k) * items for (n, c), items in pairs.items())
-    return total / sum(pairs.values())
+    estimates = {pair: estimator(*pair, k) for pair in pairs}
+    return interval(sample(estimates[pair] for pair in pairs.elements()), level)

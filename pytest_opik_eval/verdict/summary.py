@@ -1,5 +1,6 @@
 """The end of a session: each experiment read back whole from the store, compared with its
-baseline, judged against its gates; and whether the session as a whole failed."""
+baseline, judged against its gates, the session's regression gates adjusted together; and
+whether the session as a whole failed."""
 
 from __future__ import annotations
 
@@ -7,21 +8,27 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
+from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.comparison import with_baseline
 from pytest_opik_eval.verdict.gates import judge
 from pytest_opik_eval.verdict.results import ExperimentResult, experiment_result
 
+LAST = "last"
 LAST_PASSING = "last-passing"
+NEWEST = (LAST, LAST_PASSING)
 
 
 class Baselines:
     """Finds the baseline of each experiment: a given experiment, the same test's experiment in
-    a given run, or the test's newest experiment whose gates were met with nothing pending."""
+    a given run, the test's newest earlier experiment whose session ended (``last``, whatever its
+    gates said), or its newest whose gates were met with nothing pending and that ran every trial
+    this one selects (``last-passing``, which prefers runs that scored high by luck)."""
 
     def __init__(self, store: Store, requested: str | None) -> None:
         self.store = store
         self.requested = requested
         self._given: list[ExperimentRecord] = []
-        if requested is not None and requested != LAST_PASSING:
+        if requested is not None and requested not in NEWEST:
             _, self._given = store.find(requested)  # an unknown id raises ExperimentNotFound
 
     def of(self, experiment: ExperimentRecord) -> tuple[ExperimentRecord | None, str | None]:
@@ -29,6 +36,9 @@ class Baselines:
         if self.requested is None:
             return None, None
         test = experiment.test + (f"[{experiment.params}]" if experiment.params else "")
+        if self.requested == LAST:
+            found = self.store.latest(experiment.test, experiment.params, experiment.id, passing=False)
+            return found, None if found else f"no earlier experiment of {test}; comparison skipped"
         if self.requested == LAST_PASSING:
             found = self._last_passing_covering(experiment)
             note = (
@@ -50,7 +60,7 @@ class Baselines:
         wanted = [str(item["id"]) for item in experiment.items]
         before = experiment.id
         while True:
-            found = self.store.last_passing(experiment.test, experiment.params, before=before)
+            found = self.store.latest(experiment.test, experiment.params, before, passing=True)
             if found is None:
                 return None
             planned = {(t.dataset_item_id, t.trial) for t in self.store.trial_states(found.id)}
@@ -77,14 +87,39 @@ def judge_experiments(
         trials = [t for t in store.trials(experiment.id) if keep is None or keep(experiment, t)]
         result = experiment_result(experiment, trials, session_id, settings)
         baseline, note = baselines.of(experiment)
-        baseline_result = (
-            None
-            if baseline is None
-            else experiment_result(baseline, store.trials(baseline.id), None, baseline.gates, intervals=False)
-        )
-        judged = judge(result, settings, baseline_result, resume_command)
-        results.append(replace(judged, baseline_note=note))
-    return results
+        if baseline is not None:
+            before = experiment_result(
+                baseline, store.trials(baseline.id), None, baseline.gates, intervals=False
+            )
+            result = with_baseline(result, before)
+        results.append(replace(result, baseline_note=note))
+    return judge_session(results, resume_command)
+
+
+def judge_session(
+    results: Sequence[ExperimentResult], resume_command: Callable[[str], str]
+) -> list[ExperimentResult]:
+    """Every result judged, the normal-mode regression gates of all of them adjusted together
+    (Holm, at each confidence level in use): CI fails when any gate fails, so the session is the
+    family, and five gates each at 5% would fail an unchanged app's run about 23% of the time."""
+    members = [
+        (position, metric, test.p_beyond)
+        for position, result in enumerate(results)
+        if result.settings.mode == "normal"
+        for metric, test in result.tests.items()
+    ]
+    adjusted: dict[int, dict[str, stats.Adjusted]] = {}
+    family: dict[int, int] = {}
+    for confidence in sorted({results[position].settings.confidence for position, _, _ in members}):
+        group = [m for m in members if results[m[0]].settings.confidence == confidence]
+        steps = stats.holm([p for _, _, p in group], 1.0 - confidence)
+        for (position, metric, _), step in zip(group, steps, strict=True):
+            adjusted.setdefault(position, {})[metric] = step
+            family[position] = len(group)
+    return [
+        judge(result, resume_command, adjusted.get(position), family.get(position, 1))
+        for position, result in enumerate(results)
+    ]
 
 
 def passed(result: ExperimentResult) -> bool:

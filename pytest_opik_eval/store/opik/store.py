@@ -338,8 +338,8 @@ class OpikStore:
     def runs(self) -> list[RunSummary]:
         return self.spool.runs()
 
-    def last_passing(self, test: str, params: str, before: str) -> ExperimentRecord | None:
-        return self.spool.last_passing(test, params, before)
+    def latest(self, test: str, params: str, before: str, *, passing: bool) -> ExperimentRecord | None:
+        return self.spool.latest(test, params, before, passing=passing)
 
     def find(self, target: str) -> tuple[RunRecord, list[ExperimentRecord]]:
         """From the spool when this machine knows the id, else from the server; either way the

@@ -1,0 +1,314 @@
+"""The gates on scores, decided on evidence at the settings' confidence level: ``fail_under`` and
+``min_pass_rate`` (absolute), ``max_regression`` (against a baseline).
+
+Every one of them rests on one-sided bounds over the items (``statistics``), and prints the
+bounds it decided on:
+- normal mode puts the burden of proof on a regression: a regression gate fails only when the
+  data show the drop is greater than DELTA (the one-sided test, and the exact test that it is
+  not chance), Holm-adjusted over every normal-mode regression gate of the session (CI fails
+  when any gate fails, so the session is the family); an absolute gate compares its estimate
+  with the bound, as a threshold, and shows its bounds;
+- strict mode puts it on the absence of one: a gate passes only when the data show it, a
+  regression gate when the drop is shown below DELTA, an absolute gate when its lower bound
+  clears the bound. Every gate must pass on its own (an intersection-union test), which needs
+  no adjustment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from pytest_opik_eval.formatting import level, score, signed
+from pytest_opik_eval.store.records import GateSettings
+from pytest_opik_eval.verdict import design as plan
+from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.model import ConfidenceInterval, GateKind, GateVerdict, MetricDelta
+from pytest_opik_eval.verdict.results import (
+    ExperimentResult,
+    confidence_interval,
+    item_passes,
+    pass_rates,
+)
+
+
+def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    summary = result.summary
+    verdicts = []
+    for metric, bound in settings.fail_under.items():
+        stats_ = summary.metrics.get(metric)
+        failed = stats_.failed if stats_ is not None else 0
+        by_item = result.values.get(metric)
+        if not by_item:
+            if stats_ is None:
+                detail = f"no completed trial has a {metric} score (bound {bound:g})" + unknown(
+                    metric, result, settings
+                )
+            else:
+                detail = f"every {metric} score failed to compute (bound {bound:g})"
+            verdicts.append(verdict("fail_under", metric, None, bound, False, detail + _failed(failed)))
+            continue
+        s = stats.sample(stats.item_means(by_item.values()))
+        gate = _absolute("fail_under", metric, "mean", s, bound, settings)
+        met = gate.met and not failed and not summary.pending
+        verdicts.append(gate.model_copy(update={"met": met, "detail": gate.detail + _failed(failed)}))
+    return verdicts
+
+
+def _failed(failed: int) -> str:
+    return f"; {failed} score(s) failed to compute, which fails the gate" if failed else ""
+
+
+def min_pass_rate(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
+    if settings.min_pass_rate is None:
+        return []
+    bound = settings.min_pass_rate
+    # With pass_threshold, an item's k-of-n verdict is one outcome; else each item's share of
+    # passed trials.
+    counted, outcomes = (
+        ("items", item_passes(result.items))
+        if settings.pass_threshold is not None
+        else ("trials", pass_rates(result.items))
+    )
+    if not outcomes:
+        return [
+            verdict("min_pass_rate", None, None, bound, False, f"no completed {counted} (bound {bound:g})")
+        ]
+    s = stats.sample(passed / trials for passed, trials in outcomes)
+    gate = _absolute("min_pass_rate", None, f"{counted} pass rate", s, bound, settings)
+    return [gate.model_copy(update={"met": gate.met and not result.summary.pending})]
+
+
+def _absolute(
+    kind: GateKind, metric: str | None, what: str, s: stats.Sample, bound: float, settings: GateSettings
+) -> GateVerdict:
+    """Normal mode: the estimate reaches the bound; strict: the one-sided lower bound does (the
+    test that the mean is above the bound). Either way the one-sided bounds at the level are
+    shown, and whether they hold the bound (borderline)."""
+    alpha = 1.0 - settings.confidence
+    bounds = stats.bounds(s, settings.confidence)
+    value = s.mean
+    if settings.mode == "strict":
+        p_value: float | None = stats.p_above(s, bound)
+        cleared = p_value is not None and p_value <= alpha
+        detail = (
+            f"{what} {score(value)}, lower bound {score(bounds.low)} "
+            f"{'>=' if cleared else 'is below'} {bound:g} ({_p(p_value)})"
+        )
+    else:
+        p_value = None
+        cleared = value >= bound
+        detail = f"{what} {score(value)} {'>=' if cleared else 'is below'} {bound:g}"
+    interval = confidence_interval(bounds)
+    notes = [_bounds_note(interval, score, bound=bound)]
+    if s.n < 2:
+        notes.append("one item bounds nothing: its spread cannot be estimated")
+    return verdict(kind, metric, value, bound, cleared, detail).model_copy(
+        update={
+            "notes": notes,
+            "mode": settings.mode,
+            "interval": interval,
+            "borderline": interval.low < bound < interval.high,
+            "p_value": p_value,
+            "p_value_unadjusted": p_value,
+        }
+    )
+
+
+def max_regression(
+    result: ExperimentResult, settings: GateSettings, adjusted: Mapping[str, stats.Adjusted], family: int
+) -> list[GateVerdict]:
+    """The regression gates; ``adjusted``: each metric's Holm step over the session's
+    normal-mode regression gates, ``family`` of them."""
+    baseline = result.baseline
+    if baseline is None:
+        return []
+    verdicts = []
+    for metric, delta in settings.max_regression.items():
+        change = baseline.metrics.get(metric)
+        test = result.tests.get(metric)
+        if not baseline.shared_items:
+            detail = "the baseline has no item in common with this experiment"
+        elif test is None or change is None:
+            detail = f"{metric} has no mean in this experiment or its baseline" + unknown(
+                metric, result, settings
+            )
+        else:
+            verdicts.append(_regression(result, settings, metric, change, test, adjusted.get(metric), family))
+            continue
+        value = change.delta if change is not None else None
+        verdicts.append(verdict("max_regression", metric, value, -delta, False, detail))
+    return verdicts
+
+
+def _regression(
+    result: ExperimentResult,
+    settings: GateSettings,
+    metric: str,
+    change: MetricDelta,
+    test: stats.RegressionTest,
+    adjusted: stats.Adjusted | None,
+    family: int,
+) -> GateVerdict:
+    """One regression gate, decided on the paired differences' tests, at its Holm step."""
+    alpha = 1.0 - settings.confidence
+    delta, drop = test.delta, test.drop
+    strict = settings.mode == "strict"
+    divisor = 1 if strict or adjusted is None else adjusted.divisor
+    confidence = 1.0 - alpha / divisor
+    low, high = test.drop_bounds(confidence)
+    p_value, cleared, detail = _regression_decision(test, alpha, strict, adjusted, (low, high))
+    baseline = result.baseline
+    if baseline is not None and (baseline.only_in_current or baseline.only_in_baseline):
+        detail += f", over the {baseline.shared_items} item(s) both planned"
+    interval = ConfidenceInterval(
+        estimate=-drop, low=-high, high=-low, level=confidence, items=change.items, one_sided=True
+    )
+    notes = [_bounds_note(interval, signed, bound=-delta, what="change")]
+    if divisor > 1 or family > 1:
+        notes.append(
+            f"tested at one-sided {level(confidence)}: Holm over the session's {family} regression "
+            f"gates; unadjusted p={test.p_beyond:.3g}"
+        )
+    if not strict and test.p_bound <= alpha / divisor < test.p_chance:
+        notes.append(
+            f"{_count(change.items, 'item')} cannot tell this drop from chance "
+            f"(an exact sign-flip test of no change: p={test.p_chance:.3g})"
+        )
+    detectable, needed, need_note = _design_notes(
+        _design(result, metric), delta, alpha / divisor, strict, cleared
+    )
+    notes += need_note
+    return verdict(
+        "max_regression", metric, change.delta, -delta, cleared and not result.summary.pending, detail
+    ).model_copy(
+        update={
+            "notes": notes,
+            "mode": settings.mode,
+            "interval": interval,
+            "borderline": interval.low < -delta < interval.high,
+            "p_value": p_value,
+            "p_value_unadjusted": test.p_within if strict else test.p_beyond,
+            "adjusted_for": divisor,
+            "family": 1 if strict else family,
+            "p_chance": test.p_chance,
+            "detectable_drop": detectable,
+            "items_needed": needed,
+        }
+    )
+
+
+def _regression_decision(
+    test: stats.RegressionTest,
+    alpha: float,
+    strict: bool,
+    adjusted: stats.Adjusted | None,
+    drop_bounds: tuple[float, float],
+) -> tuple[float, bool, str]:
+    """The p-value decided on, whether the gate is cleared, and the sentence that says so."""
+    delta, drop = test.delta, test.drop
+    low, high = drop_bounds
+    changed = f"mean changed by {signed(-drop)} from the baseline"
+    if strict:
+        cleared = test.p_within <= alpha
+        shown = "" if cleared else "not "
+        upper = f"at most {score(high)}, {_p(test.p_within)}"
+        return test.p_within, cleared, f"{changed}; the drop is {shown}shown below {delta:g} ({upper})"
+    p_value = adjusted.p_value if adjusted is not None else test.p_beyond
+    cleared = not (adjusted.rejected if adjusted is not None else p_value <= alpha)
+    adjustment = (
+        f", adjusted for {adjusted.divisor} gates" if adjusted is not None and adjusted.divisor > 1 else ""
+    )
+    if not cleared:
+        beyond = f"beyond the {delta:g} allowed (at least {score(low)}, {_p(p_value)}{adjustment})"
+        return p_value, cleared, f"mean dropped by {score(drop)} from the baseline, {beyond}"
+    if drop > delta:
+        lower = f"the drop is at least {score(low)}, {_p(p_value)}{adjustment}"
+        return p_value, cleared, f"{changed}, beyond {_allowed(delta)} but not shown to be ({lower})"
+    return p_value, cleared, f"{changed} (at most {_allowed(delta)} allowed)"
+
+
+def _design(result: ExperimentResult, metric: str) -> plan.Design:
+    """The comparison's design: the baseline's scores of the items both runs scored, the current
+    run's trials per item, and the paired differences."""
+    before = result.baseline_values.get(metric, {})
+    pairs = result.paired[metric]  # the items both scored: the baseline has them all
+    baseline_items = (
+        before.values() if len(pairs.shared) == len(before) else [before[i] for i in pairs.shared]
+    )
+    return plan.design_of(
+        baseline_items, trials=_trials(result, metric), differences=list(pairs.differences.values())
+    )
+
+
+def _trials(result: ExperimentResult, metric: str) -> int:
+    """The current run's trials per item for this metric (the mean, rounded)."""
+    by_item = result.values.get(metric, {})
+    return max(1, round(sum(map(len, by_item.values())) / len(by_item))) if by_item else 1
+
+
+def _design_notes(
+    design: plan.Design, delta: float, alpha: float, strict: bool, cleared: bool
+) -> tuple[float | None, int | None, list[str]]:
+    """What the design can detect, and, when that falls short, how many items would do."""
+    size = f"{_count(design.items, 'item')} x {_count(design.trials, 'trial')}"
+    detectable = plan.minimum_detectable_drop(design, delta, alpha)
+    if detectable is None:
+        notes = [f"at {size} no drop is caught with 80% power (see opik-eval plan)"]
+    else:
+        notes = [f"catches a drop of {score(detectable)} or more with 80% power at {size}"]
+    needed = None
+    if strict and not cleared:
+        needed = plan.items_needed(design, lambda d: plan.clearance_power(d, delta, alpha))
+        what = f"show a drop below {delta:g} when nothing changed"
+    elif not strict and (detectable is None or detectable > 2 * delta):
+        needed = plan.items_needed(design, lambda d: plan.detection_power(d, 2 * delta, delta, alpha))
+        what = f"catch a drop of {2 * delta:g}"
+    if needed is not None and needed > design.items:
+        notes.append(
+            f"about {needed} items would {what} with 80% chance at {_count(design.trials, 'trial')} each"
+        )
+    return detectable, needed, notes
+
+
+def _bounds_note(
+    interval: ConfidenceInterval, show: Callable[[float | None], str], *, bound: float, what: str = ""
+) -> str:
+    """The estimate and the one-sided bounds the gate decided on, over how many items;
+    "borderline" when they hold the bound (the data cannot tell on which side it lies)."""
+    borderline = ", borderline" if interval.low < bound < interval.high else ""
+    items = _count(interval.items, "item")
+    on = f" on the {what}" if what else ""
+    return (
+        f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}] "
+        f"one-sided {level(interval.level)} bounds{on}, {items}{borderline}"
+    )
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'s' if n != 1 else ''}"
+
+
+def _allowed(delta: float) -> str:
+    """The change allowed, as the changes are written: -0.05, or 0."""
+    return f"{-delta:g}" if delta else "0"
+
+
+def _p(p_value: float | None) -> str:
+    if p_value is None:
+        return "p=-"
+    return "p<0.001" if p_value < 0.001 else f"p={p_value:.3f}"
+
+
+def unknown(metric: str, result: ExperimentResult, settings: GateSettings) -> str:
+    """When no metric of the experiment scores ``metric`` (a typo, or a metric's other name):
+    the score names it has, so the gate can be fixed."""
+    known = list(dict.fromkeys([*result.summary.metrics, *settings.thresholds]))
+    if metric in known:
+        return ""
+    return f"; the experiment has no metric named {metric!r}, its scores are: {', '.join(known) or 'none'}"
+
+
+def verdict(
+    kind: GateKind, metric: str | None, value: float | None, bound: float | None, met: bool, detail: str
+) -> GateVerdict:
+    return GateVerdict(kind=kind, metric=metric, value=value, bound=bound, met=met, detail=detail)
