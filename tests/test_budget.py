@@ -542,3 +542,15 @@ def test_a_replayed_call_never_takes_off_what_a_live_calls_span_spent(project: P
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["eval recordings (--eval-record=new_episodes): 3 replayed, 3 recorded*"])
     assert report["budget"]["spent"] == 300
+
+
+def test_a_token_budget_adds_up_a_spans_prompt_and_completion_when_it_reports_no_total(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An app whose spans report prompt and completion tokens but no total (as some providers'
+    # usage does): each trial's 300 + 100 tokens still count, so 5 trials reach 2,000.
+    make_project(project, monkeypatch)
+    project.write("app.py", APP.replace(', "total_tokens": 400', "").replace(', "total_tokens": 100', ""))
+    result, report = project.run_report("--eval", "--eval-budget=2k tokens")
+    result.assert_outcomes(passed=5, skipped=95)
+    assert report["budget"]["spent"] == 2000
