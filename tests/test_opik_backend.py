@@ -389,6 +389,8 @@ def test_pytest_resumes_an_experiment_started_by_opik_evaluate(
     )
     result = project.run(f"--eval-resume={experiment_id}")
     result.assert_outcomes(passed=1, deselected=2)
+    # The two trials evaluate() completed are not pending; the one it left is.
+    result.stdout.fnmatch_lines(["eval resume: 1 pending of 3 planned trials in 1 experiment(s) of run *"])
     assert (project.path / "calls.log").read_text().split() == ["b"]
     outputs = sorted(
         a["output"]["output"] for a in server_trials(opik, experiment_id) if a["output"] is not None
@@ -434,6 +436,45 @@ def test_an_sdk_experiment_matching_several_tests_asks_for_a_node_id(
         ]
     )
     project.run(f"--eval-resume={experiment_id}", "test_two.py::test_two").assert_outcomes(passed=1)
+
+
+def test_an_sdk_experiment_whose_dataset_no_test_names_says_how_to_mark_one(
+    project: Project, opik: OpikTestServer
+) -> None:
+    [experiment_id] = sdk_evaluate(
+        """
+        import json, opik
+        from opik.evaluation import metrics
+        client = opik.Opik()
+        dataset = client.get_or_create_dataset("orphan")
+        dataset.insert([{"input": {"text": "a"}, "expected_output": "a"}])
+        def task(item):
+            raise RuntimeError("interrupted")
+        try:
+            opik.evaluate(dataset=dataset, task=task, scoring_metrics=[metrics.Equals()], experiment_name="sdk-orphan", verbose=0)
+        except Exception:
+            pass
+        print(json.dumps([client.get_experiments_by_name("sdk-orphan")[0].id]))
+        """
+    )
+    project.write(
+        "test_other.py",
+        """
+        import pytest
+        @pytest.mark.eval(dataset="opik:elsewhere")
+        def test_other(eval_item):
+            return eval_item["input"]["text"]
+        """,
+    )
+    before = server_trials(opik, experiment_id)
+    result = project.run(f"--eval-resume={experiment_id}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            f'ERROR: --eval-resume={experiment_id}: experiment {experiment_id} was started outside pytest on dataset opik:orphan, and no collected eval test\'s marker names that dataset: mark the test with @pytest.mark.eval(dataset="opik:orphan", ...)'
+        ]
+    )
+    assert server_trials(opik, experiment_id) == before, "nothing ran, nothing was written"
 
 
 def test_an_opik_dataset_is_evaluated_with_the_filter_sent_to_the_server(
