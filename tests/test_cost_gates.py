@@ -454,3 +454,18 @@ def test_figures_side_by_side_never_read_alike() -> None:
     assert (duration(2.54, against=[2.5]), duration(2.5, against=[2.54])) == ("2.54 s", "2.5 s")
     assert figure_row("latency_p50", 0.1204, 0.1200, -0.0004) == ("120.4 ms", "120 ms", "-0.4 ms")
     assert figure_row("tokens_per_item", 10, 500, 490) == ("10", "500", "+490")
+
+
+def test_a_cost_exactly_at_its_bound_meets_the_gate(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Costs exact in binary, so the run's total is exactly $0.875 and the dearest item $0.50.
+    offline_opik(project, monkeypatch)
+    project.dataset([{**row, "cost": cost} for row, cost in zip(rows(), (0.125, 0.25, 0.5), strict=True)])
+    project.write("app.py", APP)
+    project.eval_test(imports="from app import agent", behaviour="agent(item)")
+    result, report = project.run_report("--eval", "--eval-max-cost=0.875/run", "--eval-max-cost=0.5/item")
+    assert result.ret == pytest.ExitCode.OK
+    met = gates(report)
+    assert (met["max_cost_per_run"]["met"], met["max_cost_per_run"]["value"]) == (True, 0.875)
+    assert (met["max_cost_per_item"]["met"], met["max_cost_per_item"]["value"]) == (True, 0.5)
