@@ -45,7 +45,12 @@ MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     ),
     "gates": (
         ("pytest_opik_eval/verdict/score_gates.py", "pytest_opik_eval/verdict/gates.py"),
-        ("tests/test_gates.py", "tests/test_gate_statistics.py", "tests/test_cost_gates.py"),
+        (
+            "tests/test_gates.py",
+            "tests/test_gate_statistics.py",
+            "tests/test_cost_gates.py",
+            "tests/test_gate_edges.py",
+        ),
     ),
 }
 TARGET = 0.90
