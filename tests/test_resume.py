@@ -447,6 +447,27 @@ def test_resume_runs_only_pending_trials_and_no_other_test(project: Project) -> 
     result.stdout.no_fnmatch_line("*test_plain*")
 
 
+def test_two_tests_on_one_dataset_each_resume_their_own_experiment(project: Project) -> None:
+    # Each experiment is bound to its own test, not offered to every test that names its dataset
+    # (only an experiment opik.evaluate() started, which has no test, is).
+    project.dataset(items("a", "b", "c"))
+    project.eval_test(name="test_one")
+    project.eval_test(name="test_two")
+    project.fail("b")
+    project.run("--eval").assert_outcomes(passed=4, failed=2)
+
+    project.repair()
+    result = project.run("--eval-resume=last", "-v")
+    result.assert_outcomes(passed=2, deselected=4)
+    result.stdout.fnmatch_lines(
+        [
+            "eval resume: 2 pending of 6 planned trials in 2 experiment(s) of run *",
+            "*test_one.py::test_qa?b-t0? PASSED*",
+            "*test_two.py::test_qa?b-t0? PASSED*",
+        ]
+    )
+
+
 def test_resume_of_an_uncollected_test_names_the_node_id(project: Project) -> None:
     project.dataset(items("a"))
     test = project.eval_test()
