@@ -160,12 +160,15 @@ class GateVerdict(_Report):
     # The bounds hold the bound: the data cannot tell on which side of it the truth lies. A gate
     # that strict mode passes, or normal mode fails on a regression, is never borderline.
     borderline: bool = False
-    # The p-value decided on: one-sided ("one_sided"), and for normal-mode regression gates
-    # Holm-adjusted over every such gate of the session ("family" of them; the level was divided
-    # by "adjusted_for" at the step that decided this one, and "p_value_unadjusted" is before).
+    # The one-sided p-value decided on, and for normal-mode regression gates Holm-adjusted over
+    # every such gate of the session ("family" of them; the level was divided by
+    # "adjusted_for" at the step that decided this one, and "p_value_unadjusted" is before).
     p_value: float | None = None
     p_value_unadjusted: float | None = None
-    one_sided: bool = True
+    # Whether the gate decides on a one-sided test (its p-values and interval): the score gates,
+    # in either mode. The count, cost, latency and pending gates compare a figure with their
+    # bound, with no test: false.
+    one_sided: bool = False
     adjusted_for: int = 1
     family: int = 1
     # Regression gates: the exact sign-flip test that nothing changed (normal mode fails only
