@@ -29,7 +29,7 @@ from pytest_opik_eval.verdict.model import (
     Report,
     TrialReport,
 )
-from pytest_opik_eval.verdict.results import item_results, item_statistics, item_verdict, summarize
+from pytest_opik_eval.verdict.results import item_results, item_statistics, summarize
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"
 RESUME = "pytest --eval-resume=exp-1"
@@ -86,7 +86,7 @@ def experiment(trials: list[TrialReport], **changes: Any) -> ExperimentReport:
         trial_count=2,
         settings=settings,
         trials=trials,
-        items=[item_verdict(i) for i in item_results(trials, None)],
+        items=item_results(trials, None),
         summary=summarize(trials, settings.thresholds),
         gates=[
             GateVerdict(

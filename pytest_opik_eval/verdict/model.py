@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -135,7 +136,14 @@ GateKind = Literal[
 ]
 
 
-class ItemVerdict(_Report):
+# An item's verdict over its trials. A frozen dataclass, not a model: one is built per item at
+# every session's end (100,000 for a large experiment), for the summary and the gates as for the
+# reports, and a model costs ten times as much to build; pydantic writes, reads and describes it
+# in the JSON Schema as it would a model (no docstring: it would enter the schema).
+@dataclass(frozen=True, slots=True)
+class ItemVerdict:
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
     dataset_item_id: str
     trials: int
     passed: int
