@@ -39,7 +39,7 @@ from pytest_opik_eval.formatting import (
 )
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.spans import span_seconds, walk
-from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_line
+from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_lines, sentence
 from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
@@ -139,16 +139,11 @@ def _budget_html(budget: BudgetReport | None) -> str:
     incomplete, whatever its experiments say, and the command that runs the rest."""
     if budget is None:
         return ""
-    line = f'<p class="budget-line">{escape(budget_line(budget))}</p>'
+    line, *resume = budget_lines(budget, lambda cmd: f'<code class="resume-command">{escape(cmd)}</code>')
+    status = f'<p class="budget-line">{escape(line)}</p>'
     if not budget.reached:
-        return f'<div class="budget">{line}</div>'
-    command = budget.resume_command
-    resume = (
-        f'<p>Resume them with a fresh budget: <code class="resume-command">{escape(command)}</code></p>'
-        if command
-        else ""
-    )
-    return f'<div class="budget reached">{line}{resume}</div>'
+        return f'<div class="budget">{status}</div>'
+    return f'<div class="budget reached">{status}{"".join(f"<p>{sentence(r)}</p>" for r in resume)}</div>'
 
 
 def _experiment_data(

@@ -18,13 +18,23 @@ import pytest
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import level, plain_number
-from pytest_opik_eval.verdict.model import BudgetReport, ConfidenceInterval, ExperimentSummary
-from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.model import (
+    BudgetReport,
+    ConfidenceInterval,
+    ExperimentReport,
+    ExperimentSummary,
+    Report,
+)
 
 PREFIX = "eval."
 
 
-def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str, str]]:
+def report_properties(report: Report) -> list[tuple[str, str]]:
+    """The suite's properties: each experiment's, then the budget's."""
+    return suite_properties(report.experiments) + budget_properties(report.budget)
+
+
+def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str, str]]:
     properties = []
     for e in experiments:
         base = f"{PREFIX}{e.name}."

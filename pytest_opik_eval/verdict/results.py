@@ -1,9 +1,8 @@
 """An experiment as the end of a session sees it: its trials as the store returned them, its
 summary, item verdicts, gates and baseline comparison, in plain objects.
 
-The terminal summary, the gates and the exit status read these. The report models (one per
-trial and one per item: 100,000 of each for a large experiment, which cost more to build than
-the rest of the session's end) are built from them only when a report is written.
+The gates, the recorded verdicts and the exit status read these; every report, the terminal's
+too, renders the report model built from them once at the session's end (``report()``).
 """
 
 from __future__ import annotations
@@ -63,8 +62,8 @@ class ExperimentResult:
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
     # The paired comparison with the baseline, per metric, and the tests of the regression gates
-    # on it; the baseline's item verdicts, for the report's A/B rows (built only when one is
-    # written); the baseline's scores by item, which set what a regression gate can detect.
+    # on it; the baseline's item verdicts, for the report's A/B rows (built with the report
+    # model); the baseline's scores by item, which set what a regression gate can detect.
     paired: dict[str, stats.PairedComparison] = field(default_factory=dict)
     tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
