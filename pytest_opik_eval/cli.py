@@ -556,7 +556,8 @@ def _diff(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
 
 
 def _html(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
-    from pytest_opik_eval.reports.html import spans_of, write_html
+    from pytest_opik_eval.reports.html import write_html
+    from pytest_opik_eval.reports.html_data import spans_of
 
     run_id, experiments, results = _results(store, args.id, resume)
     items = {e.id: e.items for e in experiments}

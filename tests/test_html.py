@@ -805,7 +805,7 @@ def test_span_trees_past_the_budget_are_left_out_and_name_their_trace(
     traced: Project, page: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_opik_eval import cli
-    from pytest_opik_eval.reports import html
+    from pytest_opik_eval.reports import html_data as html
 
     # b fails its score: its tree comes first, though a was planned before it
     traced.dataset(
@@ -816,7 +816,7 @@ def test_span_trees_past_the_budget_are_left_out_and_name_their_trace(
     )
     traced.run("--eval").assert_outcomes(passed=1, failed=1)
     a, b = traced.trials()
-    tree = html._script_json(html._span_tree(b.spans))
+    tree = html.script_json(html._span_tree(b.spans))
     # Room for one tree, not for two.
     monkeypatch.setattr(html, "SPAN_BUDGET", len(tree) + 10)
     path = traced.path / "report.html"

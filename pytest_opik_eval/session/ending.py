@@ -267,7 +267,8 @@ class Ending:
             with self._writing("JSON report", self.options.report_path):
                 write_report(report, self.options.report_path)
         if self.options.html_path is not None:
-            from pytest_opik_eval.reports.html import spans_of, write_html
+            from pytest_opik_eval.reports.html import write_html
+            from pytest_opik_eval.reports.html_data import spans_of
 
             with self._writing("HTML report", self.options.html_path):
                 items = {e.id: e.items for e in self.state.experiments}
