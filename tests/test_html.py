@@ -579,9 +579,10 @@ def test_evidence_sections() -> None:
     assert (
         '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.036, 0.996] 95%, 3 items</p>' in html
     )
-    assert re.findall(r'<tr data-k="(\d)"><td>\d</td><td>([\d.]+)</td><td>([\d.]+)</td></tr>', html) == [
-        ("1", "0.833", "0.833"),
-        ("2", "1.000", "0.667"),
+    cell = r'<td>([\d.]+)</td><td class="interval">(\[[\d.]+, [\d.]+\])</td>'
+    assert re.findall(rf'<tr data-k="(\d)"><td>\d</td>{cell}{cell}</tr>', html) == [
+        ("1", "0.833", "[0.075, 1.000]", "0.833", "[0.075, 1.000]"),
+        ("2", "1.000", "[0.097, 1.000]", "0.667", "[0.036, 0.996]"),
     ]
     # gate cards: borderline and strict badges, the interval drawn against the bound, the notes
     cards = re.findall(

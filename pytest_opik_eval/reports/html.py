@@ -258,19 +258,22 @@ def _aggregates_html(e: ExperimentReport) -> str:
 
 def _pass_at_k_html(e: ExperimentReport) -> str:
     """With several trials per item: per k, the chance that one of k trials passes (pass@k) and
-    that all k do (pass^k)."""
+    that all k do (pass^k), each with its interval over the items."""
     s = e.summary
     if not s.pass_at_k:
         return ""
     rows = "".join(
         f'<tr data-k="{k}"><td>{k}</td><td>{score(s.pass_at_k[k])}</td>'
-        f"<td>{score(s.pass_hat_k.get(k))}</td></tr>"
+        f'<td class="interval">{bounds(s.pass_at_k_interval.get(k))}</td>'
+        f"<td>{score(s.pass_hat_k.get(k))}</td>"
+        f'<td class="interval">{bounds(s.pass_hat_k_interval.get(k))}</td></tr>'
         for k in sorted(s.pass_at_k, key=int)
     )
+    interval = f"<th>{level(e.settings.confidence)} interval</th>"
     return (
         '<table class="pass-at-k"><thead><tr><th>k</th>'
-        '<th title="at least one of k trials passes">pass@k</th>'
-        f'<th title="all k trials pass">pass^k</th></tr></thead><tbody>{rows}</tbody></table>'
+        f'<th title="at least one of k trials passes">pass@k</th>{interval}'
+        f'<th title="all k trials pass">pass^k</th>{interval}</tr></thead><tbody>{rows}</tbody></table>'
     )
 
 

@@ -53,8 +53,10 @@ def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str,
             properties += _interval(base + "item_pass_rate", s.item_pass_rate)
         for k in s.pass_at_k:
             properties.append((f"{base}pass_at_{k}", plain_number(s.pass_at_k[k])))
+            properties += _interval(f"{base}pass_at_{k}", s.pass_at_k_interval.get(k))
             if k in s.pass_hat_k:
                 properties.append((f"{base}pass_hat_{k}", plain_number(s.pass_hat_k[k])))
+                properties += _interval(f"{base}pass_hat_{k}", s.pass_hat_k_interval.get(k))
         for name, m in s.metrics.items():
             properties += [
                 (f"{base}{name}.mean", plain_number(m.mean)),

@@ -137,7 +137,7 @@ def _metric_table(e: ExperimentReport) -> list[str]:
 
 def _pass_at_k(e: ExperimentReport) -> list[str]:
     """With several trials per item: the share of items that passed k of n, and per k the chance
-    that one of k trials passes (pass@k) and that all k do (pass^k)."""
+    that one of k trials passes (pass@k) and that all k do (pass^k), each with its interval."""
     s = e.summary
     if not s.pass_at_k:
         return []
@@ -145,11 +145,23 @@ def _pass_at_k(e: ExperimentReport) -> list[str]:
     if s.item_pass_rate is not None:
         required = e.settings.pass_threshold or e.trial_count
         lines += [f"Items passing {required} of {e.trial_count} trials: {_estimate(s.item_pass_rate)}", ""]
-    lines += [_row(["k", "pass@k", "pass^k"]), _row(["---:", "---:", "---:"])]
+    interval = f"{level(e.settings.confidence)} interval"
+    lines += [_row(["k", "pass@k", interval, "pass^k", interval]), _row(["---:"] * 5)]
     ks = sorted(s.pass_at_k, key=int)
     if len(ks) > _KS:  # a hundred trials per item: the small k, and the last
         ks = [*ks[: _KS - 1], ks[-1]]
-    return lines + [_row([k, score(s.pass_at_k[k]), score(s.pass_hat_k.get(k))]) for k in ks]
+    return lines + [
+        _row(
+            [
+                k,
+                score(s.pass_at_k[k]),
+                bounds(s.pass_at_k_interval.get(k)),
+                score(s.pass_hat_k.get(k)),
+                bounds(s.pass_hat_k_interval.get(k)),
+            ]
+        )
+        for k in ks
+    ]
 
 
 def _gate_lines(e: ExperimentReport) -> list[str]:
