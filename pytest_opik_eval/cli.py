@@ -388,9 +388,9 @@ def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str], 
         print(json.dumps([r.report().model_dump(mode="json") for r in results], indent=2))
         return 0
     for result in results:
-        for line in summary_lines([result], resume, False):
+        for line in summary_lines([report := result.report()], resume, False):
             print(line)
-        for line in gate_lines([result]):
+        for line in gate_lines([report]):
             print(f"  {line}")
         print(f"  {'item':<20} {'trial':>5}  {'status':<9} {'verdict':<11}  scores")
         soft = result.settings.soft_trials()
@@ -550,13 +550,14 @@ def _diff(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
     _, _, results = _results(store, args.current, resume, baseline=baseline_id)
     for result in results:
         print(escape_control(f"{result.name} ({result.test}) experiment {result.id}"))
-        for line in baseline_lines(result):
+        for line in baseline_lines(result.report()):
             print(escape_control(line))  # item ids and metric names are data
     return 0
 
 
 def _html(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
-    from pytest_opik_eval.reports.html import spans_of, write_html
+    from pytest_opik_eval.reports.html import write_html
+    from pytest_opik_eval.reports.html_data import spans_of
 
     run_id, experiments, results = _results(store, args.id, resume)
     items = {e.id: e.items for e in experiments}
@@ -614,7 +615,8 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         Baselines(store, args.eval_baseline),
         resume,
     )
-    for line in summary_lines(results, resume, False) + gate_lines(results):
+    reports = [r.report() for r in results]
+    for line in summary_lines(reports, resume, False) + gate_lines(reports):
         print(line)
     failed = [r.name for r in results if not passed(r) or r.summary.pending]
     print(escape_control(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}"))

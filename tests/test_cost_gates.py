@@ -80,6 +80,8 @@ def test_a_cost_gate_per_item_passes_and_fails_naming_the_worst_items(app: Proje
     )
     gate = gates(report)["max_cost_per_item"]
     assert (gate["met"], gate["value"], gate["bound"]) == (True, pytest.approx(0.004), 0.005)
+    # A figure against its bound: no test, so no p-value, and nothing one-sided about it.
+    assert (gate["one_sided"], gate["p_value"], gate["interval"]) == (False, None, None)
     assert report["experiments"][0]["settings"]["max_cost_per_item"] == 0.005
 
     result, report = app.run_report("--eval", "--eval-max-cost=0.0015/item")

@@ -11,6 +11,7 @@ expected p-values are those of ``verdict.statistics`` on the same differences, w
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
@@ -504,6 +505,44 @@ def test_multi_trial_items_report_pass_at_k_and_pass_hat_k_with_intervals(projec
         f"    pass@3   1.000 [{at_3.low:.3f}, 1.000]",
         f"    pass^3   0.500 [{expected.low:.3f}, {expected.high:.3f}]",
     ) == tuple(line for line in result.outlines if line.startswith(("    pass@", "    pass^")))
+
+
+def test_the_pass_at_k_intervals_reach_every_report(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The terminal and the JSON report had them; the JUnit XML, the job summary and the HTML
+    # report showed pass@k and pass^k without them.
+    project.dataset(items("steady", "flaky"))
+    project.eval_test(
+        marker="trial_count=3, pass_threshold=1,",
+        behaviour="if item['id'] == 'flaky' and trial < 2: return {'output': 'wrong'}",
+    )
+    step_summary = project.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    result, report = project.run_report("--eval", "--junitxml=junit.xml", "--eval-html=report.html")
+    summary = report["experiments"][0]["summary"]
+    at_1, hat_3 = summary["pass_at_k_interval"]["1"], summary["pass_hat_k_interval"]["3"]
+    # By hand: pass@1 is 0.667 over the two items (1 and 1/3); pass^3 0.5 (1 and 0).
+    assert (at_1["estimate"], hat_3["estimate"]) == pytest.approx((2 / 3, 0.5))
+
+    def ends(interval: dict[str, float], places: str) -> tuple[str, str]:
+        return format(interval["low"], places), format(interval["high"], places)
+
+    suite = ET.parse(project.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    assert props["eval.test_qa.pass_at_1.ci"] == "{}..{}@95%".format(*ends(at_1, ".6g"))
+    assert props["eval.test_qa.pass_hat_3.ci"] == "{}..{}@95%".format(*ends(hat_3, ".6g"))
+
+    at_1_shown, hat_3_shown = "[{}, {}]".format(*ends(at_1, ".3f")), "[{}, {}]".format(*ends(hat_3, ".3f"))
+    markdown = step_summary.read_text(encoding="utf-8")
+    assert "| k | pass@k | 95% interval | pass^k | 95% interval |" in markdown
+    assert f"| 1 | 0.667 | {at_1_shown} | 0.667 |" in markdown
+    assert f"| 0.500 | {hat_3_shown} |" in markdown
+
+    html = (project.path / "report.html").read_text(encoding="utf-8")
+    assert f'<tr data-k="1"><td>1</td><td>0.667</td><td class="interval">{at_1_shown}</td>' in html
+    assert f'<td>0.500</td><td class="interval">{hat_3_shown}</td></tr>' in html
 
 
 # --- the mode and the level, from the command line, the ini file, a resume and opik-eval gate ----

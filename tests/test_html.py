@@ -29,7 +29,7 @@ from pytest_opik_eval.verdict.model import (
     Report,
     TrialReport,
 )
-from pytest_opik_eval.verdict.results import item_results, item_statistics, item_verdict, summarize
+from pytest_opik_eval.verdict.results import item_results, item_statistics, summarize
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"
 RESUME = "pytest --eval-resume=exp-1"
@@ -86,7 +86,7 @@ def experiment(trials: list[TrialReport], **changes: Any) -> ExperimentReport:
         trial_count=2,
         settings=settings,
         trials=trials,
-        items=[item_verdict(i) for i in item_results(trials, None)],
+        items=item_results(trials, None),
         summary=summarize(trials, settings.thresholds),
         gates=[
             GateVerdict(
@@ -579,9 +579,10 @@ def test_evidence_sections() -> None:
     assert (
         '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.036, 0.996] 95%, 3 items</p>' in html
     )
-    assert re.findall(r'<tr data-k="(\d)"><td>\d</td><td>([\d.]+)</td><td>([\d.]+)</td></tr>', html) == [
-        ("1", "0.833", "0.833"),
-        ("2", "1.000", "0.667"),
+    cell = r'<td>([\d.]+)</td><td class="interval">(\[[\d.]+, [\d.]+\])</td>'
+    assert re.findall(rf'<tr data-k="(\d)"><td>\d</td>{cell}{cell}</tr>', html) == [
+        ("1", "0.833", "[0.075, 1.000]", "0.833", "[0.075, 1.000]"),
+        ("2", "1.000", "[0.097, 1.000]", "0.667", "[0.036, 0.996]"),
     ]
     # gate cards: borderline and strict badges, the interval drawn against the bound, the notes
     cards = re.findall(
@@ -805,7 +806,7 @@ def test_span_trees_past_the_budget_are_left_out_and_name_their_trace(
     traced: Project, page: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_opik_eval import cli
-    from pytest_opik_eval.reports import html
+    from pytest_opik_eval.reports import html_data as html
 
     # b fails its score: its tree comes first, though a was planned before it
     traced.dataset(
@@ -816,7 +817,7 @@ def test_span_trees_past_the_budget_are_left_out_and_name_their_trace(
     )
     traced.run("--eval").assert_outcomes(passed=1, failed=1)
     a, b = traced.trials()
-    tree = html._script_json(html._span_tree(b.spans))
+    tree = html.script_json(html._span_tree(b.spans))
     # Room for one tree, not for two.
     monkeypatch.setattr(html, "SPAN_BUDGET", len(tree) + 10)
     path = traced.path / "report.html"

@@ -101,6 +101,49 @@ def test_no_phase_imports_another() -> None:
     assert len(phases) >= 4  # the contract sees the phases
 
 
+# How text reaches a terminal: print(), sys.stdout and sys.stderr, and the methods of pytest's
+# terminal reporter and writer that write.
+WRITERS = {"line", "section", "write", "write_line", "write_sep", "write_raw", "rewrite", "sep"}
+
+
+def printing(source: str) -> list[str]:
+    """Where ``source`` prints: each call of print() or of a writing method, and each use of
+    sys.stdout or sys.stderr, as ``line: what``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.append(f"{node.lineno}: print()")
+        elif (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WRITERS
+        ):
+            found.append(f"{node.lineno}: .{node.func.attr}()")
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("stdout", "stderr")
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ):
+            found.append(f"{node.lineno}: sys.{node.attr}")
+    return found
+
+
+def test_the_session_phases_print_nothing_themselves() -> None:
+    # Computing apart from printing: a phase builds the report model and hands it, with the
+    # terminal reporter, to reports/ (reports.terminal writes the eval summary); it writes no line.
+    session = PACKAGE / "session"
+    found = {
+        module_name(path): where
+        for path in sorted(session.rglob("*.py"))
+        if (where := printing(path.read_text(encoding="utf-8")))
+    }
+    assert found == {}
+
+
+def test_the_contract_sees_printing() -> None:
+    source = "import sys\nprint(1)\nreporter.line('x')\nsys.stdout.flush()\nreport_lines('x')\n"
+    assert printing(source) == ["2: print()", "3: .line()", "4: sys.stdout"]
+
+
 def test_the_store_metrics_and_verdict_import_no_pytest() -> None:
     offenders = {
         name: sorted(i for i in imports_of(path) if i.split(".")[0] in ("pytest", "_pytest"))

@@ -18,13 +18,23 @@ import pytest
 from pytest_opik_eval._compat import junit_suite_property_recorder
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import level, plain_number
-from pytest_opik_eval.verdict.model import BudgetReport, ConfidenceInterval, ExperimentSummary
-from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.model import (
+    BudgetReport,
+    ConfidenceInterval,
+    ExperimentReport,
+    ExperimentSummary,
+    Report,
+)
 
 PREFIX = "eval."
 
 
-def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str, str]]:
+def report_properties(report: Report) -> list[tuple[str, str]]:
+    """The suite's properties: each experiment's, then the budget's."""
+    return suite_properties(report.experiments) + budget_properties(report.budget)
+
+
+def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str, str]]:
     properties = []
     for e in experiments:
         base = f"{PREFIX}{e.name}."
@@ -43,8 +53,10 @@ def suite_properties(experiments: Sequence[ExperimentResult]) -> list[tuple[str,
             properties += _interval(base + "item_pass_rate", s.item_pass_rate)
         for k in s.pass_at_k:
             properties.append((f"{base}pass_at_{k}", plain_number(s.pass_at_k[k])))
+            properties += _interval(f"{base}pass_at_{k}", s.pass_at_k_interval.get(k))
             if k in s.pass_hat_k:
                 properties.append((f"{base}pass_hat_{k}", plain_number(s.pass_hat_k[k])))
+                properties += _interval(f"{base}pass_hat_{k}", s.pass_hat_k_interval.get(k))
         for name, m in s.metrics.items():
             properties += [
                 (f"{base}{name}.mean", plain_number(m.mean)),

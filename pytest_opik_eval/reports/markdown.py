@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
@@ -21,7 +22,13 @@ from pytest_opik_eval.formatting import (
     score,
     signed,
 )
-from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_line, recording_line, trial_verdicts
+from pytest_opik_eval.reports.terminal import (
+    SOFT_FAILED,
+    budget_lines,
+    recording_line,
+    sentence,
+    trial_verdicts,
+)
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
@@ -52,13 +59,10 @@ def _budget_lines(budget: BudgetReport | None) -> list[str]:
     """The budget first: a run it stopped is incomplete, whatever its experiments say."""
     if budget is None:
         return []
-    line = budget_line(budget)
+    line, *resume = budget_lines(budget, _code)
     if not budget.reached:
         return [f"💰 {line}"]
-    line = f"💰 **{line}**"
-    if budget.resume_command:
-        line += f"\n\nResume them with a fresh budget: {_code(budget.resume_command)}"
-    return [line]
+    return ["\n\n".join([f"💰 **{line}**", *map(sentence, resume)])]
 
 
 def _recording_lines(recordings: RecordingReport | None) -> list[str]:
@@ -133,7 +137,7 @@ def _metric_table(e: ExperimentReport) -> list[str]:
 
 def _pass_at_k(e: ExperimentReport) -> list[str]:
     """With several trials per item: the share of items that passed k of n, and per k the chance
-    that one of k trials passes (pass@k) and that all k do (pass^k)."""
+    that one of k trials passes (pass@k) and that all k do (pass^k), each with its interval."""
     s = e.summary
     if not s.pass_at_k:
         return []
@@ -141,11 +145,23 @@ def _pass_at_k(e: ExperimentReport) -> list[str]:
     if s.item_pass_rate is not None:
         required = e.settings.pass_threshold or e.trial_count
         lines += [f"Items passing {required} of {e.trial_count} trials: {_estimate(s.item_pass_rate)}", ""]
-    lines += [_row(["k", "pass@k", "pass^k"]), _row(["---:", "---:", "---:"])]
+    interval = f"{level(e.settings.confidence)} interval"
+    lines += [_row(["k", "pass@k", interval, "pass^k", interval]), _row(["---:"] * 5)]
     ks = sorted(s.pass_at_k, key=int)
     if len(ks) > _KS:  # a hundred trials per item: the small k, and the last
         ks = [*ks[: _KS - 1], ks[-1]]
-    return lines + [_row([k, score(s.pass_at_k[k]), score(s.pass_hat_k.get(k))]) for k in ks]
+    return lines + [
+        _row(
+            [
+                k,
+                score(s.pass_at_k[k]),
+                bounds(s.pass_at_k_interval.get(k)),
+                score(s.pass_hat_k.get(k)),
+                bounds(s.pass_hat_k_interval.get(k)),
+            ]
+        )
+        for k in ks
+    ]
 
 
 def _gate_lines(e: ExperimentReport) -> list[str]:
@@ -332,3 +348,9 @@ def _inline(text: str) -> str:
     # A line break would end a table row or a list item early; other control characters are
     # escaped, as everywhere data is shown.
     return escape_control(" ".join(text.split()))
+
+
+def append_step_summary(path: Path, report: Report, resume_command: Callable[[str], str]) -> None:
+    """Add the summary to the job summary's file, which each step of a job appends to."""
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(step_summary(report, resume_command) + "\n")

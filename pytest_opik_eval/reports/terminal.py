@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+import pytest
+
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
@@ -23,18 +25,19 @@ from pytest_opik_eval.formatting import (
     score,
     signed,
 )
-from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
+    ExperimentReport,
     ExperimentSummary,
     FigureChange,
     GateVerdict,
+    JudgeCacheReport,
     RecordingReport,
+    Report,
+    TrialReport,
     UsageTotals,
 )
-from pytest_opik_eval.verdict.results import ExperimentResult
-from pytest_opik_eval.verdict.usage import usage_of
 
 _NAME = 24  # width of the metric column
 _TABLE_NAME = 18  # in the metric table, which has the interval too
@@ -54,7 +57,7 @@ def trial_verdict(passed: bool | None, *, soft: bool) -> str:
 
 
 def summary_lines(
-    experiments: Sequence[ExperimentResult], resume_command: Callable[[str], str], resumed: bool
+    experiments: Sequence[ExperimentReport], resume_command: Callable[[str], str], resumed: bool
 ) -> list[str]:
     lines: list[str] = []
     for experiment in experiments:
@@ -63,7 +66,7 @@ def summary_lines(
 
 
 def experiment_lines(
-    experiment: ExperimentResult, resume_command: Callable[[str], str], resumed: bool
+    experiment: ExperimentReport, resume_command: Callable[[str], str], resumed: bool
 ) -> list[str]:
     s = experiment.summary
     lines = [
@@ -71,22 +74,20 @@ def experiment_lines(
         f"  experiment {experiment.id}  run {experiment.run_id}",
         f"  trials: {s.trials} planned, {s.completed} completed ({trial_verdicts(s)}), {s.pending} pending",
     ]
-    rescore_of = experiment.experiment.rescore_of
+    rescore_of = experiment.rescore_of
     if rescore_of is not None:
         lines.insert(2, f"  rescore of experiment {rescore_of}: its stored outputs scored again")
     if resumed:
-        earlier = sum(
-            1 for t in experiment.trials if t.status == "completed" and not experiment.ran_this_session(t)
-        )
-        now = sum(1 for t in experiment.trials if experiment.ran_this_session(t))
+        earlier = sum(1 for t in experiment.trials if t.status == "completed" and not t.ran_this_session)
+        now = sum(1 for t in experiment.trials if t.ran_this_session)
         lines.append(f"  this session ran {now}; {earlier} completed in earlier sessions")
     lines += cost_lines(experiment.summary)
     lines += outlier_lines(experiment)
     lines += _metric_table(experiment)
     lines += _item_lines(experiment)
     lines += baseline_lines(experiment)
-    failed = experiment.failed_trials()
-    earlier_failures = [t.node_id for t in failed if not experiment.ran_this_session(t)]
+    failed = [t for t in experiment.trials if t.passed is False]
+    earlier_failures = [t.node_id for t in failed if not t.ran_this_session]
     if resumed and earlier_failures and not experiment.settings.soft_trials():
         lines.append(f"  failed in an earlier session ({len(earlier_failures)}):")
         lines += [f"    {node}" for node in earlier_failures[:_LISTED]]
@@ -123,16 +124,16 @@ def cost_lines(summary: ExperimentSummary) -> list[str]:
     return [escape_control(line) for line in lines]  # a model's name is the app's data
 
 
-def outlier_lines(experiment: ExperimentResult) -> list[str]:
+def outlier_lines(experiment: ExperimentReport) -> list[str]:
     """The slowest trials and the most expensive (the app's cost), a few of each: where to look
     first. Only when they say something: more trials measured than are named, not all alike."""
     several = experiment.trial_count > 1
-    timed: list[tuple[float, TrialRecord]] = []
-    costed: list[tuple[float, TrialRecord]] = []
+    timed: list[tuple[float, TrialReport]] = []
+    costed: list[tuple[float, TrialReport]] = []
     for trial in experiment.trials:
-        if trial.task_seconds is not None:
-            timed.append((trial.task_seconds, trial))
-        usage = usage_of(trial)
+        if trial.latency is not None and trial.latency.task_seconds is not None:
+            timed.append((trial.latency.task_seconds, trial))
+        usage = trial.usage
         if usage is not None and usage.app is not None and usage.app.cost is not None:
             costed.append((usage.app.cost, trial))
     lines = _top("slowest:", timed, duration, several) + _top("most expensive:", costed, dollars, several)
@@ -141,7 +142,7 @@ def outlier_lines(experiment: ExperimentResult) -> list[str]:
 
 def _top(
     label: str,
-    values: list[tuple[float, TrialRecord]],
+    values: list[tuple[float, TrialReport]],
     show: _Shown,
     several: bool,
 ) -> list[str]:
@@ -201,10 +202,11 @@ def _fill(parts: list[str], indent: str) -> list[str]:
     return lines
 
 
-def budget_line(budget: BudgetReport) -> str:
-    """``--eval-budget``: what this session spent of it, and whether it stopped the run (the trials
-    it kept from starting); every report says it in these words. ``eval budget reached: spent
-    $7.50 of $7.50 (70 trials not started)``."""
+def budget_lines(budget: BudgetReport, code: Callable[[str], str] = str) -> list[str]:
+    """``--eval-budget``, as every report says it: what this session spent of it and whether it
+    stopped the run (``eval budget reached: spent $7.50 of $7.50 (70 trials not started)``);
+    then, when it kept trials from starting, the command that runs them (``resume them with a
+    fresh budget: ...``, the command marked up by ``code``)."""
     amounts = (budget.spent, budget.limit)
     spent = (
         f"spent {budget_amount(budget.spent, budget.unit, against=amounts)} "
@@ -213,19 +215,30 @@ def budget_line(budget: BudgetReport) -> str:
     if budget.given != budget.limit:
         spent += f" (this shard's share of {budget_amount(budget.given, budget.unit)})"
     if not budget.reached:
-        return f"eval budget: {spent}"
+        return [f"eval budget: {spent}"]
     if not budget.not_started:
-        return f"eval budget reached: {spent} (every trial had started)"
+        return [f"eval budget reached: {spent} (every trial had started)"]
     trials = f"{budget.not_started} trial{'s' if budget.not_started > 1 else ''}"
-    return f"eval budget reached: {spent} ({trials} not started)"
+    lines = [f"eval budget reached: {spent} ({trials} not started)"]
+    if budget.resume_command:
+        lines.append(f"resume them with a fresh budget: {code(budget.resume_command)}")
+    return lines
 
 
-def judge_cache_line(hits: int, scored: int, missed: int = 0, *, strict: bool = False) -> str:
+def sentence(line: str) -> str:
+    """A line of the terminal's as a sentence of its own (a report's paragraph): capitalized."""
+    return line[:1].upper() + line[1:]
+
+
+def judge_cache_lines(cache: JudgeCacheReport | None) -> list[str]:
     """``--eval-judge-cache``: the judges' scores this session reused, those it paid for, and, in
     strict replay, those it missed (their trials failed): ``eval judge cache: 8 hits, 0 scored,
-    1 missed (strict)``."""
+    1 missed (strict)``; nothing when it is off or no judge scored."""
+    if cache is None or not (cache.hits or cache.scored or cache.missed):
+        return []
+    hits, scored, missed = cache.hits, cache.scored, cache.missed
     line = f"eval judge cache: {hits} hit{'' if hits == 1 else 's'}, {scored} scored"
-    return f"{line}, {missed} missed (strict)" if strict or missed else line
+    return [f"{line}, {missed} missed (strict)" if cache.strict or missed else line]
 
 
 def recording_line(recordings: RecordingReport) -> str:
@@ -252,7 +265,7 @@ def recording_line(recordings: RecordingReport) -> str:
     return line
 
 
-def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
+def gate_lines(experiments: Sequence[ExperimentReport]) -> list[str]:
     """Per gate, met or not: a line with the experiment, the metric, the value, the bound; then,
     indented, what the decision rests on (the interval, what the gate can detect)."""
     lines = []
@@ -263,7 +276,7 @@ def gate_lines(experiments: Sequence[ExperimentResult]) -> list[str]:
     return [escape_control(line) for line in lines]
 
 
-def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
+def verdict_counts(experiments: Sequence[ExperimentReport]) -> dict[str, int]:
     """What the eval verdict adds to pytest's last line ("1 passed, 1 eval gate not met in 0.2s"):
     the reasons, other than this session's test outcomes, why the session fails. Each key reads
     after its count, and starts with "eval" so that no tool parsing the line ("N failed") counts
@@ -274,7 +287,7 @@ def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
         for e in experiments
         if not e.settings.soft_trials()
         for t in e.trials
-        if t.passed is False and not e.ran_this_session(t)
+        if t.passed is False and not t.ran_this_session
     )
     # Pending trials fail only the gates of their experiment; without a gate they decide nothing.
     pending = sum(e.summary.pending for e in experiments if not e.gates_met)
@@ -286,13 +299,13 @@ def verdict_counts(experiments: Sequence[ExperimentResult]) -> dict[str, int]:
     return {key: count for key, count in counts.items() if count}
 
 
-def _gate_line(experiment: ExperimentResult, gate: GateVerdict) -> str:
+def _gate_line(experiment: ExperimentReport, gate: GateVerdict) -> str:
     what = gate.kind if gate.metric is None else f"{gate.kind} {gate.metric}"
     mode = " (strict)" if gate.mode == "strict" else ""
     return f"{'met' if gate.met else 'NOT MET'}: {experiment.name}: {what}{mode}: {gate.detail}"
 
 
-def _metric_table(experiment: ExperimentResult) -> list[str]:
+def _metric_table(experiment: ExperimentReport) -> list[str]:
     metrics = experiment.summary.metrics
     if not metrics:
         return []
@@ -308,7 +321,7 @@ def _metric_table(experiment: ExperimentResult) -> list[str]:
     return lines
 
 
-def _item_lines(experiment: ExperimentResult) -> list[str]:
+def _item_lines(experiment: ExperimentReport) -> list[str]:
     if experiment.trial_count <= 1:
         return []
     items = experiment.items
@@ -336,7 +349,7 @@ def _item_lines(experiment: ExperimentResult) -> list[str]:
     return lines
 
 
-def baseline_lines(experiment: ExperimentResult) -> list[str]:
+def baseline_lines(experiment: ExperimentReport) -> list[str]:
     if experiment.baseline_note:
         return [f"  baseline: {experiment.baseline_note}"]
     baseline = experiment.baseline
@@ -400,3 +413,57 @@ def _ids(ids: Sequence[str]) -> str:
 def _cut(name: str, width: int = _NAME) -> str:
     name = escape_control(name)  # escaped before it is padded, so the columns stay aligned
     return name if len(name) <= width else name[: width - 1] + "~"
+
+
+def write_summary(
+    terminal: pytest.TerminalReporter,
+    report: Report,
+    resume_command: Callable[[str], str],
+    *,
+    resumed_as: str | None,
+    unsaved_recordings: Sequence[str] = (),
+    unsent: str | None = None,
+) -> None:
+    """The "eval summary" section, then "eval gates". ``resumed_as``: the --eval-resume value
+    as given, when the session resumed; ``unsaved_recordings``, the recordings' files that could
+    not be written; ``unsent``, what the store could not send."""
+    experiments = report.experiments
+    terminal.section("eval summary")
+    if resumed_as is not None and not any(t.ran_this_session for e in experiments for t in e.trials):
+        if not any(e.summary.pending for e in experiments):
+            terminal.line(f"nothing pending: every planned trial of {resumed_as} is completed")
+    for line in summary_lines(experiments, resume_command, resumed_as is not None):
+        terminal.line(line)
+    pending = sum(e.summary.pending for e in experiments)
+    if pending and len(experiments) > 1 and report.run_id:
+        terminal.line(f"resume all {pending} pending trials: {resume_command(report.run_id)}")
+    _write_session_lines(terminal, report, unsaved_recordings, unsent)
+    gates = gate_lines(experiments)
+    if gates:
+        terminal.section("eval gates")
+        for line in gates:
+            terminal.line(line, red=line.startswith("NOT MET"), green=line.startswith("met"))
+
+
+def _write_session_lines(
+    terminal: pytest.TerminalReporter, report: Report, unsaved_recordings: Sequence[str], unsent: str | None
+) -> None:
+    """What the session spent and saved, and what it could not send."""
+    budget = [] if report.budget is None else budget_lines(report.budget)
+    for line in budget + judge_cache_lines(report.judge_cache):
+        terminal.line(line, yellow=line.startswith("eval budget reached"))
+    recordings = report.recordings
+    if recordings is not None:
+        terminal.line(
+            recording_line(recordings), yellow=bool(recordings.missed), red=bool(recordings.refused)
+        )
+    for unsaved in unsaved_recordings:
+        terminal.line(
+            escape_control(
+                f"eval recordings NOT saved: {unsaved}; what this session recorded for it is kept in "
+                f"a journal, which the next session that records folds in"
+            ),
+            red=True,
+        )
+    if unsent:
+        terminal.line(escape_control(unsent), yellow=True)

@@ -1,6 +1,7 @@
 """The end of an eval session. ``Ending``, on the process that reports (a single process, or the
 pytest-xdist controller, which reads back what its workers recorded): the experiments judged, the
-reports written, the verdicts recorded, the exit status set, the summary printed.
+reports written (the terminal's too, by ``reports.terminal``), the verdicts recorded, the exit
+status set.
 ``WorkerEnding``, on each pytest-xdist worker: what the store holds made durable, and the worker's
 notices handed to the controller, which decides.
 """
@@ -17,20 +18,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_opik_eval.collect.planning import settings_for_resume
-from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
-from pytest_opik_eval.reports.junit import add_suite_properties, budget_properties, suite_properties
-from pytest_opik_eval.reports.terminal import (
-    budget_line,
-    gate_lines,
-    judge_cache_line,
-    recording_line,
-    summary_lines,
-    verdict_counts,
-)
+from pytest_opik_eval.reports.junit import add_suite_properties, report_properties
+from pytest_opik_eval.reports.terminal import verdict_counts, write_summary
 from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
 from pytest_opik_eval.run.distributed import WORKER_RECORDINGS, in_shard, is_controller
 from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS
@@ -65,6 +58,7 @@ class Ending:
         self.missed_trials = 0
         self.recordings: RecordingReport | None = None  # their totals, at the end
         self.unsaved_recordings: list[str] = []  # the recordings' files that could not be written
+        self.report: Report | None = None  # every report's model, once the experiments are judged
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.state.budget is not None and getattr(report, NOT_STARTED_ATTR, False):
@@ -162,49 +156,35 @@ class Ending:
                 self.options.resume_command,
                 self._in_my_shard if self.options.shard else None,
             )
+            resume = state.resume
+            # Built once, before anything that may fail: every report renders it, the terminal's too.
+            self.report = report = Report(
+                run_id=state.run_id,
+                resumed=None if resume is None else resume.resolved,
+                experiments=[r.report() for r in state.results],
+                budget=self._budget_report(),
+                judge_cache=self._judge_cache_report(),
+                recordings=self.recordings,
+            )
         self._notice_unseen_spend()
         self._notice_unchecked_metrics()
-        report = self._reports()
-        add_suite_properties(
-            self.config, suite_properties(state.results) + budget_properties(self._budget_report())
-        )
+        self._write_reports(report)
+        add_suite_properties(self.config, report_properties(report))
         self._record_verdicts(report)
         self._set_exit_status(session)
         state.unsent = state.store().flush()
 
-    def _reports(self) -> Report | None:
-        """The report, written where asked; None when nothing reads it."""
-        finished = self.config.hook.pytest_opik_eval_experiment_finished
-        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-        # The report models (one per trial) are built only when something reads them.
-        if not (
-            self.options.report_path or self.options.html_path or step_summary or finished.get_hookimpls()
-        ):
-            return None
-        resume = self.state.resume
-        report = Report(
-            run_id=self.state.run_id,
-            resumed=None if resume is None else resume.resolved,
-            experiments=[r.report() for r in self.state.results],
-            budget=self._budget_report(),
-            judge_cache=self._judge_cache_report(),
-            recordings=self.recordings,
-        )
-        self._write_reports(report, step_summary)
-        return report
-
-    def _record_verdicts(self, report: Report | None) -> None:
+    def _record_verdicts(self, report: Report) -> None:
         finished = self.config.hook.pytest_opik_eval_experiment_finished
         unrecorded: StoreError | None = None
-        for position, result in enumerate(self.state.results):
+        for result, experiment in zip(self.state.results, report.experiments, strict=True):
             try:
                 self.state.store().record_verdict(
                     result.id, passed(result) and not result.summary.pending, aggregates(result)
                 )
             except StoreError as error:
                 unrecorded = error  # only last-passing baselines miss it: the rest goes on
-            if report is not None:
-                finished(config=self.config, experiment=report.experiments[position])
+            finished(config=self.config, experiment=experiment)
         if unrecorded is not None and str(unrecorded) != self.state.store_failure:
             notice(
                 self.config, f"the verdicts for --eval-baseline=last-passing were not recorded: {unrecorded}"
@@ -250,22 +230,6 @@ class Ending:
             return None
         return self.options.budget_resume_command(self.state.run_id)
 
-    def _budget_lines(self) -> list[str]:
-        budget = self._budget_report()
-        if budget is None:
-            return []
-        lines = [budget_line(budget)]
-        if budget.resume_command:
-            lines.append(f"resume them with a fresh budget: {budget.resume_command}")
-        return lines
-
-    def _judge_cache_lines(self) -> list[str]:
-        cache = self.state.judge_cache
-        if cache is None or not (cache.counts.hits or cache.counts.scored or cache.counts.missed):
-            return []  # off, or no judge in this session: nothing to say
-        counts = cache.counts
-        return [judge_cache_line(counts.hits, counts.scored, counts.missed, strict=cache.strict)]
-
     def _notice_unseen_spend(self) -> None:
         """A budget that counted nothing while trials ran cannot stop anything: say why."""
         budget = self.state.budget
@@ -296,25 +260,26 @@ class Ending:
                     "notice",
                 )
 
-    def _write_reports(self, report: Report, step_summary: str | None) -> None:
+    def _write_reports(self, report: Report) -> None:
         # Each report on its own: one that cannot be written (a full disk) does not keep the
         # others from being written.
         if self.options.report_path is not None:
             with self._writing("JSON report", self.options.report_path):
                 write_report(report, self.options.report_path)
         if self.options.html_path is not None:
-            from pytest_opik_eval.reports.html import spans_of, write_html
+            from pytest_opik_eval.reports.html import write_html
+            from pytest_opik_eval.reports.html_data import spans_of
 
             with self._writing("HTML report", self.options.html_path):
                 items = {e.id: e.items for e in self.state.experiments}
                 spans = spans_of(self.state.store(), self.state.results)
                 write_html(report, items, self.options.html_path, self.options.resume_command, spans)
+        step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if step_summary:
-            from pytest_opik_eval.reports.markdown import step_summary as markdown
+            from pytest_opik_eval.reports.markdown import append_step_summary
 
             with self._writing("GitHub step summary", Path(step_summary)):
-                with open(step_summary, "a", encoding="utf-8") as file:
-                    file.write(markdown(report, self.options.resume_command) + "\n")
+                append_step_summary(Path(step_summary), report, self.options.resume_command)
 
     @contextlib.contextmanager
     def _writing(self, what: str, path: Path) -> Iterator[None]:
@@ -336,52 +301,17 @@ class Ending:
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         print_notices(self.config, terminalreporter)
-        results = self.state.results
-        if not results:
+        if self.report is None or not self.report.experiments:
             return
-        terminalreporter.section("eval summary")
         resume = self.state.resume
-        if resume is not None and not any(r.ran_this_session(t) for r in results for t in r.trials):
-            pending = sum(r.summary.pending for r in results)
-            if not pending:
-                terminalreporter.line(
-                    f"nothing pending: every planned trial of {resume.requested} is completed"
-                )
-        for line in summary_lines(results, self.options.resume_command, resume is not None):
-            terminalreporter.line(line)
-        pending_total = sum(r.summary.pending for r in results)
-        run_id = self.state.run_id
-        if pending_total and len(results) > 1 and run_id:
-            terminalreporter.line(
-                f"resume all {pending_total} pending trials: {self.options.resume_command(run_id)}"
-            )
-        self._session_lines(terminalreporter)
-        gates = gate_lines(results)
-        if gates:
-            terminalreporter.section("eval gates")
-            for line in gates:
-                terminalreporter.line(line, red=line.startswith("NOT MET"), green=line.startswith("met"))
-
-    def _session_lines(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """What the session spent and saved, and what it could not send."""
-        for line in self._budget_lines() + self._judge_cache_lines():
-            terminalreporter.line(line, yellow=line.startswith("eval budget reached"))
-        if self.recordings is not None:
-            terminalreporter.line(
-                recording_line(self.recordings),
-                yellow=bool(self.recordings.missed),
-                red=bool(self.recordings.refused),
-            )
-        for unsaved in self.unsaved_recordings:
-            terminalreporter.line(
-                escape_control(
-                    f"eval recordings NOT saved: {unsaved}; what this session recorded for it is kept in "
-                    f"a journal, which the next session that records folds in"
-                ),
-                red=True,
-            )
-        if self.state.unsent:
-            terminalreporter.line(escape_control(self.state.unsent), yellow=True)
+        write_summary(
+            terminalreporter,
+            self.report,
+            self.options.resume_command,
+            resumed_as=None if resume is None else resume.requested,
+            unsaved_recordings=self.unsaved_recordings,
+            unsent=self.state.unsent,
+        )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
     def pytest_terminal_summary_verdict(self, terminalreporter: pytest.TerminalReporter) -> Generator[None]:
@@ -397,8 +327,8 @@ class Ending:
             results = self.state.results
             failed = bool(results) and not all(passed(r) for r in results)
             stats = terminalreporter.stats
-            if failed:
-                for key, count in verdict_counts(results).items():
+            if failed and self.report is not None:
+                for key, count in verdict_counts(self.report.experiments).items():
                     stats.setdefault(key, []).extend(_VerdictPart() for _ in range(count))
             if self.not_started:
                 # "30 passed, 70 skipped, 70 eval trials not started (budget)": the skips are the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -135,7 +136,14 @@ GateKind = Literal[
 ]
 
 
-class ItemVerdict(_Report):
+# An item's verdict over its trials. A frozen dataclass, not a model: one is built per item at
+# every session's end (100,000 for a large experiment), for the summary and the gates as for the
+# reports, and a model costs ten times as much to build; pydantic writes, reads and describes it
+# in the JSON Schema as it would a model (no docstring: it would enter the schema).
+@dataclass(frozen=True, slots=True)
+class ItemVerdict:
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
     dataset_item_id: str
     trials: int
     passed: int
@@ -160,12 +168,15 @@ class GateVerdict(_Report):
     # The bounds hold the bound: the data cannot tell on which side of it the truth lies. A gate
     # that strict mode passes, or normal mode fails on a regression, is never borderline.
     borderline: bool = False
-    # The p-value decided on: one-sided ("one_sided"), and for normal-mode regression gates
-    # Holm-adjusted over every such gate of the session ("family" of them; the level was divided
-    # by "adjusted_for" at the step that decided this one, and "p_value_unadjusted" is before).
+    # The one-sided p-value decided on, and for normal-mode regression gates Holm-adjusted over
+    # every such gate of the session ("family" of them; the level was divided by
+    # "adjusted_for" at the step that decided this one, and "p_value_unadjusted" is before).
     p_value: float | None = None
     p_value_unadjusted: float | None = None
-    one_sided: bool = True
+    # Whether the gate decides on a one-sided test (its p-values and interval): the score gates,
+    # in either mode. The count, cost, latency and pending gates compare a figure with their
+    # bound, with no test: false.
+    one_sided: bool = False
     adjusted_for: int = 1
     family: int = 1
     # Regression gates: the exact sign-flip test that nothing changed (normal mode fails only

@@ -1,9 +1,8 @@
 """An experiment as the end of a session sees it: its trials as the store returned them, its
 summary, item verdicts, gates and baseline comparison, in plain objects.
 
-The terminal summary, the gates and the exit status read these. The report models (one per
-trial and one per item: 100,000 of each for a large experiment, which cost more to build than
-the rest of the session's end) are built from them only when a report is written.
+The gates, the recorded verdicts and the exit status read these; every report, the terminal's
+too, renders the report model built from them once at the session's end (``report()``).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
@@ -48,18 +47,6 @@ class ScoredTrial(Protocol):
     def scores(self) -> Sequence[ScoreRecord]: ...
 
 
-class ItemResult(NamedTuple):
-    """An item's verdict over its trials (the report's ``ItemVerdict``); a tuple, as there is one
-    per item, 100,000 for a large experiment, built at every session's end."""
-
-    dataset_item_id: str
-    trials: int
-    passed: int
-    pending: int
-    required: int  # trials that must pass: pass_threshold, or all of them
-    verdict: ItemStatus
-
-
 @dataclass(frozen=True)
 class ExperimentResult:
     """The whole experiment: every planned trial, whichever session ran it."""
@@ -69,14 +56,14 @@ class ExperimentResult:
     session_id: str | None  # the session that is ending, if any: its trials "ran this session"
     trials: Sequence[TrialRecord]
     summary: ExperimentSummary
-    items: list[ItemResult]
+    items: list[ItemVerdict]
     gates: list[GateVerdict] = field(default_factory=list)
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
     # The paired comparison with the baseline, per metric, and the tests of the regression gates
-    # on it; the baseline's item verdicts, for the report's A/B rows (built only when one is
-    # written); the baseline's scores by item, which set what a regression gate can detect.
+    # on it; the baseline's item verdicts, for the report's A/B rows (built with the report
+    # model); the baseline's scores by item, which set what a regression gate can detect.
     paired: dict[str, stats.PairedComparison] = field(default_factory=dict)
     tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
@@ -145,7 +132,7 @@ class ExperimentResult:
             trial_count=self.trial_count,
             settings=self.settings,
             trials=trials,
-            items=[item_verdict(i) for i in self.items],
+            items=self.items,
             summary=self.summary,
             gates=self.gates,
             gates_met=self.gates_met,
@@ -229,7 +216,7 @@ def summarize(
     level: float | None = None,
     by_item: dict[str, dict[str, list[float]]] | None = None,
     *,
-    verdicts: Sequence[ItemResult] | None = None,
+    verdicts: Sequence[ItemVerdict] | None = None,
     soft: bool = False,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
@@ -312,18 +299,18 @@ def _mean_interval(items: dict[str, list[float]], level: float) -> ConfidenceInt
     return confidence_interval(stats.mean_interval(items.values(), level))
 
 
-def pass_rates(items: Sequence[ItemResult]) -> list[tuple[int, int]]:
+def pass_rates(items: Sequence[ItemVerdict]) -> list[tuple[int, int]]:
     """Each item's (passed trials, completed trials), for the items with a completed trial."""
     return [(i.passed, i.trials - i.pending) for i in items if i.trials > i.pending]
 
 
-def item_passes(items: Sequence[ItemResult]) -> list[tuple[int, int]]:
+def item_passes(items: Sequence[ItemVerdict]) -> list[tuple[int, int]]:
     """Each decided item's k-of-n verdict as (passed, 1) or (0, 1): one outcome per item."""
     return [(int(i.verdict == "passed"), 1) for i in items if i.verdict != "pending"]
 
 
 def item_statistics(
-    summary: ExperimentSummary, items: Sequence[ItemResult], level: float
+    summary: ExperimentSummary, items: Sequence[ItemVerdict], level: float
 ) -> ExperimentSummary:
     """The intervals over items: the pass rate's; and with several trials per item, the k-of-n
     item pass rate's, and pass@k and pass^k (with theirs) for k up to the trials every item
@@ -367,7 +354,7 @@ def confidence_interval(interval: stats.Interval) -> ConfidenceInterval:
     )
 
 
-def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> list[ItemResult]:
+def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> list[ItemVerdict]:
     """One verdict per item: passed when at least ``pass_threshold`` of its trials passed (all of
     them without one); pending while that is still open and some trials are pending."""
     counts: dict[str, list[int]] = {}  # item id -> [trials, passed, pending], in one pass
@@ -388,16 +375,5 @@ def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> l
             verdict = "pending"
         else:
             verdict = "failed"
-        results.append(ItemResult(item_id, total, passed, pending, required, verdict))
+        results.append(ItemVerdict(item_id, total, passed, pending, required, verdict))
     return results
-
-
-def item_verdict(item: ItemResult) -> ItemVerdict:
-    return ItemVerdict.model_construct(
-        dataset_item_id=item.dataset_item_id,
-        trials=item.trials,
-        passed=item.passed,
-        pending=item.pending,
-        required=item.required,
-        verdict=item.verdict,
-    )

@@ -107,9 +107,10 @@ def _absolute(
             "notes": notes,
             "mode": settings.mode,
             "interval": interval,
-            "borderline": interval.low < bound < interval.high,
+            "borderline": interval.straddles(bound),
             "p_value": p_value,
             "p_value_unadjusted": p_value,
+            "one_sided": True,
         }
     )
 
@@ -185,9 +186,10 @@ def _regression(
             "notes": notes,
             "mode": settings.mode,
             "interval": interval,
-            "borderline": interval.low < -delta < interval.high,
+            "borderline": interval.straddles(-delta),
             "p_value": p_value,
             "p_value_unadjusted": test.p_within if strict else test.p_beyond,
+            "one_sided": True,
             "adjusted_for": divisor,
             "family": 1 if strict else family,
             "p_chance": test.p_chance,
@@ -275,7 +277,7 @@ def _bounds_note(
 ) -> str:
     """The estimate and the one-sided bounds the gate decided on, over how many items;
     "borderline" when they hold the bound (the data cannot tell on which side it lies)."""
-    borderline = ", borderline" if interval.low < bound < interval.high else ""
+    borderline = ", borderline" if interval.straddles(bound) else ""
     items = _count(interval.items, "item")
     on = f" on the {what}" if what else ""
     return (
