@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Project
+from test_recording import write_project
 
 import pytest_opik_eval
 
@@ -44,3 +45,21 @@ def test_every_extra_a_message_names_is_one_the_package_has() -> None:
     provided = set(importlib.metadata.metadata("pytest-opik-eval").get_all("Provides-Extra") or [])
     assert named == {"cost", "otel", "record"}
     assert named <= provided
+
+
+def test_without_vcrpy_a_recording_mode_is_a_usage_error_naming_the_extra(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_project(project)
+    monkeypatch.setitem(sys.modules, "vcr", None)  # as if it were not installed
+    monkeypatch.setenv("PYTEST_OPIK_EVAL_RECORD", "none")
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--eval-record=none (from env PYTEST_OPIK_EVAL_RECORD) records the app's calls with vcrpy, "
+            "which is not installed: pip install 'pytest-opik-eval[[]record[]]'"
+        ]
+    )
+    monkeypatch.delenv("PYTEST_OPIK_EVAL_RECORD")
+    assert project.run("--eval", "--co").ret == pytest.ExitCode.OK  # off: vcrpy is not needed
