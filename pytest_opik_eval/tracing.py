@@ -26,7 +26,13 @@ __all__ = ["EvalTrace", "Span", "SpanProcessor", "trace"]
 
 def __getattr__(name: str) -> Any:
     if name == "SpanProcessor":
-        from pytest_opik_eval.run.otel import SpanProcessor
-
+        try:
+            from pytest_opik_eval.run.otel import SpanProcessor
+        except ImportError as error:  # the extra is not installed: say which, not only what is missing
+            raise ImportError(
+                f"pytest_opik_eval.tracing.SpanProcessor needs OpenTelemetry's SDK ({error}): "
+                "pip install 'pytest-opik-eval[otel]'",
+                name=error.name,
+            ) from error
         return SpanProcessor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

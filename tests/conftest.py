@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import importlib.util
 import json
 import textwrap
 from collections.abc import Iterable, Iterator
@@ -62,6 +63,28 @@ def task(item, trial):
 def test_qa(eval_item, eval_trial):
     return task(eval_item, eval_trial)
 """
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+def extra_reason(extra: str, module: str) -> str:
+    """Why a test that needs an optional extra is skipped without it: CI also runs the suite with
+    the core install only (.ci/run), where the reason names the extra to install."""
+    python = " (Python >= 3.11)" if extra == "cost" else ""
+    return f"needs the {extra} extra ({module}): pip install 'pytest-opik-eval[{extra}]'{python}"
+
+
+def needs_extra(extra: str, module: str) -> pytest.MarkDecorator:
+    """Skip a test (a module, as ``pytestmark``) that needs an optional extra when it is not installed."""
+    return pytest.mark.skipif(not _installed(module), reason=extra_reason(extra, module))
+
+
+NEEDS_RECORD = needs_extra("record", "vcr")
 
 
 def items(*labels: str, **extra: Any) -> list[dict[str, Any]]:

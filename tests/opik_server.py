@@ -899,6 +899,10 @@ class OpikTestServer:
         with self._fault_lock:
             return any(part is None or part in path for part in self._hang)
 
+    def _pause(self, seconds: float) -> None:
+        """Where ``delay`` waits: a test of the server replaces it to see the pauses without a clock."""
+        time.sleep(seconds)
+
     def _delay_for(self, path: str) -> float:
         with self._fault_lock:
             return max(
@@ -1082,7 +1086,7 @@ class OpikTestServer:
         fault = self._take_fault(path)
         pause = self._delay_for(path)
         if pause:
-            time.sleep(pause)
+            self._pause(pause)
         if fault is not None:
             record.fault = fault.kind
             if fault.kind == "drop":

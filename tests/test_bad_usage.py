@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import Project, offline_opik
+from conftest import Project, extra_reason, needs_extra, offline_opik
 
 # Each trial: one good LLM call (80 + 20 tokens, $0.25), then one bad call, "bad" (or named after
 # its model, for trace.usage), whose usage or cost is VALUE and the rest of it valid (10 tokens);
@@ -133,7 +133,7 @@ def test_bad_usage_is_rejected_at_its_span_and_counts_nothing(
     project: Project, monkeypatch: pytest.MonkeyPatch, source: str, field: str, value: str
 ) -> None:
     if source == "opentelemetry":
-        pytest.importorskip("opentelemetry.sdk.trace")
+        pytest.importorskip("opentelemetry.sdk.trace", reason=extra_reason("otel", "opentelemetry"))
         project.write("conftest.py", OTEL_CONFTEST)
     if source == "opik":
         offline_opik(project, monkeypatch)
@@ -179,6 +179,8 @@ def _spans(project: Project) -> list[dict[str, Any]]:
     return [span.model_dump() for trial in project.trials() for span in trial.spans]
 
 
+# The other spans have tokens and no cost: without the price table the gate says it cannot pass.
+@needs_extra("cost", "genai_prices")
 def test_a_negative_cost_never_meets_a_cost_gate(project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
     offline_opik(project, monkeypatch)
     project.dataset([{"id": str(n), "input": {"text": str(n)}, "expected_output": str(n)} for n in range(5)])

@@ -11,7 +11,7 @@ from collections import Counter
 from xml.etree import ElementTree
 
 import pytest
-from conftest import Project, offline_opik
+from conftest import NEEDS_RECORD, Project, offline_opik
 from fake_llm import APP as HTTPX_APP
 from fake_llm import FakeLLM
 
@@ -449,6 +449,7 @@ def test_answer(eval_item):
 """
 
 
+@NEEDS_RECORD
 def test_replayed_calls_without_a_span_do_not_cancel_the_judges_live_spend(
     project: Project, llm: FakeLLM
 ) -> None:
@@ -527,6 +528,7 @@ def test_answer(eval_item):
 """
 
 
+@NEEDS_RECORD
 def test_a_replayed_call_never_takes_off_what_a_live_calls_span_spent(project: Project, llm: FakeLLM) -> None:
     project.dataset(
         [{"id": q, "input": {"question": q}, "expected_output": q} for q in ("capital", "colour", "planet")]

@@ -30,7 +30,9 @@ def test_up_to_n_trials_run_at_once(project: Project) -> None:
     assert project.completed() == {(label, 0) for label in LABELS}
 
 
-# item-0's model call is slow: it lasts until item-3's has started (or 10 s).
+# item-0's model call is slow: it lasts until item-3's has started. Should item-3 never start while
+# it waits (the other thread left idle), it gives up after 10 s and returns a wrong answer, so the
+# outcome, not the run's duration, tells the two apart.
 SLOW_HEAD = """if item['id'] == 'item-3':
         (HERE / 'item-3-started').touch()
     if item['id'] == 'item-0':
@@ -47,7 +49,6 @@ def test_a_slow_trial_does_not_leave_the_other_threads_idle(project: Project) ->
     project.eval_test(imports="import time", behaviour=SLOW_HEAD)
     result = project.run("--eval", "--eval-threads=2")
     result.assert_outcomes(passed=4)
-    assert result.duration < 8
 
 
 def test_one_at_a_time_without_threads(project: Project) -> None:

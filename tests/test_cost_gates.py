@@ -328,8 +328,8 @@ def test_cost_tokens_and_latency_changes_against_the_baseline(
             "    equals_metric *",
             "    cost per item            $0.00233 -> $0.117 (+$0.114, +4900%, worse)",
             "    tokens per item              10 -> 500 (+490, +4900%, worse)",
-            "    latency p50               * -> * (+*, +*%, worse)",
-            "    latency p95               * -> * (+*, +*%, worse)",
+            "    latency p50 * -> * (+*, +*%, worse)",
+            "    latency p95 * -> * (+*, +*%, worse)",
             "    regressions (0): none",
         ]
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Project, items, offline_opik
+from conftest import NEEDS_RECORD, Project, items, offline_opik
 from fake_llm import APP, CONFTEST, FakeLLM, connections
 
 from pytest_opik_eval.metrics import BaseMetric, ScoreResult
@@ -540,6 +540,7 @@ def unseen_project(project: Project, judge: str) -> None:
         ),
     ],
 )
+@NEEDS_RECORD
 def test_a_judge_whose_key_cannot_see_it_all_is_never_cached_and_says_so(
     project: Project, judge: str, what: str
 ) -> None:
@@ -789,6 +790,7 @@ def test_a_key_holds_no_address_and_no_secret(tmp_path: Path) -> None:
     assert "0x" not in stored and "sk-one" not in stored
 
 
+@NEEDS_RECORD
 def test_a_configuration_too_deep_to_see_is_never_cached(tmp_path: Path) -> None:
     notices: list[str] = []
     cache = JudgeCache(tmp_path, notify=notices.append)
@@ -872,6 +874,7 @@ def _trials(report: dict[str, Any]) -> list[tuple[tuple[str, int], dict[str, Any
     ]
 
 
+@NEEDS_RECORD
 def test_a_recorded_suite_replays_its_judges_offline_and_a_changed_judge_fails_strict_replay(
     project: Project, llm: FakeLLM
 ) -> None:
@@ -917,6 +920,7 @@ def test_a_recorded_suite_replays_its_judges_offline_and_a_changed_judge_fails_s
     assert distributed["judge_cache"]["missed"] == 4
 
 
+@NEEDS_RECORD
 def test_strict_replay_with_the_judge_cache_off_runs_the_judges_live(project: Project, llm: FakeLLM) -> None:
     judged_app(project)
     project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=2, failed=2)

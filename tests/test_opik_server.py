@@ -329,18 +329,19 @@ def test_answer_next_sends_exactly_the_given_answer(server: OpikTestServer, api:
     assert api.get("is-alive/ping").json() == {"healthy": True}
 
 
-def test_delay_slows_matching_answers(server: OpikTestServer, api: httpx.Client) -> None:
+def test_delay_slows_matching_answers(
+    server: OpikTestServer, api: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paused: list[float] = []  # the server's pauses, seen without a clock
+    monkeypatch.setattr(server, "_pause", paused.append)
     server.delay(0.3, path_contains="is-alive/ver")
-    started = time.monotonic()
     assert api.get("is-alive/ver").status_code == 200
-    assert time.monotonic() - started >= 0.3
-    started = time.monotonic()
+    assert paused == [0.3]
     assert api.get("is-alive/ping").status_code == 200
-    assert time.monotonic() - started < 0.3
+    assert paused == [0.3]  # another path is not delayed
     server.delay(0, path_contains="is-alive/ver")
-    started = time.monotonic()
-    api.get("is-alive/ver")
-    assert time.monotonic() - started < 0.3
+    assert api.get("is-alive/ver").status_code == 200
+    assert paused == [0.3]
 
 
 def test_go_down_refuses_connections_and_come_back_keeps_port_and_data(server: OpikTestServer) -> None:

@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Project, offline_opik
+from conftest import Project, extra_reason, offline_opik
 from opik_server import OpikTestServer
 from test_tracing import tree
 
 # Imported once for the whole module, as the plugin imports it in each inner run: pytester drops
 # the modules a run imported when it ends, and a later run would meet the first run's module
 # through the package's attribute, holding that run's OpenTelemetry (see conftest.py).
-otel = pytest.importorskip("pytest_opik_eval.run.otel")
+otel = pytest.importorskip("pytest_opik_eval.run.otel", reason=extra_reason("otel", "opentelemetry"))
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.util._once import Once  # noqa: E402
 
@@ -267,7 +267,7 @@ def check_run(project: Project, report: dict[str, Any], *, llm_calls: int = 1) -
 def test_otel_spans_of_each_trial_are_stored_under_its_task_span(
     instrumented: Project, args: list[str]
 ) -> None:
-    pytest.importorskip("genai_prices")
+    pytest.importorskip("genai_prices", reason=extra_reason("cost", "genai_prices"))
     instrumented.write("test_eval.py", SYNC_TEST)
     result, report = instrumented.run_report("--eval", *args)
     result.assert_outcomes(passed=len(LABELS) + 1)
@@ -284,7 +284,7 @@ def test_otel_spans_of_each_trial_are_stored_under_its_task_span(
 
 
 def test_otel_spans_of_async_tests_under_pytest_asyncio(instrumented: Project) -> None:
-    pytest.importorskip("genai_prices")
+    pytest.importorskip("genai_prices", reason=extra_reason("cost", "genai_prices"))
     # Warnings shown, not errors: "-p asyncio" makes pytest warn that the module asyncio (the
     # standard library's) is already imported, as in test_async.py.
     instrumented.pytester.makeini(
@@ -297,7 +297,7 @@ def test_otel_spans_of_async_tests_under_pytest_asyncio(instrumented: Project) -
 
 
 def test_otel_spans_of_async_tests_in_threads(instrumented: Project) -> None:
-    pytest.importorskip("genai_prices")
+    pytest.importorskip("genai_prices", reason=extra_reason("cost", "genai_prices"))
     instrumented.write("test_eval.py", ASYNC_TEST)
     result, report = instrumented.run_report("--eval", "--eval-threads=4")
     result.assert_outcomes(passed=len(LABELS))

@@ -8,7 +8,7 @@ import json
 import sys
 
 import pytest
-from conftest import Project, offline_opik
+from conftest import Project, extra_reason, offline_opik
 from fake_llm import FakeLLM
 
 from pytest_opik_eval.run import pricing
@@ -52,7 +52,7 @@ def traced(project: Project, monkeypatch: pytest.MonkeyPatch) -> Project:
 
 
 def test_a_known_model_is_priced_from_the_table_and_an_unknown_one_counted(traced: Project) -> None:
-    pytest.importorskip("genai_prices")
+    pytest.importorskip("genai_prices", reason=extra_reason("cost", "genai_prices"))
     result, report = traced.run_report("--eval")
     result.assert_outcomes(passed=3)
     # gpt-4o-mini at OpenAI, as genai-prices 0.2.3 has it (genai_prices/data.py, provider
@@ -122,7 +122,7 @@ def claude(question):
 def test_prompt_tokens_read_from_the_cache_are_priced_at_the_cache_price(
     project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("genai_prices")
+    pytest.importorskip("genai_prices", reason=extra_reason("cost", "genai_prices"))
     offline_opik(project, monkeypatch)
     project.dataset([{"id": "a", "input": {"text": "a"}, "expected_output": "a"}])
     project.write("app.py", CACHED_APP)
@@ -179,7 +179,7 @@ def test_pricing_in_threads_does_not_break_the_openai_clients_of_other_trials(
     # it first imported in a pool thread, the other threads' calls would meet it half made
     # ("partially initialized module 'httpx2' has no attribute ..."). A fresh process each time,
     # where nothing imported genai-prices before the trials.
-    pytest.importorskip("genai_prices")
+    pytest.importorskip("genai_prices", reason=extra_reason("cost", "genai_prices"))
     offline_opik(project, monkeypatch)
     labels = [f"q{i}" for i in range(16)]
     project.dataset(
@@ -216,7 +216,7 @@ def test_trials_that_price_nothing_import_the_price_table_only_for_threads(proje
     # No span can reach these trials (no Opik SDK, no OpenTelemetry, no manual API), nor any
     # recording: run one at a time, genai-prices (0.1 s) is never imported for them; with
     # threads it is, before they start, as a task may import a traced SDK itself (above).
-    pytest.importorskip("genai_prices")
+    pytest.importorskip("genai_prices", reason=extra_reason("cost", "genai_prices"))
     project.dataset([{"id": label, "input": {"text": label}, "expected_output": label} for label in "abcd"])
     project.eval_test()
     project.write("conftest.py", MODULES_AT_END)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,13 +20,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Project
+from conftest import NEEDS_RECORD, Project
 from fake_llm import APP, CONFTEST, SECRET, FakeLLM, connections
 from opik_server import OpikTestServer
 
 from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.options import RECORD_MODES
 from pytest_opik_eval.store.local import GITIGNORE
+
+pytestmark = NEEDS_RECORD  # tests/test_extras.py checks what its absence says
 
 QUESTIONS = ["capital", "colour", "planet"]
 
@@ -900,24 +901,6 @@ def test_the_command_line_wins_over_the_environment_which_wins_over_the_ini_file
     result.assert_outcomes(passed=3, failed=3)  # replayed what the ini's mode recorded
     result = project.run("--eval", "--eval-record=off")
     assert "eval recordings" not in result.stdout.str()
-
-
-def test_without_vcrpy_a_recording_mode_is_a_usage_error_naming_the_extra(
-    project: Project, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    write_project(project)
-    monkeypatch.setitem(sys.modules, "vcr", None)  # as if it were not installed
-    monkeypatch.setenv("PYTEST_OPIK_EVAL_RECORD", "none")
-    result = project.run("--eval")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        [
-            "*--eval-record=none (from env PYTEST_OPIK_EVAL_RECORD) records the app's calls with vcrpy, "
-            "which is not installed: pip install 'pytest-opik-eval[[]record[]]'"
-        ]
-    )
-    monkeypatch.delenv("PYTEST_OPIK_EVAL_RECORD")
-    assert project.run("--eval", "--co").ret == pytest.ExitCode.OK  # off: vcrpy is not needed
 
 
 def test_without_eval_record_nothing_is_patched(project: Project, llm: FakeLLM) -> None:

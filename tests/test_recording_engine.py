@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import NEEDS_RECORD
 
 from pytest_opik_eval.own_requests import sending
 from pytest_opik_eval.run.http_calls import usage_of
@@ -38,6 +39,8 @@ from pytest_opik_eval.store.recordings import (
 )
 from pytest_opik_eval.store.recordings import load as load_recordings
 from pytest_opik_eval.store.recordings import test_file as file_of
+
+pytestmark = NEEDS_RECORD
 
 TEST = "tests/test_app.py::test_answer"
 SECRET = "sk-test-5ecret-value-123456"

@@ -32,7 +32,7 @@ import httpx
 import pytest
 import requests
 import zstandard
-from conftest import Project
+from conftest import NEEDS_RECORD, Project
 
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
 from pytest_opik_eval.run import http_calls
@@ -40,6 +40,8 @@ from pytest_opik_eval.run.http_calls import UnreadableBody
 from pytest_opik_eval.run.recording import Recorder, TrialKey
 from pytest_opik_eval.store.recordings import Folded, fold
 from pytest_opik_eval.store.recordings import load as load_recordings
+
+pytestmark = NEEDS_RECORD
 
 TEST = "tests/test_app.py::test_answer"
 # Recognisable values, none shorter than 8 characters (shorter ones are not masked: see masking).
