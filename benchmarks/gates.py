@@ -65,6 +65,7 @@ from pytest_opik_eval.store.records import (  # noqa: E402
     TrialRecord,
 )
 from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
+from pytest_opik_eval.verdict.distributions import binomial_tail  # noqa: E402
 from pytest_opik_eval.verdict.results import ExperimentResult, experiment_result  # noqa: E402
 from pytest_opik_eval.verdict.summary import judge_session, passed  # noqa: E402
 
@@ -410,9 +411,10 @@ def misses(results: dict[int, dict[str, int]]) -> list[str]:
 
 
 def beyond(count: int, runs: int, target: float) -> str:
-    """Whether a share above ``target`` is beyond two of its Monte-Carlo standard errors."""
-    error = 2.0 * math.sqrt(target * (1.0 - target) / runs)
-    return " (beyond Monte-Carlo error)" if count / runs > target + error else " (within Monte-Carlo error)"
+    """Whether a share above ``target`` is beyond Monte-Carlo error: the exact binomial chance of
+    so many at the target is below 2.5%."""
+    chance = binomial_tail(count, runs, target)
+    return f" (beyond Monte-Carlo error, p={chance:.2g})" if chance < 0.025 else " (within Monte-Carlo error)"
 
 
 # --- baseline selection --------------------------------------------------------------------
@@ -491,10 +493,10 @@ def detectable_power(kind: str, items: int, trials: int, reruns: int) -> tuple[f
 
 
 def cost(kind: str, metrics: int, items: int, trials: int, repeat: int) -> dict[str, float]:
-    """Seconds (median of ``repeat`` runs) to build each run's result and to judge every gate
-    (fail_under, min_pass_rate, max_regression on each metric) with a baseline, over items x
-    trials trials per run, the collector paused as the session judges (building the records is
-    not counted)."""
+    """Processor seconds (median of ``repeat`` runs; the machine is shared, and the work is one
+    thread's) to build each run's result and to judge every gate (fail_under, min_pass_rate,
+    max_regression on each metric) with a baseline, over items x trials trials per run, the
+    collector paused as the session judges (building the records is not counted)."""
     names = [f"m{j}" for j in range(metrics)]
     gates = GateSettings(
         fail_under={"m0": 0.7},
@@ -519,15 +521,15 @@ def cost(kind: str, metrics: int, items: int, trials: int, repeat: int) -> dict[
         gc.disable()  # as the session judges: under gcpause.no_gc_pass
         try:
             times: dict[str, float] = {}
-            start = time.perf_counter()
+            start = time.process_time()
             baseline = experiment_result(*baseline_records, None, gates, intervals=False)
-            times["baseline result"] = time.perf_counter() - start
-            start = time.perf_counter()
+            times["baseline result"] = time.process_time() - start
+            start = time.process_time()
             candidate = experiment_result(*candidate_records, "candidate", gates)
-            times["candidate result"] = time.perf_counter() - start
-            start = time.perf_counter()
+            times["candidate result"] = time.process_time() - start
+            start = time.process_time()
             judged = judge_session([with_baseline(candidate, baseline)], str)
-            times["judge"] = time.perf_counter() - start
+            times["judge"] = time.process_time() - start
         finally:
             gc.enable()
         assert len(judged[0].gates) == 2 + metrics, judged[0].gates
