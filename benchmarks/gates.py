@@ -3,13 +3,15 @@ coverage and monotonicity, measured by driving the package's own gate code (``ex
 ``with_baseline``, ``judge_session``) over simulated sessions; then what baseline selection does,
 whether the printed detectable drop is caught 80% of the time, and what the gates cost.
 
-    python benchmarks/gates.py [--reruns N] [--quick] [--jobs 2]
-                               [--only rates|baselines|power|cost] [--row TEXT]
+    python benchmarks/gates.py [--reruns N] [--seconds S] [--quick] [--jobs 2]
+                               [--only rates|baselines|power|cost] [--row TEXT] [--json FILE]
+    python benchmarks/gates.py --markdown FILE    # the table of a --json file, for the README
 
 A row is a kind of score, a number of items and of trials per item, of gated metrics per test and
-of gated tests in the session. Each rerun draws a fresh set of items from the row's population (the
-item is the unit: the dataset is a sample of the items the app will meet), runs a baseline and
-candidates on them, and judges the whole session, each gate ``max_regression METRIC=0.05``:
+of gated tests in the session: every combination of issue 23's grid (144 rows). Each rerun draws
+a fresh set of items from the row's population (the item is the unit: the dataset is a sample of
+the items the app will meet), runs a baseline and candidates on them, and judges the whole
+session, each gate ``max_regression METRIC=0.05``:
 - pass/fail scores: each item passes its trials with its own probability, drawn from a beta
   distribution with mean 0.75 and intra-item correlation 0.5 (many items always pass or always
   fail, some are flaky); a drop of D breaks a share D / 0.75 of the items (they fail every trial:
@@ -19,7 +21,8 @@ candidates on them, and judges the whole session, each gate ``max_regression MET
   item's mean in proportion (by D / 0.75 of it);
 - several metrics of a test share its items' difficulty, each with trials of its own; several
   tests have items of their own.
-Columns, each the share of the row's reruns (the Monte-Carlo count in the last column):
+Columns, each the share of the row's reruns (1,000, or as many as --seconds allow a row: the
+Monte-Carlo count is the last column):
 - A/A: the session fails (any gate not met, normal mode) though nothing changed (target <= 5%);
 - at DELTA: the session fails though every drop is exactly DELTA, tolerated (target <= 5%);
 - power: the session fails when every metric drops by 2 x DELTA;
@@ -29,7 +32,10 @@ Columns, each the share of the row's reruns (the Monte-Carlo count in the last c
   2 x DELTA (>= 94% from 10 items);
 - monotone: gates that a better run (one more passed trial, or one score raised by 0.1) fails
   though the run itself met them, over every candidate and mode (target 0).
-Seeds are fixed: the same command prints the same figures; rows run in ``--jobs`` processes.
+Under the table, every row whose figure misses a target is named, and whether by more than its
+Monte-Carlo error. Seeds are fixed: the same command prints the same figures (after --seconds,
+--reruns with the count printed gives a row's again); rows run in ``--jobs`` processes, the
+costliest first.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ from pytest_opik_eval.store.records import (  # noqa: E402
     TrialRecord,
 )
 from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
+from pytest_opik_eval.verdict.distributions import binomial_tail  # noqa: E402
 from pytest_opik_eval.verdict.results import ExperimentResult, experiment_result  # noqa: E402
 from pytest_opik_eval.verdict.summary import judge_session, passed  # noqa: E402
 
@@ -82,11 +89,13 @@ class Row:
         return f"{self.kind} {self.items}x{self.trials} m{self.metrics} t{self.tests}"
 
 
-ROWS = [Row(kind, n, k) for kind in ("pass/fail", "continuous") for n in SIZES for k in TRIALS] + [
-    Row(kind, n, 3, metrics, tests)
+# Issue 23's grid, every combination.
+ROWS = [
+    Row(kind, n, k, metrics, tests)
+    for metrics, tests in ((1, 1), (4, 1), (1, 5), (4, 5))
     for kind in ("pass/fail", "continuous")
-    for n in (3, 30, 100)
-    for metrics, tests in ((4, 1), (1, 5), (4, 5))
+    for n in SIZES
+    for k in TRIALS
 ]
 
 
@@ -257,9 +266,14 @@ def run(row: Row, draws: Draws, name: str, drop: float, *, better: bool = False)
     return out
 
 
-def measure(row: Row, reruns: int) -> dict[str, int]:
+def measure(row: Row, reruns: int, seconds: float = math.inf) -> dict[str, int]:
+    """The row's counts over ``reruns`` reruns, or as many as ``seconds`` allow (the count is
+    in the table)."""
     counts = dict.fromkeys(COUNTS, 0)
+    deadline = time.perf_counter() + seconds
     for rerun in range(reruns):
+        if time.perf_counter() > deadline:
+            break
         draws = draw(row, random.Random(f"{row.name}-{rerun}"))
         baselines = run(row, draws, "baseline", 0.0)
         for drop, key_normal, key_strict in CANDIDATES:
@@ -315,9 +329,11 @@ def improved(kind: str, items: list[list[float]]) -> list[list[float]]:
     return better
 
 
-def _measure_job(job: tuple[int, int]) -> tuple[int, dict[str, int]]:
-    index, reruns = job
-    return index, measure(ROWS[index], reruns)
+def _measure_job(job: tuple[int, int, float]) -> tuple[int, dict[str, int]]:
+    index, reruns, seconds = job
+    counts = measure(ROWS[index], reruns, seconds)
+    print(f"  {ROWS[index].name}: {counts}", file=sys.stderr, flush=True)  # progress
+    return index, counts
 
 
 def percent(count: int, runs: int) -> str:
@@ -327,7 +343,8 @@ def percent(count: int, runs: int) -> str:
 def print_rates(results: dict[int, dict[str, int]]) -> None:
     print(
         f"max_regression METRIC={DELTA:g} per metric, normal and strict modes, confidence 0.95; the share\n"
-        "of reruns (Monte-Carlo count in the last column; standard error 1 point at 5% for 500).\n"
+        "of reruns (their Monte-Carlo count in the last column; its standard error at 5% is 0.7\n"
+        "points for 1,000, 2.2 for 100).\n"
     )
     head = f"{'scores':<11}{'items':>6}{'trials':>7}{'metrics':>8}{'tests':>6}{'A/A':>8}{'at DELTA':>9}"
     print(
@@ -348,6 +365,56 @@ def print_rates(results: dict[int, dict[str, int]]) -> None:
             + "".join(f"{share:>{width}}" for share, width in shares)
             + f"{c['monotone']:>9}{c['runs']:>7}"
         )
+    print()
+    for line in misses(results):
+        print(line)
+
+
+def markdown(results: dict[int, dict[str, int]]) -> None:
+    """The table as the README shows it."""
+    print(
+        "| scores | items | trials | metrics x tests | A/A | at DELTA | power (2 x DELTA) | strict at DELTA "
+        "| strict A/A | coverage | monotone | runs |\n|---|" + "---:|" * 11
+    )
+    for index in sorted(results):
+        row, c = ROWS[index], results[index]
+        shares = [percent(c[key], c["runs"]).strip() for key in COUNTS[:5]]
+        shares.append(percent(c["covered"], c["coverage_runs"]).strip())
+        cells = [row.kind, str(row.items), str(row.trials), f"{row.metrics} x {row.tests}", *shares]
+        print("| " + " | ".join([*cells, str(c["monotone"]), f"{c['runs']:,}"]) + " |")
+    print()
+    for line in misses(results):
+        print(line)
+
+
+def misses(results: dict[int, dict[str, int]]) -> list[str]:
+    """Every row whose figure misses a target: the session's false alarms (A/A, at DELTA) and
+    strict mode's error above 5%, coverage below 94% from 10 items, any non-monotone verdict;
+    each marked whether it is beyond two Monte-Carlo standard errors."""
+    lines = []
+    for index in sorted(results):
+        row, c = ROWS[index], results[index]
+        missed = [
+            f"{what} {percent(c[key], c['runs']).strip()}{beyond(c[key], c['runs'], 0.05)}"
+            for key, what in (("aa", "A/A"), ("at_delta", "at DELTA"), ("strict_at_delta", "strict at DELTA"))
+            if c["runs"] and c[key] / c["runs"] > 0.05
+        ]
+        uncovered = c["coverage_runs"] - c["covered"]
+        if row.items >= 10 and c["coverage_runs"] and uncovered / c["coverage_runs"] > 0.06:
+            share = percent(c["covered"], c["coverage_runs"]).strip()
+            missed.append(f"coverage {share}{beyond(uncovered, c['coverage_runs'], 0.06)}")
+        if c["monotone"]:
+            missed.append(f"{c['monotone']} non-monotone verdicts")
+        if missed:
+            lines.append(f"MISSES a target: {row.name} ({c['runs']} runs): " + ", ".join(missed))
+    return lines or ["Every row meets its targets."]
+
+
+def beyond(count: int, runs: int, target: float) -> str:
+    """Whether a share above ``target`` is beyond Monte-Carlo error: the exact binomial chance of
+    so many at the target is below 2.5%."""
+    chance = binomial_tail(count, runs, target)
+    return f" (beyond Monte-Carlo error, p={chance:.2g})" if chance < 0.025 else " (within Monte-Carlo error)"
 
 
 # --- baseline selection --------------------------------------------------------------------
@@ -425,49 +492,47 @@ def detectable_power(kind: str, items: int, trials: int, reruns: int) -> tuple[f
 # --- the cost at 100,000 trials ----------------------------------------------------------
 
 
-def cost(items: int, trials: int, repeat: int) -> dict[str, float]:
-    """Seconds (median of ``repeat`` runs) to build each run's result and to judge every gate
-    (fail_under, min_pass_rate, max_regression) with a baseline, over items x trials trials per
-    run, the collector paused as the session judges (building the records is not counted)."""
+def cost(kind: str, metrics: int, items: int, trials: int, repeat: int) -> dict[str, float]:
+    """Processor seconds (median of ``repeat`` runs; the machine is shared, and the work is one
+    thread's) to build each run's result and to judge every gate (fail_under, min_pass_rate,
+    max_regression on each metric) with a baseline, over items x trials trials per run, the
+    collector paused as the session judges (building the records is not counted)."""
+    names = [f"m{j}" for j in range(metrics)]
     gates = GateSettings(
         fail_under={"m0": 0.7},
         min_pass_rate=0.7,
-        max_regression={"m0": DELTA},
+        max_regression=dict.fromkeys(names, DELTA),
         thresholds={"m0": 0.5},
         soft=True,
     )
-    rng = random.Random(f"cost-{items}-{trials}")
-    means = item_parameters(rng, "pass/fail", items)
-    before = scores(
-        "pass/fail", means, [[rng.random() for _ in range(trials)] for _ in means], [1.0] * items, 0.0
-    )
-    after = scores(
-        "pass/fail",
-        means,
-        [[rng.random() for _ in range(trials)] for _ in means],
-        [rng.random() for _ in means],
-        0.02,
-    )
-    baseline_records = records("baseline", 0, [before], gates)
-    candidate_records = records("candidate", 0, [after], gates)
+    rng = random.Random(f"cost-{kind}-{items}-{trials}")
+    means = item_parameters(rng, kind, items)
+
+    def draws() -> list[list[float]]:
+        return [[rng.random() for _ in range(trials)] for _ in means]
+
+    before = [scores(kind, means, draws(), [1.0] * items, 0.0) for _ in names]
+    after = [scores(kind, means, draws(), [rng.random() for _ in means], 0.02) for _ in names]
+    baseline_records = records("baseline", 0, before, gates)
+    candidate_records = records("candidate", 0, after, gates)
     runs: list[dict[str, float]] = []
     for _ in range(repeat):
         gc.collect()
         gc.disable()  # as the session judges: under gcpause.no_gc_pass
         try:
             times: dict[str, float] = {}
-            start = time.perf_counter()
+            start = time.process_time()
             baseline = experiment_result(*baseline_records, None, gates, intervals=False)
-            times["baseline result"] = time.perf_counter() - start
-            start = time.perf_counter()
+            times["baseline result"] = time.process_time() - start
+            start = time.process_time()
             candidate = experiment_result(*candidate_records, "candidate", gates)
-            times["candidate result"] = time.perf_counter() - start
-            start = time.perf_counter()
+            times["candidate result"] = time.process_time() - start
+            start = time.process_time()
             judged = judge_session([with_baseline(candidate, baseline)], str)
-            times["judge"] = time.perf_counter() - start
+            times["judge"] = time.process_time() - start
         finally:
             gc.enable()
-        assert len(judged[0].gates) == 3, judged[0].gates
+        assert len(judged[0].gates) == 2 + metrics, judged[0].gates
         times["all"] = sum(times.values())
         runs.append(times)
     return {step: median(r[step] for r in runs) for step in runs[0]}
@@ -486,24 +551,33 @@ def in_parallel(function: Callable[[Any], Any], jobs: Sequence[Any], processes: 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--reruns",
-        type=int,
-        help="reruns per row (default 500: about half an hour on two cores; 40 with --quick)",
+        "--reruns", type=int, help="reruns per row (default 1,000: hours on two cores; 40 with --quick)"
+    )
+    parser.add_argument(
+        "--seconds", type=float, default=math.inf, help="at most this long per row (its count is printed)"
     )
     parser.add_argument("--quick", action="store_true", help="few reruns: a smoke run")
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--only", choices=["rates", "baselines", "power", "cost"], action="append")
     parser.add_argument("--row", action="append", help="only the rows whose name contains this")
     parser.add_argument("--json", type=Path, help="also write the rates' counts here")
+    parser.add_argument(
+        "--markdown", type=Path, help="print the table of these counts (--json's) in Markdown"
+    )
     args = parser.parse_args()
-    reruns = args.reruns or (40 if args.quick else 500)
+    reruns = args.reruns or (40 if args.quick else 1000)
     parts = args.only or ["rates", "baselines", "power", "cost"]
     started = time.perf_counter()
+    if args.markdown:
+        names = {row.name: i for i, row in enumerate(ROWS)}
+        markdown({names[name]: c for name, c in json.loads(args.markdown.read_text()).items()})
+        return
     if "rates" in parts:
         chosen = [i for i, row in enumerate(ROWS) if not args.row or any(r in row.name for r in args.row)]
         # The costliest rows first, so that the processes finish together.
         chosen.sort(key=lambda i: -ROWS[i].items * ROWS[i].trials * ROWS[i].metrics * ROWS[i].tests)
-        results = dict(in_parallel(_measure_job, [(i, reruns) for i in chosen], args.jobs))
+        jobs = [(i, reruns, args.seconds) for i in chosen]
+        results = dict(in_parallel(_measure_job, jobs, args.jobs))
         print_rates(results)
         if args.json:
             args.json.write_text(json.dumps({ROWS[i].name: c for i, c in results.items()}, indent=1))
@@ -537,10 +611,15 @@ def main() -> None:
         print(flush=True)
     if "cost" in parts:
         print("Cost of every gate (fail_under, min_pass_rate, max_regression) with a baseline, median of 5:")
-        for n, k in ((20_000, 5), (100_000, 1)):
-            figures = cost(n, k, 1 if args.quick else 5)
+        for kind, metrics, n, k in (
+            ("pass/fail", 1, 20_000, 5),
+            ("pass/fail", 1, 100_000, 1),
+            ("continuous", 1, 100_000, 1),
+            ("continuous", 2, 100_000, 1),
+        ):
+            figures = cost(kind, metrics, n, k, 1 if args.quick else 5)
             print(
-                f"  {n:,} x {k}: "
+                f"  {kind}, {metrics} metric(s), {n:,} x {k}: "
                 + ", ".join(f"{step} {seconds * 1000:.0f} ms" for step, seconds in figures.items())
             )
     print(f"\n{time.perf_counter() - started:.0f} s in all")

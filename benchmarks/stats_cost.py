@@ -6,7 +6,7 @@ Two runs (a baseline and a current one) of ITEMS x TRIALS trials, each item pass
 probability (0.6 to 0.95). Everything a gated run would compute, timed from the trials as flat
 records (grouping them by item, the caller's part, is shown apart): a metric's mean interval,
 the trial and the k-of-n item pass rates' intervals, the paired comparison, the exact test of the
-flips, the regression tests (the score test against DELTA both ways, the sign-flip test), Holm
+flips, the regression tests (the score test against DELTA both ways, the exact sign test), Holm
 over the metrics, the design's detectable drop and the items needed, pass@k and pass^k with their
 intervals. Once for pass/fail scores (the items take a few distinct values) and once for
 continuous scores (every item its own value: the tests work on bins). Each figure is the median
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from statistics import median
 
 from pytest_opik_eval.verdict import design as dp
+from pytest_opik_eval.verdict import pass_at_k as pk
 from pytest_opik_eval.verdict import statistics as st
 
 Trial = tuple[str, float, bool]  # item id, score, passed
@@ -95,7 +96,7 @@ def everything(current: list[Trial], baseline: list[Trial]) -> dict[str, float]:
     timed("detectable drop", detectable)
     timed(
         "pass@k, pass^k",
-        lambda: (st.pass_at_k_interval(counts, 3), st.pass_hat_k_interval(counts, 3)),
+        lambda: (pk.pass_at_k_interval(counts, 3), pk.pass_hat_k_interval(counts, 3)),
     )
     return times
 

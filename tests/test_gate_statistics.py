@@ -21,6 +21,7 @@ from conftest import Project, items
 from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict import design as dp
+from pytest_opik_eval.verdict import pass_at_k as pk
 from pytest_opik_eval.verdict import statistics as st
 from pytest_opik_eval.verdict.results import values_by_item
 
@@ -133,7 +134,7 @@ def test_items_that_all_regressed_are_as_likely_as_their_signs_by_chance(
     project: Project, regressed: int, met: bool
 ) -> None:
     # With DELTA 0: 3 of 3 items regressing happen by chance once in 8 (the old gate said p<0.001),
-    # and the gate's p-value is at least that; 6 of 6, once in 64: a regression.
+    # and the gate's p-value is the exact sign test's; 6 of 6, once in 64: a regression.
     app(project, regressed)
     project.run("--eval", "--eval-soft")
     wrong(project, *first(regressed))
@@ -143,14 +144,16 @@ def test_items_that_all_regressed_are_as_likely_as_their_signs_by_chance(
     assert gate["p_chance"] == pytest.approx(2.0**-regressed)
     assert gate["p_value"] == pytest.approx(expected.p_beyond) and gate["met"] is met
     assert result.ret == (pytest.ExitCode.OK if met else pytest.ExitCode.TESTS_FAILED)
-    if met:  # 3 items: 1/7, the score test's, above the exact 1/8; the drop's bound below 0
-        low, _ = expected.drop_bounds(0.95)
+    assert gate["p_value"] == 2.0**-regressed  # exactly: 1/8 and 1/64, by hand
+    low, _ = expected.drop_bounds(0.95)
+    if met:  # 3 items: the drop's bound below 0
+        assert low < 0
         assert gate_lines(result)[0].endswith(
-            f"beyond 0 but not shown to be (the drop is at least {low:.3f}, p=0.143)"
+            f"beyond 0 but not shown to be (the drop is at least {low:.3f}, p=0.125)"
         )
     else:
-        low, _ = expected.drop_bounds(0.95)
-        assert gate_lines(result)[0].endswith(f"beyond the 0 allowed (at least {low:.3f}, p=0.037)")
+        assert low > 0
+        assert gate_lines(result)[0].endswith(f"beyond the 0 allowed (at least {low:.3f}, p=0.016)")
 
 
 @pytest.mark.parametrize(("n", "met", "p"), [(2, False, 0.5), (30, False, 0.205), (72, True, 0.049)])
@@ -196,13 +199,14 @@ def test_one_item_bounds_nothing_and_two_equal_scores_are_no_certainty(project: 
 
 
 @pytest.mark.parametrize(
-    ("bound", "all_passed", "one_failed"), [(0.65, True, True), (0.67, True, False), (0.9, False, False)]
+    ("bound", "all_passed", "one_failed"), [(0.65, True, True), (0.74, True, True), (0.75, False, False)]
 )
 def test_a_better_run_never_gates_worse(
     project: Project, bound: float, all_passed: bool, one_failed: bool
 ) -> None:
     # 10 items x 5 trials, every trial passing, against the same with one failed trial: the
-    # bound of the better run is the higher (it was the other way round with a method switch).
+    # bound of the better run is no lower (it was lower with a method switch): both are
+    # Clopper-Pearson's for 10 of 10, 0.05^(1/10) = 0.741 (a score of 0.8 rounds up to a pass).
     app(project, 10, marker="trial_count=5,")
     strict = ["--eval", "--eval-soft", f"--eval-min-pass-rate={bound}", "--eval-gate-mode=strict"]
     result, report = project.run_report(*strict)
@@ -210,7 +214,8 @@ def test_a_better_run_never_gates_worse(
     wrong(project, "i000#0")
     result, report = project.run_report(*strict)
     worse = report["experiments"][0]["gates"][0]
-    assert better["interval"]["low"] > worse["interval"]["low"]
+    assert better["interval"]["low"] >= worse["interval"]["low"]
+    assert better["interval"]["low"] == pytest.approx(0.05**0.1)
     assert (better["met"], worse["met"]) == (all_passed, one_failed)
 
 
@@ -495,11 +500,11 @@ def test_multi_trial_items_report_pass_at_k_and_pass_hat_k_with_intervals(projec
     assert summary["pass_at_k"] == pytest.approx({"1": (1 + 1 / 3) / 2, "2": (1 + 2 / 3) / 2, "3": 1.0})
     assert summary["pass_hat_k"] == pytest.approx({"1": (1 + 1 / 3) / 2, "2": 0.5, "3": 0.5})
     hat_3 = summary["pass_hat_k_interval"]["3"]
-    expected = st.pass_hat_k_interval([(3, 3), (3, 1)], 3)
+    expected = pk.pass_hat_k_interval([(3, 3), (3, 1)], 3)
     assert (hat_3["estimate"], hat_3["low"], hat_3["high"], hat_3["items"]) == pytest.approx(
         (0.5, expected.low, expected.high, 2)
     )
-    at_1, at_3 = (st.pass_at_k_interval([(3, 3), (3, 1)], k) for k in (1, 3))
+    at_1, at_3 = (pk.pass_at_k_interval([(3, 3), (3, 1)], k) for k in (1, 3))
     assert (
         f"    pass@1   0.667 [{at_1.low:.3f}, {at_1.high:.3f}]",
         f"    pass@3   1.000 [{at_3.low:.3f}, 1.000]",

@@ -62,7 +62,7 @@ def test_control_characters_are_escaped_in_every_output(
         '  input:    {"text": "red\\u001b[31m\\u0007"}',  # JSON's own escapes
         "  expected: x\\x9b2J\\u202e",
         "  output:   red\\x1b[31m\\x07\\x9b31m",
-        "  shout\\x1b[5m        0.000  [0.000, 0.993]    0.000  0.000      0      -",
+        "  shout\\x1b[5m        0.000  [0.000, 0.842]    0.000  0.000      0      -",
         "    item evil\\x1b[2J failed: 0 of 2 trials passed",
     ]:
         assert f"\n{shown}\n" in output, shown

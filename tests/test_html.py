@@ -580,10 +580,10 @@ def test_evidence_sections() -> None:
     html = render_html(evidence_report(), {"exp-1": sample_items()})
     # the mean's interval beside it; the pass rates with theirs; pass@k and pass^k
     assert "<th>mean</th><th>95% interval</th><th>min</th>" in html
-    assert '<td>accuracy</td><td>0.875</td><td class="interval">[0.183, 1.000]</td><td>0.000</td>' in html
-    assert '<p class="pass-rate">trial pass rate 0.875 [0.183, 1.000] 95%, 4 items</p>' in html
+    assert '<td>accuracy</td><td>0.875</td><td class="interval">[0.398, 0.999]</td><td>0.000</td>' in html
+    assert '<p class="pass-rate">trial pass rate 0.875 [0.398, 0.999] 95%, 4 items</p>' in html
     assert (
-        '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.036, 0.996] 95%, 3 items</p>' in html
+        '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.094, 0.992] 95%, 3 items</p>' in html
     )
     cell = r'<td>([\d.]+)</td><td class="interval">(\[[\d.]+, [\d.]+\])</td>'
     assert re.findall(rf'<tr data-k="(\d)"><td>\d</td>{cell}{cell}</tr>', html) == [

@@ -254,10 +254,10 @@ class FirstLetter:  # not a BaseMetric: duck-typed like the Opik SDK's metrics
         "failed": 0,
         "threshold": None,
         "pass_rate": None,
-        # Every length was 1.0, over 2 items: t with one degree of freedom, nearly no bound.
+        # Every length was 1.0, over 2 items: as two passes, Clopper-Pearson's sqrt(0.025).
         "interval": {
             "estimate": 1.0,
-            "low": pytest.approx(0.00689, abs=1e-5),
+            "low": pytest.approx(0.025**0.5, abs=1e-6),
             "high": 1.0,
             "level": 0.95,
             "items": 2,

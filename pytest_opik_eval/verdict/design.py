@@ -13,14 +13,14 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 
+from pytest_opik_eval.verdict.distributions import normal_quantile, t_quantile
 from pytest_opik_eval.verdict.statistics import (
     CORRECTION,
     POWER,
     Sample,
     item_means,
-    normal_quantile,
     null_variance,
-    t_quantile,
+    population,
 )
 
 
@@ -101,13 +101,7 @@ def _beta_moments(mean: float, icc: float) -> Callable[[int, int], float]:
 
 
 def _weighted(points: Iterable[tuple[float, float]], n: int) -> Sample:
-    merged: dict[float, float] = {}
-    for value, weight in points:
-        merged[value] = merged.get(value, 0.0) + weight
-    mean = math.fsum(v * w for v, w in merged.items())
-    variance = math.fsum(w * (v - mean) ** 2 for v, w in merged.items())
-    values = tuple((v, w * n, 0.0) for v, w in sorted(merged.items()) if w > 0.0)
-    return Sample(values, n, mean, variance, -1.0, 1.0)
+    return population(points, n, -1.0, 1.0)
 
 
 def design_of(

@@ -27,6 +27,7 @@ from pytest_opik_eval.verdict.model import (
     MetricSummary,
     TrialReport,
 )
+from pytest_opik_eval.verdict.pass_at_k import pass_at_k_interval, pass_hat_k_interval
 from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, usage_of, usage_summary
 
 
@@ -327,8 +328,8 @@ def item_statistics(
         return summary
     pairs = [(i.trials, i.passed) for i in settled]
     ks = [str(k) for k in range(1, min(i.trials for i in settled) + 1)]
-    at_k = [confidence_interval(stats.pass_at_k_interval(pairs, int(k), level)) for k in ks]
-    hat_k = [confidence_interval(stats.pass_hat_k_interval(pairs, int(k), level)) for k in ks]
+    at_k = [confidence_interval(pass_at_k_interval(pairs, int(k), level)) for k in ks]
+    hat_k = [confidence_interval(pass_hat_k_interval(pairs, int(k), level)) for k in ks]
     return summary.model_copy(
         update={
             "item_pass_rate": confidence_interval(stats.pass_rate_interval(decided, level))

@@ -170,11 +170,6 @@ def _regression(
             f"tested at one-sided {level(confidence)}: Holm over the session's {family} regression "
             f"gates; unadjusted p={test.p_beyond:.3g}"
         )
-    if not strict and test.p_bound <= alpha / divisor < test.p_chance:
-        notes.append(
-            f"{_count(change.items, 'item')} cannot tell this drop from chance "
-            f"(an exact sign-flip test of no change: p={test.p_chance:.3g})"
-        )
     detectable, needed, need_note = _design_notes(
         _design(result, metric), delta, alpha / divisor, strict, cleared
     )

@@ -1,9 +1,6 @@
 """The statistics behind the gates: bounds on a mean over items, the paired comparison with a
-baseline, the tests a gate decides on, Holm over a session's gates, and what a design of n items
-and k trials can detect.
-
-Pure functions over numbers, standard library only (no pytest, no numpy, no scipy): every step is
-one pass over the items, so 100,000 trials take a few milliseconds.
+baseline, the tests a gate decides on, Holm over a session's gates. Pure functions, standard
+library only: one pass over the items, then at most ``BINS`` groups of them.
 
 Conventions:
 - An *item* is the unit: its trials are one observation, the item's mean over them. A mean over
@@ -14,53 +11,51 @@ Conventions:
 - A *difference* is current minus baseline, so a *drop* (current got worse, for a score where
   higher is better) is a negative difference, and ``drop = -difference``.
 
-The method, the same for every kind of score (pass/fail, counts of passed trials, continuous
-scores), so that a run never changes method when its scores change, and a better run never gets
-a worse bound ("bounded t"):
-- the t bound on the mean of the item values: mean - t * s / sqrt(n), t with n - 1 degrees of
-  freedom; honest from about 10 items whatever the shape, and exact for normal data;
-- widened where the sample cannot see what could hide from it: the least favourable population
-  with the observed mean is two-point, the bulk at the mean and a share at the end of the range
-  (items that broke, scoring 0), which n items miss entirely with a chance that the t bound
-  ignores when they all agree (no spread is not proof). Its variance, (mean - m)(m - low) at a
-  hypothesized mean m, is a floor on the variance the test uses; solved, the bound is the mean
-  with t^2 pseudo-items at the end of the range: (n * mean + t^2 * low) / (n + t^2). For pass/
-  fail data that is Wilson's score bound with t for z; for all n items passing it is within a
-  few thousandths of the exact binomial bound.
-- The bound is the lower of the two (the upper bound the higher), never outside the range. One
-  item has no spread to estimate: it bounds nothing (the range's ends), and its tests have p = 1.
-- Each p-value is the bound's inversion: p <= a exactly when the bound at confidence 1 - a
-  excludes the value, so a printed bound and its test never disagree.
-- "No change" is also tested exactly: if an unchanged app's items were as likely to move up as
-  down, how often would chance alone give a total drop this large? The sign-flip randomization
-  test (for pass/fail items with one trial, the exact one-sided McNemar test). A regression gate
-  fails only when both this test and the bound against DELTA say so: 3 items that all regressed
-  give p = 1/8, never a regression.
+One method for every kind of score, so that a run never changes method when its scores change.
+Each part below never decreases when an item's value rises, so neither does the bound (a better
+run never gets a worse bound, nor a worse p-value). The lattice is the range's ends, and 0 for a
+difference; its methods, on counts of items per point: Clopper-Pearson for a rate; for
+differences (items broke, stayed, were fixed) Tango's score bound with half an item's continuity
+correction, and at no change the exact sign test (one-sided McNemar) alone. A lower bound is
+the lowest of:
+- the spread seen: Owen's empirical likelihood of the mean, its ratio read as Student's t with
+  n - 1 degrees of freedom and a Bartlett factor (``_as_t``): the t-test's bound for symmetric
+  values, following the skew of skewed ones; or, if higher, the lattice methods' bound on the
+  values rounded down to the lattice (valid for any values in the range). On pass/fail items
+  with one trial the latter is the method, exact where Clopper-Pearson and the sign test are;
+- the same methods on the values rounded up: a cap that binds only near the range's end (ten
+  scores of 0.99 get no higher a bound than ten passes);
+- no spread: n values whose best is v get a bound no higher than the larger of
+  v - t (v - low) / n^1.5 and Clopper-Pearson's for n passes on [low, v]; it binds only with
+  very few items or no spread: one item bounds nothing, two equal scores prove little.
+The upper bound is the reflection's lower bound. Each p-value is the inversion: p <= a exactly
+when the bound at 1 - a excludes the value, so a bound and its test never disagree.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
-from statistics import NormalDist
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+from pytest_opik_eval.verdict.distributions import beta_quantile, binomial_tail, sign_test, t_quantile, t_sf
+from pytest_opik_eval.verdict.likelihood import likelihood_ratio, root_between, tilt, tilt_root
 
 LEVEL = 0.95
 POWER = 0.80
-# The sign-flip test's resolution: magnitudes in sixtieths (exact for items of up to 6 trials, and
-# for 4 against 5), and its exact distribution computed up to this many steps, normal beyond.
-FLIP_STEPS = 60
-FLIP_WORK = 30_000
 # Over this many distinct values (continuous scores), a mean's test works on this many bins of
-# adjacent values (their means and variances), so that it costs the same at any number of items.
+# adjacent values (their means and spreads), so that it costs the same at any number of items.
 BINS = 64
-
-
-def normal_quantile(p: float) -> float:
-    """The standard normal quantile: the z with P(Z <= z) = p, for p in (0, 1)."""
-    return NormalDist().inv_cdf(p)
+# Half an item's worth, towards the hypothesis, taken off the distance between the lattice's mean
+# and the value tested: the continuity correction of a score test on counts (it applies to the
+# lattice's counts only, never to values that are not counts).
+CORRECTION = 0.5
+# The empirical likelihood ratio's Bartlett factor, 1 + BARTLETT / n (``_as_t``).
+BARTLETT = 2.0
 
 
 def _alpha(level: float) -> float:
@@ -69,103 +64,31 @@ def _alpha(level: float) -> float:
     return 1.0 - level
 
 
-# --- Student's t, from the regularized incomplete beta function ---------------------------
-
-
-def _beta_fraction(a: float, b: float, x: float) -> float:
-    """The continued fraction of the incomplete beta function (modified Lentz), for x below
-    (a + 1) / (a + b + 2), where it converges in O(sqrt(max(a, b))) steps."""
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 10_000):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return fraction
-
-
-def beta_cdf(x: float, a: float, b: float) -> float:
-    """The regularized incomplete beta function I_x(a, b): P(X <= x) for X ~ Beta(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    if x < (a + 1.0) / (a + b + 2.0):
-        return math.exp(log_front) * _beta_fraction(a, b, x) / a
-    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
-
-
-def t_sf(x: float, df: int) -> float:
-    """P(T >= x) for Student's t with ``df`` >= 1 degrees of freedom."""
-    if x == 0.0:
-        return 0.5
-    if math.isinf(x):
-        return 0.0 if x > 0 else 1.0
-    tail = 0.5 * beta_cdf(df / (df + x * x), df / 2.0, 0.5)
-    return tail if x > 0 else 1.0 - tail
-
-
-def _t_density(x: float, df: int) -> float:
-    log_front = math.lgamma((df + 1) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
-    return math.exp(log_front - (df + 1) / 2.0 * math.log1p(x * x / df))
-
-
-@lru_cache(maxsize=4096)
-def t_quantile(p: float, df: int) -> float:
-    """The t with P(T <= t) = p, for Student's t with ``df`` >= 1 degrees of freedom: exact for
-    1 and 2, else Newton's steps from the Cornish-Fisher expansion (bisection if they stall)."""
-    if not 0.0 < p < 1.0:
-        raise ValueError(f"a quantile needs 0 < p < 1, got {p!r}")
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    if p == 0.5:
-        return 0.0
-    if df == 1:
-        return math.tan(math.pi * (p - 0.5))
-    if df == 2:
-        return (2.0 * p - 1.0) / math.sqrt(2.0 * p * (1.0 - p))
-    z = normal_quantile(p)
-    x = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df * df)
-    for _ in range(50):
-        step = (t_sf(x, df) - (1.0 - p)) / _t_density(x, df)
-        x += step
-        if abs(step) <= 1e-13 * max(1.0, abs(x)):
-            return x
-    low, high = 0.0, max(1.0, 2.0 * x)
-    while t_sf(high, df) > 1.0 - p:
-        low, high = high, 2.0 * high
-    while high - low > 1e-13 * high:
-        middle = (low + high) / 2.0
-        low, high = (middle, high) if t_sf(middle, df) > 1.0 - p else (low, middle)
-    return (low + high) / 2.0
-
-
 # --- a mean over items ----------------------------------------------------------------------
+
+
+def lattice(low: float, high: float) -> tuple[float, ...]:
+    """The values of pass/fail data in the range: its ends, and 0 for a difference."""
+    return (low, 0.0, high) if low < 0.0 < high else (low, high)
 
 
 @dataclass(frozen=True)
 class Sample:
     """Per-item values (item means, or paired differences), grouped: each distinct value with
     its number of items (or, over ``BINS`` values, bins of adjacent values: their mean, count and
-    variance); and the range [low, high] their mean can take."""
+    variance); the range [low, high] their mean can take; the lowest and highest value; and the
+    items per ``lattice`` point, each value rounded up (``up``) or down (``down``) to one."""
 
     values: tuple[tuple[float, float, float], ...]  # (value, items, variance within a bin)
     n: int
     mean: float
     variance: float  # the sample variance of the items' values (0.0 for fewer than two)
-    low: float = 0.0
-    high: float = 1.0
+    low: float
+    high: float
+    bottom: float
+    top: float
+    up: tuple[float, ...]
+    down: tuple[float, ...]
 
     def reflected(self) -> Sample:
         """The same values negated: an upper bound is the reflection's lower bound."""
@@ -176,30 +99,185 @@ class Sample:
             self.variance,
             -self.high,
             -self.low,
+            -self.top,
+            -self.bottom,
+            tuple(reversed(self.down)),
+            tuple(reversed(self.up)),
         )
+
+    @cached_property
+    def support(self) -> tuple[tuple[float, float], ...]:
+        """The points the empirical likelihood weighs, with their items: each value, or each bin
+        as two points one within-bin standard deviation either side of its mean (half its items
+        each), which keep the bin's mean and spread."""
+        points: list[tuple[float, float]] = []
+        for value, count, within in self.values:
+            if within > 0.0:
+                spread = math.sqrt(within)
+                points += [(value - spread, count / 2.0), (value + spread, count / 2.0)]
+            else:
+                points.append((value, count))
+        return tuple(points)
 
 
 def sample(values: Iterable[float], low: float = 0.0, high: float = 1.0) -> Sample:
     """The summary of per-item values in [low, high]."""
-    counted = Counter(values)  # items share few values (pass/fail, counts of passed trials)
-    n = sum(counted.values())
+    data = sorted(values)
+    n = len(data)
     if n == 0:
         raise ValueError("a mean over items needs at least one item")
-    mean = math.fsum(value * count for value, count in counted.items()) / n
-    squares = math.fsum((value - mean) ** 2 * count for value, count in counted.items())
-    ordered = sorted(counted.items())
-    if len(ordered) > BINS:
-        ordered_values = [value for value, count in ordered for _ in range(count)]
-        grouped = tuple(_bin(ordered_values[n * b // BINS : n * (b + 1) // BINS]) for b in range(BINS))
-    else:
-        grouped = tuple((value, float(count), 0.0) for value, count in ordered)
-    clipped = min(high, max(low, mean))
-    return Sample(grouped, n, clipped, squares / (n - 1) if n > 1 else 0.0, low, high)
+    distinct = _distinct(data)
+    if distinct is None:  # each value once, in C loops: 100,000 items are common
+        grouped = tuple(_bin(data[n * b // BINS : n * (b + 1) // BINS]) for b in range(BINS))
+        return _summary(grouped, data, [1.0] * n, n, low, high)
+    grouped = tuple((value, float(count), 0.0) for value, count in distinct)
+    return _summary(grouped, [v for v, _ in distinct], [float(c) for _, c in distinct], n, low, high)
+
+
+def _distinct(data: list[float]) -> list[tuple[float, int]] | None:
+    """The distinct values of ascending ``data`` with their counts, or None over ``BINS`` of
+    them: one bisection a value (items share few values: pass/fail, counts of passed trials)."""
+    found: list[tuple[float, int]] = []
+    start = 0
+    while start < len(data):
+        if len(found) == BINS:
+            return None
+        end = bisect.bisect_right(data, data[start], start)
+        found.append((data[start], end - start))
+        start = end
+    return found
+
+
+def population(points: Iterable[tuple[float, float]], n: int, low: float, high: float) -> Sample:
+    """A population as a sample of ``n`` items: each value with its probability (``design``'s
+    populations of differences, weighted points rather than a draw)."""
+    merged: dict[float, float] = {}
+    for value, weight in points:
+        merged[value] = merged.get(value, 0.0) + weight
+    ordered = [(value, weight * n) for value, weight in sorted(merged.items()) if weight > 0.0]
+    grouped = tuple((v, c, 0.0) for v, c in ordered)
+    summary = _summary(grouped, [v for v, _ in ordered], [c for _, c in ordered], n, low, high)
+    # A population's variance, not a sample's: the weights are probabilities.
+    return replace(summary, variance=math.fsum(c * (v - summary.mean) ** 2 for v, c in ordered) / n)
+
+
+def _summary(
+    grouped: tuple[tuple[float, float, float], ...],
+    values: Sequence[float],
+    counts: Sequence[float],
+    n: int,
+    low: float,
+    high: float,
+) -> Sample:
+    """The summary of ``values`` (ascending), each with its number of items."""
+    mean = math.fsum(map(operator.mul, values, counts)) / n
+    centred = [v - mean for v in values]
+    squares = math.fsum(map(operator.mul, centred, map(operator.mul, centred, counts)))
+    below = [0.0, *itertools.accumulate(counts)]  # below[i]: the items of the first i values
+    points = lattice(low, high)
+    # Items rounded up to a lattice point are those above the point before it, up to it; rounded
+    # down, those from it to below the next one.
+    at_most = [below[bisect.bisect_right(values, p)] for p in points[:-1]] + [float(n)]
+    under = [0.0] + [below[bisect.bisect_left(values, p)] for p in points[1:]]
+    up = [at_most[0]] + [at_most[i] - at_most[i - 1] for i in range(1, len(points))]
+    down = [under[i + 1] - under[i] for i in range(len(points) - 1)] + [n - under[-1]]
+    return Sample(
+        grouped,
+        n,
+        min(high, max(low, mean)),
+        squares / (n - 1) if n > 1 else 0.0,
+        low,
+        high,
+        values[0],
+        values[-1],
+        tuple(up),
+        tuple(down),
+    )
 
 
 def _bin(values: list[float]) -> tuple[float, float, float]:
     mean = math.fsum(values) / len(values)
-    return mean, len(values), math.fsum((v - mean) ** 2 for v in values) / len(values)
+    centred = [v - mean for v in values]
+    return mean, len(values), math.fsum(map(operator.mul, centred, centred)) / len(values)
+
+
+# --- the spread seen: the empirical likelihood ---------------------------------------------
+
+
+def _as_t(ratio: float, n: int) -> float:
+    """The likelihood ratio as Student's t. For normal values the ratio of the mean is
+    n log(1 + t^2 / (n - 1)), t the t statistic (its quadratic approximation is too small below
+    about 30 items); the empirical one runs smaller still at few items, by a Bartlett factor
+    1 + a / n (a = 1.5 for normal values): a = ``BARTLETT`` keeps the level from 10 items for
+    normal and skewed scores alike (by simulation, benchmarks/gates.py)."""
+    if not math.isfinite(ratio):
+        return math.inf
+    return math.sqrt((n - 1) * math.expm1(ratio / (n + BARTLETT)))
+
+
+def _ratio_of_t(t: float, n: int) -> float:
+    return (n + BARTLETT) * math.log1p(t * t / (n - 1))
+
+
+def _seen_lower(s: Sample, confidence: float) -> float:
+    if len(s.support) == 1:
+        return s.mean
+    t = t_quantile(confidence, s.n - 1)
+    target = _ratio_of_t(t, s.n)
+    return root_between(
+        lambda value: likelihood_ratio(s.support, s.n, value) - target, s.support[0][0], s.mean, _tolerance(s)
+    )
+
+
+def _seen_p(s: Sample, value: float) -> float:
+    if value == s.mean:
+        return 0.5
+    if value > s.mean:
+        return 1.0 - _seen_p(s.reflected(), -value)
+    return t_sf(_as_t(likelihood_ratio(s.support, s.n, value), s.n), s.n - 1)
+
+
+def _tolerance(s: Sample) -> float:
+    return (s.high - s.low) * 1e-10
+
+
+# --- the pass/fail lattice -------------------------------------------------------------------
+
+
+def _lattice_lower(s: Sample, confidence: float, counts: tuple[float, ...]) -> float:
+    """The pass/fail methods' bound on the items per lattice point (``s.up`` or ``s.down``)."""
+    if len(counts) == 2:  # a pass rate: Clopper-Pearson's bound
+        passed = counts[1]
+        if passed <= 0:
+            return s.low
+        return s.low + (s.high - s.low) * beta_quantile(1.0 - confidence, passed, s.n - passed + 1.0)
+    # Tango's bound; the exact sign test decides on which side of 0 it lies (the tests below
+    # 0 reject whenever it rejects no change, those above only when it does too).
+    bound = _score_lower(on_lattice(s, counts), confidence)
+    return max(bound, 0.0) if _sign(counts) <= 1.0 - confidence else min(bound, 0.0)
+
+
+def _lattice_p(s: Sample, value: float, counts: tuple[float, ...]) -> float:
+    if len(counts) == 2:
+        return binomial_tail(counts[1], s.n, (value - s.low) / (s.high - s.low))
+    sign = _sign(counts)
+    if value == 0.0:
+        return sign
+    p = _score_p(on_lattice(s, counts), value)
+    return min(p, sign) if value < 0.0 else max(p, sign)
+
+
+def _sign(counts: tuple[float, ...]) -> float:
+    """The exact sign test that the differences moved up: fixes against breakages."""
+    broke, _, fixed = counts
+    return sign_test(fixed, broke)
+
+
+def on_lattice(s: Sample, counts: tuple[float, ...]) -> Sample:
+    """The items per lattice point (``s.up`` or ``s.down``) as a sample: what the pass/fail
+    methods read."""
+    points = zip(lattice(s.low, s.high), (c / s.n for c in counts), strict=True)
+    return population(points, s.n, s.low, s.high)
 
 
 def null_variance(s: Sample, value: float) -> float:
@@ -208,61 +286,23 @@ def null_variance(s: Sample, value: float) -> float:
     observed values reweighted, w_j = n_j / (n (1 + lam (x_j - value))) (the empirical
     likelihood's tilt), and, when that cannot reach ``value``, a share at ``low`` (items that
     could have broken unseen) with lam at its largest, 1 / (value - low). For pass/fail
-    differences (values -1, 0, 1) this is Tango's restricted maximum-likelihood variance, for
-    pass/fail values Wilson's."""
+    differences (values -1, 0, 1) this is Tango's restricted maximum-likelihood variance."""
     n, low = s.n, s.low
+    points = [(x, c) for x, c, _ in s.values]
     largest = 1.0 / (value - low)
-    if s.values[0][0] > low and _tilt(s, value, largest)[0] > 0.0:
-        weights = [(x, c * (value - low) / (n * (x - low)), w) for x, c, w in s.values]
-        at_low = max(0.0, 1.0 - math.fsum(weight for _, weight, _ in weights))
+    if points[0][0] > low and tilt(points, value, largest)[0] > 0.0:
+        weights = [(x, c * (value - low) / (n * (x - low))) for x, c in points]
+        at_low = max(0.0, 1.0 - math.fsum(weight for _, weight in weights))
     else:
-        lam = _root(s, value, largest)
-        weights = [(x, c / (n * (1.0 + lam * (x - value))), w) for x, c, w in s.values]
+        lam = tilt_root(points, n, value, largest)
+        weights = [(x, c / (n * (1.0 + lam * (x - value)))) for x, c in points]
         at_low = 0.0
-    spread = math.fsum(weight * ((x - value) ** 2 + w) for x, weight, w in weights)
+    spread = math.fsum(weight * (x - value) ** 2 for x, weight in weights)
     return spread + at_low * (low - value) ** 2
 
 
-def _tilt(s: Sample, value: float, lam: float) -> tuple[float, float]:
-    """The tilted weights' mean of (x - value), times n, and its derivative in lam (negative:
-    the mean decreases as lam grows)."""
-    total, slope = 0.0, 0.0
-    for x, count, _ in s.values:
-        shifted = x - value
-        denominator = 1.0 + lam * shifted
-        if denominator <= 0.0:
-            return -math.inf, -math.inf
-        total += count * shifted / denominator
-        slope -= count * shifted * shifted / (denominator * denominator)
-    return total, slope
-
-
-def _root(s: Sample, value: float, largest: float) -> float:
-    """The lam in [0, largest) where the tilted mean is ``value``: Newton's steps, kept inside a
-    bracket that bisection narrows when a step would leave it."""
-    lo, hi, lam = 0.0, largest, 0.0
-    for _ in range(200):
-        total, slope = _tilt(s, value, lam)
-        if total > 0.0:
-            lo = lam
-        else:
-            hi = lam
-        if abs(total) <= 1e-12 * s.n or hi - lo <= 1e-15 * largest:
-            break
-        step = lam - total / slope if math.isfinite(slope) and slope < 0.0 else math.nan
-        lam = step if lo < step < hi else (lo + hi) / 2.0
-    return lam
-
-
-# Half an item's worth, towards the hypothesis, taken off the distance between the mean and the
-# value tested: the continuity correction that keeps the tests at their level when few items
-# move (a count of 3 regressions is not a normal variable). Exact sizes, enumerated for pass/fail
-# items with one trial, from 1 to 150 items: at most about 5.2% at 5%.
-CORRECTION = 0.5
-
-
 def _statistic(s: Sample, value: float) -> float:
-    """The score statistic for the mean against ``value`` (below the mean): the corrected
+    """Tango's score statistic for the mean against ``value`` (below the mean): the corrected
     distance in standard errors of the most likely population with that mean."""
     gap = s.mean - value - CORRECTION / s.n
     if gap <= 0.0:
@@ -271,54 +311,50 @@ def _statistic(s: Sample, value: float) -> float:
     return math.inf if variance <= 0.0 else gap * math.sqrt(s.n / variance)
 
 
-def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
-    """The one-sided lower confidence bound on the mean: the lowest value the score test at
-    1 - ``confidence`` does not reject (the t quantile with n - 1 degrees of freedom)."""
-    _alpha(confidence)
-    if s.n < 2:
-        return s.low
+def _score_lower(s: Sample, confidence: float) -> float:
     t = t_quantile(confidence, s.n - 1)
 
     def excess(value: float) -> float:  # positive where the value is rejected; decreasing
         return _statistic(s, value) - t if value > s.low else math.inf
 
-    # A bracket from the t bound, where the answer usually is, widened towards the range's end.
-    start = max(s.low, s.mean - t * math.sqrt(s.variance / s.n))
-    step = max(s.mean - start, (s.high - s.low) * 1e-3)
-    lo, hi = start, s.mean
-    while lo > s.low and excess(lo) <= 0.0:
-        lo, hi = max(s.low, lo - step), lo
-        step *= 2.0
-    return _root_between(excess, lo, hi, (s.high - s.low) * 1e-10)
+    return root_between(excess, s.low, s.mean, _tolerance(s))
 
 
-def _root_between(f: Callable[[float], float], lo: float, hi: float, tolerance: float) -> float:
-    """The point where decreasing ``f`` crosses 0 in [lo, hi] (f(lo) > 0 >= f(hi), or lo at
-    the range's end), by regula falsi (Illinois) with bisection where f is infinite: the upper
-    end of the final bracket, so that the value returned is never rejected."""
-    f_lo, f_hi = f(lo), f(hi)
-    if f_lo <= 0.0:
-        return lo
-    side = 0
-    while hi - lo > tolerance:
-        if math.isfinite(f_lo) and math.isfinite(f_hi) and f_lo != f_hi:
-            middle = hi - f_hi * (hi - lo) / (f_hi - f_lo)
-            if not lo < middle < hi:
-                middle = (lo + hi) / 2.0
-        else:
-            middle = (lo + hi) / 2.0
-        f_middle = f(middle)
-        if f_middle > 0.0:
-            lo, f_lo = middle, f_middle
-            if side == -1:
-                f_hi /= 2.0
-            side = -1
-        else:
-            hi, f_hi = middle, f_middle
-            if side == 1:
-                f_lo /= 2.0
-            side = 1
-    return hi
+def _score_p(s: Sample, value: float) -> float:
+    if value > s.mean:
+        return 1.0 - _score_p(s.reflected(), -value)
+    if value <= s.low:
+        return 0.0 if s.mean > s.low else 1.0
+    return t_sf(_statistic(s, value), s.n - 1)
+
+
+# --- no spread -----------------------------------------------------------------------------
+
+
+def _floor_lower(s: Sample, confidence: float) -> float:
+    t = t_quantile(confidence, s.n - 1)
+    share = max(1.0 - t / (s.n * math.sqrt(s.n)), math.pow(1.0 - confidence, 1.0 / s.n))
+    return s.low + max(0.0, share) * (s.top - s.low)
+
+
+def _floor_p(s: Sample, value: float) -> float:
+    if value >= s.top:
+        return 1.0
+    share = (value - s.low) / (s.top - s.low)
+    return min(t_sf((1.0 - share) * (s.n * math.sqrt(s.n)), s.n - 1), math.pow(share, s.n))
+
+
+# --- the bounds and the tests ---------------------------------------------------------------
+
+
+def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
+    """The one-sided lower confidence bound on the mean: the lowest of the three methods' (the
+    module's docstring); one item bounds nothing."""
+    _alpha(confidence)
+    if s.n < 2:
+        return s.low
+    seen = max(_seen_lower(s, confidence), _lattice_lower(s, confidence, s.down))
+    return min(seen, _lattice_lower(s, confidence, s.up), _floor_lower(s, confidence))
 
 
 def upper_bound(s: Sample, confidence: float = LEVEL) -> float:
@@ -331,13 +367,10 @@ def p_above(s: Sample, value: float) -> float:
     at most a exactly when ``lower_bound(s, 1 - a)`` is above ``value``."""
     if s.n < 2:
         return 1.0
-    if s.mean == value:
-        return 0.5
-    if s.mean < value:
-        return 1.0 - p_above(s.reflected(), -value)
-    if value <= s.low:  # a mean at most the range's end: every item there, which they are not
-        return 0.0
-    return t_sf(_statistic(s, value), s.n - 1)
+    if value <= s.low:  # a mean at most the range's end: every item there
+        return 0.0 if s.top > s.low else 1.0
+    seen = min(_seen_p(s, value), _lattice_p(s, value, s.down))
+    return max(seen, _lattice_p(s, value, s.up), _floor_p(s, value))
 
 
 def p_below(s: Sample, value: float) -> float:
@@ -382,6 +415,19 @@ def item_means(items: Iterable[Sequence[float]]) -> list[float]:
             raise ValueError("an item has no trial values: leave it out, or give it its values")
         means.append(values[0] if len(values) == 1 else math.fsum(values) / len(values))
     return means
+
+
+def mean(values: Sequence[float]) -> float:
+    """The mean of values (of item means: the mean over items)."""
+    return math.fsum(values) / len(values)
+
+
+def variance(values: Sequence[float]) -> float:
+    """The sample variance (n - 1 in the denominator); 0.0 for fewer than two values."""
+    if len(values) < 2:
+        return 0.0
+    centre = mean(values)
+    return math.fsum((x - centre) ** 2 for x in values) / (len(values) - 1)
 
 
 def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -> Interval:
@@ -438,7 +484,7 @@ def paired_comparison(
             now.append(math.fsum(values) / len(values))
             before.append(math.fsum(previous) / len(previous))
             # One division: equal differences of pass/fail means (0.6 - 0.4, 0.8 - 0.6) come out
-            # as one float, which the sign-flip test and the sample group.
+            # as one float, which the sample groups.
             differences[item] = _difference(values, previous)
     shared = tuple(differences)
     every = len(shared) == len(current), len(shared) == len(baseline)
@@ -448,8 +494,8 @@ def paired_comparison(
         only_in_baseline=() if every[1] else tuple(i for i in baseline if i not in current),
         differences=differences,
         sample=sample(differences.values(), -1.0, 1.0) if shared else None,
-        baseline_mean=math.fsum(before) / len(before) if shared else None,
-        current_mean=math.fsum(now) / len(now) if shared else None,
+        baseline_mean=mean(before) if shared else None,
+        current_mean=mean(now) if shared else None,
     )
 
 
@@ -460,64 +506,13 @@ def _difference(current: Sequence[float], baseline: Sequence[float]) -> float:
     return numerator / (len(current) * len(baseline))
 
 
-def chance_of_drop(differences: Iterable[float]) -> float:
-    """The exact sign-flip test of "nothing changed": if each item's difference were as likely
-    to have either sign (two runs of the same app), the chance of a total at most the one
-    observed. Magnitudes in sixtieths (``FLIP_STEPS``); for pass/fail items with one trial this
-    is the exact one-sided McNemar (binomial) test; computed exactly while that takes at most
-    ``FLIP_WORK`` steps, by the normal approximation beyond (many items moved)."""
-    groups: Counter[int] = Counter()
-    total = 0
-    for difference in differences:
-        step = round(abs(difference) * FLIP_STEPS)
-        if step:
-            groups[step] += 1
-            total += step if difference > 0 else -step
-    if not groups:
-        return 1.0
-    divisor = math.gcd(*groups)
-    groups = Counter({step // divisor: count for step, count in groups.items()})
-    observed = total // divisor
-    work, support, reach = 0, 1, 0
-    for step, count in sorted(groups.items(), key=lambda group: -group[1]):
-        work += support * (count + 1)
-        reach += step * count
-        support = min(support * (count + 1), 2 * reach + 1)
-    if work > FLIP_WORK:
-        spread = math.sqrt(sum(step * step * count for step, count in groups.items()))
-        return NormalDist().cdf((observed + 1) / spread)  # a continuity correction of one unit
-    return _flip_tail(groups, observed)
-
-
-def _flip_tail(groups: Counter[int], observed: int) -> float:
-    """P(sum of +-step over every item <= observed), signs fair and independent: the sum's
-    distribution built group by group (a group of ``count`` items of one step contributes
-    step * (count - 2 * j) with j ~ Binomial(count, 1/2))."""
-    distribution = {0: 1.0}
-    for step, count in sorted(groups.items(), key=lambda group: -group[1]):
-        weights = _half_binomial(count)
-        spread: dict[int, float] = {}
-        for value, mass in distribution.items():
-            for j, weight in enumerate(weights):
-                key = value + step * (count - 2 * j)
-                spread[key] = spread.get(key, 0.0) + mass * weight
-        distribution = spread
-    return min(1.0, math.fsum(mass for value, mass in distribution.items() if value <= observed))
-
-
-def _half_binomial(count: int) -> list[float]:
-    """The probabilities of Binomial(count, 1/2), from their logarithms (no overflow)."""
-    log_all = math.lgamma(count + 1) - count * math.log(2.0)
-    return [math.exp(log_all - math.lgamma(j + 1) - math.lgamma(count - j + 1)) for j in range(count + 1)]
-
-
 def regressions_by_chance(regressions: int, fixes: int) -> float:
     """The exact one-sided test on items' pass/fail flips: the chance, if a flip were as likely
     either way, of at least ``regressions`` of the ``regressions + fixes`` flips being
     regressions (1.0 without flips)."""
     if regressions < 0 or fixes < 0:
         raise ValueError(f"flip counts must not be negative, got {regressions} and {fixes}")
-    return chance_of_drop([-1.0] * regressions + [1.0] * fixes)
+    return sign_test(regressions, fixes)
 
 
 # --- the decisions ------------------------------------------------------------------------
@@ -528,44 +523,36 @@ class RegressionTest:
     """What the paired differences say about a drop against a tolerated ``delta``.
 
     One-sided p-values, ready for ``holm``:
-    - ``p_beyond``: for "the drop is greater than delta" (normal mode fails on it): the larger
-      of ``p_bound`` (the score test against delta) and ``p_chance``;
+    - ``p_beyond``: for "the drop is greater than delta" (normal mode fails on it);
     - ``p_within``: for "the drop is less than delta" (strict mode passes on it);
-    - ``p_chance``: the exact sign-flip test of "nothing changed"."""
+    - ``p_chance``: the exact sign test of "nothing changed" on the items that moved (as many
+      items down as this, of those that moved up or down, by chance alone): for pass/fail
+      items with one trial, McNemar's, the test normal mode decides on at a delta of 0."""
 
     differences: Sample
     delta: float
     p_beyond: float
     p_within: float
     p_chance: float
-    p_bound: float
 
     @property
     def drop(self) -> float:
         return -self.differences.mean
 
     def drop_bounds(self, confidence: float) -> tuple[float, float]:
-        """The one-sided lower and upper bounds on the drop that a test at 1 - confidence uses:
-        the lower one no higher than 0 while the sign-flip test cannot tell the drop from chance
-        (so that it excludes delta exactly when normal mode fails)."""
-        low = -upper_bound(self.differences, confidence)
-        if self.p_chance > 1.0 - confidence:
-            low = min(low, 0.0)
-        return low, -lower_bound(self.differences, confidence)
+        """The one-sided lower and upper bounds on the drop that a test at 1 - confidence uses."""
+        return -upper_bound(self.differences, confidence), -lower_bound(self.differences, confidence)
 
 
-def regression_test(differences: Sequence[float], delta: float) -> RegressionTest:
+def regression_test(differences: Iterable[float], delta: float) -> RegressionTest:
     """The tests on the per-item differences (current - baseline) against ``delta``."""
     s = sample(differences, -1.0, 1.0)
-    chance = chance_of_drop(differences)
-    bound = p_below(s, -delta)
     return RegressionTest(
         differences=s,
         delta=delta,
-        p_beyond=max(bound, chance),
+        p_beyond=p_below(s, -delta),
         p_within=p_above(s, -delta),
-        p_chance=chance,
-        p_bound=bound,
+        p_chance=sign_test(s.down[0], s.up[-1]),
     )
 
 
@@ -595,47 +582,3 @@ def holm(p_values: Sequence[float], alpha: float = 1.0 - LEVEL) -> list[Adjusted
             stopped = divisor
         adjusted[i] = Adjusted(running, stopped or divisor, stopped is None)
     return adjusted
-
-
-# --- multi-trial items --------------------------------------------------------------------
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """pass@k for one item: the probability that at least one of k trials drawn without
-    replacement from its n trials, c of which passed, passes: 1 - C(n - c, k) / C(n, k), the
-    unbiased estimator of Chen et al. (2021)."""
-    _check_trials(n, c, k)
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def pass_hat_k(n: int, c: int, k: int) -> float:
-    """pass^k for one item: the probability that all of k trials drawn without replacement from
-    its n trials, c of which passed, pass: C(c, k) / C(n, k), unbiased for p^k."""
-    _check_trials(n, c, k)
-    return math.comb(c, k) / math.comb(n, k)
-
-
-def _check_trials(n: int, c: int, k: int) -> None:
-    if not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"need 0 <= passed ({c}) <= trials ({n}) and 1 <= k ({k}) <= trials")
-
-
-def pass_at_k_interval(items: Iterable[tuple[int, int]], k: int, level: float = LEVEL) -> Interval:
-    """pass@k averaged over items, each given as (trials, passed), with its interval."""
-    return _over_items(pass_at_k, items, k, level)
-
-
-def pass_hat_k_interval(items: Iterable[tuple[int, int]], k: int, level: float = LEVEL) -> Interval:
-    """pass^k averaged over items, each given as (trials, passed), with its interval."""
-    return _over_items(pass_hat_k, items, k, level)
-
-
-def _over_items(
-    estimator: Callable[[int, int, int], float], items: Iterable[tuple[int, int]], k: int, level: float
-) -> Interval:
-    # Items share a few (trials, passed) pairs: each pair's estimate is computed once.
-    pairs = Counter(items)
-    if not pairs:
-        raise ValueError("pass@k and pass^k need at least one item")
-    estimates = {pair: estimator(*pair, k) for pair in pairs}
-    return interval(sample(estimates[pair] for pair in pairs.elements()), level)
