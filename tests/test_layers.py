@@ -154,6 +154,16 @@ def test_collect_is_below_run() -> None:
     assert upward_imports(planted) == {"pytest_opik_eval.collect.planning": ["pytest_opik_eval.run.scoring"]}
 
 
+def test_run_reads_the_plan_from_collect_trials_never_from_planning() -> None:
+    # What a trial is lives in collect/trials.py; how trials are planned is none of run's business.
+    reaching = {
+        name: sorted(i for i in imported if i.startswith("pytest_opik_eval.collect.planning"))
+        for name, imported in graph().items()
+        if name.startswith("pytest_opik_eval.run.")
+    }
+    assert {name: found for name, found in reaching.items() if found} == {}
+
+
 def test_the_contract_sees_an_upward_import() -> None:
     planted = {
         "pytest_opik_eval.store.local": {"pytest_opik_eval.verdict.gates"},
