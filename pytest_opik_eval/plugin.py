@@ -12,7 +12,7 @@ from pytest_opik_eval.collect.marker import MARKER_HELP
 from pytest_opik_eval.options import add_options
 
 if TYPE_CHECKING:
-    from pytest_opik_eval.collect.planning import Trial
+    from pytest_opik_eval.collect.trials import Trial
     from pytest_opik_eval.run.tracing import EvalTrace
 
 
@@ -89,7 +89,7 @@ def eval_trace() -> EvalTrace:
 
 
 def _trial(request: pytest.FixtureRequest) -> Trial:
-    from pytest_opik_eval.collect.planning import TRIAL_KEY
+    from pytest_opik_eval.collect.trials import TRIAL_KEY
 
     trial: Trial | None = request.node.stash.get(TRIAL_KEY, None)
     if trial is None:

@@ -154,12 +154,15 @@ def test_the_store_metrics_and_verdict_import_no_pytest() -> None:
 
 
 # The layers, top down: a module imports from its own layer or a lower one, never a higher one.
-# Within a layer, modules may import each other (planning builds a scorer, a trial reads its
-# plan) as long as no cycle forms. A module not listed is a leaf and imports no listed layer.
+# Within a layer, modules may import each other as long as no cycle forms. A module not listed
+# is a leaf and imports no listed layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("plugin", "cli", "tracing"),  # the entries (tracing: the manual and OpenTelemetry public names)
     ("session", "hookspecs", "disabled"),  # the wiring of a pytest session
-    ("collect", "run", "reports", "settings"),  # a trial planned, run, reported
+    # A trial run and reported. Running executes what collection planned: it reads the plan
+    # (collect/trials.py: what a trial is), and planning never needs what runs a trial.
+    ("run", "reports"),
+    ("collect", "settings"),  # a trial planned, from the marker and the options
     ("verdict",),  # pure functions over records
     ("store", "metrics"),  # the pytest-free bottom: records, never plans or sessions
 )
@@ -184,6 +187,24 @@ def test_imports_point_down_the_layers() -> None:
 def test_every_layer_names_a_part_of_the_package() -> None:
     tops = {name.split(".")[1] for name in graph() if "." in name}
     assert {name for layer in LAYERS for name in layer} - tops == set()
+
+
+def test_collect_is_below_run() -> None:
+    # The order the data flows in: the marker, the selection and the planned trials first, then
+    # each trial run. Collection importing run (as planning once built the scorer) is upward.
+    assert layer_of("pytest_opik_eval.collect.planning") > layer_of("pytest_opik_eval.run.scoring")
+    planted = {"pytest_opik_eval.collect.planning": {"pytest_opik_eval.run.scoring"}}
+    assert upward_imports(planted) == {"pytest_opik_eval.collect.planning": ["pytest_opik_eval.run.scoring"]}
+
+
+def test_run_reads_the_plan_from_collect_trials_never_from_planning() -> None:
+    # What a trial is lives in collect/trials.py; how trials are planned is none of run's business.
+    reaching = {
+        name: sorted(i for i in imported if i.startswith("pytest_opik_eval.collect.planning"))
+        for name, imported in graph().items()
+        if name.startswith("pytest_opik_eval.run.")
+    }
+    assert {name: found for name, found in reaching.items() if found} == {}
 
 
 def test_the_contract_sees_an_upward_import() -> None:

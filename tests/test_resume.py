@@ -414,6 +414,22 @@ def test_changed_filter_warns_and_replays_the_stored_selection(project: Project)
     assert project.calls() == ["b#0"]
 
 
+def test_a_resumed_trial_is_judged_by_the_thresholds_stored_with_its_experiment(project: Project) -> None:
+    project.dataset(items("good", "wrong"))
+    test = project.eval_test(
+        'thresholds={"equals_metric": 0.0},', behaviour="if item['id'] == 'wrong': return 'not it'"
+    )
+    project.fail("wrong")
+    project.run("--eval").assert_outcomes(passed=1, failed=1)
+
+    # The marker now asks more: the experiment keeps the threshold it was created with.
+    project.repair()
+    test.write_text(test.read_text().replace('"equals_metric": 0.0', '"equals_metric": 1.0'))
+    result, report = project.run_report("--eval-resume=last")
+    result.assert_outcomes(passed=1, deselected=1)
+    assert scores_of(report) == {("good", 0): 1.0, ("wrong", 0): 0.0}
+
+
 def test_resume_exit_status_is_the_uninterrupted_runs(project: Project) -> None:
     project.dataset(items("good", "bad", "crash"))
     project.eval_test(behaviour="if item['id'] == 'bad': return 'wrong'")

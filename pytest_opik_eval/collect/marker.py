@@ -58,6 +58,10 @@ def _signature(
 
 ScoringKeyMapping = Mapping[str, "str | Callable[[dict[str, Any]], Any]"]
 
+# Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):
+# anything below 1.0 is a miss, as with this package's own Equals, Contains, RegexMatch, IsJson.
+_EXACT_METRICS = frozenset({"equals_metric", "contains_metric", "regex_match_metric", "is_json_metric"})
+
 
 @dataclass(frozen=True)
 class EvalSpec:
@@ -80,6 +84,22 @@ class EvalSpec:
     task_threads: int | None
     max_cost: Mapping[str, float] = field(default_factory=dict)  # "item" / "run" -> USD
     max_latency: tuple[float, float] | None = None  # (seconds, percentile)
+
+    def threshold(self, score_name: str, metric: Any) -> float | None:
+        """The threshold a score named ``score_name`` is judged against (``metric``: the metric
+        of that name, or None): the marker's, else the metric's own, else none."""
+        if score_name in self.thresholds:
+            return self.thresholds[score_name]
+        if hasattr(metric, "threshold"):
+            value = metric.threshold
+            return None if value is None else float(value)
+        return 1.0 if getattr(metric, "name", None) in _EXACT_METRICS else None
+
+    def thresholds_in_force(self) -> dict[str, float | None]:
+        """Each metric's threshold and the marker's, by score name, as stored with the experiment."""
+        in_force = {m.name: self.threshold(m.name, m) for m in self.metrics}
+        in_force.update({name: self.threshold(name, None) for name in self.thresholds})
+        return in_force
 
     def sampler_description(self) -> str | None:
         if self.sampler is None:

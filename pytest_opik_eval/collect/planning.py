@@ -4,22 +4,21 @@ run the experiment records that hold everything resume needs."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_opik_eval.collect.datasets import Dataset, DatasetError
 from pytest_opik_eval.collect.marker import EvalSpec
 from pytest_opik_eval.collect.selection import SelectionError, describe_selection, select_items
+from pytest_opik_eval.collect.trials import RejectedItem, TestPlan, Trial, TrialCase
 from pytest_opik_eval.escaping import escape_control
-from pytest_opik_eval.ids import case_id, uuid7_for
-from pytest_opik_eval.run.scoring import Scorer
+from pytest_opik_eval.ids import uuid7_for
 from pytest_opik_eval.store.records import (
     BudgetSetting,
     DatasetRecord,
@@ -28,111 +27,10 @@ from pytest_opik_eval.store.records import (
     LatencyLimit,
     PlannedTrial,
     RunRecord,
-    ScoreRecord,
-    Selection,
 )
 
 if TYPE_CHECKING:
     from pytest_opik_eval.settings import EvalOptions, GateOptions
-
-# The hidden parameter that carries each test case's trial; it is not a fixture.
-CASE_ARG = "_opik_eval_trial"
-
-
-@dataclass(eq=False)
-class TestPlan:
-    """One eval test function: what its marker selected, shared by all its test cases."""
-
-    __test__ = False  # not a test class, despite its name
-
-    test: str  # node id of the test function
-    name: str  # the function's name
-    spec: EvalSpec
-    scorer: Scorer
-    dataset: DatasetRecord
-    selection: Selection
-    items: list[dict[str, Any]]
-    gates: GateSettings  # in force for this test's experiments
-    threads: int  # trials of this test that may run at the same time
-    # When resuming: the stored experiments of this test, by their parametrize id.
-    resumed: dict[str, ExperimentRecord] = field(default_factory=dict)
-    # When rescoring: the id of the stored experiment each new one scores again, by parametrize id.
-    rescore_of: dict[str, str] = field(default_factory=dict)
-    # The test as messages name it: its node id, and its file and line ("t.py::test_qa (t.py:12)").
-    where: str = ""
-    # Dataset items set aside (nested too deep to process): each is a failing test case.
-    rejected: list[RejectedItem] = field(default_factory=list)
-
-    def experiment_name(self, params: str) -> str:
-        name = self.spec.experiment_name or self.name
-        return f"{name}[{params}]" if params else name
-
-
-@dataclass(frozen=True)
-class RejectedItem:
-    """The parameter of a test case that stands for a dataset item that could not be processed:
-    it fails with ``message`` (naming the file and line) while the other items run."""
-
-    place: str  # "line 3", "item 2"
-    message: str
-
-    @property
-    def case_id(self) -> str:
-        return "invalid-" + self.place.replace(" ", "")
-
-    def __repr__(self) -> str:
-        return f"RejectedItem({self.case_id})"
-
-
-@dataclass(frozen=True, eq=False)
-class TrialCase:
-    """The parameter of one test case: an item and a trial index of a plan."""
-
-    plan: TestPlan
-    item: dict[str, Any]
-    trial: int
-
-    @property
-    def item_id(self) -> str:
-        return str(self.item["id"])
-
-    @functools.cached_property
-    def case_id(self) -> str:
-        return case_id(self.item_id, self.trial)
-
-    def __repr__(self) -> str:
-        return f"TrialCase({self.case_id})"
-
-
-@dataclass(eq=False)
-class Trial:
-    """The runtime state of one trial test case (kept in the item's stash)."""
-
-    case: TrialCase
-    params: str  # the test's other parametrize ids: with the test, names the experiment
-    experiment_id: str | None = None  # known once the run is created or resumed
-    trial_id: str | None = None
-    attempt_id: str | None = None
-    output: dict[str, Any] | None = None
-    scores: list[ScoreRecord] = field(default_factory=list)
-    passed: bool | None = None
-    reached_happy_path: bool = False
-    soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
-    completed_attempt: str | None = None  # the attempt this session completed, if any
-    # A rescore's: the output the original trial's completed attempt stored, scored in place of
-    # the task's (the task is not called).
-    stored_output: dict[str, Any] | None = None
-
-
-# Each trial test case carries its Trial in its stash.
-TRIAL_KEY = pytest.StashKey[Trial]()
-
-# The task's arguments that are its trial's own: the trial passes them to the task itself, and
-# they are kept out of pytest's fixture setup (see session/collection.py), which costs
-# more per test case than a trivial task does. The fixtures of the same names serve the rest.
-OWN_ARGS = frozenset({"eval_item", "eval_trial"})
-
-ANYIO_BACKEND = "anyio_backend"  # the fixture through which anyio's pytest plugin runs a test
 
 
 def plan_new(
@@ -155,12 +53,10 @@ def plan_new(
         failure = None
     if failure is not None:
         pytest.fail(failure, pytrace=False)
-    scorer = Scorer(spec)
     return TestPlan(
         test=definition.nodeid,
         name=definition.name,
         spec=spec,
-        scorer=scorer,
         dataset=DatasetRecord(
             source=dataset.source,
             path=str(dataset.path) if dataset.path is not None else None,
@@ -170,7 +66,7 @@ def plan_new(
         ),
         selection=describe_selection(spec),
         items=items,
-        gates=settings_for_new(spec, scorer, options.ini_gates, options.cli_gates),
+        gates=settings_for_new(spec, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
         where=where,
         rejected=[
@@ -194,7 +90,6 @@ def plan_resumed(
         test=definition.nodeid,
         name=definition.name,
         spec=spec,
-        scorer=Scorer(spec, stored_thresholds=stored.gates.thresholds),
         dataset=stored.dataset,
         selection=stored.selection,
         items=stored.items,
@@ -217,13 +112,11 @@ def plan_rescored(
     gates of the marker, the command line and the ini file, but those on the app's latency and
     cost), so that the rescore gives what a rerun scored the same way would."""
     stored = experiments[0]
-    scorer = Scorer(spec)
-    gates = settings_for_new(spec, scorer, options.ini_gates, options.cli_gates)
+    gates = settings_for_new(spec, options.ini_gates, options.cli_gates)
     return TestPlan(
         test=definition.nodeid,
         name=definition.name,
         spec=spec,
-        scorer=scorer,
         dataset=stored.dataset,
         selection=stored.selection,
         items=stored.items,
@@ -314,7 +207,7 @@ def plan_run(
     return RunPlan(run, list(experiments.values()), planned)
 
 
-def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: GateOptions) -> GateSettings:
+def settings_for_new(spec: EvalSpec, ini: GateOptions, cli: GateOptions) -> GateSettings:
     """The settings a new experiment is created with: the marker's, then the command line's,
     then the ini file's, per metric (the most specific wins)."""
     return GateSettings(
@@ -323,7 +216,7 @@ def settings_for_new(spec: EvalSpec, scorer: Scorer, ini: GateOptions, cli: Gate
         pass_threshold=spec.pass_threshold,
         max_regression={**ini.max_regression, **cli.max_regression},
         soft=bool(_first(cli.soft, ini.soft)),
-        thresholds=scorer.thresholds_in_force(),
+        thresholds=spec.thresholds_in_force(),
         mode=cli.mode or ini.mode or "normal",
         confidence=_first(cli.confidence, ini.confidence) or 0.95,
         **_cost_and_latency({**ini.max_cost, **cli.max_cost, **spec.max_cost}, None),

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from pytest_opik_eval.collect.planning import Trial
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
+from pytest_opik_eval.collect.trials import Trial
 from pytest_opik_eval.store import ExperimentRecord, Store, TrialState
 
 OPTION = "--eval-rescore"

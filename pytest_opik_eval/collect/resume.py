@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from pytest_opik_eval.collect.marker import EvalSpec
-from pytest_opik_eval.collect.planning import TRIAL_KEY, Trial, file_hash
+from pytest_opik_eval.collect.planning import file_hash
 from pytest_opik_eval.collect.selection import describe_selection
+from pytest_opik_eval.collect.trials import TRIAL_KEY, Trial
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store, TrialState
 

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 import pytest
 
 from pytest_opik_eval._compat import fixture_definition
-from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS
+from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS
 
 # How many test cases per thread are queued ahead of the one being reported.
 LOOKAHEAD = 4

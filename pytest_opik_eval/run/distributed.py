@@ -87,7 +87,7 @@ class ShardSelector:
 
     @pytest.hookimpl(trylast=True)  # after -k and -m, which decide what is planned
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        from pytest_opik_eval.collect.planning import TRIAL_KEY
+        from pytest_opik_eval.collect.trials import TRIAL_KEY
 
         self.planned = list(items)
         keep: list[pytest.Item] = []

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.escaping import escape_control, shorten
@@ -19,13 +21,9 @@ from pytest_opik_eval.exceptions import EvalError
 from pytest_opik_eval.store.records import ScoreRecord
 
 if TYPE_CHECKING:
+    from pytest_opik_eval.collect.trials import TestPlan
     from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.run.tracing import TrialTrace
-
-# Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):
-# anything below 1.0 is a miss, as with this package's own Equals, Contains, RegexMatch, IsJson.
-_EXACT_METRICS = frozenset({"equals_metric", "contains_metric", "regex_match_metric", "is_json_metric"})
-
 
 # The hint for a task that returned nothing, the usual slip of a first eval test.
 RETURNED_NONE = (
@@ -95,6 +93,7 @@ class Scorer:
 
     def __init__(self, spec: EvalSpec, stored_thresholds: Mapping[str, float | None] | None = None) -> None:
         """``stored_thresholds``: those in force when a resumed experiment was created; they win."""
+        self._spec = spec
         self.metrics = spec.metrics
         self.mapping = spec.scoring_key_mapping
         self.thresholds = spec.thresholds
@@ -177,21 +176,11 @@ class Scorer:
             newlines=True,
         )
 
-    def thresholds_in_force(self) -> dict[str, float | None]:
-        """Each metric's threshold and the marker's, by score name, as stored with the experiment."""
-        in_force = {m.name: self.threshold(m.name, m) for m in self.metrics}
-        in_force.update({name: self.threshold(name, None) for name in self.thresholds})
-        return in_force
-
     def threshold(self, score_name: str, metric: Any) -> float | None:
+        """As the marker's spec has it (see ``EvalSpec.threshold``), unless stored thresholds win."""
         if score_name in self._stored:
             return self._stored[score_name]
-        if score_name in self.thresholds:
-            return self.thresholds[score_name]
-        if hasattr(metric, "threshold"):
-            value = metric.threshold
-            return None if value is None else float(value)
-        return 1.0 if getattr(metric, "name", None) in _EXACT_METRICS else None
+        return self._spec.threshold(score_name, metric)
 
     def judge(self, scores: list[ScoreRecord]) -> Verdict:
         """A trial passes when no score failed and every score meets its threshold; the lines
@@ -217,6 +206,21 @@ class Scorer:
             lines.append(f"{score.name:<{width}}  {score.value:.3g} {bound}{reason}")
         lines += [f"{name}  no metric returned a score named {name!r} (see thresholds)" for name in unscored]
         return Verdict(False, tuple(lines))
+
+
+# Each test's scorer, in its plan's stash: built at its first trial, then shared by the others.
+SCORER = pytest.StashKey[Scorer]()
+
+
+def scorer_of(plan: TestPlan) -> Scorer:
+    """The scorer of a plan's trials. A resumed experiment is judged by the thresholds stored
+    with it; any other by the marker's and its metrics' own. Two threads that build it at once
+    build the same scorer: either one serves."""
+    scorer = plan.stash.get(SCORER, None)
+    if scorer is None:
+        stored = plan.gates.thresholds if plan.resumed else None
+        scorer = plan.stash[SCORER] = Scorer(plan.spec, stored_thresholds=stored)
+    return scorer
 
 
 def _records(metric: Any, result: Any) -> list[ScoreRecord]:

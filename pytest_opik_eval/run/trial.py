@@ -22,7 +22,7 @@ import pytest
 
 from pytest_opik_eval._compat import argument_names
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
-from pytest_opik_eval.collect.planning import ANYIO_BACKEND, OWN_ARGS, Trial
+from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import tracing
@@ -32,6 +32,7 @@ from pytest_opik_eval.run.scoring import (
     MissingScoreArguments,
     Scorer,
     describe_failure,
+    scorer_of,
 )
 from pytest_opik_eval.store.base import span_recorder, timings_recorder
 from pytest_opik_eval.store.records import ScoreRecord, Usage
@@ -119,7 +120,7 @@ def run(
             store.record_output(attempt, output)
             trial.output = output
 
-            scorer = case.plan.scorer
+            scorer = scorer_of(case.plan)
             try:
                 judged = None if judge_cache is None else Judged(judge_cache, case.item_id, case.trial)
                 # The metrics' requests are the judges' (strict replay sends them only if live).

@@ -16,7 +16,9 @@ from pytest_opik_eval._compat import fixture_definition
 from pytest_opik_eval.collect.datasets import Dataset, DatasetError, content_hash, load_dataset
 from pytest_opik_eval.collect.marker import MARKER, EvalSpec, read_spec
 from pytest_opik_eval.collect.metric_specs import with_metrics
-from pytest_opik_eval.collect.planning import (
+from pytest_opik_eval.collect.planning import params_of, plan_new, plan_rescored, plan_resumed, trial_cases
+from pytest_opik_eval.collect.resume import changes_since
+from pytest_opik_eval.collect.trials import (
     CASE_ARG,
     OWN_ARGS,
     TRIAL_KEY,
@@ -24,13 +26,7 @@ from pytest_opik_eval.collect.planning import (
     TestPlan,
     Trial,
     TrialCase,
-    params_of,
-    plan_new,
-    plan_rescored,
-    plan_resumed,
-    trial_cases,
 )
-from pytest_opik_eval.collect.resume import changes_since
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run.concurrency import async_fixture, function_scoped_fixture

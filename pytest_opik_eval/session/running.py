@@ -18,7 +18,8 @@ from typing import Literal, NoReturn
 import pytest
 
 from pytest_opik_eval._compat import junit_mark_skipped
-from pytest_opik_eval.collect.planning import CASE_ARG, TRIAL_KEY, RejectedItem, Trial, plan_run
+from pytest_opik_eval.collect.planning import plan_run
+from pytest_opik_eval.collect.trials import CASE_ARG, TRIAL_KEY, RejectedItem, Trial
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.reports.terminal import SOFT_FAILED

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_opik_eval.collect.metric_specs import MetricSpecError, load_metrics
-from pytest_opik_eval.collect.planning import TestPlan
 from pytest_opik_eval.collect.rescore import RescoreTarget
 from pytest_opik_eval.collect.resume import ResumeTarget
+from pytest_opik_eval.collect.trials import TestPlan
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.ids import uuid7, uuid7_from_name
 from pytest_opik_eval.notices import notice

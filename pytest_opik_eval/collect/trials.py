@@ -1,0 +1,129 @@
+"""What a trial is: the plan of one eval test (``TestPlan``), the parameter of each of its test
+cases (``TrialCase``: an item and a trial index), and the runtime state of a trial (``Trial``,
+kept in its test case's stash under ``TRIAL_KEY``).
+
+Collection makes them (``planning``, ``resume``, ``rescore``) and ``run/`` executes them, reading
+their types from here: run/ sits above collect/, which never imports what runs a trial (run/
+builds each test's scorer itself, see ``run.scoring.scorer_of``).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_opik_eval.ids import case_id
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.collect.marker import EvalSpec
+    from pytest_opik_eval.store.records import (
+        DatasetRecord,
+        ExperimentRecord,
+        GateSettings,
+        ScoreRecord,
+        Selection,
+    )
+
+# The hidden parameter that carries each test case's trial; it is not a fixture.
+CASE_ARG = "_opik_eval_trial"
+
+
+@dataclass(eq=False)
+class TestPlan:
+    """One eval test function: what its marker selected, shared by all its test cases."""
+
+    __test__ = False  # not a test class, despite its name
+
+    test: str  # node id of the test function
+    name: str  # the function's name
+    spec: EvalSpec
+    dataset: DatasetRecord
+    selection: Selection
+    items: list[dict[str, Any]]
+    gates: GateSettings  # in force for this test's experiments
+    threads: int  # trials of this test that may run at the same time
+    # When resuming: the stored experiments of this test, by their parametrize id.
+    resumed: dict[str, ExperimentRecord] = field(default_factory=dict)
+    # When rescoring: the id of the stored experiment each new one scores again, by parametrize id.
+    rescore_of: dict[str, str] = field(default_factory=dict)
+    # The test as messages name it: its node id, and its file and line ("t.py::test_qa (t.py:12)").
+    where: str = ""
+    # Dataset items set aside (nested too deep to process): each is a failing test case.
+    rejected: list[RejectedItem] = field(default_factory=list)
+    # What the phases after collection keep for the whole test, as pytest's nodes have a stash:
+    # the run keeps its scorer there (see ``run.scoring.scorer_of``).
+    stash: pytest.Stash = field(default_factory=pytest.Stash)
+
+    def experiment_name(self, params: str) -> str:
+        name = self.spec.experiment_name or self.name
+        return f"{name}[{params}]" if params else name
+
+
+@dataclass(frozen=True)
+class RejectedItem:
+    """The parameter of a test case that stands for a dataset item that could not be processed:
+    it fails with ``message`` (naming the file and line) while the other items run."""
+
+    place: str  # "line 3", "item 2"
+    message: str
+
+    @property
+    def case_id(self) -> str:
+        return "invalid-" + self.place.replace(" ", "")
+
+    def __repr__(self) -> str:
+        return f"RejectedItem({self.case_id})"
+
+
+@dataclass(frozen=True, eq=False)
+class TrialCase:
+    """The parameter of one test case: an item and a trial index of a plan."""
+
+    plan: TestPlan
+    item: dict[str, Any]
+    trial: int
+
+    @property
+    def item_id(self) -> str:
+        return str(self.item["id"])
+
+    @functools.cached_property
+    def case_id(self) -> str:
+        return case_id(self.item_id, self.trial)
+
+    def __repr__(self) -> str:
+        return f"TrialCase({self.case_id})"
+
+
+@dataclass(eq=False)
+class Trial:
+    """The runtime state of one trial test case (kept in the item's stash)."""
+
+    case: TrialCase
+    params: str  # the test's other parametrize ids: with the test, names the experiment
+    experiment_id: str | None = None  # known once the run is created or resumed
+    trial_id: str | None = None
+    attempt_id: str | None = None
+    output: dict[str, Any] | None = None
+    scores: list[ScoreRecord] = field(default_factory=list)
+    passed: bool | None = None
+    reached_happy_path: bool = False
+    soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
+    completed_attempt: str | None = None  # the attempt this session completed, if any
+    # A rescore's: the output the original trial's completed attempt stored, scored in place of
+    # the task's (the task is not called).
+    stored_output: dict[str, Any] | None = None
+
+
+# Each trial test case carries its Trial in its stash.
+TRIAL_KEY = pytest.StashKey[Trial]()
+
+# The task's arguments that are its trial's own: the trial passes them to the task itself, and
+# they are kept out of pytest's fixture setup (see session/collection.py), which costs
+# more per test case than a trivial task does. The fixtures of the same names serve the rest.
+OWN_ARGS = frozenset({"eval_item", "eval_trial"})
+
+ANYIO_BACKEND = "anyio_backend"  # the fixture through which anyio's pytest plugin runs a test
