@@ -20,7 +20,7 @@ class ScoreRecord(_Written):
     reason: str | None = None
     scoring_failed: bool = False
     # The metric's ScoreResult.metadata, made JSON-safe by the scorer. Last, and left out of the
-    # store when None (see local.scores_text), so a score without it is stored as before.
+    # store when None (see local/rows.scores_text), so a score without it is stored as before.
     metadata: dict[str, Any] | None = None
 
 
