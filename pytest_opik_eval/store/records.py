@@ -1,5 +1,6 @@
-"""What the store holds: pydantic models for what is written to disk as JSON, and the plain
-records the store hands back."""
+"""What the store holds of runs, experiments and trials: pydantic models for what is written to
+disk as JSON (a run, an experiment with its settings, a score, a span, usage), and the plain
+records the store hands back (a trial, its state, a run's summary)."""
 
 from __future__ import annotations
 
