@@ -584,7 +584,7 @@ def _merge(store: Store, args: argparse.Namespace) -> int:
 def _merge_recordings(target_folder: Path, source_folder: Path) -> None:
     """The recordings of the app's calls (--eval-record) beside a shard's store, added to those
     beside this store: the shards of one run recorded its trials between them."""
-    from pytest_opik_eval.store.recordings import merge, recordings_folder
+    from pytest_opik_eval.store.http_recordings import merge, recordings_folder
 
     source, target = recordings_folder(source_folder), recordings_folder(target_folder)
     if not source.is_dir() or source.resolve() == target.resolve():

@@ -1,4 +1,4 @@
-"""The recording engine on its own (run/recording.py, run/http_calls.py, store/recordings.py),
+"""The recording engine on its own (run/recording.py, run/http_calls.py, store/http_recordings.py),
 driven directly as the library layer it is, against a real local HTTP server: what the wiring's
 end-to-end tests rely on. The pytest-facing behaviour is tested end to end elsewhere."""
 
@@ -28,7 +28,7 @@ from conftest import NEEDS_RECORD
 from pytest_opik_eval.own_requests import sending
 from pytest_opik_eval.run.http_calls import usage_of
 from pytest_opik_eval.run.recording import Recorder, RecordingCounts, TrialKey, TrialScope
-from pytest_opik_eval.store.recordings import (
+from pytest_opik_eval.store.http_recordings import (
     Folded,
     Interaction,
     Journal,
@@ -37,8 +37,8 @@ from pytest_opik_eval.store.recordings import (
     fold,
     merge,
 )
-from pytest_opik_eval.store.recordings import load as load_recordings
-from pytest_opik_eval.store.recordings import test_file as file_of
+from pytest_opik_eval.store.http_recordings import load as load_recordings
+from pytest_opik_eval.store.http_recordings import test_file as file_of
 
 pytestmark = NEEDS_RECORD
 
@@ -544,7 +544,7 @@ def test_journals_of_processes_and_threads_fold_into_one_stable_file(tmp_path: P
 def test_a_dead_process_journal_is_folded_and_a_live_ones_is_not(tmp_path: Path) -> None:
     code = (
         "import os, sys; from pathlib import Path\n"
-        "from pytest_opik_eval.store.recordings import Journal, Interaction\n"
+        "from pytest_opik_eval.store.http_recordings import Journal, Interaction\n"
         "journal = Journal(Path(sys.argv[1]), 'dead', 'main')\n"
         "journal.add(sys.argv[2], Interaction.model_validate_json(sys.argv[3]))\n"
         "os._exit(1)  # killed: no close\n"

@@ -38,8 +38,8 @@ from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
 from pytest_opik_eval.run import http_calls
 from pytest_opik_eval.run.http_calls import UnreadableBody
 from pytest_opik_eval.run.recording import Recorder, TrialKey
-from pytest_opik_eval.store.recordings import Folded, fold
-from pytest_opik_eval.store.recordings import load as load_recordings
+from pytest_opik_eval.store.http_recordings import Folded, fold
+from pytest_opik_eval.store.http_recordings import load as load_recordings
 
 pytestmark = NEEDS_RECORD
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from conftest import Project, items
 
-from pytest_opik_eval.store import local
+from pytest_opik_eval.store.local import LocalStore
 
 PAD = "x" * 20_000  # a task output big enough that appending it to the journal needs disk space
 
@@ -344,7 +344,7 @@ def test_a_store_another_process_holds_is_one_line_that_says_so(
     project.calls()
     store = project.store_path
     # The inner run is in this process: it waits half a second for the store, not a minute.
-    monkeypatch.setattr(local, "_BUSY_TIMEOUT", 0.5)
+    monkeypatch.setattr(LocalStore, "BUSY_TIMEOUT", 0.5)
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_THE_STORE, str(store)],
         stdin=subprocess.PIPE,

@@ -10,8 +10,7 @@ import sqlite3
 import pytest
 from conftest import Project, offline_opik
 
-from pytest_opik_eval.store import journal
-from pytest_opik_eval.store.local import LocalStore
+from pytest_opik_eval.store.local import LocalStore, journal
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord
 
 LABELS = [f"item-{i}" for i in range(8)]

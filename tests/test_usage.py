@@ -15,7 +15,7 @@ from conftest import Project, offline_opik
 
 from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.run.pricing import NOT_INSTALLED
-from pytest_opik_eval.store import local
+from pytest_opik_eval.store.local import rows
 
 LABELS = ["a", "b", "c"]
 # Why the app's call that reports no cost has none: no price table knows its model, or there is
@@ -302,8 +302,8 @@ def test_the_session_end_reads_no_spans_unless_the_html_report_shows_them(
 ) -> None:
     # The usage is summed when the spans are recorded: the end of a session (the verdict, the
     # gates, the summary, the JSON report) reads the sums, not 100,000 trials' spans.
-    counting = _CountingParse(local._spans_json)
-    monkeypatch.setattr(local, "_spans_json", counting)
+    counting = _CountingParse(rows._spans_json)
+    monkeypatch.setattr(rows, "_spans_json", counting)
     result, report = traced.run_report("--eval", "--eval-max-cost=1")
     result.assert_outcomes(passed=3)
     assert report["experiments"][0]["summary"]["usage"]["app"] == APP_USAGE

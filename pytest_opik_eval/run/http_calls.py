@@ -25,7 +25,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pytest_opik_eval.masking import REDACTED, Scrubber, is_credential, is_secret_param
 from pytest_opik_eval.run import aiohttp_bodies
-from pytest_opik_eval.store.recordings import Interaction, RecordedRequest, RecordedResponse, RecordedUsage
+from pytest_opik_eval.store.http_recordings import (
+    Interaction,
+    RecordedRequest,
+    RecordedResponse,
+    RecordedUsage,
+)
 
 # Fields of a JSON request body (top level) that SDKs fill with per-call values: a request that
 # differs only there is the same request.

@@ -14,7 +14,7 @@ through (``--eval-record-allow-host``), which every mode leaves alone.
 
 Interactions are keyed by (test, item, trial, canonical request, occurrence), so each trial of an
 item keeps its own answers and a retry loop replays its answers in order. New ones are journaled
-at once (``store/recordings.py``); what a session replays is what the files held when it began.
+at once (``store/http_recordings.py``); what a session replays is what the files held when it began.
 Mode ``all`` journals them with their attempt, and :meth:`Recorder.completed` says when that
 attempt completed: only then do they replace the trial's recordings.
 
@@ -46,7 +46,7 @@ from pytest_opik_eval.options import RECORD_MODES, Host, host_text
 from pytest_opik_eval.own_requests import own_request
 from pytest_opik_eval.run import http_calls, tracing
 from pytest_opik_eval.run.contexts import within
-from pytest_opik_eval.store.recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
+from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 MISS_TYPE = "opik_eval_no_recording"
 _CANONICAL = "_opik_eval_canonical"  # the attribute of vcrpy's request that keeps its canonical form

@@ -108,7 +108,7 @@ class Ending:
         if self.options.record_mode == "off":
             return
         from pytest_opik_eval.run.recording import RecordingCounts
-        from pytest_opik_eval.store.recordings import fold
+        from pytest_opik_eval.store.http_recordings import fold
 
         counted = self.state.stop_recording()
         if counted is not None:

@@ -99,7 +99,7 @@ class SessionState:
 
     def recordings_folder(self) -> Path:
         """Where --eval-record keeps its files: ``recordings/`` in the store's folder."""
-        from pytest_opik_eval.store.recordings import recordings_folder
+        from pytest_opik_eval.store.http_recordings import recordings_folder
 
         return recordings_folder(self.options.store_path.parent)
 

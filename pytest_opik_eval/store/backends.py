@@ -43,7 +43,7 @@ class Backend(Protocol):
 
 
 class LocalBackend:
-    """The SQLite file (``store/local.py``)."""
+    """The SQLite file (``store/local/``)."""
 
     checked_at_start = False
 

@@ -1,5 +1,6 @@
-"""What the store holds: pydantic models for what is written to disk as JSON, and the plain
-records the store hands back."""
+"""What the store holds of runs, experiments and trials: pydantic models for what is written to
+disk as JSON (a run, an experiment with its settings, a score, a span, usage), and the plain
+records the store hands back (a trial, its state, a run's summary)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class ScoreRecord(_Written):
     reason: str | None = None
     scoring_failed: bool = False
     # The metric's ScoreResult.metadata, made JSON-safe by the scorer. Last, and left out of the
-    # store when None (see local.scores_text), so a score without it is stored as before.
+    # store when None (see local/rows.scores_text), so a score without it is stored as before.
     metadata: dict[str, Any] | None = None
 
 

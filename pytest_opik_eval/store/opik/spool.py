@@ -17,15 +17,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_opik_eval.store.local import (
-    LocalStore,
-    _locked,
-    _now,
-    _output_json,
-    _transaction,
-    _writing,
-    scores_text,
-)
+from pytest_opik_eval.store.local.connection import transaction
+from pytest_opik_eval.store.local.rows import now, output_json, scores_text
+from pytest_opik_eval.store.local.store import LocalStore, locked, writing
 from pytest_opik_eval.store.opik.config import SYNC_COMMAND
 from pytest_opik_eval.store.records import ScoreRecord, SpanRecord, Usage
 
@@ -115,11 +109,11 @@ class Spool(LocalStore):
 
     # -- the outbox -----------------------------------------------------------------------
 
-    @_writing
+    @writing
     def enqueue(self, outbox: Sequence[Message]) -> None:
         self._conn().executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox)
 
-    @_locked
+    @locked
     def outbox_batch(self, limit: int) -> list[tuple[int, str, str]]:
         """The oldest messages still to send, in order."""
         if self._db is None:
@@ -129,15 +123,15 @@ class Spool(LocalStore):
         ).fetchall()
         return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
-    @_writing
+    @writing
     def outbox_sent(self, ids: Sequence[int]) -> None:
         self._conn().executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
 
-    @_writing
+    @writing
     def outbox_refused(self, ids: Sequence[int], error: str) -> None:
         self._conn().executemany("UPDATE outbox SET error = ? WHERE id = ?", [(error, i) for i in ids])
 
-    @_locked
+    @locked
     def outbox_counts(self) -> tuple[int, int]:
         """(waiting to be sent, refused by the server)."""
         if self._db is None:
@@ -145,7 +139,7 @@ class Spool(LocalStore):
         row = self._db.execute("SELECT count(*) - count(error), count(error) FROM outbox").fetchone()
         return int(row[0]), int(row[1])
 
-    @_locked
+    @locked
     def outbox_links(self, trace_id: str) -> bool:
         """Whether an experiment item for this trace is still waiting in the outbox."""
         row = (
@@ -161,25 +155,25 @@ class Spool(LocalStore):
 
     # -- what the spool knows of the server ----------------------------------------------
 
-    @_locked
+    @locked
     def renewed_id(self, old: str) -> str | None:
         row = self._conn().execute("SELECT new FROM renewed_ids WHERE old = ?", (old,)).fetchone()
         return None if row is None else str(row[0])
 
-    @_writing
+    @writing
     def renew_id(self, old: str, new: str) -> str:
         """Record that the remote object ``old`` is sent as ``new`` from now on."""
         self._conn().execute("INSERT OR REPLACE INTO renewed_ids (old, new) VALUES (?, ?)", (old, new))
         return new
 
-    @_writing
+    @writing
     def save_remote(self, experiment_id: str, info: str) -> None:
         self._conn().execute(
             "INSERT OR REPLACE INTO remote_experiments (experiment_id, info) VALUES (?, ?)",
             (experiment_id, info),
         )
 
-    @_locked
+    @locked
     def remote(self, experiment_id: str) -> str | None:
         if self._db is None:
             return None
@@ -188,7 +182,7 @@ class Spool(LocalStore):
         ).fetchone()
         return None if row is None else str(row[0])
 
-    @_locked
+    @locked
     def attempt_ids(self, experiment_id: str) -> set[str]:
         """The ids of every attempt recorded here for the experiment."""
         with self._reading():
@@ -200,7 +194,7 @@ class Spool(LocalStore):
             ).fetchall()
         return {str(row[0]) for row in rows}
 
-    @_writing
+    @writing
     def import_attempt(
         self,
         experiment_id: str,
@@ -220,7 +214,7 @@ class Spool(LocalStore):
         ).fetchone()
         if row is None:
             return
-        with _transaction(db):
+        with transaction(db):
             db.execute(
                 "INSERT OR IGNORE INTO attempts"
                 " (id, trial_id, session_id, started_at, output, scores, passed)"
@@ -228,8 +222,8 @@ class Spool(LocalStore):
                 (
                     attempt_id,
                     row[0],
-                    _now(),
-                    None if output is None else _output_json(output),
+                    now(),
+                    None if output is None else output_json(output),
                     scores_text(scores),
                     None if passed is None else int(passed),
                 ),

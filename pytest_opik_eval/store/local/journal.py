@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from filelock import FileLock
 
-# One event: its kind, then the SQL parameters of its write (see LocalStore._apply). A writer
+# One event: its kind, then the SQL parameters of its write (see folding.apply). A writer
 # makes tuples: the garbage collector stops tracking a tuple of strings and numbers, so the
 # events waiting for the next fold do not add to the heap it keeps walking.
 Event = Sequence[str | int | None]
