@@ -47,7 +47,9 @@ def repo_links(markdown: str, src_path: str) -> str:
     at the site's copy; any other link that leaves docs/ is left for MkDocs to report."""
     depth = src_path.count("/")
     for path in REPO_FILES:
-        markdown = markdown.replace(f"]({'../' * (depth + 1)}{path})", f"]({'../' * depth}{REPO_FOLDER}/{path})")
+        markdown = markdown.replace(
+            f"]({'../' * (depth + 1)}{path})", f"]({'../' * depth}{REPO_FOLDER}/{path})"
+        )
     return markdown
 
 
@@ -110,7 +112,9 @@ def options_table() -> str:
     for names, attrs in recorder.options:
         value = _value(names, attrs)
         ini = attrs.get("dest", "") if attrs.get("dest") in inis else ""
-        repeat = " (repeatable)" if attrs.get("action") == "append" and "repeatable" not in attrs["help"] else ""
+        repeat = (
+            " (repeatable)" if attrs.get("action") == "append" and "repeatable" not in attrs["help"] else ""
+        )
         rows.append(
             f"| `{', '.join(names)}` | {f'`{_cell(value)}`' if value else ''} | {f'`{ini}`' if ini else ''} "
             f"| {_env_of(attrs['help'])} | {_cell(attrs['help'])}{repeat} |"
@@ -133,9 +137,13 @@ def env_table() -> str:
     for constant, variable in sorted(vars(options).items()):
         if constant.endswith("_ENV") and isinstance(variable, str):
             flags = [names[0] for names, attrs in recorder.options if f"env {variable}" in attrs["help"]]
-            rows.append(f"| `{variable}` | the value of `{', '.join(flags) or constant}`, below the command line |")
+            rows.append(
+                f"| `{variable}` | the value of `{', '.join(flags) or constant}`, below the command line |"
+            )
     for setting, (variable, key) in config._SOURCES.items():
-        rows.append(f"| `{variable}` | the Opik server's {setting} (else `{key}` in `~/.opik.config`'s `[opik]`) |")
+        rows.append(
+            f"| `{variable}` | the Opik server's {setting} (else `{key}` in `~/.opik.config`'s `[opik]`) |"
+        )
     return "\n".join(rows)
 
 
@@ -159,8 +167,12 @@ def marker_table() -> str:
 
 
 def _plain_signature(signature: inspect.Signature) -> str:
-    return str(signature.replace(parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
-                                 return_annotation=inspect.Signature.empty))
+    return str(
+        signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=inspect.Signature.empty,
+        )
+    )
 
 
 # -- the hooks, from their specs ------------------------------------------------------------------

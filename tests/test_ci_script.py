@@ -31,7 +31,7 @@ def run_ci(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
     shutil.copy(CI_SCRIPT, checkout / ".ci" / "run")
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for name in ("python3", "pip", "pytest", "mypy", "ruff", "chromium"):
+    for name in ("python3", "pip", "pytest", "mypy", "ruff", "chromium", "mkdocs"):
         (stubs / name).write_text(STUB)
         (stubs / name).chmod(0o755)
     calls = tmp_path / "calls.log"
@@ -50,8 +50,17 @@ def run_ci(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
 @pytest.mark.parametrize(
     ("failing", "steps_run"),
     [
-        # The suite, the checks, then the suite again at the lowest pytest supported.
-        ("", ["python3", "pip", "pytest", "mypy", "ruff", "ruff", "python3", "pip", "pytest"]),
+        # The suite, the checks, then the suite again at the lowest pytest supported, then the
+        # docs: their extra, the strict build, their examples.
+        (
+            "",
+            ["python3", "pip", "pytest", "mypy", "ruff", "ruff", "python3", "pip", "pytest"]
+            + ["pip", "mkdocs", "pytest"],
+        ),
+        (
+            "mkdocs",
+            ["python3", "pip", "pytest", "mypy", "ruff", "ruff", "python3", "pip", "pytest", "pip", "mkdocs"],
+        ),
         ("python3", ["python3"]),
         ("pip", ["python3", "pip"]),
         ("pytest", ["python3", "pip", "pytest"]),
