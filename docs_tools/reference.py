@@ -80,7 +80,8 @@ class _Recorder:
         self.inis.append((name, help, type))
 
 
-def _recorded() -> _Recorder:
+def recorded_options() -> _Recorder:
+    """What the plugin's ``add_options`` adds to pytest's parser."""
     from pytest_opik_eval.options import add_options
 
     recorder = _Recorder()
@@ -106,7 +107,7 @@ def _env_of(help_text: str) -> str:
 
 
 def options_table() -> str:
-    recorder = _recorded()
+    recorder = recorded_options()
     inis = {name for name, _, _ in recorder.inis}
     rows = ["| option | value | ini key | env | help |", "|---|---|---|---|---|"]
     for names, attrs in recorder.options:
@@ -124,7 +125,7 @@ def options_table() -> str:
 
 def ini_table() -> str:
     rows = ["| ini key | type | help |", "|---|---|---|"]
-    rows += [f"| `{name}` | {kind} | {_cell(text)} |" for name, text, kind in _recorded().inis]
+    rows += [f"| `{name}` | {kind} | {_cell(text)} |" for name, text, kind in recorded_options().inis]
     return "\n".join(rows)
 
 
@@ -132,7 +133,7 @@ def env_table() -> str:
     from pytest_opik_eval import options
     from pytest_opik_eval.store.opik import config
 
-    recorder = _recorded()
+    recorder = recorded_options()
     rows = ["| variable | what it sets |", "|---|---|"]
     for constant, variable in sorted(vars(options).items()):
         if constant.endswith("_ENV") and isinstance(variable, str):

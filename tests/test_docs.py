@@ -22,6 +22,7 @@ Blocks of other languages (YAML for GitHub Actions, the output samples) are not 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -31,6 +32,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -307,3 +309,43 @@ def test_every_page_is_in_the_sites_navigation() -> None:
     nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").split("\nnav:\n", 1)[1]
     listed = set(re.findall(r"[\w/-]+\.md", nav))
     assert listed == {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")}
+
+
+# -- the reference pages generated from the code --------------------------------------------------
+
+
+def reference() -> ModuleType:
+    """docs_tools/reference.py, which MkDocs runs as a hook; loaded here without MkDocs, so that a
+    module it reads that moved or changed fails this suite, not only the docs build."""
+    spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs_tools" / "reference.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generated_reference_covers_every_option_ini_key_hook_command_and_field() -> None:
+    from pytest_opik_eval import cli, hookspecs
+
+    tools = reference()
+    generated = {name: generate() for name, generate in tools.GENERATORS.items()}
+    flags = [names[0] for names, _ in tools.recorded_options().options]
+    assert len(flags) > 20 and all(f"`{flag}" in generated["options"] for flag in flags)
+    assert all(f"`{name}`" in generated["ini"] for name, _, _ in tools.recorded_options().inis)
+    assert "`PYTEST_OPIK_EVAL_STORE`" in generated["env"] and "`OPIK_API_KEY`" in generated["env"]
+    assert "`max_latency`" in generated["marker"]
+    hooks = [name for name in vars(hookspecs) if name.startswith("pytest_opik_eval_")]
+    assert hooks and all(f"### `{name}`" in generated["hooks"] for name in hooks)
+    [commands] = [a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert all(f"### `opik-eval {name}`" in generated["cli"] for name in commands.choices)
+    schema = json.loads((ROOT / "schema" / "eval-report.schema.json").read_text())
+    assert all(f"### {name}\n" in generated["json"] for name in schema["$defs"])
+
+
+def test_the_hand_written_options_table_names_every_option_and_ini_key() -> None:
+    # The table with the options' full meaning, above the generated one: a new option needs a row.
+    page = (DOCS / "reference" / "options.md").read_text(encoding="utf-8")
+    table = page.split("## Every option, from the parser")[0]
+    recorded = reference().recorded_options()
+    assert [names[0] for names, _ in recorded.options if f"| `{names[0]}" not in table] == []
+    assert [name for name, _, _ in recorded.inis if f"ini `{name}`" not in table] == []
