@@ -9,9 +9,9 @@ build, and so does a page that still holds a placeholder after the hook has run.
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import json
-import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -207,14 +207,20 @@ def _commands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.A
             yield from action.choices.items()
 
 
+def _help(parser: argparse.ArgumentParser) -> str:
+    # argparse wraps at the terminal's width: 100 columns on every build, without touching the
+    # environment of the process that builds (the suite runs this in-process, beside other tests).
+    parser.formatter_class = functools.partial(argparse.HelpFormatter, width=100)
+    return parser.format_help().rstrip()
+
+
 def cli_help() -> str:
     from pytest_opik_eval import cli
 
-    os.environ["COLUMNS"] = "100"  # argparse wraps at the terminal's width: the same on every build
     parser = cli._parser()
-    parts = ["```text", parser.format_help().rstrip(), "```", ""]
+    parts = ["```text", _help(parser), "```", ""]
     for name, command in _commands(parser):
-        parts += [f"### `opik-eval {name}`", "", "```text", command.format_help().rstrip(), "```", ""]
+        parts += [f"### `opik-eval {name}`", "", "```text", _help(command), "```", ""]
     return "\n".join(parts)
 
 
