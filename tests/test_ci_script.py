@@ -27,6 +27,8 @@ exit 0
 
 SUITE = ["python3", "pip", "pytest", "mypy", "ruff", "ruff"]
 LOWEST = ["python3", "pip", "pytest"]
+# pip install '.[docs]', mkdocs build --strict, the docs' examples
+DOCS = ["pip", "mkdocs", "pytest"]
 # pip install build, python -m build, check_dist, the wheel's venv, its install, the quick start
 PACKAGES = ["pip", "python", "python", "python3", "pip", "python"]
 # python3 --version, its venv, pip install '.[test-core]', no extra's package, the suite
@@ -39,7 +41,7 @@ def run_ci(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
     shutil.copy(CI_SCRIPT, checkout / ".ci" / "run")
     stubs = tmp_path / "bin"
     stubs.mkdir()
-    for name in ("python3", "python", "pip", "pytest", "mypy", "ruff", "chromium"):
+    for name in ("python3", "python", "pip", "pytest", "mypy", "ruff", "chromium", "mkdocs"):
         (stubs / name).write_text(STUB)
         (stubs / name).chmod(0o755)
     calls = tmp_path / "calls.log"
@@ -58,11 +60,13 @@ def run_ci(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
 @pytest.mark.parametrize(
     ("failing", "steps_run"),
     [
-        # The suite, the checks, then the suite again at the lowest pytest supported, the
-        # packages built, checked and the wheel's quick start, the suite with the core install.
-        ("", [*SUITE, *LOWEST, *PACKAGES, *CORE]),
+        # The suite, the checks, then the suite again at the lowest pytest supported, the docs
+        # (their extra, the strict build, their examples), the packages built, checked and the
+        # wheel's quick start, the suite with the core install.
+        ("", [*SUITE, *LOWEST, *DOCS, *PACKAGES, *CORE]),
+        ("mkdocs", [*SUITE, *LOWEST, "pip", "mkdocs"]),
         # The first python: the build.
-        ("python", [*SUITE, *LOWEST, "pip", "python"]),
+        ("python", [*SUITE, *LOWEST, *DOCS, "pip", "python"]),
         ("python3", ["python3"]),
         ("pip", ["python3", "pip"]),
         ("pytest", ["python3", "pip", "pytest"]),

@@ -221,9 +221,12 @@ def test_reports_are_written_with_the_users_umask(
     assert "<!DOCTYPE html>" in kept.read_text()  # replaced whole, keeping its mode
 
 
+JSON_REPORT_PAGE = Path(__file__).parent.parent / "docs" / "reference" / "json-report.md"
+
+
 def test_the_readmes_json_example_has_the_current_schema_version() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## The JSON report") :]
+    readme = JSON_REPORT_PAGE.read_text(encoding="utf-8")
+    section = readme[readme.index("# The JSON report") :]
     example = json.loads(
         section[section.index("```json\n") + 8 : section.index("```", section.index("```json") + 7)]
     )
@@ -314,6 +317,6 @@ def test_report_carries_the_intervals_the_gates_and_the_paired_comparison(projec
 
 
 def test_the_readme_points_at_the_published_schema() -> None:
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    assert f"[`schema/{SCHEMA.name}`](schema/{SCHEMA.name})" in readme
+    readme = JSON_REPORT_PAGE.read_text(encoding="utf-8")
+    assert f"[`schema/{SCHEMA.name}`](../../schema/{SCHEMA.name})" in readme
     assert json.loads(SCHEMA.read_text())["properties"]["schema_version"]["const"] == SCHEMA_VERSION

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import Project, items
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+# The README's first example, and the custom metric of the tutorial's "Writing eval tests".
+README = (ROOT / "README.md", ROOT / "docs" / "tutorial" / "writing-eval-tests.md")
 
 # The README's custom metric as it stood, without a threshold.
 METRIC = """
@@ -97,7 +99,8 @@ def test_a_similarity_without_a_threshold_is_named_too(project: Project) -> None
 
 def readme_examples() -> list[str]:
     """The README's eval tests, as written."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.DOTALL)
+    text = "".join(page.read_text(encoding="utf-8") for page in README)
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
     return [block for block in blocks if "@pytest.mark.eval(" in block]
 
 
