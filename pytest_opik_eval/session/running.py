@@ -18,6 +18,7 @@ from typing import Literal, NoReturn
 import pytest
 
 from pytest_opik_eval._compat import junit_mark_skipped
+from pytest_opik_eval._compat_xdist import WorkerQueue
 from pytest_opik_eval.collect.planning import CASE_ARG, TRIAL_KEY, RejectedItem, Trial, plan_run
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
@@ -25,7 +26,6 @@ from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.run import trial as trial_life
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
-from pytest_opik_eval.run.distributed import WorkerQueue
 from pytest_opik_eval.session.state import SessionState
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
