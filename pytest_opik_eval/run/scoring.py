@@ -20,7 +20,7 @@ from pytest_opik_eval.store.records import ScoreRecord
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.judge_cache import JudgeCache
-    from pytest_opik_eval.run.tracing import TrialTrace
+    from pytest_opik_eval.run.trial_trace import TrialTrace
 
 # Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):
 # anything below 1.0 is a miss, as with this package's own Equals, Contains, RegexMatch, IsJson.
