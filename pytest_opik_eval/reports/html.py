@@ -38,7 +38,7 @@ from pytest_opik_eval.formatting import (
     signed,
 )
 from pytest_opik_eval.options import resume_command
-from pytest_opik_eval.reports.spans import span_seconds, walk
+from pytest_opik_eval.reports.span_tree import span_seconds, walk
 from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_line
 from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import (
