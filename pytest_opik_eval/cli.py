@@ -38,7 +38,7 @@ from pytest_opik_eval.options import (
     resume_command,
     seconds,
 )
-from pytest_opik_eval.reports.spans import tree_lines
+from pytest_opik_eval.reports.span_tree import tree_lines
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines, trial_verdict
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, ScoreRecord, Store, TrialRecord

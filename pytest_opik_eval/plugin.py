@@ -13,7 +13,7 @@ from pytest_opik_eval.options import add_options
 
 if TYPE_CHECKING:
     from pytest_opik_eval.collect.trials import Trial
-    from pytest_opik_eval.run.tracing import EvalTrace
+    from pytest_opik_eval.run.manual_spans import EvalTrace
 
 
 LEFT_OUT_PLUGIN = "opik_eval_left_out"
@@ -82,7 +82,7 @@ def eval_trace() -> EvalTrace:
     OpenTelemetry: ``with eval_trace.span("retrieve", type="tool", input=...) as span:
     span.output = ...`` and ``eval_trace.usage(model=..., input_tokens=..., output_tokens=...)``.
     The same object as ``from pytest_opik_eval.tracing import trace``; outside a trial, a no-op."""
-    # The public module: a session that imports it is traced (see tracing.start).
+    # The public module: a session that imports it is traced (see trial_trace.start).
     from pytest_opik_eval.tracing import trace
 
     return trace

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_opik_eval.run.tracing import EvalTrace, Span, trace
+from pytest_opik_eval.run.manual_spans import EvalTrace, trace
+from pytest_opik_eval.run.span import Span
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.otel import SpanProcessor

@@ -191,7 +191,7 @@ def test_a_steal_waits_for_the_trials_running_ahead(pytester: pytest.Pytester) -
     import execnet
     from xdist.remote import TestQueue, WorkerInteractor  # type: ignore[import-untyped]
 
-    from pytest_opik_eval.run.distributed import WorkerQueue
+    from pytest_opik_eval._compat_xdist import WorkerQueue
 
     class Worker:  # find() looks for pytest-xdist's class by name
         steal = WorkerInteractor.steal
@@ -230,7 +230,7 @@ def test_a_steal_waits_for_the_trials_running_ahead(pytester: pytest.Pytester) -
 
 
 def test_without_pytest_xdist_worker_state_nothing_runs_ahead(pytester: pytest.Pytester) -> None:
-    from pytest_opik_eval.run.distributed import WorkerQueue
+    from pytest_opik_eval._compat_xdist import WorkerQueue
 
     config = pytester.parseconfig()
     assert WorkerQueue.find(config, []) is None

@@ -218,3 +218,32 @@ def test_the_contract_sees_an_upward_import() -> None:
 def test_the_contract_sees_a_cycle() -> None:
     # The checker itself: a cycle planted in a small graph is found.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The modules that touch another project's private API (see tests/test_compat.py) sit at the
+# bottom, beside that project: they import no module of the package, so a fix there is local.
+FENCES = ("pytest_opik_eval._compat", "pytest_opik_eval._compat_xdist", "pytest_opik_eval._compat_opik")
+
+# A trial's spans, top down: the manual API and the OpenTelemetry processor hand spans to the
+# trial's trace, which keeps Span objects and makes records, whose values are bounded.
+SPANS = tuple(
+    f"pytest_opik_eval.run.{name}"
+    for name in ("manual_spans", "otel", "trial_trace", "span_records", "span", "bounded")
+)
+
+
+def out_of_order(edges: dict[str, set[str]], order: tuple[str, ...]) -> dict[str, list[str]]:
+    """The modules of ``order`` that import one listed before them: above them."""
+    found = {name: sorted(i for i in edges[name] if i in order[: order.index(name)]) for name in order}
+    return {name: imported for name, imported in found.items() if imported}
+
+
+def test_the_fences_import_no_module_of_the_package() -> None:
+    edges = graph()
+    assert {name: sorted(edges[name]) for name in FENCES if edges[name]} == {}
+
+
+def test_the_span_modules_import_down_their_order() -> None:
+    assert out_of_order(graph(), SPANS) == {}
+    planted = {"a": set[str](), "b": {"a"}, "c": {"b"}}
+    assert out_of_order(planted, ("a", "b", "c")) == {"b": ["a"], "c": ["b"]}

@@ -361,11 +361,11 @@ from datetime import datetime, timezone
 
 import pytest_opik_eval.tracing  # the public module: a session that imports it is traced
 from pytest_opik_eval.ids import uuid7
-from pytest_opik_eval.run import tracing
+from pytest_opik_eval.run import trial_trace
 
 
 def emit(name):
-    trace = tracing.current()
+    trace = trial_trace.current()
     assert trace is not None, f"{name}: outside a trial"
     parent = trace.parent_span_id()
     start = datetime.now(timezone.utc)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.formatting import dollars
-from pytest_opik_eval.reports.spans import span_seconds, walk
+from pytest_opik_eval.reports.span_tree import span_seconds, walk
 from pytest_opik_eval.store.records import SpanRecord
 from pytest_opik_eval.verdict.model import ExperimentReport, Report
 

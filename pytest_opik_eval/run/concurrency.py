@@ -10,7 +10,7 @@ only in its own test case's teardown: a trial that finished in the background bu
 case was never reported (-x, --maxfail, Ctrl-C) stays pending.
 
 "The next trials" are those this process runs: the following items of the session, or, on a
-pytest-xdist worker, the test cases the controller has sent it (``distributed.WorkerQueue``).
+pytest-xdist worker, the test cases the controller has sent it (``_compat_xdist.WorkerQueue``).
 
 Only tests whose fixtures are all shared (session, package, module or class scope) plus
 ``eval_item`` and ``eval_trial``, and none of them async, can run ahead: the background trials

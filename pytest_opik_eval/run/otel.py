@@ -4,7 +4,7 @@ trial whose task or scoring started them: the optional extra ``pytest-opik-eval[
 
 :class:`SpanProcessor` only reads spans: the app's exporters still get every span, and a span
 started outside a trial is left alone. At ``on_start``, which OpenTelemetry calls in the context
-that starts the span, it remembers the trial (``tracing.current()``) and the span's parent there:
+that starts the span, it remembers the trial (``trial_trace.current()``) and the span's parent there:
 the span of the same trial its OpenTelemetry parent was recorded as, else the innermost span of
 the trial open in that context (the task span, a metric's span, an ``@opik.track`` span). At
 ``on_end``, which may run in another thread or after the context is gone, it converts the span
@@ -34,8 +34,9 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, TracerProvider
 from opentelemetry.sdk.trace import SpanProcessor as _SdkSpanProcessor
 from opentelemetry.trace import StatusCode
 
+from pytest_opik_eval._compat_opik import top_span_id
 from pytest_opik_eval.ids import uuid7
-from pytest_opik_eval.run import span_usage, tracing
+from pytest_opik_eval.run import span_usage, trial_trace
 
 _logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class _Claim:
 
     __slots__ = ("__weakref__", "id", "owner", "parent_id", "trial")
 
-    def __init__(self, trial: tracing.TrialTrace, id: str, parent_id: str, owner: SpanProcessor) -> None:
+    def __init__(self, trial: trial_trace.TrialTrace, id: str, parent_id: str, owner: SpanProcessor) -> None:
         # Weak: the claims are kept by their trial (below), which must still be able to go.
         self.trial = weakref.ref(trial)
         self.id = id
@@ -105,7 +106,7 @@ class _Claim:
 # the user added) sees the span is taken, so no span is recorded twice.
 _lock = threading.Lock()
 _claims: weakref.WeakValueDictionary[tuple[int, int], _Claim] = weakref.WeakValueDictionary()
-_kept: weakref.WeakKeyDictionary[tracing.TrialTrace, list[_Claim]] = weakref.WeakKeyDictionary()
+_kept: weakref.WeakKeyDictionary[trial_trace.TrialTrace, list[_Claim]] = weakref.WeakKeyDictionary()
 
 
 class SpanProcessor(_SdkSpanProcessor):
@@ -140,7 +141,7 @@ class SpanProcessor(_SdkSpanProcessor):
         context = span.context
         if context is None:
             return
-        trial = tracing.current()
+        trial = trial_trace.current()
         parent = span.parent
         with _lock:
             if (context.trace_id, context.span_id) in _claims:
@@ -158,16 +159,14 @@ class SpanProcessor(_SdkSpanProcessor):
             _kept.setdefault(trial, []).append(claim)
 
 
-def _innermost(trial: tracing.TrialTrace) -> str:
+def _innermost(trial: trial_trace.TrialTrace) -> str:
     """The span a span started here hangs under: the app's ``@opik.track`` span open here, when
     the Opik SDK is loaded (so a call instrumented with OpenTelemetry inside a tracked function
     nests under it), else the trial's innermost open span."""
     if "opik" in sys.modules:
-        from opik import context_storage
-
-        top = context_storage.top_span_data()
-        if top is not None and top.trace_id == trial.trace_id:
-            return str(top.id)
+        top = top_span_id(trial.trace_id)
+        if top is not None:
+            return top
     return trial.parent_span_id()
 
 

@@ -18,7 +18,7 @@ at once (``store/http_recordings.py``); what a session replays is what the files
 Mode ``all`` journals them with their attempt, and :meth:`Recorder.completed` says when that
 attempt completed: only then do they replace the trial's recordings.
 
-Limits, as for the trial's spans (``run/tracing.py``): code the task runs in a thread of its own
+Limits, as for the trial's spans (``run/trial_trace.py``): code the task runs in a thread of its own
 (a bare ``threading.Thread``, ``ThreadPoolExecutor.submit``, ``loop.run_in_executor``) starts with
 an empty context, so its requests are outside the trial: they pass through unrecorded, and in mode
 ``none`` they are refused and fail every trial whose task runs in the process at that moment (the
@@ -44,8 +44,8 @@ from typing import Any, TypeVar, cast
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.options import RECORD_MODES, Host, host_text
 from pytest_opik_eval.own_requests import own_request
-from pytest_opik_eval.run import http_calls, tracing
-from pytest_opik_eval.run.contexts import within
+from pytest_opik_eval.run import http_calls, trial_trace
+from pytest_opik_eval.run.call_context import within
 from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 MISS_TYPE = "opik_eval_no_recording"
@@ -331,7 +331,7 @@ class TrialScope:
             _current.reset(token)
 
     def wrap(self, function: _Function) -> _Function:
-        """``function`` run inside :meth:`entered` (see ``contexts.within``)."""
+        """``function`` run inside :meth:`entered` (see ``call_context.within``)."""
         return within(function, self.entered)
 
     # -- what the cassette asks ----------------------------------------------------------
@@ -527,7 +527,7 @@ def _open_span() -> str | None:
     """The trial's span open where a request is made: an instrumented client's (track_openai's,
     a manual one) around its call, else the task span, under which the app reports the call's
     usage on a span of its own (``trace.usage`` after the call)."""
-    trial = tracing.current()
+    trial = trial_trace.current()
     return None if trial is None else trial.parent_span_id()
 
 

@@ -23,7 +23,7 @@ from pytest_opik_eval.store.records import ScoreRecord
 if TYPE_CHECKING:
     from pytest_opik_eval.collect.trials import TestPlan
     from pytest_opik_eval.run.judge_cache import JudgeCache
-    from pytest_opik_eval.run.tracing import TrialTrace
+    from pytest_opik_eval.run.trial_trace import TrialTrace
 
 # The hint for a task that returned nothing, the usual slip of a first eval test.
 RETURNED_NONE = (

@@ -7,7 +7,7 @@ wrong: summed, a negative cost would lower the experiment's cost, meet a cost ga
 budget back; priced, a negative count makes genai-prices raise. So a span that reports one keeps
 everything else it reported, loses its usage (every count of it: the others no longer add up) or
 its cost, and the trial notices it, naming the span and the field (``rejection``). Every way a
-span reaches a trial passes here: the Opik SDK's spans and the manual API's (``tracing._record``),
+span reaches a trial passes here: the Opik SDK's spans and the manual API's (``span_records.record``),
 ``trace.usage`` as it is called, and OpenTelemetry's attributes (``otel.span_params``), which
 name the field as the app set it.
 """

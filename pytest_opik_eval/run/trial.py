@@ -25,7 +25,7 @@ from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.notices import notice
-from pytest_opik_eval.run import tracing
+from pytest_opik_eval.run import trial_trace
 from pytest_opik_eval.run.scoring import (
     RETURNED_NONE,
     Judged,
@@ -57,7 +57,7 @@ _Result = TypeVar("_Result")
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
 # A task to call with the attempt's trace and recording scope (see threaded_task).
-Task = Callable[["tracing.TrialTrace | None", "TrialScope | None"], Any]
+Task = Callable[["trial_trace.TrialTrace | None", "TrialScope | None"], Any]
 
 # Set on a trial's test case whose task made a request that --eval-record could not replay, and
 # as this attribute on its call report (a plain bool: JSON-safe for pytest-xdist).
@@ -174,7 +174,7 @@ class StoredOutput:
     def __init__(self, output: dict[str, Any]) -> None:
         self.output = output
 
-    def __call__(self, trace: tracing.TrialTrace | None, scope: TrialScope | None) -> dict[str, Any]:
+    def __call__(self, trace: trial_trace.TrialTrace | None, scope: TrialScope | None) -> dict[str, Any]:
         return fresh_copy(self.output)
 
 
@@ -199,7 +199,7 @@ def _task_output(
     item: pytest.Function,
     trial: Trial,
     task: Task | None,
-    trace: tracing.TrialTrace | None,
+    trace: trial_trace.TrialTrace | None,
     scope: TrialScope | None,
 ) -> Any:
     """What the task returned; None when it raised after a request that had no recording, which
@@ -246,16 +246,18 @@ def missed_message(item_id: str, trial: int, scope: TrialScope) -> str:
     return "\n".join(lines)
 
 
-def _entered(function: _Function, trace: tracing.TrialTrace | None, scope: TrialScope | None) -> _Function:
+def _entered(
+    function: _Function, trace: trial_trace.TrialTrace | None, scope: TrialScope | None
+) -> _Function:
     """``function`` (the task), in the attempt's trace and its recording scope when called:
     inside the coroutine for an ``async def`` task, where the event loop's task runs it."""
-    traced = tracing.traced(function, trace)
+    traced = trial_trace.traced(function, trace)
     return traced if scope is None else scope.wrap(traced)
 
 
-def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> tracing.TrialTrace | None:
+def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> trial_trace.TrialTrace | None:
     """The attempt's trace, when the store keeps spans and a span can reach the trial (see
-    ``tracing.start``): a store that does not keep them (one a plugin supplies) leaves the app's
+    ``trial_trace.start``): a store that does not keep them (one a plugin supplies) leaves the app's
     spans to the SDK's own client (and OpenTelemetry's to its exporters)."""
     if span_recorder(store) is None:
         return None
@@ -263,7 +265,7 @@ def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> t
         from pytest_opik_eval.run import otel
 
         otel.add_to_global_provider()
-    return tracing.start(
+    return trial_trace.start(
         attempt, item.originalname, functools.partial(_task_input, item, trial), trial.case.item
     )
 
@@ -287,7 +289,7 @@ def _score(
     scorer: Scorer,
     item: dict[str, Any],
     output: dict[str, Any],
-    trace: tracing.TrialTrace | None,
+    trace: trial_trace.TrialTrace | None,
     seconds: dict[str, float],
     judged: Judged | None,
 ) -> list[ScoreRecord]:
@@ -301,7 +303,7 @@ def _record_spans(
     item: pytest.Function,
     store: Store,
     attempt: str,
-    trace: tracing.TrialTrace,
+    trace: trial_trace.TrialTrace,
     budget: Budget | None,
     scope: TrialScope | None,
     where: str,
@@ -438,7 +440,7 @@ class _Capture:
         self.function = function
         self.outputs: list[Any] = []
         # The attempt's trace and recording scope, while ``_call_task`` runs.
-        self.trace: tracing.TrialTrace | None = None
+        self.trace: trial_trace.TrialTrace | None = None
         self.scope: TrialScope | None = None
 
         @functools.wraps(function)
@@ -480,7 +482,10 @@ def _task_function(item: pytest.Function) -> Callable[..., Any]:
 
 
 def _call_task(
-    item: pytest.Function, args: dict[str, Any], trace: tracing.TrialTrace | None, scope: TrialScope | None
+    item: pytest.Function,
+    args: dict[str, Any],
+    trace: trial_trace.TrialTrace | None,
+    scope: TrialScope | None,
 ) -> Any:
     """The task, in its own test case's call phase. A coroutine runs where the plugin that
     pairs with the test would run it, so it shares the event loop of that plugin's async

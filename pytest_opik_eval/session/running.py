@@ -18,15 +18,23 @@ from typing import Literal, NoReturn
 import pytest
 
 from pytest_opik_eval._compat import junit_mark_skipped
+from pytest_opik_eval._compat_xdist import WorkerQueue
 from pytest_opik_eval.collect.planning import plan_run
 from pytest_opik_eval.collect.trials import CASE_ARG, TRIAL_KEY, RejectedItem, Trial
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.reports.terminal import SOFT_FAILED
-from pytest_opik_eval.run import trial as trial_life
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
-from pytest_opik_eval.run.distributed import WorkerQueue
+from pytest_opik_eval.run.trial import (
+    RECORDING_MISSED,
+    RECORDING_MISSED_ATTR,
+    capturing,
+    clear_marker,
+    run,
+    stored_task,
+    threaded_task,
+)
 from pytest_opik_eval.session.state import SessionState
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
@@ -105,12 +113,12 @@ class Running:
             if threads <= 1:
                 if budget is not None:
                     budget.check(pyfuncitem)
-                trial_life.run(
+                run(
                     pyfuncitem,
                     trial,
                     state.store(),
                     state.session_id,
-                    trial_life.stored_task(trial),
+                    stored_task(trial),
                     budget=budget,
                     judge_cache=state.judge_cache,
                     recorder=state.recorder,
@@ -170,11 +178,11 @@ class Running:
     def _job(self, ahead: pytest.Function, shared: pytest.Function) -> Callable[[], None]:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
-        task = trial_life.stored_task(trial) or trial_life.threaded_task(ahead, trial, shared)
+        task = stored_task(trial) or threaded_task(ahead, trial, shared)
         state = self.state
         budget = state.budget
-        run = functools.partial(
-            trial_life.run,
+        job = functools.partial(
+            run,
             ahead,
             trial,
             state.store(),
@@ -185,14 +193,14 @@ class Running:
             recorder=state.recorder,
         )
         if budget is None:
-            return run
+            return job
 
         def start() -> None:
             # When a thread takes the trial up, not when it was queued: the trials in flight
             # are then at most one per thread.
             assert budget is not None
             budget.check(ahead)
-            run()
+            job()
 
         return start
 
@@ -200,7 +208,7 @@ class Running:
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
         if not isinstance(item, pytest.Function) or TRIAL_KEY not in item.stash:
             return (yield)
-        with trial_life.capturing(item):
+        with capturing(item):
             return (yield)
 
     @pytest.hookimpl(wrapper=True)
@@ -212,10 +220,10 @@ class Running:
         if trial is not None and call.when == "call" and report.passed and trial.soft_failure:
             # A plain str, so the report stays JSON-safe for pytest-xdist.
             report.eval_soft_failure = trial.soft_failure  # type: ignore[attr-defined]
-        if call.when == "call" and item.stash.get(trial_life.RECORDING_MISSED, False):
+        if call.when == "call" and item.stash.get(RECORDING_MISSED, False):
             # Counted by the process that ends the session, which sees every worker's reports.
-            setattr(report, trial_life.RECORDING_MISSED_ATTR, True)
-            del item.stash[trial_life.RECORDING_MISSED]  # a rerun of the test case starts afresh
+            setattr(report, RECORDING_MISSED_ATTR, True)
+            del item.stash[RECORDING_MISSED]  # a rerun of the test case starts afresh
         if self.state.budget is not None and call.when == "call" and item.stash.get(NOT_STARTED, False):
             setattr(report, NOT_STARTED_ATTR, True)
             # Where the test is, as for a skip marker, rather than the line of this plugin that
@@ -231,7 +239,7 @@ class Running:
         trial = item.stash.get(TRIAL_KEY, None)
         if trial is not None:
             try:
-                trial_life.clear_marker(item, trial, self.state.store(), self.state.recorder)
+                clear_marker(item, trial, self.state.store(), self.state.recorder)
             except StoreError as error:
                 failure = error
             else:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord, Usage, UsageTotals
 from pytest_opik_eval.verdict.model import Latency, LatencySummary
 
-# The span the scoring runs in (see run/tracing.py): the spans under it are the judges'.
+# The span the scoring runs in (see run/trial_trace.py): the spans under it are the judges'.
 _METRICS_SPAN = "metrics_calculation"
 
 

@@ -197,7 +197,7 @@ def trace(
 def spans(
     spans: Sequence[SpanRecord], project: str, *, task_output: Mapping[str, Any] | None = None
 ) -> Message:
-    """The spans of an attempt's trace (its task span first, see ``run/tracing.py``) as the Opik
+    """The spans of an attempt's trace (its task span first, see ``run/trial_trace.py``) as the Opik
     SDK sends them (``CreateSpanMessage.as_payload_dict``, its ``None`` fields left out), to
     ``spans/batch``: ``total_estimated_cost`` is the cost the app set on the span, never an
     estimate of ours, so the server estimates the rest as it does for ``opik.evaluate()``.

@@ -226,7 +226,7 @@ class OpikStore:
         )
 
     def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord], usage: Usage | None = None) -> None:
-        """The app's spans under the attempt's trace, the task span first (see ``run/tracing.py``),
+        """The app's spans under the attempt's trace, the task span first (see ``run/trial_trace.py``),
         sent like the trace: through the outbox, committed with the local copy."""
         attempt = self._attempts[attempt_id]
         attempt.task_span = spans[0] if spans else None

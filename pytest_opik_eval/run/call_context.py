@@ -1,4 +1,5 @@
-"""Running the task inside the contexts of its trial (its trace, its recording scope)."""
+"""A task whose every call runs inside a context of its trial (its trace, its recording scope),
+wherever the call really runs: inside the coroutine for an ``async def`` task."""
 
 from __future__ import annotations
 
