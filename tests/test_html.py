@@ -587,8 +587,8 @@ def test_evidence_sections() -> None:
     )
     cell = r'<td>([\d.]+)</td><td class="interval">(\[[\d.]+, [\d.]+\])</td>'
     assert re.findall(rf'<tr data-k="(\d)"><td>\d</td>{cell}{cell}</tr>', html) == [
-        ("1", "0.833", "[0.075, 1.000]", "0.833", "[0.075, 1.000]"),
-        ("2", "1.000", "[0.097, 1.000]", "0.667", "[0.036, 0.996]"),
+        ("1", "0.833", "[0.292, 1.000]", "0.833", "[0.292, 1.000]"),
+        ("2", "1.000", "[0.292, 1.000]", "0.667", "[0.094, 0.992]"),
     ]
     # gate cards: borderline and strict badges, the interval drawn against the bound, the notes
     cards = re.findall(

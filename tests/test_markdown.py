@@ -133,8 +133,8 @@ def test_the_evidence_behind_each_number() -> None:
     assert "Items passing 2 of 2 trials: 0.667 [0.094, 0.992] 95%, 3 item(s)\n" in text
     assert (
         "| k | pass@k | 95% interval | pass^k | 95% interval |\n| ---: | ---: | ---: | ---: | ---: |\n"
-        "| 1 | 0.833 | [0.075, 1.000] | 0.833 | [0.075, 1.000] |\n"
-        "| 2 | 1.000 | [0.097, 1.000] | 0.667 | [0.036, 0.996] |\n"
+        "| 1 | 0.833 | [0.292, 1.000] | 0.833 | [0.292, 1.000] |\n"
+        "| 2 | 1.000 | [0.292, 1.000] | 0.667 | [0.094, 0.992] |\n"
     ) in text
     # each gate: verdict, borderline, estimate, interval, items, bound; then its notes
     assert (
