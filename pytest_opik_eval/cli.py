@@ -48,7 +48,7 @@ from pytest_opik_eval.verdict.model import Report
 if TYPE_CHECKING:
     from pytest_opik_eval.verdict.design import Design, PlanRow
 from pytest_opik_eval.verdict.results import ExperimentResult
-from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed
+from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed, rest_of_session
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -346,6 +346,7 @@ def _results(
         lambda e: e.gates,
         baselines,
         resume,
+        family=rest_of_session(store, target, run, experiments),
     )
     return run.id, experiments, results
 
@@ -605,7 +606,7 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         max_cost=dict(args.eval_max_cost),
         max_latency=args.eval_max_latency,
     )
-    _, experiments = store.find(args.id)
+    run, experiments = store.find(args.id)
     results = judge_experiments(
         store,
         experiments,
@@ -613,6 +614,7 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         lambda e: settings_for_gate(e.gates, given),
         Baselines(store, args.eval_baseline),
         resume,
+        family=rest_of_session(store, args.id, run, experiments),
     )
     for line in summary_lines(results, resume, False) + gate_lines(results):
         print(line)
