@@ -665,8 +665,9 @@ def _plan_lines(
     if design.binary:
         spread = (
             f"intra-item correlation {design.icc:.2f}"
-            if design.trials > 1
-            else "one trial per item: trials taken as independent (the noisiest)"
+            if design.icc is not None
+            else "one trial per item: intra-item correlation unknown, each figure at the least "
+            "favourable one (0 to 1)"
         )
         kind = f"pass/fail, mean {design.mean:.3f}, {spread}"
     else:

@@ -431,6 +431,38 @@ def test_the_detectable_drop_comes_from_the_design_not_the_observed_drop(project
     assert drops[0] == pytest.approx(expected)
 
 
+def test_a_one_trial_baseline_detects_the_same_drop_whatever_broke(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 30 items pass, 10 fail, one trial each: whether 0, 8 or 16 items broke since, the gate
+    # prints the drop its design catches (0.344, the least favourable intra-item correlation:
+    # trials independent), and opik-eval plan on the baseline says the same.
+    app(project, 40)
+    failing = [f"i{i:03d}" for i in range(30, 40)]
+    wrong(project, *failing)
+    project.run("--eval", "--eval-soft")
+    baseline, _ = last_run(project)
+    printed = set()
+    for broken in (0, 8, 16):
+        wrong(project, *failing, *first(broken))
+        result, report = project.run_report(
+            "--eval", "--eval-soft", f"--eval-baseline={baseline}", "--eval-max-regression=equals_metric=0.05"
+        )
+        printed.add(gates(report)[0]["detectable_drop"])
+        assert "  catches a drop of 0.344 or more with 80% power at 40 items x 1 trial" in result.outlines
+    assert len(printed) == 1
+    capsys.readouterr()
+    assert (
+        opik_eval(["--store", str(project.store_path), "plan", baseline, "--delta=0.05", "--trials=1,3"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (
+        "  equals_metric: pass/fail, mean 0.750, one trial per item: intra-item correlation unknown, "
+        "each figure at the least favourable one (0 to 1)"
+    )
+    assert out[4].split()[0] == "1" and out[4].split()[-1] == "0.344"
+
+
 def test_opik_eval_plan_says_how_many_items_and_trials_a_drop_needs(
     project: Project, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -228,16 +228,15 @@ def _regression_decision(
 
 
 def _design(result: ExperimentResult, metric: str) -> plan.Design:
-    """The comparison's design: the baseline's scores of the items both runs scored, the current
-    run's trials per item, and the paired differences."""
+    """The comparison's design: the baseline's scores of the items both runs scored, and the
+    current run's trials per item; never the current scores, whose differences from the
+    baseline carry what broke."""
     before = result.baseline_values.get(metric, {})
     pairs = result.paired[metric]  # the items both scored: the baseline has them all
     baseline_items = (
         before.values() if len(pairs.shared) == len(before) else [before[i] for i in pairs.shared]
     )
-    return plan.design_of(
-        baseline_items, trials=_trials(result, metric), differences=list(pairs.differences.values())
-    )
+    return plan.design_of(baseline_items, trials=_trials(result, metric))
 
 
 def _trials(result: ExperimentResult, metric: str) -> int:

@@ -384,6 +384,21 @@ def item_means(items: Iterable[Sequence[float]]) -> list[float]:
     return means
 
 
+def mean(values: Sequence[float]) -> float:
+    """The mean of ``values`` (at least one)."""
+    if not values:
+        raise ValueError("a mean needs at least one value")
+    return math.fsum(values) / len(values)
+
+
+def variance(values: Sequence[float]) -> float:
+    """The sample variance of ``values`` (divided by n - 1; at least two)."""
+    if len(values) < 2:
+        raise ValueError("a sample variance needs at least two values")
+    centre = mean(values)
+    return math.fsum((x - centre) ** 2 for x in values) / (len(values) - 1)
+
+
 def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -> Interval:
     """The pass rate over items (each item's passed trials over its trials) with its interval:
     ``items`` gives each item's (passed trials, trials)."""
