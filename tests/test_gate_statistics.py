@@ -406,6 +406,28 @@ def test_last_is_the_newest_earlier_run_whatever_its_gates_said(project: Project
     )
 
 
+def test_a_baseline_that_did_not_pass_is_announced_by_the_regression_gate(project: Project) -> None:
+    # A push that failed for a regression is the next push's "last": compared with it, the
+    # regression is not counted again, and the gate says why it may pass.
+    app(project, 20)
+    gated = ["--eval", "--eval-soft", "--eval-baseline=last", "--eval-max-regression=equals_metric=0.05"]
+    project.run(*gated)
+    wrong(project, *first(10))
+    assert project.run(*gated).ret == pytest.ExitCode.TESTS_FAILED  # the regression: not met
+    failing_run, experiments = last_run(project)
+    result, report = project.run_report(*gated)
+    assert result.ret == pytest.ExitCode.OK  # no change since the failed run
+    note = (
+        f"the baseline, experiment {experiments['test_app']} of run {failing_run}, did not pass (a gate not "
+        "met, a trial failed or pending): a drop it already had is not counted here; compare with a run "
+        "that passed: --eval-baseline=RUN_ID"
+    )
+    assert f"  {note}" in gate_lines(result)
+    assert note in gates(report)[0]["notes"]
+    # That run passed: against it, no such note.
+    assert not any("did not pass" in line for line in gate_lines(project.run(*gated)))
+
+
 # --- 8. what a gate can detect comes from the design; opik-eval plan ------------------------------
 
 

@@ -74,6 +74,7 @@ class ExperimentResult:
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
+    baseline_failed: bool = False  # the baseline ``last`` found did not pass (its gates, its trials)
     # The paired comparison with the baseline, per metric, and the tests of the regression gates
     # on it; the baseline's item verdicts, for the report's A/B rows (built only when one is
     # written); the baseline's scores by item, which set what a regression gate can detect.

@@ -164,6 +164,12 @@ def _regression(
         estimate=-drop, low=-high, high=-low, level=confidence, items=change.items, one_sided=True
     )
     notes = [_bounds_note(interval, signed, bound=-delta, what="change")]
+    if result.baseline_failed and baseline is not None:
+        notes.append(
+            f"the baseline, experiment {baseline.experiment_id} of run {baseline.run_id}, did not pass "
+            "(a gate not met, a trial failed or pending): a drop it already had is not counted here; "
+            "compare with a run that passed: --eval-baseline=RUN_ID"
+        )
     if divisor > 1 or family > 1:
         notes.append(
             f"tested at one-sided {level(confidence)}: Holm over the session's {family} regression "

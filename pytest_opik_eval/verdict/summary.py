@@ -53,6 +53,15 @@ class Baselines:
                 return candidate, None
         return None, f"run {self.requested} has no experiment of {test}; comparison skipped"
 
+    def failed(self, experiment: ExperimentRecord, baseline: ExperimentRecord) -> bool:
+        """Whether ``last`` found a baseline that did not pass (a gate not met, a trial failed
+        or pending): a regression it already had is not counted against ``experiment``, which
+        a gate says (with the README's CI recipe only default-branch runs are baselines)."""
+        if self.requested != LAST:
+            return False
+        passing = self.store.latest(experiment.test, experiment.params, experiment.id, passing=True)
+        return passing is None or passing.id != baseline.id
+
     def _last_passing_covering(self, experiment: ExperimentRecord) -> ExperimentRecord | None:
         """The newest passing experiment that planned every trial of every item this experiment
         selected: one run with ``-k``, or with a narrower filter, passed over fewer items, and
@@ -94,7 +103,9 @@ def judge_experiments(
             before = experiment_result(
                 baseline, store.trials(baseline.id), None, baseline.gates, intervals=False
             )
-            result = with_baseline(result, before)
+            result = replace(
+                with_baseline(result, before), baseline_failed=baselines.failed(experiment, baseline)
+            )
         return replace(result, baseline_note=note)
 
     return judge_session([compared(e) for e in experiments], resume_command, [compared(e) for e in family])
