@@ -44,11 +44,11 @@ from pytest_opik_eval.store import ExperimentRecord, RunRecord, ScoreRecord, Sto
 from pytest_opik_eval.store.base import experiments_with_trial, find_trial
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
+from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed, rest_of_session
 
 if TYPE_CHECKING:
     from pytest_opik_eval.verdict.design import Design, PlanRow
-from pytest_opik_eval.verdict.results import ExperimentResult
-from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed, rest_of_session
 
 
 def main(argv: Sequence[str] | None = None) -> int:

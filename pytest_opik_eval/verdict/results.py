@@ -285,9 +285,7 @@ def summarize(
 
 def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> float:
     """The mean over items of each item's mean (with one score per item, of the scores)."""
-    if len(values) == len(items):
-        return math.fsum(values) / len(values)
-    return math.fsum(math.fsum(v) / len(v) for v in items.values()) / len(items)
+    return stats.mean(values if len(values) == len(items) else stats.item_means(items.values()))
 
 
 def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list[float]]]:
