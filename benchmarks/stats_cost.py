@@ -87,7 +87,7 @@ def everything(current: list[Trial], baseline: list[Trial]) -> dict[str, float]:
     timed("bounds on the drop", lambda: test.drop_bounds(0.95))
 
     def detectable() -> object:
-        design = dp.design_of(before_scores.values(), differences=differences)
+        design = dp.design_of(before_scores.values())
         return (
             dp.minimum_detectable_drop(design, 0.05, 0.05),
             dp.items_needed(design, lambda d: dp.detection_power(d, 0.1, 0.05, 0.05)),

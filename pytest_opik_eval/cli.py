@@ -45,11 +45,11 @@ from pytest_opik_eval.store import ExperimentRecord, RunRecord, ScoreRecord, Sto
 from pytest_opik_eval.store.base import experiments_with_trial, find_trial
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
+from pytest_opik_eval.verdict.results import ExperimentResult
+from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed, rest_of_session
 
 if TYPE_CHECKING:
     from pytest_opik_eval.verdict.design import Design, PlanRow
-from pytest_opik_eval.verdict.results import ExperimentResult
-from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -348,6 +348,7 @@ def _results(
         lambda e: e.gates,
         baselines,
         resume,
+        family=rest_of_session(store, target, run, experiments),
     )
     return run.id, experiments, results
 
@@ -608,7 +609,7 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         max_cost=dict(args.eval_max_cost),
         max_latency=args.eval_max_latency,
     )
-    _, experiments = store.find(args.id)
+    run, experiments = store.find(args.id)
     results = judge_experiments(
         store,
         experiments,
@@ -616,6 +617,7 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         lambda e: settings_for_gate(e.gates, given),
         Baselines(store, args.eval_baseline),
         resume,
+        family=rest_of_session(store, args.id, run, experiments),
     )
     reports = [r.report() for r in results]
     for line in summary_lines(reports, resume, False) + gate_lines(reports):
@@ -667,8 +669,9 @@ def _plan_lines(
     if design.binary:
         spread = (
             f"intra-item correlation {design.icc:.2f}"
-            if design.trials > 1
-            else "one trial per item: trials taken as independent (the noisiest)"
+            if design.icc is not None
+            else "one trial per item: intra-item correlation unknown, each figure at the least "
+            "favourable one (0 to 1)"
         )
         kind = f"pass/fail, mean {design.mean:.3f}, {spread}"
     else:

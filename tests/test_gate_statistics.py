@@ -282,6 +282,13 @@ def test_absolute_gates_print_the_one_sided_bounds_they_use(project: Project) ->
         "met: test_qa: min_pass_rate: trials pass rate 0.750 >= 0.5",
         f"  0.750 [{low:.3f}, {high:.3f}] one-sided 95% bounds, 4 items, borderline",
     ]
+    # Borderline below the bound: normal mode goes with the estimate, as the README says.
+    below = project.run("--eval", "--eval-soft", "--eval-fail-under=equals_metric=0.8")
+    assert below.ret == pytest.ExitCode.TESTS_FAILED
+    assert gate_lines(below) == [
+        "NOT MET: test_qa: fail_under equals_metric: mean 0.750 is below 0.8",
+        f"  0.750 [{low:.3f}, {high:.3f}] one-sided 95% bounds, 4 items, borderline",
+    ]
     strict = project.run(*gates_, "--eval-gate-mode=strict")
     assert strict.ret == pytest.ExitCode.TESTS_FAILED
     p = st.p_above(s, 0.5)
@@ -334,11 +341,30 @@ def test_the_regression_gates_of_a_session_are_adjusted_together(project: Projec
 
 
 def test_the_controller_adjusts_the_whole_session_under_xdist(project: Project) -> None:
+    # Tests 0-3 regress on 2-5 items (p = 1/4 ... 1/32 alone), test_app4 on 10 (p < 1/128): Holm
+    # fails test_app4 only, on both sides of the split, with the same p-values.
     five_gated_tests(project)
+    for test in range(5):
+        path = project.path / f"test_app{test}.py"
+        path.write_text(path.read_text().replace('"wrong.txt"', f'"wrong{test}.txt"'))
     project.run("--eval", "--eval-soft")
-    wrong(project, *first(5))
-    _, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0", "-p", "xdist", "-n", "2")
-    assert [g["family"] for g in gates(report)] == [5] * 5
+    baseline, _ = last_run(project)
+    for test, regressed in enumerate((2, 3, 4, 5, 10)):
+        (project.path / f"wrong{test}.txt").write_text("\n".join(first(regressed)))
+    gated = ["--eval", "--eval-soft", f"--eval-baseline={baseline}", "--eval-max-regression=equals_metric=0"]
+    _, single = project.run_report(*gated, "-p", "no:xdist")
+    _, distributed = project.run_report(*gated, "-p", "xdist", "-n", "2")
+    verdicts = regression_verdicts(single)
+    met, p, alone, family, divisor = verdicts.pop("test_app4")
+    assert (met, family, divisor) == (False, 5, 5) and alone < 1 / 128 and p == pytest.approx(5 * alone)
+    # Holm by hand: 5 x p rejected; then 4/32 is not, and the rest keep the running maximum.
+    assert verdicts == {
+        "test_app0": (True, pytest.approx(2 / 8), pytest.approx(1 / 4), 5, 4),
+        "test_app1": (True, pytest.approx(2 / 8), pytest.approx(1 / 8), 5, 4),
+        "test_app2": (True, pytest.approx(3 / 16), pytest.approx(1 / 16), 5, 4),
+        "test_app3": (True, pytest.approx(4 / 32), pytest.approx(1 / 32), 5, 4),
+    }
+    assert regression_verdicts(distributed) == regression_verdicts(single)
 
 
 def test_a_second_gate_on_a_correlated_metric_says_what_it_was_adjusted_for(project: Project) -> None:
@@ -386,6 +412,28 @@ def test_last_is_the_newest_earlier_run_whatever_its_gates_said(project: Project
     )
 
 
+def test_a_baseline_that_did_not_pass_is_announced_by_the_regression_gate(project: Project) -> None:
+    # A push that failed for a regression is the next push's "last": compared with it, the
+    # regression is not counted again, and the gate says why it may pass.
+    app(project, 20)
+    gated = ["--eval", "--eval-soft", "--eval-baseline=last", "--eval-max-regression=equals_metric=0.05"]
+    project.run(*gated)
+    wrong(project, *first(10))
+    assert project.run(*gated).ret == pytest.ExitCode.TESTS_FAILED  # the regression: not met
+    failing_run, experiments = last_run(project)
+    result, report = project.run_report(*gated)
+    assert result.ret == pytest.ExitCode.OK  # no change since the failed run
+    note = (
+        f"the baseline, experiment {experiments['test_app']} of run {failing_run}, did not pass (a gate not "
+        "met, a trial failed or pending): a drop it already had is not counted here; compare with a run "
+        "that passed: --eval-baseline=RUN_ID"
+    )
+    assert f"  {note}" in gate_lines(result)
+    assert note in gates(report)[0]["notes"]
+    # That run passed: against it, no such note.
+    assert not any("did not pass" in line for line in gate_lines(project.run(*gated)))
+
+
 # --- 8. what a gate can detect comes from the design; opik-eval plan ------------------------------
 
 
@@ -409,6 +457,38 @@ def test_the_detectable_drop_comes_from_the_design_not_the_observed_drop(project
         store.close()
     expected = dp.minimum_detectable_drop(dp.design_of(values.values()), 0.05, 0.05)
     assert drops[0] == pytest.approx(expected)
+
+
+def test_a_one_trial_baseline_detects_the_same_drop_whatever_broke(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 30 items pass, 10 fail, one trial each: whether 0, 8 or 16 items broke since, the gate
+    # prints the drop its design catches (0.344, the least favourable intra-item correlation:
+    # trials independent), and opik-eval plan on the baseline says the same.
+    app(project, 40)
+    failing = [f"i{i:03d}" for i in range(30, 40)]
+    wrong(project, *failing)
+    project.run("--eval", "--eval-soft")
+    baseline, _ = last_run(project)
+    printed = set()
+    for broken in (0, 8, 16):
+        wrong(project, *failing, *first(broken))
+        result, report = project.run_report(
+            "--eval", "--eval-soft", f"--eval-baseline={baseline}", "--eval-max-regression=equals_metric=0.05"
+        )
+        printed.add(gates(report)[0]["detectable_drop"])
+        assert "  catches a drop of 0.344 or more with 80% power at 40 items x 1 trial" in result.outlines
+    assert len(printed) == 1
+    capsys.readouterr()
+    assert (
+        opik_eval(["--store", str(project.store_path), "plan", baseline, "--delta=0.05", "--trials=1,3"]) == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == (
+        "  equals_metric: pass/fail, mean 0.750, one trial per item: intra-item correlation unknown, "
+        "each figure at the least favourable one (0 to 1)"
+    )
+    assert out[4].split()[0] == "1" and out[4].split()[-1] == "0.344"
 
 
 def test_opik_eval_plan_says_how_many_items_and_trials_a_drop_needs(
@@ -653,3 +733,60 @@ def test_opik_eval_gate_takes_the_mode_and_the_level(
     out = capsys.readouterr().out
     assert "NOT MET: test_qa: fail_under equals_metric (strict): mean 0.750, lower bound 0." in out
     assert "one-sided 80% bounds, 4 items, borderline" in out
+
+
+def last_run(project: Project) -> tuple[str, dict[str, str]]:
+    """The newest run's id, and its experiments' ids by name."""
+    store = LocalStore(project.store_path, create=False)
+    try:
+        run, experiments = store.find("last")
+    finally:
+        store.close()
+    return run.id, {e.name: e.id for e in experiments}
+
+
+def regression_verdicts(report: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+    """Each experiment's regression gate: its verdict, p-values and what it was adjusted for."""
+    return {
+        e["name"]: (g["met"], g["p_value"], g["p_value_unadjusted"], g["family"], g["adjusted_for"])
+        for e in report["experiments"]
+        for g in e["gates"]
+        if g["kind"] == "max_regression"
+    }
+
+
+def test_a_session_judged_in_part_keeps_its_whole_family(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Five gated tests, 5 of 30 items regressed in each: p = 1/32 alone, 5/32 over the session's
+    # five gates, met. Resuming one experiment by its id, resuming the run with -k, and
+    # opik-eval gate on one experiment judge it within the same five, as the uninterrupted
+    # session did (judged alone, p = 1/32 would fail it).
+    five_gated_tests(project)
+    crash = "    if (HERE / 'crash.txt').exists(): raise RuntimeError('interrupted')\n"
+    source = (project.path / "test_app4.py").read_text().replace("    wrong = ", crash + "    wrong = ")
+    (project.path / "test_app4.py").write_text(source)
+    project.run("--eval", "--eval-soft")
+    baseline, _ = last_run(project)
+    wrong(project, *first(5))
+    gated = ["--eval-soft", f"--eval-baseline={baseline}", "--eval-max-regression=equals_metric=0"]
+    _, whole = project.run_report("--eval", *gated)
+    expected = regression_verdicts(whole)["test_app4"]
+    assert expected == (True, pytest.approx(5 / 32), pytest.approx(1 / 32), 5, 5)
+    for resume in ("experiment", "run -k"):
+        (project.path / "crash.txt").write_text("")
+        assert project.run("--eval", *gated).ret == pytest.ExitCode.TESTS_FAILED  # test_app4 pending
+        (project.path / "crash.txt").unlink()
+        run, experiments = last_run(project)
+        target = ["--eval-resume=" + experiments["test_app4"]]
+        if resume == "run -k":
+            target = [f"--eval-resume={run}", "-k", "test_app4"]
+        result, resumed = project.run_report(*target, f"--eval-baseline={baseline}")
+        assert regression_verdicts(resumed)["test_app4"] == expected, resume
+        assert result.ret == pytest.ExitCode.OK
+    capsys.readouterr()
+    store = ["--store", str(project.store_path)]
+    assert opik_eval([*store, "gate", experiments["test_app4"], f"--eval-baseline={baseline}"]) == 0
+    out = capsys.readouterr().out
+    assert "met: test_app4: max_regression equals_metric:" in out
+    assert "p=0.156, adjusted for 5 gates)" in out

@@ -317,17 +317,24 @@ def test_the_design_reads_the_intra_item_correlation() -> None:
     assert agreeing.binary and agreeing.icc == pytest.approx(1.0) and agreeing.trials == 3
     rng = random.Random(5)
     independent = dp.design_of([[float(rng.random() < 0.7) for _ in range(5)] for _ in range(400)])
-    assert independent.icc < 0.05 and independent.mean == pytest.approx(0.7, abs=0.03)
+    assert (
+        independent.icc is not None
+        and independent.icc < 0.05
+        and independent.mean == pytest.approx(0.7, abs=0.03)
+    )
     continuous = dp.design_of([[0.5, 0.7], [0.2, 0.2], [0.9, 0.8]])
     assert not continuous.binary and continuous.within == pytest.approx((0.02 + 0 + 0.005) / 3, rel=1e-3)
-    # One trial per item: the paired differences say how much an item varies between runs (half
-    # their variance); without them, the noisiest case (every item's spread is within it).
-    single = [[1.0]] * 15 + [[0.0]] * 5
-    assert dp.design_of(single).icc == 0.0
-    steady = dp.design_of(single, differences=[0.0] * 18 + [-1.0, 1.0])
-    assert steady.within == pytest.approx((2 / 19) / 2, rel=1e-3)
-    # between = the item means' spread (sample variance) - within
-    assert steady.icc == pytest.approx((0.75 * 0.25 * 20 / 19 - 1 / 19) / (0.75 * 0.25), abs=0.005)
+    # One trial per item: the baseline cannot tell hard items from flaky ones; pass/fail
+    # designs take the least favourable intra-item correlation, continuous ones the noisiest
+    # case (every item's spread is within it).
+    single = dp.design_of([[1.0]] * 15 + [[0.0]] * 5, trials=3)
+    assert (single.icc, single.baseline_trials, single.trials) == (None, 1, 3)
+    assert len(single.differences(0.1)) == len(dp.UNKNOWN_ICC)
+    noisy = dp.design_of([[0.5], [0.7], [0.9]], trials=3)
+    assert noisy.within == pytest.approx(0.04) and noisy.baseline_trials == 1
+    # Trial counts that differ: a difference's variance is within / 1 + within / 3, not 2 / 3 of it.
+    [population] = noisy.differences(0.0)
+    assert population.variance == pytest.approx(0.04 * (1 + 1 / 3), rel=0.05)
 
 
 def test_the_detectable_drop_stays_on_the_scale_and_shrinks_with_items() -> None:

@@ -37,6 +37,7 @@ from pytest_opik_eval.verdict.summary import (
     aggregates,
     judge_experiments,
     passed,
+    rest_of_session,
     unchecked_metrics,
 )
 
@@ -155,6 +156,7 @@ class Ending:
                 state.baselines or Baselines(state.store(), None),
                 self.options.resume_command,
                 self._in_my_shard if self.options.shard else None,
+                self._rest_of_session(),
             )
             resume = state.resume
             # Built once, before anything that may fail: every report renders it, the terminal's too.
@@ -293,6 +295,13 @@ class Ending:
         return in_shard(
             self.options.shard, experiment.test, experiment.params, trial.dataset_item_id, trial.trial
         )
+
+    def _rest_of_session(self) -> list[ExperimentRecord]:
+        """A resume of one experiment: the rest of its run, for Holm's family."""
+        resume = self.state.resume
+        if resume is None:
+            return []
+        return rest_of_session(self.state.store(), resume.requested, resume.run, self.state.experiments)
 
     def _settings_of(self, experiment: ExperimentRecord) -> GateSettings:
         if self.state.resume is None:

@@ -99,8 +99,8 @@ def compare(
 def _mean(by_item: dict[str, list[float]], planned: Container[str]) -> float | None:
     """The mean of the item means over the items the other run planned (a metric only one of
     the two scored)."""
-    means = [math.fsum(v) / len(v) for item, v in by_item.items() if item in planned and v]
-    return math.fsum(means) / len(means) if means else None
+    means = stats.item_means(v for item, v in by_item.items() if item in planned and v)
+    return stats.mean(means) if means else None
 
 
 def _figures(now: Sequence[TrialRecord], before: Sequence[TrialRecord]) -> dict[str, FigureChange]:

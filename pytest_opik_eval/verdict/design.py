@@ -1,9 +1,12 @@
-"""What a paired comparison's design can detect: from the baseline's scores (their mean, and
-their intra-item correlation or within-item variance), the number of items and of trials, the
-chance that normal mode catches a drop, that strict mode shows none when nothing changed, the
-smallest drop caught with 80% power, and the items that would catch a given one (``opik-eval
-plan``). Each power is the gates' own score test's, on the population the design implies (a
-weighted set of differences, not a draw), by the normal approximation of its statistic."""
+"""What a paired comparison's design can detect: from the baseline's scores alone (their mean,
+and their intra-item correlation or within-item variance), the number of items and the trials
+of each run, the chance that normal mode catches a drop, that strict mode shows none when nothing
+changed, the smallest drop caught with 80% power, and the items that would catch a given one
+(``opik-eval plan``). Never from the current run: its differences from the baseline carry what
+broke, and a design that read them would detect less the more broke. Each power is the gates'
+own score test's, on the population the design implies (a weighted set of differences, not a
+draw), by the normal approximation of its statistic; where the baseline leaves the population
+open (one trial per item), on the least favourable one."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 
+from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.distributions import normal_quantile, t_quantile
 from pytest_opik_eval.verdict.statistics import (
     CORRECTION,
@@ -23,44 +27,65 @@ from pytest_opik_eval.verdict.statistics import (
     population,
 )
 
+# With one trial per item a baseline cannot tell items that differ (hard ones) from trials that
+# vary (flaky ones): the design then takes, at each size, the least favourable intra-item
+# correlation of these, the one that gives the gates the least power.
+UNKNOWN_ICC = (0.0, 0.25, 0.5, 0.75, 1.0)
+
 
 @dataclass(frozen=True)
 class Design:
-    """A paired comparison's design: ``items``, ``trials`` per item (in both runs), and what the
-    baseline says of its scores: their ``mean``; for pass/fail scores, the intra-item
-    correlation ``icc`` (items' pass probabilities spread as a beta distribution, the beta-
-    binomial model); for other scores, the variance of one trial's score within an item
-    (``within``). With one trial per item a baseline cannot tell items that differ from trials
-    that vary: it is taken as all trial variation (icc 0), the noisiest case."""
+    """A paired comparison's design: ``items``, ``trials`` per item in the current run and
+    ``baseline_trials`` in the baseline, and what the baseline says of its scores: their
+    ``mean``; for pass/fail scores, the intra-item correlation ``icc`` (items' pass
+    probabilities spread as a beta distribution, the beta-binomial model), ``None`` when the
+    baseline has one trial per item and cannot tell (``UNKNOWN_ICC``: the least favourable);
+    for other scores, the variance of one trial's score within an item (``within``; with one
+    trial per item, all of the items' spread: the noisiest case)."""
 
     items: int
     trials: int
     mean: float
     binary: bool
-    icc: float = 0.0
+    icc: float | None = None
     within: float = 0.0
+    baseline_trials: int = 1
 
     def with_size(self, items: int, trials: int | None = None) -> Design:
-        return replace(self, items=items, trials=self.trials if trials is None else trials)
+        """The design at ``items`` items, and at ``trials`` per item in both runs when given (a
+        plan for a new pair of runs)."""
+        if trials is None:
+            return replace(self, items=items)
+        return replace(self, items=items, trials=trials, baseline_trials=trials)
 
-    def differences(self, drop: float) -> Sample:
-        """The population of an item's difference (current - baseline) when the mean drops by
-        ``drop``, as ``items`` items: for pass/fail scores, each item's pass probability p
-        lowered to p (1 - drop / mean), both runs' passed trials binomial; for other scores,
-        every item lower by ``drop`` with normal trial noise. Weighted points, not a draw."""
-        return _weighted(
-            _points(self.binary, self.mean, self.icc, self.within, self.trials, drop), self.items
-        )
+    def differences(self, drop: float) -> list[Sample]:
+        """The populations of an item's difference (current - baseline) when the mean drops by
+        ``drop``, as ``items`` items, one per intra-item correlation the baseline leaves
+        possible: for pass/fail scores, a share drop / mean of the items breaks (fails every
+        trial: the usual way an app regresses, and the hardest to tell from chance), the
+        passed trials binomial in both runs; for other scores, every item lower by ``drop``
+        with normal trial noise. Weighted points, not a draw."""
+        iccs = (self.icc,) if self.icc is not None or not self.binary else UNKNOWN_ICC
+        return [
+            _weighted(
+                _points(
+                    self.binary, self.mean, icc or 0.0, self.within, self.baseline_trials, self.trials, drop
+                ),
+                self.items,
+            )
+            for icc in iccs
+        ]
 
 
 @lru_cache(maxsize=4096)
 def _points(
-    binary: bool, mean: float, icc: float, within: float, trials: int, drop: float
+    binary: bool, mean: float, icc: float, within: float, before: int, after: int, drop: float
 ) -> tuple[tuple[float, float], ...]:
-    """The differences' values and weights (the same at any number of items)."""
+    """The differences' values and weights (the same at any number of items), with ``before``
+    trials per item in the baseline and ``after`` in the current run."""
     if binary:
-        return tuple(_binary_differences(mean, icc, trials, drop))
-    sd = math.sqrt(2.0 * within / trials)
+        return tuple(_binary_differences(mean, icc, before, after, drop))
+    sd = math.sqrt(within / before + within / after)
     return tuple((max(-1.0, min(1.0, sd * z - drop)), 1.0 / _POINTS) for z in _NORMAL_POINTS)
 
 
@@ -68,31 +93,34 @@ _POINTS = 40
 _NORMAL_POINTS = [normal_quantile((i + 0.5) / _POINTS) for i in range(_POINTS)]
 
 
-def _binary_differences(mean: float, icc: float, k: int, drop: float) -> list[tuple[float, float]]:
-    """P(difference = (j - i) / k): i of k trials passed before, j after, the item's pass
-    probability p drawn from the beta distribution (p after: p * shrink), in closed form from
-    the beta's moments E[p^a (1 - p)^b]."""
-    shrink = 1.0 - drop / mean if mean > 0 else 1.0
+def _binary_differences(
+    mean: float, icc: float, before: int, after: int, drop: float
+) -> list[tuple[float, float]]:
+    """P(difference = j / after - i / before): i of ``before`` trials passed in the baseline, j
+    of ``after`` now, the item's pass probability p drawn from the beta distribution, and the
+    item broken (p 0 now) with chance drop / mean; in closed form from the beta's moments
+    E[p^a (1 - p)^b]."""
+    broken = min(1.0, drop / mean) if mean > 0 else 0.0
     moment = _beta_moments(mean, icc)
     totals: dict[float, float] = {}
-    for i in range(k + 1):
-        for j in range(k + 1):
-            # (1 - p s)^(k - j) expanded: sum over m of C(k - j, m) (-s)^m p^m
-            inner = math.fsum(
-                math.comb(k - j, m) * (-shrink) ** m * moment(i + j + m, k - i) for m in range(k - j + 1)
-            )
-            mass = max(0.0, math.comb(k, i) * math.comb(k, j) * shrink**j * inner)
-            key = (j - i) / k
-            totals[key] = totals.get(key, 0.0) + mass
+    for i in range(before + 1):
+        for j in range(after + 1):
+            mass = (1.0 - broken) * math.comb(after, j) * moment(i + j, before - i + after - j)
+            if j == 0:
+                mass += broken * moment(i, before - i)
+            key = (j * before - i * after) / (before * after)  # one division: equal keys alike
+            totals[key] = totals.get(key, 0.0) + math.comb(before, i) * mass
     return list(totals.items())
 
 
 def _beta_moments(mean: float, icc: float) -> Callable[[int, int], float]:
     """E[p^a (1 - p)^b] for p of the beta distribution with this mean and intra-item correlation
-    (1 / (a + b + 1)); p is the mean itself when icc is 0."""
+    (1 / (a + b + 1)); p is the mean itself when icc is 0, and 0 or 1 when it is 1."""
     if icc <= 0.0 or mean <= 0.0 or mean >= 1.0:
         return lambda a, b: mean**a * (1.0 - mean) ** b
-    total = 1.0 / min(icc, 0.999) - 1.0
+    if icc >= 1.0:  # every item passes always (chance: the mean) or never
+        return lambda a, b: (mean if b == 0 else 0.0) + (1.0 - mean if a == 0 else 0.0)
+    total = 1.0 / icc - 1.0
     alpha, beta = mean * total, (1.0 - mean) * total
     base = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
     return lambda a, b: math.exp(
@@ -104,46 +132,39 @@ def _weighted(points: Iterable[tuple[float, float]], n: int) -> Sample:
     return population(points, n, -1.0, 1.0)
 
 
-def design_of(
-    items: Iterable[Sequence[float]], trials: int | None = None, differences: Sequence[float] | None = None
-) -> Design:
+def design_of(items: Iterable[Sequence[float]], trials: int | None = None) -> Design:
     """The design of a comparison with this baseline (each item's trial values), at its own
-    size, or with ``trials`` per item: its mean, and how an item's score varies from one trial
-    to the next (its within-item variance, and for pass/fail scores the intra-item correlation
-    that leaves): from the baseline's items' trials when they have several; with one trial each,
-    from the paired ``differences`` when given (two runs of an item differ by that variation,
-    twice over; a real change only adds to it), else all of the baseline's spread (the noisiest
-    case: flaky items cannot be told from hard ones)."""
+    size, with ``trials`` per item in the current run (else the baseline's): from the baseline
+    alone, never from a current run (whose differences would carry what broke): its mean, and
+    how an item's score varies from one trial to the next (its within-item variance, and for
+    pass/fail scores the intra-item correlation that leaves), from the items' trials when they
+    have several; with one trial each, unknown (see ``Design``)."""
     values = [list(v) for v in items if v]
     if not values:
         raise ValueError("a design needs a baseline with at least one item")
     means = item_means(values)
-    mean = math.fsum(means) / len(means)
+    mean = stats.mean(means)
     binary = all(x in (0.0, 1.0) for v in values for x in v)
-    per_item = sum(map(len, values)) / len(values)
+    per_item = max(1, round(sum(map(len, values)) / len(values)))
     repeated = [v for v in values if len(v) > 1]
+    spread = stats.variance(means) if len(means) > 1 else 0.0
+    icc: float | None = None
     if repeated:
-        within = math.fsum(_variance(v) for v in repeated) / len(repeated)
-        between = max(0.0, _spread(means) - within / per_item)  # Var(item mean) = between + within / k
-    elif differences is not None and len(differences) > 1:
-        within = _spread(differences) / 2.0
-        between = max(0.0, _spread(means) - within)
+        within = stats.mean([stats.variance(v) for v in repeated])
+        between = max(0.0, spread - within / per_item)  # Var(item mean) = between + within / k
+        # Rounded beyond the estimate's precision, so that designs alike share populations.
+        icc = round(min(1.0, between / (mean * (1.0 - mean))), 2) if 0.0 < mean < 1.0 else 0.0
     else:
-        within, between = _spread(means), 0.0
-    icc = min(1.0, between / (mean * (1.0 - mean))) if binary and 0.0 < mean < 1.0 else 0.0
-    # Rounded beyond the estimates' precision, so that designs alike share their populations.
+        within = spread
     return Design(
-        len(values), trials or round(per_item), round(mean, 3), binary, round(icc, 2), float(f"{within:.3g}")
+        len(values),
+        trials or per_item,
+        round(mean, 3),
+        binary,
+        icc if binary else 0.0,
+        float(f"{within:.3g}"),
+        per_item,
     )
-
-
-def _variance(values: Sequence[float]) -> float:
-    mean = math.fsum(values) / len(values)
-    return math.fsum((x - mean) ** 2 for x in values) / (len(values) - 1)
-
-
-def _spread(values: Sequence[float]) -> float:
-    return _variance(values) if len(values) > 1 else 0.0
 
 
 def _power(population: Sample, value: float, alpha: float) -> float:
@@ -166,12 +187,12 @@ def detection_power(design: Design, drop: float, delta: float, alpha: float) -> 
     test of no change needs at least log2(1 / alpha) items to reject)."""
     if 2.0**-design.items > alpha:
         return 0.0
-    return _power(design.differences(drop).reflected(), delta, alpha)
+    return min(_power(population.reflected(), delta, alpha) for population in design.differences(drop))
 
 
 def clearance_power(design: Design, delta: float, alpha: float) -> float:
     """The chance that strict mode passes the gate when nothing changed."""
-    return _power(design.differences(0.0), -delta, alpha)
+    return min(_power(population, -delta, alpha) for population in design.differences(0.0))
 
 
 def minimum_detectable_drop(design: Design, delta: float, alpha: float, power: float = POWER) -> float | None:

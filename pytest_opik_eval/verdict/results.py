@@ -62,6 +62,7 @@ class ExperimentResult:
     gates_met: bool = True
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
+    baseline_failed: bool = False  # the baseline ``last`` found did not pass (its gates, its trials)
     # The paired comparison with the baseline, per metric, and the tests of the regression gates
     # on it; the baseline's item verdicts, for the report's A/B rows (built with the report
     # model); the baseline's scores by item, which set what a regression gate can detect.
@@ -272,9 +273,7 @@ def summarize(
 
 def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> float:
     """The mean over items of each item's mean (with one score per item, of the scores)."""
-    if len(values) == len(items):
-        return math.fsum(values) / len(values)
-    return math.fsum(math.fsum(v) / len(v) for v in items.values()) / len(items)
+    return stats.mean(values if len(values) == len(items) else stats.item_means(items.values()))
 
 
 def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list[float]]]:

@@ -165,6 +165,12 @@ def _regression(
         estimate=-drop, low=-high, high=-low, level=confidence, items=change.items, one_sided=True
     )
     notes = [_bounds_note(interval, signed, bound=-delta, what="change")]
+    if result.baseline_failed and baseline is not None:
+        notes.append(
+            f"the baseline, experiment {baseline.experiment_id} of run {baseline.run_id}, did not pass "
+            "(a gate not met, a trial failed or pending): a drop it already had is not counted here; "
+            "compare with a run that passed: --eval-baseline=RUN_ID"
+        )
     if divisor > 1 or family > 1:
         notes.append(
             f"tested at one-sided {level(confidence)}: Holm over the session's {family} regression "
@@ -225,16 +231,15 @@ def _regression_decision(
 
 
 def _design(result: ExperimentResult, metric: str) -> plan.Design:
-    """The comparison's design: the baseline's scores of the items both runs scored, the current
-    run's trials per item, and the paired differences."""
+    """The comparison's design: the baseline's scores of the items both runs scored, and the
+    current run's trials per item; never the current scores, whose differences from the
+    baseline carry what broke."""
     before = result.baseline_values.get(metric, {})
     pairs = result.paired[metric]  # the items both scored: the baseline has them all
     baseline_items = (
         before.values() if len(pairs.shared) == len(before) else [before[i] for i in pairs.shared]
     )
-    return plan.design_of(
-        baseline_items, trials=_trials(result, metric), differences=list(pairs.differences.values())
-    )
+    return plan.design_of(baseline_items, trials=_trials(result, metric))
 
 
 def _trials(result: ExperimentResult, metric: str) -> int:

@@ -418,7 +418,9 @@ def item_means(items: Iterable[Sequence[float]]) -> list[float]:
 
 
 def mean(values: Sequence[float]) -> float:
-    """The mean of values (of item means: the mean over items)."""
+    """The mean of ``values`` (at least one)."""
+    if not values:
+        raise ValueError("a mean needs at least one value")
     return math.fsum(values) / len(values)
 
 

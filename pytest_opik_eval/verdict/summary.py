@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from pytest_opik_eval.store import ExperimentRecord, GateSettings, Store, TrialRecord
+from pytest_opik_eval.store import ExperimentRecord, GateSettings, RunRecord, Store, TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.comparison import with_baseline
 from pytest_opik_eval.verdict.gates import judge
@@ -53,6 +53,15 @@ class Baselines:
                 return candidate, None
         return None, f"run {self.requested} has no experiment of {test}; comparison skipped"
 
+    def failed(self, experiment: ExperimentRecord, baseline: ExperimentRecord) -> bool:
+        """Whether ``last`` found a baseline that did not pass (a gate not met, a trial failed
+        or pending): a regression it already had is not counted against ``experiment``, which
+        a gate says (with the README's CI recipe only default-branch runs are baselines)."""
+        if self.requested != LAST:
+            return False
+        passing = self.store.latest(experiment.test, experiment.params, experiment.id, passing=True)
+        return passing is None or passing.id != baseline.id
+
     def _last_passing_covering(self, experiment: ExperimentRecord) -> ExperimentRecord | None:
         """The newest passing experiment that planned every trial of every item this experiment
         selected: one run with ``-k``, or with a narrower filter, passed over fewer items, and
@@ -78,11 +87,14 @@ def judge_experiments(
     baselines: Baselines,
     resume_command: Callable[[str], str],
     keep: Callable[[ExperimentRecord, TrialRecord], bool] | None = None,
+    family: Sequence[ExperimentRecord] = (),
 ) -> list[ExperimentResult]:
     """Every experiment as the store has it now (only the trials ``keep`` keeps: a shard's
-    share), with its baseline comparison and gates."""
-    results = []
-    for experiment in experiments:
+    share), with its baseline comparison and gates; ``family``: the rest of their session's
+    experiments, whose regression gates join Holm's family and are not judged (see
+    ``rest_of_session``)."""
+
+    def compared(experiment: ExperimentRecord) -> ExperimentResult:
         settings = settings_of(experiment)
         trials = [t for t in store.trials(experiment.id) if keep is None or keep(experiment, t)]
         result = experiment_result(experiment, trials, session_id, settings)
@@ -91,27 +103,48 @@ def judge_experiments(
             before = experiment_result(
                 baseline, store.trials(baseline.id), None, baseline.gates, intervals=False
             )
-            result = with_baseline(result, before)
-        results.append(replace(result, baseline_note=note))
-    return judge_session(results, resume_command)
+            result = replace(
+                with_baseline(result, before), baseline_failed=baselines.failed(experiment, baseline)
+            )
+        return replace(result, baseline_note=note)
+
+    return judge_session([compared(e) for e in experiments], resume_command, [compared(e) for e in family])
+
+
+def rest_of_session(
+    store: Store, target: str, run: RunRecord, experiments: Sequence[ExperimentRecord]
+) -> list[ExperimentRecord]:
+    """The experiments of ``run`` other than ``experiments``, when ``target`` named one
+    experiment of it (a resume by experiment id, ``opik-eval gate EXP``): judged alone, its
+    regression gates would be adjusted for fewer gates than the session that ran them all."""
+    if target in (run.id, LAST):
+        return []
+    judged = {e.id for e in experiments}
+    return [e for e in store.find(run.id)[1] if e.id not in judged]
 
 
 def judge_session(
-    results: Sequence[ExperimentResult], resume_command: Callable[[str], str]
+    results: Sequence[ExperimentResult],
+    resume_command: Callable[[str], str],
+    others: Sequence[ExperimentResult] = (),
 ) -> list[ExperimentResult]:
-    """Every result judged, the normal-mode regression gates of all of them adjusted together
-    (Holm, at each confidence level in use): CI fails when any gate fails, so the session is the
-    family, and five gates each at 5% would fail an unchanged app's run about 23% of the time."""
+    """Every result judged, the normal-mode regression gates of all of them and of ``others``
+    (the rest of their session, not judged here) adjusted together (Holm, at each confidence
+    level in use): CI fails when any gate fails, so the session is the family, and five gates
+    each at 5% would fail an unchanged app's run about 23% of the time. The family is the same
+    however the session is judged: at its end, after a resume of one of its experiments, or by
+    ``opik-eval gate``."""
+    everyone = [*results, *others]
     members = [
         (position, metric, test.p_beyond)
-        for position, result in enumerate(results)
+        for position, result in enumerate(everyone)
         if result.settings.mode == "normal"
         for metric, test in result.tests.items()
     ]
     adjusted: dict[int, dict[str, stats.Adjusted]] = {}
     family: dict[int, int] = {}
-    for confidence in sorted({results[position].settings.confidence for position, _, _ in members}):
-        group = [m for m in members if results[m[0]].settings.confidence == confidence]
+    for confidence in sorted({everyone[position].settings.confidence for position, _, _ in members}):
+        group = [m for m in members if everyone[m[0]].settings.confidence == confidence]
         steps = stats.holm([p for _, _, p in group], 1.0 - confidence)
         for (position, metric, _), step in zip(group, steps, strict=True):
             adjusted.setdefault(position, {})[metric] = step
