@@ -78,7 +78,13 @@ def test_no_import_cycle() -> None:
 
 
 def test_the_entry_modules_are_imported_by_no_module() -> None:
-    importers = {name: sorted(ENTRIES & imported) for name, imported in graph().items() if ENTRIES & imported}
+    # But for an entry's own ``__main__`` (``python -m pytest_opik_eval.cli``), which only calls it.
+    runners = {f"{entry}.__main__" for entry in ENTRIES}
+    importers = {
+        name: sorted(ENTRIES & imported)
+        for name, imported in graph().items()
+        if ENTRIES & imported and name not in runners
+    }
     assert importers == {}
 
 
