@@ -65,7 +65,7 @@ def test_qa(eval_item, eval_trial):
 """
 
 
-def _installed(module: str) -> bool:
+def installed(module: str) -> bool:
     try:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # its parent package is missing
@@ -81,7 +81,7 @@ def extra_reason(extra: str, module: str) -> str:
 
 def needs_extra(extra: str, module: str) -> pytest.MarkDecorator:
     """Skip a test (a module, as ``pytestmark``) that needs an optional extra when it is not installed."""
-    return pytest.mark.skipif(not _installed(module), reason=extra_reason(extra, module))
+    return pytest.mark.skipif(not installed(module), reason=extra_reason(extra, module))
 
 
 NEEDS_RECORD = needs_extra("record", "vcr")

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import extra_reason, installed
 
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
@@ -60,6 +61,7 @@ class Setup:
     after: str = ""  # code put after it
     files: dict[str, str] = field(default_factory=dict)  # files beside it
     commands: tuple[str, ...] = ()  # commands run before a shell block
+    extra: tuple[str, str] | None = None  # (extra, module): the optional extra the block needs
 
 
 SETUPS = {
@@ -71,6 +73,7 @@ SETUPS = {
     ),
     # A TracerProvider the app keeps to itself, and a trial that makes an OpenTelemetry span.
     "otel-provider": Setup(
+        extra=("otel", "opentelemetry.sdk"),
         before="from opentelemetry.sdk.trace import TracerProvider\n\nprovider = TracerProvider()\n\n",
         after=(
             "\n\nimport pytest\n\n\n"
@@ -178,6 +181,8 @@ def test_example_runs(example: Example, tmp_path: Path) -> None:
     # The app the examples call, my_app, and its dataset, unless the comment names another setup.
     name = words.get("setup", "qa" if "my_app(" in example.code else "")
     setup = SETUPS[name] if name else Setup()
+    if setup.extra is not None and not installed(setup.extra[1]):
+        pytest.skip(extra_reason(*setup.extra))  # the core-only suite (.ci/run) has no extras
     if "synopsis" in words:
         check_synopsis(example)
     elif "fresh" in words:

@@ -3,10 +3,12 @@ and their intra-item correlation or within-item variance), the number of items a
 of each run, the chance that normal mode catches a drop, that strict mode shows none when nothing
 changed, the smallest drop caught with 80% power, and the items that would catch a given one
 (``opik-eval plan``). Never from the current run: its differences from the baseline carry what
-broke, and a design that read them would detect less the more broke. Each power is the gates'
-own score test's, on the population the design implies (a weighted set of differences, not a
-draw), by the normal approximation of its statistic; where the baseline leaves the population
-open (one trial per item), on the least favourable one."""
+broke, and a design that read them would detect less the more broke. Each power is the score
+test's, on the population the design implies (a weighted set of differences, not a draw), by the
+normal approximation of its statistic; where the baseline leaves the population open (one trial
+per item), on the least favourable one. The score test is close to what the gates decide on for
+pass/fail items; for continuous scores the gates' likelihood-t bound needs a smaller drop, so the
+figures are conservative there (benchmarks/design_power.py measures both)."""
 
 from __future__ import annotations
 

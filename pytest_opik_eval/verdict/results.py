@@ -96,9 +96,6 @@ class ExperimentResult:
     def ran_this_session(self, trial: TrialRecord) -> bool:
         return self.session_id is not None and trial.session_id == self.session_id
 
-    def failed_trials(self) -> list[TrialRecord]:
-        return [t for t in self.trials if t.passed is False]
-
     def report(self) -> ExperimentReport:
         """The report models, as the JSON report writes them."""
         experiment = self.experiment

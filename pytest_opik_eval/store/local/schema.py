@@ -70,7 +70,7 @@ CREATE TABLE attempts (
 CREATE INDEX attempts_trial ON attempts(trial_id, id);
 """
 
-# The spans of an attempt's trace (``run/tracing.py``), as a JSON list of SpanRecord. A table of
+# The spans of an attempt's trace (``run/trial_trace.py``), as a JSON list of SpanRecord. A table of
 # its own rather than a column of ``attempts``, made whenever the file is opened to be written
 # (as a subclass's EXTRA_SCHEMA): the schema version stays 1, so a store written by this version
 # is still read and written by earlier ones, which never look at it, and a store made by an

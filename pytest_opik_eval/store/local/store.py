@@ -196,7 +196,7 @@ class LocalStore:
 
     @writing
     def record_spans(self, attempt_id: str, spans: Sequence[SpanRecord], usage: Usage | None = None) -> None:
-        """The spans of the attempt's trace, its task span first (see ``run/tracing.py``), and
+        """The spans of the attempt's trace, its task span first (see ``run/trial_trace.py``), and
         what they reported, summed (``verdict/usage.trial_usage``), returned by ``trials``
         without the spans."""
         text = spans_text(spans)
