@@ -4,7 +4,7 @@ coverage and monotonicity, measured by driving the package's own gate code (``ex
 whether the printed detectable drop is caught 80% of the time, and what the gates cost.
 
     python benchmarks/gates.py [--reruns N] [--seconds S] [--quick] [--jobs 2]
-                               [--only rates|baselines|power|cost] [--row TEXT] [--json FILE]
+                               [--only rates|baselines|power|cost] [--row TEXT] [--json FILE [--add]]
     python benchmarks/gates.py --markdown FILE    # the table of a --json file, for the README
 
 A row is a kind of score, a number of items and of trials per item, of gated metrics per test and
@@ -35,7 +35,9 @@ Monte-Carlo count is the last column):
 Under the table, every row whose figure misses a target is named, and whether by more than its
 Monte-Carlo error. Seeds are fixed: the same command prints the same figures (after --seconds,
 --reruns with the count printed gives a row's again); rows run in ``--jobs`` processes, the
-costliest first.
+costliest first. The table takes hours: ``--add`` continues the counts of a --json file where each
+row stopped (rerun i has the same seed in every invocation), so it can be built over several
+sittings, ``--seconds`` bounding each.
 """
 
 from __future__ import annotations
@@ -266,12 +268,13 @@ def run(row: Row, draws: Draws, name: str, drop: float, *, better: bool = False)
     return out
 
 
-def measure(row: Row, reruns: int, seconds: float = math.inf) -> dict[str, int]:
-    """The row's counts over ``reruns`` reruns, or as many as ``seconds`` allow (the count is
-    in the table)."""
+def measure(row: Row, reruns: int, seconds: float = math.inf, start: int = 0) -> dict[str, int]:
+    """The row's counts over reruns ``start`` to ``reruns`` (each rerun's seed is its index, so
+    counts from separate invocations add up to one run's), or as many as ``seconds`` allow (the
+    count is in the table)."""
     counts = dict.fromkeys(COUNTS, 0)
     deadline = time.perf_counter() + seconds
-    for rerun in range(reruns):
+    for rerun in range(start, reruns):
         if time.perf_counter() > deadline:
             break
         draws = draw(row, random.Random(f"{row.name}-{rerun}"))
@@ -329,9 +332,9 @@ def improved(kind: str, items: list[list[float]]) -> list[list[float]]:
     return better
 
 
-def _measure_job(job: tuple[int, int, float]) -> tuple[int, dict[str, int]]:
-    index, reruns, seconds = job
-    counts = measure(ROWS[index], reruns, seconds)
+def _measure_job(job: tuple[int, int, float, int]) -> tuple[int, dict[str, int]]:
+    index, reruns, seconds, start = job
+    counts = measure(ROWS[index], reruns, seconds, start)
     print(f"  {ROWS[index].name}: {counts}", file=sys.stderr, flush=True)  # progress
     return index, counts
 
@@ -562,6 +565,11 @@ def main() -> None:
     parser.add_argument("--row", action="append", help="only the rows whose name contains this")
     parser.add_argument("--json", type=Path, help="also write the rates' counts here")
     parser.add_argument(
+        "--add",
+        action="store_true",
+        help="add to --json's counts: bring each row up to --reruns, continuing where it stopped",
+    )
+    parser.add_argument(
         "--markdown", type=Path, help="print the table of these counts (--json's) in Markdown"
     )
     args = parser.parse_args()
@@ -569,18 +577,20 @@ def main() -> None:
     parts = args.only or ["rates", "baselines", "power", "cost"]
     started = time.perf_counter()
     if args.markdown:
-        names = {row.name: i for i, row in enumerate(ROWS)}
-        markdown({names[name]: c for name, c in json.loads(args.markdown.read_text()).items()})
+        markdown(counts_in(args.markdown))
         return
     if "rates" in parts:
         chosen = [i for i, row in enumerate(ROWS) if not args.row or any(r in row.name for r in args.row)]
         # The costliest rows first, so that the processes finish together.
         chosen.sort(key=lambda i: -ROWS[i].items * ROWS[i].trials * ROWS[i].metrics * ROWS[i].tests)
-        jobs = [(i, reruns, args.seconds) for i in chosen]
+        earlier = counts_in(args.json) if args.add else {}
+        jobs = [(i, reruns, args.seconds, earlier.get(i, {}).get("runs", 0)) for i in chosen]
         results = dict(in_parallel(_measure_job, jobs, args.jobs))
+        for i, counts in earlier.items():
+            results[i] = {key: counts.get(key, 0) + results.get(i, {}).get(key, 0) for key in COUNTS}
         print_rates(results)
         if args.json:
-            args.json.write_text(json.dumps({ROWS[i].name: c for i, c in results.items()}, indent=1))
+            args.json.write_text(json.dumps({ROWS[i].name: c for i, c in sorted(results.items())}, indent=1))
         print(f"({time.perf_counter() - started:.0f} s)\n", flush=True)
     if "baselines" in parts:
         chain = max(200, reruns * 2)
@@ -623,6 +633,14 @@ def main() -> None:
                 + ", ".join(f"{step} {seconds * 1000:.0f} ms" for step, seconds in figures.items())
             )
     print(f"\n{time.perf_counter() - started:.0f} s in all")
+
+
+def counts_in(path: Path | None) -> dict[int, dict[str, int]]:
+    """The rows' counts a --json file holds (none when there is no file yet)."""
+    if path is None or not path.exists():
+        return {}
+    names = {row.name: i for i, row in enumerate(ROWS)}
+    return {names[name]: counts for name, counts in json.loads(path.read_text()).items()}
 
 
 def _bias_job(job: tuple[int, int, str]) -> tuple[int, int]:
