@@ -580,17 +580,7 @@ def main() -> None:
         markdown(counts_in(args.markdown))
         return
     if "rates" in parts:
-        chosen = [i for i, row in enumerate(ROWS) if not args.row or any(r in row.name for r in args.row)]
-        # The costliest rows first, so that the processes finish together.
-        chosen.sort(key=lambda i: -ROWS[i].items * ROWS[i].trials * ROWS[i].metrics * ROWS[i].tests)
-        earlier = counts_in(args.json) if args.add else {}
-        jobs = [(i, reruns, args.seconds, earlier.get(i, {}).get("runs", 0)) for i in chosen]
-        results = dict(in_parallel(_measure_job, jobs, args.jobs))
-        for i, counts in earlier.items():
-            results[i] = {key: counts.get(key, 0) + results.get(i, {}).get(key, 0) for key in COUNTS}
-        print_rates(results)
-        if args.json:
-            args.json.write_text(json.dumps({ROWS[i].name: c for i, c in sorted(results.items())}, indent=1))
+        rates(args, reruns)
         print(f"({time.perf_counter() - started:.0f} s)\n", flush=True)
     if "baselines" in parts:
         chain = max(200, reruns * 2)
@@ -633,6 +623,22 @@ def main() -> None:
                 + ", ".join(f"{step} {seconds * 1000:.0f} ms" for step, seconds in figures.items())
             )
     print(f"\n{time.perf_counter() - started:.0f} s in all")
+
+
+def rates(args: argparse.Namespace, reruns: int) -> None:
+    """The table: the chosen rows measured (added to --json's counts with --add), printed and
+    written to --json."""
+    chosen = [i for i, row in enumerate(ROWS) if not args.row or any(r in row.name for r in args.row)]
+    # The costliest rows first, so that the processes finish together.
+    chosen.sort(key=lambda i: -ROWS[i].items * ROWS[i].trials * ROWS[i].metrics * ROWS[i].tests)
+    earlier = counts_in(args.json) if args.add else {}
+    jobs = [(i, reruns, args.seconds, earlier.get(i, {}).get("runs", 0)) for i in chosen]
+    results = dict(in_parallel(_measure_job, jobs, args.jobs))
+    for i, counts in earlier.items():
+        results[i] = {key: counts.get(key, 0) + results.get(i, {}).get(key, 0) for key in COUNTS}
+    print_rates(results)
+    if args.json:
+        args.json.write_text(json.dumps({ROWS[i].name: c for i, c in sorted(results.items())}, indent=1))
 
 
 def counts_in(path: Path | None) -> dict[int, dict[str, int]]:
