@@ -726,7 +726,8 @@ def test_aiohttp_form_data_uploads_record_and_replay_in_every_mode(
     result, recorded = project.run_report("--eval", "--eval-record=once")
     result.assert_outcomes(passed=2)
     outputs = {t["dataset_item_id"]: t["output"]["output"] for t in recorded["experiments"][0]["trials"]}
-    assert outputs["capital"].startswith("capital: ") and outputs["capital"].endswith(" bytes")
+    assert outputs["capital"].startswith("capital: ")
+    assert outputs["capital"].endswith(" bytes")
     folder = recordings_of(project)
     assert leaks(folder, [UPLOAD_TOKEN]) == []
     requests_made = [
