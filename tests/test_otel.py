@@ -223,7 +223,8 @@ def check_trial(trial: TrialRecord, *, llm_calls: int = 1) -> None:
             "gen_ai.request.model": "gpt-4o-mini",
             "server.address": "api.openai.com",
         }
-        assert llm.start_time is not None and llm.end_time is not None
+        assert llm.start_time is not None
+        assert llm.end_time is not None
         assert task.start_time <= llm.start_time <= llm.end_time <= task.end_time  # type: ignore[operator]
 
 
