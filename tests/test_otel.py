@@ -8,7 +8,6 @@ a trial is left alone."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -170,12 +169,11 @@ PRICE = 0.00021
 
 
 @pytest.fixture(autouse=True)
-def fresh_global_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fresh_global_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     """OpenTelemetry's global provider can be set once per process: each inner run's app sets
     its own (as OpenTelemetry's own tests reset it)."""
     monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
-    yield
 
 
 @pytest.fixture
