@@ -427,7 +427,7 @@ def test_a_body_in_a_coding_the_recorder_cannot_read_is_not_recorded_and_it_says
 
 
 @pytest.mark.parametrize(
-    "coding, compress",
+    ("coding", "compress"),
     [
         ("gzip", gzip.compress),
         ("deflate", zlib.compress),
