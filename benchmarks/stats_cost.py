@@ -76,7 +76,8 @@ def everything(current: list[Trial], baseline: list[Trial]) -> dict[str, float]:
     timed("trial pass rate", lambda: st.pass_rate_interval([(c, n) for n, c in counts]))
     timed("item pass rate (k of n)", lambda: st.pass_rate_interval((int(v), 1) for v in verdicts.values()))
     comparison = timed("paired comparison", lambda: st.paired_comparison(scores, before_scores))
-    assert isinstance(comparison, st.PairedComparison) and comparison.sample is not None
+    assert isinstance(comparison, st.PairedComparison)
+    assert comparison.sample is not None
     regressions = sum(1 for i, v in verdicts.items() if before_verdicts.get(i) and not v)
     fixes = sum(1 for i, v in verdicts.items() if v and before_verdicts.get(i) is False)
     timed("flips' exact test", lambda: st.regressions_by_chance(regressions, fixes))

@@ -169,7 +169,8 @@ def test_a_store_holding_a_null_score_opens_and_reports_the_row(
     # opik-eval show reads the store, shows the score as failed, and names the row.
     code, out, err = _cli(capsys, "show", "last")
     assert code == 0, err
-    assert "could not be read" in err and "test_eval.py::test_qa[b-t0]" in err
+    assert "could not be read" in err
+    assert "test_eval.py::test_qa[b-t0]" in err
     assert '"value": null' in err
     assert re.search(r"^  b +0  completed failed +equals_metric=FAILED$", out, re.MULTILINE), out
 

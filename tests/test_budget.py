@@ -97,7 +97,8 @@ def assert_each_trial_ran_once(project: Project, calls: list[str], store: str | 
     trials = project.trials(store_path=None if store is None else project.path / store)
     assert len(trials) == 100
     for trial in trials:
-        assert trial.status == "completed" and trial.attempts == 1, trial
+        assert trial.status == "completed", trial
+        assert trial.attempts == 1, trial
         assert trial.output == {"output": trial.dataset_item_id}
 
 
@@ -133,7 +134,8 @@ def test_a_budget_stops_the_run_and_resumes_afresh_until_every_trial_ran_once(
         "resume_command": f"pytest --eval-resume={run_id}",
     }
     pending = [t for t in project.trials() if t.status == "pending"]
-    assert len(pending) == 70 and all(t.attempts == 0 for t in pending), "never started"
+    assert len(pending) == 70, "never started"
+    assert all(t.attempts == 0 for t in pending), "never started"
 
     # The resume gets the run's budget afresh: 30 more trials.
     again = project.run(*resume_line(result))
@@ -147,7 +149,8 @@ def test_a_budget_stops_the_run_and_resumes_afresh_until_every_trial_ran_once(
     last.assert_outcomes(passed=40)
     assert last.ret == pytest.ExitCode.OK
     last.stdout.fnmatch_lines(["eval budget: spent $10.00 of $20.00"])
-    assert last_report["budget"]["reached"] is False and last_report["budget"]["not_started"] == 0
+    assert last_report["budget"]["reached"] is False
+    assert last_report["budget"]["not_started"] == 0
     assert_each_trial_ran_once(project, [f"{label}#0" for label in LABELS[:60]] + project.calls())
 
 
@@ -161,7 +164,8 @@ def test_a_token_budget_counts_the_judges_tokens_too(
     result.stdout.fnmatch_lines(
         ["eval budget reached: spent 5,000 tokens of 5,000 tokens (90 trials not started)"]
     )
-    assert report["budget"]["unit"] == "tokens" and report["budget"]["spent"] == 5000
+    assert report["budget"]["unit"] == "tokens"
+    assert report["budget"]["spent"] == 5000
     # In dollars the judge counts as well: $0.375 a trial, so 20 trials reach $7.50.
     project.calls()
     dollars = project.run("--eval", "--eval-budget=7.5")
@@ -226,7 +230,8 @@ def test_the_opik_backend_keeps_the_runs_budget_for_the_resume(
     assert last.ret == pytest.ExitCode.OK
     assert [t["status"] for t in last_report["experiments"][0]["trials"]] == ["completed"] * 10
     calls = project.calls()
-    assert sorted(calls) == sorted(f"{label}#0" for label in LABELS[:10]) and len(set(calls)) == 10
+    assert sorted(calls) == sorted(f"{label}#0" for label in LABELS[:10])
+    assert len(set(calls)) == 10
 
 
 def test_each_ci_shard_gets_its_share_of_the_budget(
@@ -237,7 +242,8 @@ def test_each_ci_shard_gets_its_share_of_the_budget(
     result = project.run("--eval", *shard, "--eval-budget=5")
     # Its share of $5 is $2.50: 10 trials, of the share of about 50 it holds.
     outcomes = result.parseoutcomes()
-    assert outcomes["passed"] == 10 and 30 <= outcomes["skipped"] <= 70, outcomes
+    assert outcomes["passed"] == 10, outcomes
+    assert 30 <= outcomes["skipped"] <= 70, outcomes
     result.stdout.fnmatch_lines(
         [
             "eval budget: $2.50 (this shard's share of $5.00)",
@@ -246,7 +252,8 @@ def test_each_ci_shard_gets_its_share_of_the_budget(
     )
     # The shard's store planned every trial; its resume runs only this shard's, afresh.
     args = resume_line(result)
-    assert "--eval-shard=1/2" in args and any(arg.startswith("--eval-store=") for arg in args)
+    assert "--eval-shard=1/2" in args
+    assert any(arg.startswith("--eval-store=") for arg in args)
     first = project.calls()
     rest = project.run(*args, "--eval-budget=100")
     rest.assert_outcomes(passed=outcomes["skipped"])

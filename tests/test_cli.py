@@ -414,7 +414,8 @@ def test_sync_escapes_control_characters_in_a_store_error(
     bad.mkdir()
     code, out, err = cli(capsys, "--store", str(bad), "sync")
     assert code == 2
-    assert "\x1b" not in err and "\x07" not in err
+    assert "\x1b" not in err
+    assert "\x07" not in err
     assert (
         f"opik-eval: the eval store {tmp_path}/spool\\x1b[2J\\x07.db is a directory; give --store a file path"
         in err
@@ -505,7 +506,8 @@ def test_show_a_trial_prints_its_span_tree(
     assert (shown["trial_id"], shown["node_id"], shown["status"]) == (trial.id, trial.node_id, "completed")
     assert [span["name"] for span in shown["spans"]] == [span.name for span in trial.spans]
     llm = next(span for span in shown["spans"] if span["name"] == "llm")
-    assert llm["usage"]["prompt_tokens"] == 1200 and llm["cost"] == 0.0021
+    assert llm["usage"]["prompt_tokens"] == 1200
+    assert llm["cost"] == 0.0021
 
     # the experiment's table says how to see a trial's tree, of this run
     code, out, err = cli(capsys, *store, "show", trial.experiment_id)
@@ -545,8 +547,10 @@ def test_show_a_rescored_trial_says_where_the_task_ran_and_picks_a_run(
     # The command it gives shows the original trial, the task's spans with it.
     code, out, err = cli(capsys, *shlex.split(show_original)[1:])
     assert (code, err) == (0, "")
-    assert f"  trial {node}, run {original_run}" in out and "rescore" not in out
-    assert "       ├─ lookup  tool" in out and "  trace " in out
+    assert f"  trial {node}, run {original_run}" in out
+    assert "rescore" not in out
+    assert "       ├─ lookup  tool" in out
+    assert "  trace " in out
     assert cli(capsys, *store, "show", node, "--run", original) == (0, out, "")  # its experiment's id too
 
     shown = json.loads(cli(capsys, *store, "show", node, "--json")[1])
@@ -560,7 +564,8 @@ def test_show_a_rescored_trial_says_where_the_task_ran_and_picks_a_run(
     assert code == 2
     assert f"no trial with id, trace id or node id 'test_eval.py::test_qa[z-t0]' in run {original_run}" in err
     code, out, err = cli(capsys, *store, "show", node, "--run", UNKNOWN)
-    assert code == 2 and f"no experiment or run with id {UNKNOWN!r}" in err
+    assert code == 2
+    assert f"no experiment or run with id {UNKNOWN!r}" in err
 
 
 DEEP = 5_000  # five times Python's default recursion limit

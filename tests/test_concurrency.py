@@ -92,7 +92,8 @@ def test_exitfirst_leaves_trials_run_ahead_pending(project: Project) -> None:
     trials = {t.dataset_item_id: t for t in project.trials()}
     assert {i for i, t in trials.items() if t.status == "completed"} == {"item-0"}
     # item-2 and item-3 ran ahead and finished, but their test cases were never reported.
-    assert trials["item-2"].attempts == 1 and trials["item-2"].status == "pending"
+    assert trials["item-2"].attempts == 1
+    assert trials["item-2"].status == "pending"
     project.repair()
     project.calls()
     project.run("--eval-resume=last", "--eval-threads=3").assert_outcomes(passed=7, deselected=1)

@@ -168,7 +168,9 @@ def test_a_latency_gate_on_the_task_latency_percentile(app: Project) -> None:
         ["met: test_qa: max_latency p95: p95 task latency * <= 60.0 s, over 3 trial(s)"]
     )
     gate = gates(report)["max_latency"]
-    assert gate["metric"] == "p95" and gate["value"] >= 0.2 and gate["bound"] == 60
+    assert gate["metric"] == "p95"
+    assert gate["value"] >= 0.2
+    assert gate["bound"] == 60
 
     result, report = app.run_report("--eval", "--eval-max-latency=150ms@p99")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

@@ -349,7 +349,8 @@ def test_callable_returning_a_dict() -> None:
 def test_unsupported_source_type(source: object) -> None:
     message = error(source, Path("."))
     assert message.startswith(f"unsupported dataset {source!r} of type {type(source).__name__};")
-    assert ".jsonl, .json or .csv" in message and "list of dicts" in message
+    assert ".jsonl, .json or .csv" in message
+    assert "list of dicts" in message
 
 
 def test_dataset_is_frozen() -> None:

@@ -26,7 +26,8 @@ def test_workers_record_one_run_and_the_controller_reports_it_all(project: Proje
     assert len(experiment["trials"]) == 12
     assert all(t["ran_this_session"] and t["attempts"] == 1 for t in experiment["trials"])
     trials = project.trials()
-    assert len(trials) == 12 and all(t.attempts == 1 for t in trials)
+    assert len(trials) == 12
+    assert all(t.attempts == 1 for t in trials)
     suite = ET.parse(project.path / "junit.xml").getroot().find("testsuite")
     assert suite is not None
     suite_props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
@@ -171,7 +172,8 @@ def test_a_killed_worker_with_threads_leaves_only_its_trials_in_flight_pending(p
     # Only the crashed test case fails. The worker may die (another thread's os._exit) after that
     # test case's call phase was reported passed, in its teardown: pytest-xdist then reports it
     # failed as well, so it is counted once in each.
-    assert outcomes["failed"] == 1 and outcomes["passed"] in (29, 30)
+    assert outcomes["failed"] == 1
+    assert outcomes["passed"] in (29, 30)
     first = project.calls()
     pending = sorted(f"{t.dataset_item_id}#{t.trial}" for t in project.trials() if t.status == "pending")
     # Only the test case the worker was running when it died can be left pending (its trial may

@@ -146,7 +146,8 @@ EXAMPLES = examples()
 def test_the_examples_are_found() -> None:
     # The README's eval example, the tutorial's custom metric and its quick start, at least.
     ids = [example.id for example in EXAMPLES]
-    assert "README.md:10" in ids and any(i.startswith("docs/tutorial/writing-eval-tests.md") for i in ids)
+    assert "README.md:10" in ids
+    assert any(i.startswith("docs/tutorial/writing-eval-tests.md") for i in ids)
     for example in EXAMPLES:
         unknown = set(example.words()) - {"setup", "exit", "fresh", "synopsis"}
         assert example.skip or not unknown, f"{example.id}: unknown words in its example comment: {unknown}"
@@ -323,7 +324,8 @@ def reference() -> ModuleType:
     """docs_tools/reference.py, which MkDocs runs as a hook; loaded here without MkDocs, so that a
     module it reads that moved or changed fails this suite, not only the docs build."""
     spec = importlib.util.spec_from_file_location("docs_reference", ROOT / "docs_tools" / "reference.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -335,12 +337,15 @@ def test_the_generated_reference_covers_every_option_ini_key_hook_command_and_fi
     tools = reference()
     generated = {name: generate() for name, generate in tools.GENERATORS.items()}
     flags = [names[0] for names, _ in tools.recorded_options().options]
-    assert len(flags) > 20 and all(f"`{flag}" in generated["options"] for flag in flags)
+    assert len(flags) > 20
+    assert all(f"`{flag}" in generated["options"] for flag in flags)
     assert all(f"`{name}`" in generated["ini"] for name, _, _ in tools.recorded_options().inis)
-    assert "`PYTEST_OPIK_EVAL_STORE`" in generated["env"] and "`OPIK_API_KEY`" in generated["env"]
+    assert "`PYTEST_OPIK_EVAL_STORE`" in generated["env"]
+    assert "`OPIK_API_KEY`" in generated["env"]
     assert "`max_latency`" in generated["marker"]
     hooks = [name for name in vars(hookspecs) if name.startswith("pytest_opik_eval_")]
-    assert hooks and all(f"### `{name}`" in generated["hooks"] for name in hooks)
+    assert hooks
+    assert all(f"### `{name}`" in generated["hooks"] for name in hooks)
     [commands] = [a for a in cli._parser()._actions if isinstance(a, argparse._SubParsersAction)]
     assert all(f"### `opik-eval {name}`" in generated["cli"] for name in commands.choices)
     schema = json.loads((ROOT / "schema" / "eval-report.schema.json").read_text())

@@ -142,7 +142,8 @@ def test_items_that_all_regressed_are_as_likely_as_their_signs_by_chance(
     expected = regression([-1.0] * regressed, 0.0)
     [gate] = gates(report)
     assert gate["p_chance"] == pytest.approx(2.0**-regressed)
-    assert gate["p_value"] == pytest.approx(expected.p_beyond) and gate["met"] is met
+    assert gate["p_value"] == pytest.approx(expected.p_beyond)
+    assert gate["met"] is met
     assert result.ret == (pytest.ExitCode.OK if met else pytest.ExitCode.TESTS_FAILED)
     assert gate["p_value"] == 2.0**-regressed  # exactly: 1/8 and 1/64, by hand
     low, _ = expected.drop_bounds(0.95)
@@ -174,7 +175,8 @@ def test_strict_mode_never_passes_on_no_evidence(project: Project, n: int, met: 
         f"+0.000 from the baseline; the drop is {shown}shown below 0.05 (at most "
     )
     if not met:  # and how many items would show it
-        assert gate["items_needed"] > n and gate["borderline"] is True
+        assert gate["items_needed"] > n
+        assert gate["borderline"] is True
 
 
 # --- 2. single runs: honest bounds, and a better run never gates worse ------------------------
@@ -233,7 +235,8 @@ def test_normal_mode_fails_only_on_evidence_that_the_drop_exceeds_delta(
     result, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0.05")
     [gate] = gates(report)
     expected = regression([-1.0] * broken + [0.0] * (200 - broken), 0.05)
-    assert gate["p_value"] == pytest.approx(expected.p_beyond) and gate["met"] is met
+    assert gate["p_value"] == pytest.approx(expected.p_beyond)
+    assert gate["met"] is met
     if not met:
         # 5. the bound printed is the bound the test used: it excludes DELTA, not borderline
         low, high = expected.drop_bounds(0.95)
@@ -241,7 +244,8 @@ def test_normal_mode_fails_only_on_evidence_that_the_drop_exceeds_delta(
             "NOT MET: test_app: max_regression equals_metric: mean dropped by 0.100 from the baseline, "
             f"beyond the 0.05 allowed (at least {low:.3f}, p=0.002)"
         )
-        assert gate["interval"]["high"] == pytest.approx(-low) and -low < -0.05
+        assert gate["interval"]["high"] == pytest.approx(-low)
+        assert -low < -0.05
         assert (gate["interval"]["one_sided"], gate["interval"]["level"], gate["borderline"]) == (
             True,
             0.95,
@@ -261,7 +265,9 @@ def test_strict_mode_passes_on_evidence_and_is_then_never_borderline(project: Pr
     )
     assert result.ret == pytest.ExitCode.OK
     [gate] = gates(report)
-    assert gate["met"] and not gate["borderline"] and gate["interval"]["low"] > -0.05
+    assert gate["met"]
+    assert not gate["borderline"]
+    assert gate["interval"]["low"] > -0.05
     assert gate["p_value"] == pytest.approx(regression([1.0] * 30 + [0.0] * 90, 0.05).p_within)
 
 
@@ -356,7 +362,9 @@ def test_the_controller_adjusts_the_whole_session_under_xdist(project: Project) 
     _, distributed = project.run_report(*gated, "-p", "xdist", "-n", "2")
     verdicts = regression_verdicts(single)
     met, p, alone, family, divisor = verdicts.pop("test_app4")
-    assert (met, family, divisor) == (False, 5, 5) and alone < 1 / 128 and p == pytest.approx(5 * alone)
+    assert (met, family, divisor) == (False, 5, 5)
+    assert alone < 1 / 128
+    assert p == pytest.approx(5 * alone)
     # Holm by hand: 5 x p rejected; then 4/32 is not, and the rest keep the running maximum.
     assert verdicts == {
         "test_app0": (True, pytest.approx(2 / 8), pytest.approx(1 / 4), 5, 4),
@@ -449,7 +457,8 @@ def test_the_detectable_drop_comes_from_the_design_not_the_observed_drop(project
             "--eval", "--eval-soft", f"--eval-baseline={baseline}", "--eval-max-regression=equals_metric=0.05"
         )
         drops.append(gates(report)[0]["detectable_drop"])
-    assert drops[0] == drops[1] is not None and 0.05 < drops[0] <= 0.9  # at most the baseline's mean
+    assert drops[0] == drops[1] is not None
+    assert 0.05 < drops[0] <= 0.9  # at most the baseline's mean
     store = LocalStore(project.store_path, create=False)
     try:
         values = values_by_item(store.trials(baseline))["equals_metric"]
@@ -488,7 +497,8 @@ def test_a_one_trial_baseline_detects_the_same_drop_whatever_broke(
         "  equals_metric: pass/fail, mean 0.750, one trial per item: intra-item correlation unknown, "
         "each figure at the least favourable one (0 to 1)"
     )
-    assert out[4].split()[0] == "1" and out[4].split()[-1] == "0.344"
+    assert out[4].split()[0] == "1"
+    assert out[4].split()[-1] == "0.344"
 
 
 def test_opik_eval_plan_says_how_many_items_and_trials_a_drop_needs(
@@ -530,9 +540,9 @@ def test_opik_eval_plan_says_how_many_items_and_trials_a_drop_needs(
     for line, row in zip(out[4:6], rows, strict=True):
         caught = "none" if row.caught_at_size is None else f"{row.caught_at_size:.3f}"
         assert line.split() == [str(row.trials), f"{row.to_catch:,}", f"{row.to_clear:,}", caught]
-    assert (
-        rows[1].to_catch is not None and rows[0].to_catch is not None and rows[1].to_catch < rows[0].to_catch
-    )
+    assert rows[1].to_catch is not None
+    assert rows[0].to_catch is not None
+    assert rows[1].to_catch < rows[0].to_catch
     with pytest.raises(SystemExit):
         opik_eval([*store, "plan", "last", "--trials=0,2"])
     assert (
@@ -645,10 +655,8 @@ def test_the_confidence_level_and_the_mode_come_from_the_ini_file_too(project: P
     assert gate_lines(result)[0].startswith(
         f"met: test_qa: fail_under equals_metric (strict): mean 0.750, lower bound {low:.3f} >= "
     )
-    assert (
-        gate_lines(result)[1].startswith("  0.750 [")
-        and "one-sided 80% bounds, 4 items" in gate_lines(result)[1]
-    )
+    assert gate_lines(result)[1].startswith("  0.750 [")
+    assert "one-sided 80% bounds, 4 items" in gate_lines(result)[1]
     # The command line wins over the ini file.
     normal = project.run(
         "--eval", "--eval-soft", "--eval-fail-under=equals_metric=0.5", "--eval-gate-mode=normal"

@@ -302,7 +302,8 @@ def test_baseline_regressions_and_fixes(project: Project) -> None:
         ]
     )
     gate = report["experiments"][0]["gates"][0]
-    assert gate["p_value"] == gate["p_chance"] == 0.5 and gate["detectable_drop"] is None
+    assert gate["p_value"] == gate["p_chance"] == 0.5
+    assert gate["detectable_drop"] is None
 
 
 def test_last_passing_skips_experiments_that_failed_or_left_trials_pending(project: Project) -> None:
@@ -422,7 +423,8 @@ def test_github_step_summary(project: Project, monkeypatch: pytest.MonkeyPatch) 
     project.run("--eval")
     text = summary.read_text()
     assert text.startswith("# earlier step\n")
-    assert "test_qa" in text and "equals_metric" in text
+    assert "test_qa" in text
+    assert "equals_metric" in text
     assert "pytest --eval-resume=" in text
 
 
@@ -432,7 +434,8 @@ def test_html_report_is_written(project: Project) -> None:
     project.run("--eval", "--eval-html=out/report.html")
     html = (project.path / "out" / "report.html").read_text()
     assert html.startswith("<!DOCTYPE html>") or html.lower().startswith("<!doctype html>")
-    assert "test_qa" in html and "http://" not in html.replace("http://www.w3.org", "")
+    assert "test_qa" in html
+    assert "http://" not in html.replace("http://www.w3.org", "")
 
 
 def test_summary_fits_80_columns_with_50_metrics(project: Project) -> None:
@@ -478,7 +481,8 @@ def test_cli_show_diff_and_html(project: Project, capsys: pytest.CaptureFixture[
 
     assert opik_eval([*store, "diff", first, second]) == 0
     out = capsys.readouterr().out
-    assert "    regressions (1): a" in out and "    fixes (1): b" in out
+    assert "    regressions (1): a" in out
+    assert "    fixes (1): b" in out
 
     assert opik_eval([*store, "report", second, "--html", str(project.path / "r.html")]) == 0
     assert "test_qa" in (project.path / "r.html").read_text()
@@ -514,9 +518,8 @@ def test_the_last_line_states_pending_trials_that_fail_the_gates(project: Projec
     result = project.run("--eval", "--eval-min-pass-rate=0.5", "--deselect=test_eval.py::test_qa[b-t0]")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     # The crash is a failed test; the pending trial and the gate it fails are the eval's verdict.
-    assert last_line(result).startswith(
-        "="
-    ) and "1 failed, 1 passed, 1 deselected, 1 eval gate not met" in last_line(result)
+    assert last_line(result).startswith("=")
+    assert "1 failed, 1 passed, 1 deselected, 1 eval gate not met" in last_line(result)
     assert "1 eval trial pending" in last_line(result)
 
 

@@ -75,7 +75,8 @@ def test_control_characters_are_escaped_in_every_output(
 
     markdown = step_summary.read_text()
     assert not RAW_CONTROL.search(markdown)
-    assert "shout\\x1b[5m" in markdown and "evil\\x1b[2J" in markdown
+    assert "shout\\x1b[5m" in markdown
+    assert "evil\\x1b[2J" in markdown
 
     first = project.last_experiment_id()
     project.run("--eval")
@@ -159,7 +160,8 @@ def test_an_item_nested_too_deep_is_one_error_naming_its_line_and_the_others_run
     result.assert_outcomes(passed=2, errors=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str()
-    assert "RecursionError" not in output and "Traceback" not in output
+    assert "RecursionError" not in output
+    assert "Traceback" not in output
     result.stdout.fnmatch_lines(
         [
             "*test_qa?invalid-line2? ERROR*",

@@ -325,10 +325,12 @@ def test_static_sections() -> None:
     figures = re.findall(r'<figure class="histogram" data-metric="(\w+)">(.*?)</figure>', html, re.S)
     assert [name for name, _ in figures] == ["accuracy", "relevance"]
     assert all(body.count("<rect") == 10 for _, body in figures)
-    assert "<title>0 to 0.1: 1</title>" in figures[0][1] and "<title>0.9 to 1: 6</title>" in figures[0][1]
+    assert "<title>0 to 0.1: 1</title>" in figures[0][1]
+    assert "<title>0.9 to 1: 6</title>" in figures[0][1]
     assert '<line class="threshold" x1="150.0"' in figures[0][1]
     assert "threshold" not in figures[1][1]
-    assert "http://" not in html and "https://" not in html  # self-contained
+    assert "http://" not in html  # self-contained
+    assert "https://" not in html
     assert html.count("<script") == 2
 
 
@@ -467,7 +469,8 @@ def test_page_in_chromium(page: Any, tmp_path: Path) -> None:
     assert page.locator("h2").first.inner_text() == "qa eval 1 pending gates not met"
     pending = page.locator(".pending-trials")
     assert pending.is_visible()
-    assert RESUME in pending.inner_text() and "sum#1" in pending.inner_text()
+    assert RESUME in pending.inner_text()
+    assert "sum#1" in pending.inner_text()
 
     assert visible_verdicts(page) == ["passed", "failed", "pending", "passed"]
     assert page.locator(".item-count").inner_text() == "(4 of 4 shown)"
@@ -480,10 +483,13 @@ def test_page_in_chromium(page: Any, tmp_path: Path) -> None:
     details = page.locator(".item-details")
     assert details.count() == 1
     text = details.inner_text()
-    assert "Capital of France?" in text and "Paris" in text and '"geo"' in text
+    assert "Capital of France?" in text
+    assert "Paris" in text
+    assert '"geo"' in text
     assert "The capital is Lyon" in details.locator(".trial[data-trial='0'] pre.output").inner_text()
     assert details.locator(".trial[data-trial='0'] .reason").first.inner_text() == "expected Paris, got Lyon"
-    assert "Trial 0: completed, failed" in text and "Trial 1: completed, passed" in text
+    assert "Trial 0: completed, failed" in text
+    assert "Trial 1: completed, passed" in text
     page.click("tr.item-row[data-item-id=capital]")
     assert page.locator(".item-details").count() == 0
 
@@ -570,7 +576,8 @@ def test_pending_trials_show_their_count_missing_scores_and_the_resume_command(p
     assert '<span class="badge neutral">resumed</span>' in html
     assert "this session ran <b>1</b> trial(s); 2 completed in earlier sessions" in html
     assert "Trials run by this session (item#trial): 1</summary><p><code>c#0</code>" in html
-    assert "pending</span>" not in html and "Pending:" not in html
+    assert "pending</span>" not in html
+    assert "Pending:" not in html
 
 
 # -- the evidence behind the numbers, and the A/B view of the baseline comparison ------------------
@@ -599,7 +606,8 @@ def test_evidence_sections() -> None:
         ("unmet", "max_regression", "true"),
     ]
     absolute, regression = (card[3] for card in cards)
-    assert '<span class="badge wait borderline"' in absolute and ">strict</span>" in absolute
+    assert '<span class="badge wait borderline"' in absolute
+    assert ">strict</span>" in absolute
     assert 'aria-label="0.857 [0.600, 1.000] one-sided 95%, 4 items; bound 0.900"' in absolute
     assert "<li>0.857 [0.600, 1.000] one-sided 95% bounds, 4 items, borderline" in absolute
     assert 'aria-label="-0.125 [-0.375, +0.000] one-sided 95%, 4 items; bound -0.050"' in regression
@@ -629,7 +637,8 @@ def test_evidence_sections() -> None:
             ["inject", "failed", "passed", "fix", [0.25, 0.0]],
         ],
     }
-    assert INJECTION not in html and html.count("</script>") == 2
+    assert INJECTION not in html
+    assert html.count("</script>") == 2
 
 
 def test_no_ab_view_without_a_baseline() -> None:
@@ -678,7 +687,8 @@ def test_ab_view_in_chromium(page: Any, tmp_path: Path) -> None:
     assert [row[0] for row in ab_rows(page)] == ["capital"]
     # the gate cards: the interval against the bound, and the notes
     card = page.locator("li.gate[data-kind=max_regression]")
-    assert "borderline" in card.inner_text() and "catches a drop of 0.400" in card.inner_text()
+    assert "borderline" in card.inner_text()
+    assert "catches a drop of 0.400" in card.inner_text()
     assert card.locator("svg.gate-interval").is_visible()
     assert page.locator("script").count() == 2
     assert page.problems == []
@@ -690,7 +700,8 @@ def test_a_gated_run_shows_its_evidence_and_the_ab_view(project: Project, page: 
     page.goto((project.path / "report.html").as_uri())
     page.wait_for_selector("body[data-rendered=true]")
     aggregates = page.locator("table.aggregates tr[data-metric=equals_metric] td").all_inner_texts()
-    assert aggregates[:2] == ["equals_metric", "0.812"] and aggregates[2].startswith("[")
+    assert aggregates[:2] == ["equals_metric", "0.812"]
+    assert aggregates[2].startswith("[")
     assert "items passing 2 of 2 trials 0.750 [" in page.locator(".item-pass-rate").inner_text()
     absolute = page.locator("li.gate[data-kind=fail_under]")
     assert absolute.get_attribute("data-borderline") == "true"
@@ -802,7 +813,8 @@ def test_a_trials_span_tree_opens_in_chromium(traced: Project, page: Any) -> Non
     lookup.locator("summary").click()
     error = lookup.locator(":scope > .field").last
     assert error.locator("h4").inner_text() == "Error"
-    assert "KeyError" in error.inner_text() and "no page for b" in error.inner_text()
+    assert "KeyError" in error.inner_text()
+    assert "no page for b" in error.inner_text()
     assert page.locator("b:text-is('hi')").count() == 0
     assert page.locator("script").count() == 2
     assert page.problems == []

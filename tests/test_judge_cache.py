@@ -456,7 +456,8 @@ def test_the_judges_endpoint_is_in_its_key_and_its_api_key_is_not(
     run(f"{llm.url}/v1", "sk-second-9876543210").stdout.fnmatch_lines(["eval judge cache: 3 hits, 0 scored"])
     assert (judge_calls(project), llm.requests) == (0, 3)
     stored = "".join(f.read_text() for f in cache_files(project))
-    assert "sk-first" not in stored and "sk-second" not in stored
+    assert "sk-first" not in stored
+    assert "sk-second" not in stored
     # Another endpoint (a gateway, another deployment): scored again.
     run(f"{llm.url}/v2", "sk-second-9876543210").stdout.fnmatch_lines(["eval judge cache: 0 hits, 3 scored"])
     assert (judge_calls(project), llm.requests) == (3, 6)
@@ -559,7 +560,8 @@ def test_a_judge_whose_key_cannot_see_it_all_is_never_cached_and_says_so(
     result = project.run("--eval", ON, "-p", "xdist", "-n", "2")
     result.assert_outcomes(passed=6)
     assert result.stdout.str().count("is not cached") == 1
-    assert judge_calls(project) == 6 and cache_files(project) == []
+    assert judge_calls(project) == 6
+    assert cache_files(project) == []
 
     # Strict replay cannot call it, nor find it cached: its trials fail, and say why.
     result = project.run("--eval", "--eval-record=none")
@@ -647,7 +649,8 @@ def test_no_secret_is_stored(project: Project, monkeypatch: pytest.MonkeyPatch) 
     )
     project.run("--eval", ON).assert_outcomes(passed=3)
     stored = "".join(f.read_text() for f in cache_files(project))
-    assert stored and secret not in stored
+    assert stored
+    assert secret not in stored
     # The key stands for its variable: a key set differently elsewhere (CI) keeps the cache.
     monkeypatch.setenv("JUDGE_API_KEY", "sk-judge-other-9876543210")
     project.run("--eval", ON).stdout.fnmatch_lines(["eval judge cache: 3 hits, 0 scored"])
@@ -787,7 +790,8 @@ def test_a_key_holds_no_address_and_no_secret(tmp_path: Path) -> None:
     scored(other, _Judge("Rate {output} from 1 to 5"))
     assert (other.counts.hits, other.counts.scored) == (1, 1)
     stored = "".join(path.read_text() for path in tmp_path.rglob("*.json"))
-    assert "0x" not in stored and "sk-one" not in stored
+    assert "0x" not in stored
+    assert "sk-one" not in stored
 
 
 @NEEDS_RECORD

@@ -50,7 +50,8 @@ def test_suite_properties_carry_the_evidence(project: Project) -> None:
     assert "one-sided 95% bounds, 8 items, borderline" in absolute
     regression = props["eval.test_qa.gate.max_regression.equals_metric"]
     assert regression.startswith("met: mean changed by -0.071 from the baseline")
-    assert "; -0.071 [" in regression and "one-sided 95% bounds on the change, 7 items" in regression
+    assert "; -0.071 [" in regression
+    assert "one-sided 95% bounds on the change, 7 items" in regression
     assert "no drop is caught with 80% power" in regression
 
     # the paired comparison: 7 shared items, e and f regressed, a was fixed

@@ -79,8 +79,10 @@ def test_long_lists_are_capped() -> None:
     text = summary(base.model_copy(update={"baseline": baseline}))
     assert "**Failed items (25):** `item-00`, `item-01`, " in text
     assert "`item-09` ... and 15 more\n" in text
-    assert "- Regressions: `item-00`, " in text and "`item-09` ... and 15 more\n- Fixes: `sum`\n" in text
-    assert "⏳ **12 trial(s) pending:** `late-00#0`, " in text and "`late-09#0` ... and 2 more\n" in text
+    assert "- Regressions: `item-00`, " in text
+    assert "`item-09` ... and 15 more\n- Fixes: `sum`\n" in text
+    assert "⏳ **12 trial(s) pending:** `late-00#0`, " in text
+    assert "`late-09#0` ... and 2 more\n" in text
     assert "Resume them with `pytest --eval-resume=exp-1`" in text
     assert len(text.splitlines()) < 40
 
@@ -96,7 +98,9 @@ def test_passing_experiment_without_gates_or_baseline() -> None:
         )
     )
     assert text.startswith("## ✅ qa eval\n")
-    assert "Gates" not in text and "Failed items" not in text and "Resume" not in text
+    assert "Gates" not in text
+    assert "Failed items" not in text
+    assert "Resume" not in text
     assert "_No baseline comparison: no earlier run of qa eval in the store_\n" in text
     assert "Δ baseline" not in text
 
@@ -173,7 +177,8 @@ def test_step_summary_of_a_gated_run(project: Project, monkeypatch: pytest.Monke
     text = path.read_text()
     second = text[text.rindex("## ") :]  # each run appends its summary
     assert "| equals_metric | 0.812 | [" in second
-    assert "Items passing 2 of 2 trials: 0.750 [" in second and "95%, 8 item(s)\n" in second
+    assert "Items passing 2 of 2 trials: 0.750 [" in second
+    assert "95%, 8 item(s)\n" in second
     interval = r"\[[01]\.\d{3}, [01]\.\d{3}\]"  # pass@k and pass^k with theirs
     assert re.search(rf"\| 2 \| 0\.875 \| {interval} \| 0\.750 \| {interval} \|\n", second)
     lines = second.splitlines()
@@ -181,11 +186,13 @@ def test_step_summary_of_a_gated_run(project: Project, monkeypatch: pytest.Monke
     assert absolute.startswith("| ❌ not met · ⚠️ borderline | `fail_under` equals_metric | 0.812 | [")
     assert absolute.endswith("| 8 | 0.900 |")
     regression = next(line for line in lines if "`max_regression` equals_metric |" in line)
-    assert regression.startswith("| ✅ met") and "| -0.071 | [" in regression
+    assert regression.startswith("| ✅ met")
+    assert "| -0.071 | [" in regression
     assert regression.endswith("| 7 | -0.050 |")
     assert "  - at 7 items x 2 trials no drop is caught with 80% power (see opik-eval plan)" in lines
     change = next(line for line in lines if line.startswith("| equals_metric | 0.857 | 0.786 |"))
-    assert change.endswith(" | 7 |") and "| -0.071 | [" in change
+    assert change.endswith(" | 7 |")
+    assert "| -0.071 | [" in change
     assert "- As many regressions by chance: p=0.500" in second
     assert "- Regressions: `e`, `f`\n- Fixes: `a`\n" in second
     assert "- Only in this experiment: `new`\n- Only in the baseline: `old`" in second

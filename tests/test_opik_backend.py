@@ -62,7 +62,8 @@ def test_a_run_is_recorded_in_opiks_format(project: Project, opik: OpikTestServe
     )
     assert OPIK_KEY not in result.stdout.str()
     [experiment] = opik.experiments.values()
-    assert experiment["name"] == "test_qa" and experiment["dataset_name"] == "qa"
+    assert experiment["name"] == "test_qa"
+    assert experiment["dataset_name"] == "qa"
     resume_state = json.loads(experiment["metadata"]["_opik_resume"])
     assert resume_state["resumable"] is True
     assert resume_state["default_runs_per_item"] == 2
@@ -131,11 +132,13 @@ def test_a_second_run_reuses_the_uploaded_dataset(project: Project, opik: OpikTe
     project.run("--eval").assert_outcomes(passed=2)
     project.run("--eval").assert_outcomes(passed=2)
     dataset = opik.dataset_by_name("qa")
-    assert dataset is not None and len(dataset["items"]) == 2
+    assert dataset is not None
+    assert len(dataset["items"]) == 2
     project.dataset(items("a", "b", "c"), name="qa.jsonl")
     project.run("--eval").assert_outcomes(passed=3)
     dataset = opik.dataset_by_name("qa")
-    assert dataset is not None and len(dataset["items"]) == 3
+    assert dataset is not None
+    assert len(dataset["items"]) == 3
 
 
 def test_resume_on_another_machine_reads_the_server(project: Project, opik: OpikTestServer) -> None:
@@ -156,7 +159,8 @@ def test_resume_on_another_machine_reads_the_server(project: Project, opik: Opik
     completed = {(a["item"], a["trial"]) for a in attempts if a["pending"] is False}
     assert completed == {(i, t) for i in "abc" for t in (0, 1)}
     # The failed attempts stay, as with the Opik SDK; nothing completed twice.
-    assert len(attempts) == 9 and len([a for a in attempts if a["pending"] is False]) == 6
+    assert len(attempts) == 9
+    assert len([a for a in attempts if a["pending"] is False]) == 6
 
 
 def test_opik_sdk_resumes_an_experiment_left_pending_by_pytest(
@@ -310,7 +314,8 @@ def test_client_errors_name_the_endpoint_and_redact_an_echoed_key() -> None:
     assert message.startswith(
         "POST v1/private/traces/batch at http://opik.invalid/api/ failed with HTTP 400: "
     )
-    assert OPIK_KEY not in message and "***" in message
+    assert OPIK_KEY not in message
+    assert "***" in message
 
 
 def test_slow_answers_beyond_the_timeout_are_retried_then_reported(opik: OpikTestServer) -> None:
@@ -532,7 +537,8 @@ def test_opik_eval_runs_lists_the_servers_experiments(
     assert opik_eval(["--backend", "opik", "--store", str(project.path / "elsewhere.db"), "runs"]) == 0
     out = capsys.readouterr().out
     assert f"latest experiments on {opik.api_url}" in out
-    assert experiment_id in out and "test_qa" in out
+    assert experiment_id in out
+    assert "test_qa" in out
 
 
 def test_traces_spooled_for_days_are_sent_under_new_ids(
@@ -597,7 +603,8 @@ def sync_command(result: pytest.RunResult) -> list[str]:
     """The words of the `opik-eval ... sync` command the session printed for what it left."""
     [line] = [line for line in result.stdout.lines if "wait to be sent to the Opik server: run " in line]
     words = shlex.split(line.split(": run ", 1)[1])
-    assert words[0] == "opik-eval" and words[-1] == "sync"
+    assert words[0] == "opik-eval"
+    assert words[-1] == "sync"
     return words
 
 
@@ -808,8 +815,10 @@ def test_a_garbled_answer_at_start_is_one_clear_usage_error(
         ]
     )
     output = result.stdout.str() + result.stderr.str()
-    assert "INTERNALERROR" not in output and "Traceback" not in output
-    assert "\x1b" not in output and "\x07" not in output  # the server's text is escaped
+    assert "INTERNALERROR" not in output
+    assert "Traceback" not in output
+    assert "\x1b" not in output  # the server's text is escaped
+    assert "\x07" not in output
     if garbled == "an HTML page":
         assert (
             "<!DOCTYPE html> <html><head><title>502 Bad Gateway</title></head> <body>\\x1b[2J\\x07<p>"
@@ -843,7 +852,9 @@ def test_garbled_answers_mid_run_keep_the_writes_spooled(
         ]
     )
     output = result.stdout.str() + result.stderr.str()
-    assert "INTERNALERROR" not in output and "Warning" not in output and "Traceback" not in output
+    assert "INTERNALERROR" not in output
+    assert "Warning" not in output
+    assert "Traceback" not in output
     assert "\x1b" not in output
 
     opik.clear_faults()
@@ -872,8 +883,12 @@ def test_a_servers_text_is_escaped_with_its_bidirectional_overrides(
     with sqlite3.connect(project.store_path) as db:
         errors = [row[0] for row in db.execute("SELECT error FROM outbox WHERE error IS NOT NULL")]
     for text in [result.stdout.str(), *errors]:
-        assert "\u202e" not in text and "\u2066" not in text and "\x1b" not in text and "\x07" not in text
-    assert errors and all("bad \\u202etrace\\u2066" in error for error in errors)
+        assert "\u202e" not in text
+        assert "\u2066" not in text
+        assert "\x1b" not in text
+        assert "\x07" not in text
+    assert errors
+    assert all("bad \\u202etrace\\u2066" in error for error in errors)
 
 
 def echo_of_the_key(at: int) -> str:
@@ -927,7 +942,8 @@ def test_a_key_echoed_in_a_refused_write_is_masked_in_the_spool_and_the_terminal
     assert_no_part_of_the_key(result.stdout.str() + result.stderr.str())
     with sqlite3.connect(project.store_path) as db:
         errors = [row[0] for row in db.execute("SELECT error FROM outbox WHERE error IS NOT NULL")]
-    assert errors and all("failed with HTTP 400" in error and "***" in error for error in errors)
+    assert errors
+    assert all("failed with HTTP 400" in error and "***" in error for error in errors)
     assert all(len(error) < 1000 for error in errors)  # a shortened message, not the whole body
     assert_no_part_of_the_key("".join(errors))
 

@@ -297,7 +297,8 @@ def test_drop_next_closes_the_connection_without_an_answer(server: OpikTestServe
             json={"traces": [{"id": uuid7(), "start_time": "2024-01-01T00:00:00Z"}]},
         )
     (dropped,) = server.requests
-    assert dropped.status is None and dropped.fault == "drop"
+    assert dropped.status is None
+    assert dropped.fault == "drop"
     assert dropped.body["traces"][0]["start_time"] == "2024-01-01T00:00:00Z"  # read, never handled
     assert server.traces == {}
     assert api.get("is-alive/ping").status_code == 200
@@ -471,7 +472,9 @@ def test_invalid_bodies_get_400_naming_the_problem(
     assert response.status_code == 400
     assert message in response.json()["errors"][0]
     (invalid,) = server.invalid_requests
-    assert invalid["path"] == path and message in invalid["error"] and invalid["body"] == body
+    assert invalid["path"] == path
+    assert message in invalid["error"]
+    assert invalid["body"] == body
 
 
 def test_feedback_score_source_must_be_a_known_value(server: OpikTestServer, api: httpx.Client) -> None:
@@ -526,7 +529,8 @@ def test_trace_rewrite_keeps_the_newest_last_updated_at(server: OpikTestServer, 
     assert server.traces[trace_id]["output"] == {"v": 7}
 
     public = api.get(f"v1/private/traces/{trace_id}").json()
-    assert public["output"] == {"v": 7} and public["id"] == trace_id
+    assert public["output"] == {"v": 7}
+    assert public["id"] == trace_id
     assert api.get(f"v1/private/traces/{uuid7()}").status_code == 404
 
 
@@ -540,7 +544,9 @@ def test_trace_patch_updates_fields(server: OpikTestServer, api: httpx.Client) -
         == 204
     )
     trace = server.traces[trace_id]
-    assert trace["output"] == {"late": True} and trace["tags"] == ["x"] and trace["name"] == "t"
+    assert trace["output"] == {"late": True}
+    assert trace["tags"] == ["x"]
+    assert trace["name"] == "t"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -578,7 +584,8 @@ def test_dataset_versions(server: OpikTestServer, api: httpx.Client) -> None:
     latest_only = api.get(
         f"v1/private/datasets/{dataset['id']}/versions", params={"page": 1, "size": 1}
     ).json()
-    assert latest_only["total"] == 2 and latest_only["content"][0]["version_name"] == "v2"
+    assert latest_only["total"] == 2
+    assert latest_only["content"][0]["version_name"] == "v2"
 
     v1 = api.post(
         f"v1/private/datasets/{dataset['id']}/versions/retrieve", json={"version_name": "v1"}
@@ -682,13 +689,15 @@ def test_filter_stream_by_id_paging_and_errors(
     response = api.post(
         "v1/private/datasets/items/stream", json={"dataset_name": "f", "filters": json.dumps(bad)}
     )
-    assert response.status_code == 400 and "nope" in response.json()["errors"][0]
+    assert response.status_code == 400
+    assert "nope" in response.json()["errors"][0]
     assert api.post("v1/private/datasets/items/stream", json={"dataset_name": "zzz"}).status_code == 404
 
     dataset = server.dataset_by_name("f")
     assert dataset is not None
     page = api.get(f"v1/private/datasets/{dataset['id']}/items", params={"page": 2, "size": 2}).json()
-    assert page["total"] == 3 and [i["id"] for i in page["content"]] == [filter_items["A"]]
+    assert page["total"] == 3
+    assert [i["id"] for i in page["content"]] == [filter_items["A"]]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -713,7 +722,8 @@ def test_experiments_lifecycle(server: OpikTestServer, api: httpx.Client) -> Non
         ::-1
     ]  # contains, case-insensitive, newest first
     listed = api.get("v1/private/experiments", params={"name": "alpha", "page": 1, "size": 10}).json()
-    assert listed["total"] == 1 and listed["content"][0]["metadata"] == {"k": "Run-Alpha"}
+    assert listed["total"] == 1
+    assert listed["content"][0]["metadata"] == {"k": "Run-Alpha"}
 
     trace_id = uuid7()
     api.post("v1/private/traces/batch", json={"traces": [_trace(trace_id, {"o": 1}, None)]})
@@ -730,22 +740,23 @@ def test_experiments_lifecycle(server: OpikTestServer, api: httpx.Client) -> Non
     assert api.patch(f"v1/private/experiments/{ids[0]}", json=patch).status_code == 204
     assert api.post("v1/private/experiments/finish", json={"ids": [ids[0]]}).status_code == 204
     public = api.get(f"v1/private/experiments/{ids[0]}").json()
-    assert public["status"] == "completed" and public["tags"] == ["x"]
+    assert public["status"] == "completed"
+    assert public["tags"] == ["x"]
     assert public["experiment_scores"] == [{"name": "mean", "value": 0.5}]
     assert public["feedback_scores"] == [{"name": "acc", "value": 0.5}]
-    assert (
-        public["trace_count"] == 1
-        and public["dataset_version_id"] == server.datasets[dataset_id]["versions"][0]["id"]
-    )
+    assert public["trace_count"] == 1
+    assert public["dataset_version_id"] == server.datasets[dataset_id]["versions"][0]["id"]
 
     compare = api.get(
         f"v1/private/datasets/{dataset_id}/items/experiments/items",
         params={"experiment_ids": json.dumps([ids[0]]), "page": 1, "size": 10},
     ).json()
     (row,) = compare["content"]
-    assert row["id"] == item_id and row["data"] == {"x": 1}
+    assert row["id"] == item_id
+    assert row["data"] == {"x": 1}
     (view,) = row["experiment_items"]
-    assert view["output"] == {"o": 1} and view["feedback_scores"][0]["value"] == 0.5
+    assert view["output"] == {"o": 1}
+    assert view["feedback_scores"][0]["value"] == 0.5
     assert [(entry["path"], entry["status"]) for entry in server.invalid_requests] == [
         ("v1/private/experiments/items", 409)
     ]
@@ -778,7 +789,8 @@ def test_uuid7_window_when_enabled(api: httpx.Client, server: OpikTestServer) ->
     server.uuid7_window = 24 * 3600
     old = uuid7(at=time.time() - 3 * 24 * 3600)
     response = api.post("v1/private/traces/batch", json={"traces": [_trace(old, None, None)]})
-    assert response.status_code == 400 and "too_old" in response.json()["errors"][0]
+    assert response.status_code == 400
+    assert "too_old" in response.json()["errors"][0]
     assert (
         api.post("v1/private/traces/batch", json={"traces": [_trace(uuid7(), None, None)]}).status_code == 204
     )

@@ -140,7 +140,8 @@ def check_tree(label: str, trace_id: str, spans: list[dict[str, Any]]) -> None:
         "completion_tokens": 2,
         "total_tokens": len(label) + 2,
     }
-    assert llm["input"] == {"prompt": label} and llm["output"] == {"output": label}
+    assert llm["input"] == {"prompt": label}
+    assert llm["output"] == {"output": label}
     assert all(span["start_time"] <= span["end_time"] for span in spans)
 
 

@@ -8,7 +8,6 @@ a trial is left alone."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -170,12 +169,11 @@ PRICE = 0.00021
 
 
 @pytest.fixture(autouse=True)
-def fresh_global_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fresh_global_provider(monkeypatch: pytest.MonkeyPatch) -> None:
     """OpenTelemetry's global provider can be set once per process: each inner run's app sets
     its own (as OpenTelemetry's own tests reset it)."""
     monkeypatch.setattr(trace, "_TRACER_PROVIDER_SET_ONCE", Once())
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
-    yield
 
 
 @pytest.fixture
@@ -223,7 +221,8 @@ def check_trial(trial: TrialRecord, *, llm_calls: int = 1) -> None:
             "gen_ai.request.model": "gpt-4o-mini",
             "server.address": "api.openai.com",
         }
-        assert llm.start_time is not None and llm.end_time is not None
+        assert llm.start_time is not None
+        assert llm.end_time is not None
         assert task.start_time <= llm.start_time <= llm.end_time <= task.end_time  # type: ignore[operator]
 
 

@@ -118,7 +118,8 @@ def test_a_recorded_run_replays_offline_with_the_same_outputs_and_verdicts(
             "eval recordings (--eval-record=new_episodes): 0 replayed, 6 recorded, 0 missed",
         ]
     )
-    assert llm.requests == 6 and connections(project) == 6
+    assert llm.requests == 6
+    assert connections(project) == 6
     assert recorded["recordings"] == {
         "mode": "new_episodes",
         "replayed": 0,
@@ -265,7 +266,8 @@ def test_strict_replay_sends_no_request_from_a_thread_the_task_started(
     project.write("test_app.py", THREAD_TEST.replace("SUBMIT", client))
     # Outside the trial's context: sent, and not recorded, in the modes that record.
     project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=3, failed=3)
-    assert connections(project) == 6 and not recorded_files(project)
+    assert connections(project) == 6
+    assert not recorded_files(project)
 
     # Strict replay, the server still up: nothing reaches it, and every trial fails saying why.
     result, report = project.run_report("--eval", "--eval-record=none")
@@ -367,7 +369,8 @@ def test_a_host_let_through_is_left_alone_and_strict_replay_refuses_a_fixtures_r
     project.run("--eval", "--eval-record=new_episodes", allow).assert_outcomes(passed=3, failed=3)
     # The service's calls are not recorded, in the task or out of it: only the LLM's.
     assert {i["request"]["url"].split("/")[2] for i in interactions(project)} == {f"127.0.0.1:{llm.port}"}
-    assert service.requests == 7 and connections(project) == 6
+    assert service.requests == 7
+    assert connections(project) == 6
 
     llm.stop()
     # Let through from the ini file too (one host per line): the service is called, the LLM replayed.
@@ -379,7 +382,8 @@ def test_a_host_let_through_is_left_alone_and_strict_replay_refuses_a_fixtures_r
     result.stdout.fnmatch_lines(
         [f"eval recordings: * (mode none, *); left alone: localhost:1, 127.0.0.1:{service.port}"]
     )
-    assert service.requests == 14 and connections(project) == 0
+    assert service.requests == 14
+    assert connections(project) == 0
 
     # Not let through: strict replay does not send the fixture's request, and the session fails.
     project.pytester.makeini("[pytest]\nfilterwarnings = error\n")
@@ -465,7 +469,8 @@ def test_async_tests_record_and_replay(
         project.pytester.makeini(ASYNCIO_INI)
     write_project(project, asynchronous=True, marker=marker, threads=threads)
     _, recorded = project.run_report("--eval", *plugin, "--eval-record=new_episodes")
-    assert connections(project) > 0 and len(interactions(project)) == 6
+    assert connections(project) > 0
+    assert len(interactions(project)) == 6
     llm.stop()
     result, replayed = project.run_report("--eval", *plugin, "--eval-record=none")
     result.assert_outcomes(passed=3, failed=3)
@@ -476,7 +481,8 @@ def test_async_tests_record_and_replay(
 def test_threads_record_and_replay(project: Project, llm: FakeLLM) -> None:
     write_project(project)
     _, recorded = project.run_report("--eval", "--eval-threads=4", "--eval-record=new_episodes")
-    assert len(interactions(project)) == 6 and connections(project) == 6
+    assert len(interactions(project)) == 6
+    assert connections(project) == 6
     llm.stop()
     result, replayed = project.run_report("--eval", "--eval-threads=4", "--eval-record=none")
     result.assert_outcomes(passed=3, failed=3)
@@ -503,7 +509,8 @@ def test_xdist_workers_with_threads_record_every_trial_and_replay_strictly(
     result.assert_outcomes(passed=3, failed=3)
     result.stdout.fnmatch_lines(["eval recordings (--eval-record=none): 6 replayed, 0 recorded, 0 missed*"])
     assert trials(replayed) == trials(recorded)
-    assert connections(project) == 0 and llm.requests == asked
+    assert connections(project) == 0
+    assert llm.requests == asked
 
     # The workers' misses reach the controller's summary and report.
     write_project(project, suffix="?")
@@ -513,7 +520,8 @@ def test_xdist_workers_with_threads_record_every_trial_and_replay_strictly(
         ["eval recordings (--eval-record=none): 0 replayed, 0 recorded, 6 missed (6 trials failed)"]
     )
     assert missed["recordings"]["missed_trials"] == 6
-    assert connections(project) == 0 and llm.requests == asked
+    assert connections(project) == 0
+    assert llm.requests == asked
 
 
 # -- the files -------------------------------------------------------------------------------
@@ -547,7 +555,8 @@ def test_recording_again_gives_the_same_bytes_and_a_diff_of_what_changed(
     assert len(old_text) == len(new_text)
     changed = [line for pair in zip(old_text, new_text, strict=True) if pair[0] != pair[1] for line in pair]
     volatile = ('"content": "answer', '"created"', '"id"', '"system_fingerprint"')
-    assert len(changed) == 2 * 4 * 2 and all(line.strip().startswith(volatile) for line in changed)
+    assert len(changed) == 2 * 4 * 2
+    assert all(line.strip().startswith(volatile) for line in changed)
 
 
 def test_a_failed_re_recording_keeps_the_recordings_it_would_have_replaced(
@@ -652,11 +661,11 @@ def test_a_long_parametrize_id_gets_a_bounded_file_name_and_the_others_are_writt
     result.assert_outcomes(passed=12)
     assert result.ret == pytest.ExitCode.OK
     files = recorded_files(project)
-    assert len(files) == 2 and "test_app.py/test_answer[short].json" in files
+    assert len(files) == 2
+    assert "test_app.py/test_answer[short].json" in files
     [long_name] = [name for name in files if "short" not in name]
-    assert (
-        long_name.startswith(f"test_app.py/test_answer[{LONG[:60]}") and len(long_name.split("/")[1]) <= 237
-    )
+    assert long_name.startswith(f"test_app.py/test_answer[{LONG[:60]}")
+    assert len(long_name.split("/")[1]) <= 237
     assert json.loads(files[long_name])["test"] == f"test_app.py::test_answer[{LONG}]"
 
     llm.stop()
@@ -836,7 +845,10 @@ def test_merge_unions_the_recordings_of_shards(project: Project, llm: FakeLLM) -
         )
         assert result.ret in (0, 1)
     shares = [keys_in(project.path / f"shard{shard}" / "recordings") for shard in (1, 2)]
-    assert shares[0] and shares[1] and not shares[0] & shares[1]  # each shard recorded its own share
+    # Each shard recorded its own share.
+    assert shares[0]
+    assert shares[1]
+    assert not shares[0] & shares[1]
     merged = project.path / "merged" / "store.db"
     sources = [str(project.path / f"shard{shard}" / "store.db") for shard in (1, 2)]
     assert opik_eval(["--store", str(merged), "merge", *sources]) == 0

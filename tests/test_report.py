@@ -45,10 +45,12 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
     first = experiment["trials"][0]
     # Measured for every trial (no spans here, so no usage); the crashed task too, unscored.
     latency = first.pop("latency")
-    assert latency["task_seconds"] > 0 and set(latency["metric_seconds"]) == {"equals_metric"}
+    assert latency["task_seconds"] > 0
+    assert set(latency["metric_seconds"]) == {"equals_metric"}
     assert first.pop("usage") is None
     crashed = experiment["trials"][1]
-    assert crashed["latency"]["task_seconds"] > 0 and crashed["latency"]["metric_seconds"] == {}
+    assert crashed["latency"]["task_seconds"] > 0
+    assert crashed["latency"]["metric_seconds"] == {}
     assert crashed["usage"] is None
     assert first == {
         "dataset_item_id": "a",
@@ -283,11 +285,14 @@ def test_report_carries_the_intervals_the_gates_and_the_paired_comparison(projec
 
     [gate] = experiment["gates"]
     assert (gate["kind"], gate["metric"], gate["mode"]) == ("max_regression", "equals_metric", "normal")
-    assert gate["interval"]["items"] == 7 and gate["interval"]["level"] == 0.95
-    assert 0 < gate["p_value"] < 1 and gate["p_value"] == gate["p_value_unadjusted"]
+    assert gate["interval"]["items"] == 7
+    assert gate["interval"]["level"] == 0.95
+    assert 0 < gate["p_value"] < 1
+    assert gate["p_value"] == gate["p_value_unadjusted"]
     assert (gate["one_sided"], gate["adjusted_for"], gate["family"]) == (True, 1, 1)
     # 7 items catch no drop with 80% power; the gate says how many would catch one of 0.1.
-    assert gate["detectable_drop"] is None and gate["items_needed"] > 7
+    assert gate["detectable_drop"] is None
+    assert gate["items_needed"] > 7
     assert "at 7 items x 2 trials no drop is caught with 80% power (see opik-eval plan)" in gate["notes"]
 
     baseline = experiment["baseline"]
@@ -299,7 +304,8 @@ def test_report_carries_the_intervals_the_gates_and_the_paired_comparison(projec
     change = baseline["metrics"]["equals_metric"]
     # a +1, e -0.5, f -1 over 7 items
     assert change["delta"] == pytest.approx(-0.5 / 7)
-    assert change["items"] == 7 and change["interval"]["items"] == 7
+    assert change["items"] == 7
+    assert change["interval"]["items"] == 7
     assert change["interval"]["low"] < change["delta"] < change["interval"]["high"]
     assert (baseline["regressions"], baseline["fixes"]) == (["e", "f"], ["a"])
     # 2 regressions and 1 fix: as many regressions or more by chance 4 times in 8.

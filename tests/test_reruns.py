@@ -130,7 +130,8 @@ def test_the_opik_server_counts_the_rerun_and_not_the_attempt_it_replaced(
     completed = [t for t in traces if t["metadata"]["_opik_evaluation_pending"] is False]
     replaced = [t for t in traces if t["metadata"]["_opik_evaluation_pending"] is True]
     assert [t["output"] for t in completed] == [{"output": "b"}]
-    assert len(replaced) == 1 and replaced[0].get("output") is None
+    assert len(replaced) == 1
+    assert replaced[0].get("output") is None
     assert replaced[0]["metadata"]["replaced_by"] == completed[0]["id"]
 
     # The experiment holds the trial once: the replaced attempt's experiment item is deleted, so

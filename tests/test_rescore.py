@@ -73,7 +73,8 @@ def test_a_rescore_with_an_added_metric_gives_what_a_rerun_gives_without_calling
     [experiment] = rescore_report["experiments"]
     names = {s["name"] for t in experiment["trials"] for s in t["scores"]}
     assert names == {"equals_metric", "levenshtein_ratio_metric"}
-    assert experiment["id"] != original and experiment["rescore_of"] == original
+    assert experiment["id"] != original
+    assert experiment["rescore_of"] == original
     assert rerun_report["experiments"][0]["rescore_of"] is None
 
 
@@ -83,7 +84,8 @@ def test_threads_score_the_stored_outputs_too(project: Project) -> None:
     result.assert_outcomes(passed=4, failed=2)
     assert project.calls() == []
     outputs = {(t["dataset_item_id"], t["trial"]): t["output"] for t in report["experiments"][0]["trials"]}
-    assert outputs[("b", 1)] == {"output": "bee"} and outputs[("a", 0)] == {"output": "a"}
+    assert outputs[("b", 1)] == {"output": "bee"}
+    assert outputs[("a", 0)] == {"output": "a"}
 
 
 def test_under_xdist_the_workers_score_the_stored_outputs(project: Project) -> None:
@@ -121,7 +123,8 @@ def test_eval_metric_replaces_the_markers_metrics(project: Project) -> None:
     result.assert_outcomes(passed=6)  # neither metric has a threshold that fails a trial
     assert result.ret == pytest.ExitCode.OK
     [experiment] = report["experiments"]
-    assert experiment["gates"] == [] and experiment["settings"]["thresholds"] == {
+    assert experiment["gates"] == []
+    assert experiment["settings"]["thresholds"] == {
         "levenshtein_ratio_metric": None,
         "short": None,
     }
@@ -129,7 +132,8 @@ def test_eval_metric_replaces_the_markers_metrics(project: Project) -> None:
         (t["dataset_item_id"], s["name"]): s["value"] for t in experiment["trials"] for s in t["scores"]
     }
     assert {name for _, name in scores} == {"levenshtein_ratio_metric", "short"}
-    assert scores[("b", "short")] == 0.0 and scores[("a", "short")] == 1.0
+    assert scores[("b", "short")] == 0.0
+    assert scores[("a", "short")] == 1.0
     assert scores[("a", "levenshtein_ratio_metric")] == 1.0
 
 
@@ -307,7 +311,8 @@ def test_the_new_experiment_links_to_the_original_which_is_untouched(
         run, [experiment] = store.find("last")
     finally:
         store.close()
-    assert experiment.rescore_of == original and experiment.id != original
+    assert experiment.rescore_of == original
+    assert experiment.id != original
     assert run.id != original_run.id
     assert project.trials(original) == before  # scores, outputs and statuses as they were
 
@@ -351,10 +356,10 @@ def test_the_apps_latency_and_cost_gates_are_left_to_the_original_run(project: P
     )
     assert result.ret == pytest.ExitCode.OK
     [experiment] = report["experiments"]
-    assert experiment["gates"] == [] and experiment["gates_met"] is True
-    assert (
-        experiment["settings"]["max_latency"] is None and experiment["settings"]["max_cost_per_item"] is None
-    )
+    assert experiment["gates"] == []
+    assert experiment["gates_met"] is True
+    assert experiment["settings"]["max_latency"] is None
+    assert experiment["settings"]["max_cost_per_item"] is None
 
 
 def test_a_rescore_is_not_resumed_as_that_would_call_the_task(project: Project) -> None:
@@ -414,7 +419,8 @@ def test_opik_eval_rescore_last_from_the_project_folder(project: Project) -> Non
     assert done.returncode == 1, done.stdout + done.stderr  # the trials Equals fails: pytest's code
     assert project.calls() == []
     assert "eval: rescoring run " in done.stdout
-    assert "2 failed, 4 passed" in done.stdout and "test_other" not in done.stdout
+    assert "2 failed, 4 passed" in done.stdout
+    assert "test_other" not in done.stdout
     assert "met: test_qa: fail_under levenshtein_ratio_metric: mean 0.833 >= 0.5" in done.stdout
     assert f"rescore of experiment {original}" in done.stdout
 

@@ -427,7 +427,7 @@ def test_a_body_in_a_coding_the_recorder_cannot_read_is_not_recorded_and_it_says
 
 
 @pytest.mark.parametrize(
-    "coding, compress",
+    ("coding", "compress"),
     [
         ("gzip", gzip.compress),
         ("deflate", zlib.compress),
@@ -726,7 +726,8 @@ def test_aiohttp_form_data_uploads_record_and_replay_in_every_mode(
     result, recorded = project.run_report("--eval", "--eval-record=once")
     result.assert_outcomes(passed=2)
     outputs = {t["dataset_item_id"]: t["output"]["output"] for t in recorded["experiments"][0]["trials"]}
-    assert outputs["capital"].startswith("capital: ") and outputs["capital"].endswith(" bytes")
+    assert outputs["capital"].startswith("capital: ")
+    assert outputs["capital"].endswith(" bytes")
     folder = recordings_of(project)
     assert leaks(folder, [UPLOAD_TOKEN]) == []
     requests_made = [

@@ -130,11 +130,8 @@ def test_the_regression_tests_keep_their_level_exactly_over_every_outcome(n: int
             at_delta = trinomial(n, pc + delta, pc)
             strict_error = sum(p for b, c, p in at_delta if tests[b, c].p_within <= ALPHA)
             normal_error = sum(p for b, c, p in at_delta if tests[b, c].p_beyond <= ALPHA)
-            assert strict_error <= ALPHA + 1e-12 and normal_error <= ALPHA + 1e-12, (
-                pc,
-                strict_error,
-                normal_error,
-            )
+            assert strict_error <= ALPHA + 1e-12, (pc, strict_error, normal_error)
+            assert normal_error <= ALPHA + 1e-12, (pc, strict_error, normal_error)
 
 
 def test_with_delta_0_the_regression_test_is_the_exact_sign_test_by_hand() -> None:
@@ -142,7 +139,8 @@ def test_with_delta_0_the_regression_test_is_the_exact_sign_test_by_hand() -> No
     for b, c, expected in ((5, 0, 1 / 32), (3, 0, 1 / 8), (4, 1, 6 / 32), (6, 0, 1 / 64), (9, 1, 11 / 1024)):
         for unchanged in (0, 25):
             test = st.regression_test([-1.0] * b + [1.0] * c + [0.0] * unchanged, 0.0)
-            assert test.p_beyond == pytest.approx(expected) and test.p_chance == pytest.approx(expected)
+            assert test.p_beyond == pytest.approx(expected)
+            assert test.p_chance == pytest.approx(expected)
     # A 50/50 flaky app: with 1 to 4 items no outcome is a regression (the test cannot go below 1/16).
     for n in range(1, 5):
         for b in range(n + 1):
@@ -154,7 +152,8 @@ def test_the_examples_of_the_review() -> None:
     assert st.regression_test([-1.0], 0.05).p_beyond == 1.0
     # 3 of 3 items regressing with DELTA 0.05: at least the exact one-sided sign test's 1/8.
     three = st.regression_test([-1.0] * 3, 0.05)
-    assert three.p_chance == pytest.approx(0.125) and three.p_beyond >= three.p_chance
+    assert three.p_chance == pytest.approx(0.125)
+    assert three.p_beyond >= three.p_chance
     # Strict mode does not show non-inferiority from 2 unchanged items, nor from 30 or 71 ...
     for n in (2, 30, 71):
         assert st.regression_test([0.0] * n, 0.05).p_within > ALPHA
@@ -180,7 +179,8 @@ def test_one_item_bounds_nothing_and_equal_values_still_have_a_spread() -> None:
     # Two equal continuous scores: no zero-width interval; ten give a narrower one.
     two, ten = st.interval(st.sample([0.8, 0.8])), st.interval(st.sample([0.8] * 10))
     # Two scores bound the mean no better than two passes would on [0, 0.8] (sqrt(0.025) of it).
-    assert two.low == pytest.approx(0.8 * 0.025**0.5) and two.high > 0.95
+    assert two.low == pytest.approx(0.8 * 0.025**0.5)
+    assert two.high > 0.95
     assert two.low < ten.low < 0.8 < ten.high
 
 
@@ -204,10 +204,12 @@ def test_a_better_run_never_gets_a_lower_bound() -> None:
     for (b, c), test in tests.items():
         if b > 0:
             better = tests[b - 1, c]
-            assert better.p_within <= test.p_within + 1e-12 and better.p_beyond >= test.p_beyond - 1e-12
+            assert better.p_within <= test.p_within + 1e-12
+            assert better.p_beyond >= test.p_beyond - 1e-12
         if b + c < n:
             better = tests[b, c + 1]
-            assert better.p_within <= test.p_within + 1e-12 and better.p_beyond >= test.p_beyond - 1e-12
+            assert better.p_within <= test.p_within + 1e-12
+            assert better.p_beyond >= test.p_beyond - 1e-12
 
 
 def test_the_two_sided_interval_covers_at_its_level_for_pass_fail_items() -> None:
@@ -244,7 +246,8 @@ def test_an_empty_item_or_no_item_is_an_error() -> None:
 def test_the_item_is_the_unit_and_items_weigh_alike() -> None:
     items = [[1.0, 1.0, 1.0, 1.0], [0.0], [1.0, 0.0], [0.5, 0.5, 0.5]] * 5
     interval = st.mean_interval(items)
-    assert interval.estimate == pytest.approx((1 + 0 + 0.5 + 0.5) / 4) and interval.n == 20
+    assert interval.estimate == pytest.approx((1 + 0 + 0.5 + 0.5) / 4)
+    assert interval.n == 20
 
 
 # --- the paired comparison ----------------------------------------------------------------
@@ -258,7 +261,8 @@ def test_the_paired_comparison_pairs_by_item_id_and_its_means_subtract() -> None
     assert comparison.only_in_current == ("new",)
     assert comparison.only_in_baseline == ("old",)
     assert comparison.differences == {"a": -0.5, "b": 1.0, "c": -0.5}
-    assert comparison.sample is not None and comparison.sample.mean == pytest.approx(0.0)
+    assert comparison.sample is not None
+    assert comparison.sample.mean == pytest.approx(0.0)
     # Each item's mean, then the mean over items: 1.000 -> 0.500 would mix weightings.
     assert comparison.baseline_mean == pytest.approx(2 / 3)
     assert comparison.current_mean == pytest.approx(2 / 3)
@@ -314,16 +318,17 @@ def test_holm_says_what_each_level_was_divided_by() -> None:
 def test_the_design_reads_the_intra_item_correlation() -> None:
     # Items that always agree with themselves (temperature 0): icc 1; independent trials: about 0.
     agreeing = dp.design_of([[1.0] * 3] * 30 + [[0.0] * 3] * 10)
-    assert agreeing.binary and agreeing.icc == pytest.approx(1.0) and agreeing.trials == 3
+    assert agreeing.binary
+    assert agreeing.icc == pytest.approx(1.0)
+    assert agreeing.trials == 3
     rng = random.Random(5)
     independent = dp.design_of([[float(rng.random() < 0.7) for _ in range(5)] for _ in range(400)])
-    assert (
-        independent.icc is not None
-        and independent.icc < 0.05
-        and independent.mean == pytest.approx(0.7, abs=0.03)
-    )
+    assert independent.icc is not None
+    assert independent.icc < 0.05
+    assert independent.mean == pytest.approx(0.7, abs=0.03)
     continuous = dp.design_of([[0.5, 0.7], [0.2, 0.2], [0.9, 0.8]])
-    assert not continuous.binary and continuous.within == pytest.approx((0.02 + 0 + 0.005) / 3, rel=1e-3)
+    assert not continuous.binary
+    assert continuous.within == pytest.approx((0.02 + 0 + 0.005) / 3, rel=1e-3)
     # One trial per item: the baseline cannot tell hard items from flaky ones; pass/fail
     # designs take the least favourable intra-item correlation, continuous ones the noisiest
     # case (every item's spread is within it).
@@ -331,7 +336,8 @@ def test_the_design_reads_the_intra_item_correlation() -> None:
     assert (single.icc, single.baseline_trials, single.trials) == (None, 1, 3)
     assert len(single.differences(0.1)) == len(dp.UNKNOWN_ICC)
     noisy = dp.design_of([[0.5], [0.7], [0.9]], trials=3)
-    assert noisy.within == pytest.approx(0.04) and noisy.baseline_trials == 1
+    assert noisy.within == pytest.approx(0.04)
+    assert noisy.baseline_trials == 1
     # Trial counts that differ: a difference's variance is within / 1 + within / 3, not 2 / 3 of it.
     [population] = noisy.differences(0.0)
     assert population.variance == pytest.approx(0.04 * (1 + 1 / 3), rel=0.05)
@@ -352,7 +358,8 @@ def test_items_needed_is_the_smallest_size_with_the_power() -> None:
         return dp.detection_power(d, 0.15, 0.05, ALPHA)
 
     n = dp.items_needed(design, power)
-    assert n is not None and power(design.with_size(n)) >= 0.8 > power(design.with_size(n - 1))
+    assert n is not None
+    assert power(design.with_size(n)) >= 0.8 > power(design.with_size(n - 1))
     assert dp.items_needed(design, lambda d: 0.0) is None
 
 
@@ -374,7 +381,9 @@ def test_pass_at_k_and_pass_hat_k_match_direct_combinatorics(n: int, c: int, k: 
 def test_pass_at_k_averages_over_items_with_an_interval() -> None:
     items = [(5, 5), (5, 3), (5, 0), (5, 1)] * 5
     at_1 = pk.pass_at_k_interval(items, 1)
-    assert at_1.estimate == pytest.approx(9 / 20) and at_1.low < 9 / 20 < at_1.high and at_1.n == 20
+    assert at_1.estimate == pytest.approx(9 / 20)
+    assert at_1.low < 9 / 20 < at_1.high
+    assert at_1.n == 20
     assert pk.pass_at_k_interval(items, 5).estimate == pytest.approx(3 / 4)
     assert pk.pass_hat_k_interval(items, 2).estimate == pytest.approx((1 + 3 / 10 + 0 + 0) / 4)
 

@@ -77,7 +77,8 @@ def test_default_store_follows_the_rootdir_not_the_working_directory(
     monkeypatch.chdir(sub)
     project.run("--eval", "..").assert_outcomes(passed=1)
     assert len(run_ids(store)) == 2
-    assert not (project.path.parent / ".opik-eval").exists() and not (sub / ".opik-eval").exists()
+    assert not (project.path.parent / ".opik-eval").exists()
+    assert not (sub / ".opik-eval").exists()
     # opik-eval, run from the folder inside, finds the same store.
     capsys.readouterr()
     assert opik_eval(["runs"]) == 0
@@ -374,7 +375,8 @@ def test_a_damaged_journal_line_is_left_out_and_the_file_kept(project: Project) 
         [message] = store.notices()
     finally:
         store.close()
-    assert "2 line(s) of the eval store's journal" in message and "could not be read" in message
+    assert "2 line(s) of the eval store's journal" in message
+    assert "could not be read" in message
     assert [(t.dataset_item_id, t.status) for t in trials] == [
         ("item-0", "completed"),
         ("item-1", "completed"),

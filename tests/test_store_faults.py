@@ -101,7 +101,9 @@ def test_a_full_disk_stops_the_trials_with_one_line_and_keeps_what_was_recorded(
         "--eval-store at another disk (what was recorded before is kept)"
     )
     assert line in output
-    assert "Traceback" not in output and "INTERNALERROR" not in output and "sqlite3" not in output
+    assert "Traceback" not in output
+    assert "INTERNALERROR" not in output
+    assert "sqlite3" not in output
     result.stdout.fnmatch_lines(["*1 failed, 2 passed*"])
     assert project.calls() == ["a#0", "b#0", "c#0"]  # no trial starts after the store failed
     # The report was written (to another disk), with what was recorded before the disk filled.
@@ -171,7 +173,8 @@ def test_a_file_size_limit_is_one_line_and_the_reports_that_fit_are_written(proj
             "*1 failed, 2 passed*",
         ]
     )
-    assert "Traceback" not in output and "INTERNALERROR" not in output
+    assert "Traceback" not in output
+    assert "INTERNALERROR" not in output
     assert project.calls() == ["a#0", "b#0", "c#0"]
     # The JSON report fits under the limit; the HTML report does not, and one line says so.
     assert [t["status"] for t in report["experiments"][0]["trials"]] == [
@@ -213,7 +216,8 @@ def test_a_read_only_store_is_one_line_and_stays_readable(project: Project, read
         assert fresh.ret == pytest.ExitCode.USAGE_ERROR, fresh_output
         assert f"the eval store {store}: {where} is read-only (permission denied)" in fresh_output
         assert "make it writable, or point --eval-store at a writable place" in fresh_output
-        assert "not a pytest-opik-eval store" not in fresh_output and "Traceback" not in fresh_output
+        assert "not a pytest-opik-eval store" not in fresh_output
+        assert "Traceback" not in fresh_output
 
         # A resume stops at its first trial, before the task runs.
         resumed = project.pytester.run(*prefix, "sh", "-c", _pytest("--eval-resume=last"))
@@ -223,7 +227,9 @@ def test_a_read_only_store_is_one_line_and_stays_readable(project: Project, read
             f"cannot write to the eval store {store}: {where} is read-only (permission denied); make it "
             "writable, or point --eval-store at a writable place (what was recorded before is kept)"
         ) in output
-        assert "Traceback" not in output and "During handling" not in output and "INTERNALERROR" not in output
+        assert "Traceback" not in output
+        assert "During handling" not in output
+        assert "INTERNALERROR" not in output
         assert project.calls() == []
 
         # Reading it works as before.
@@ -238,7 +244,8 @@ def test_a_read_only_store_is_one_line_and_stays_readable(project: Project, read
             output = distributed.stdout.str() + distributed.stderr.str()
             assert distributed.ret == pytest.ExitCode.USAGE_ERROR, output
             assert f"the eval store {store}: {where} is read-only (permission denied); make it" in output
-            assert "Traceback" not in output and "INTERNALERROR" not in output, output
+            assert "Traceback" not in output, output
+            assert "INTERNALERROR" not in output, output
             assert project.calls() == []
     finally:
         made_read_only.chmod(0o644 if read_only == "file" else 0o755)
@@ -268,7 +275,9 @@ def test_under_xdist_a_full_disk_fails_the_trials_with_one_line(project: Project
     output = result.stdout.str() + result.stderr.str()
     store = project.path / ".opik-eval" / "store.db"
     assert f"cannot write to the eval store {store}: the disk is full; free some space" in output
-    assert "Traceback" not in output and "INTERNALERROR" not in output and "sqlite3" not in output
+    assert "Traceback" not in output
+    assert "INTERNALERROR" not in output
+    assert "sqlite3" not in output
     # A worker stops at its first failed trial, as with -x, and pytest-xdist then interrupts the
     # session (exit status 2, as its own -x does), saying why in the same line.
     assert result.ret == pytest.ExitCode.INTERRUPTED, output
@@ -311,7 +320,8 @@ def test_under_xdist_a_store_that_turns_read_only_fails_each_workers_first_trial
     finally:
         store.chmod(0o644)
     output = result.stdout.str() + result.stderr.str()
-    assert "Traceback" not in output and "INTERNALERROR" not in output, output
+    assert "Traceback" not in output, output
+    assert "INTERNALERROR" not in output, output
     assert result.ret == pytest.ExitCode.INTERRUPTED, output  # a worker stopped, as with -x
     line = (
         f"cannot write to the eval store {store}: the file is read-only (permission denied); make it "
@@ -353,7 +363,8 @@ def test_a_store_another_process_holds_is_one_line_that_says_so(
     )
     with holder:
         try:
-            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            assert holder.stdout is not None
+            assert holder.stdout.readline() == "held\n"
             result = project.run("--eval")
         finally:
             assert holder.stdin is not None
@@ -366,7 +377,8 @@ def test_a_store_another_process_holds_is_one_line_that_says_so(
         "is locked); let that process finish (or close it) and run again, or point --eval-store at "
         "another file (what was recorded before is kept)"
     ) in output
-    assert "check the disk" not in output and "Traceback" not in output
+    assert "check the disk" not in output
+    assert "Traceback" not in output
     assert project.calls() == []
     # Once it is let go, the store works as before.
     assert project.run("--eval").ret == 0

@@ -151,10 +151,13 @@ def check_trial(trial: TrialRecord, *, llm_calls: int = 1) -> None:
         assert llm.input == {"prompt": label}  # this trial's own call
         assert (llm.model, llm.provider) == ("gpt-4o-mini", "openai")
         assert (llm.prompt_tokens, llm.completion_tokens, llm.total_tokens) == (len(label), 2, len(label) + 2)
-        assert llm.start_time is not None and llm.end_time is not None
+        assert llm.start_time is not None
+        assert llm.end_time is not None
         assert llm.start_time <= llm.end_time
-    assert task.start_time is not None and task.end_time is not None
-    assert task.start_time <= agent.start_time and agent.end_time <= task.end_time  # type: ignore[operator]
+    assert task.start_time is not None
+    assert task.end_time is not None
+    assert task.start_time <= agent.start_time  # type: ignore[operator]
+    assert agent.end_time <= task.end_time  # type: ignore[operator]
 
 
 def check_run(project: Project, *, llm_calls: int = 1) -> None:
@@ -236,7 +239,8 @@ def test_a_store_made_before_spans_is_read_and_gains_them(traced: Project) -> No
     traced.run("--eval").assert_outcomes(passed=len(LABELS))  # a new run in the same store
     for trial in traced.trials():
         check_trial(trial)
-        assert trial.task_seconds is not None and set(trial.metric_seconds) == {"equals_metric"}
+        assert trial.task_seconds is not None
+        assert set(trial.metric_seconds) == {"equals_metric"}
 
 
 JUDGES = """
@@ -344,7 +348,8 @@ def test_latency_of_the_task_and_each_metric_is_kept_without_opik(project: Proje
     project.pytester.runpytest_subprocess("--eval").assert_outcomes(passed=3)
     for trial in project.trials():
         assert trial.spans == []
-        assert trial.task_seconds is not None and trial.task_seconds >= 0.05
+        assert trial.task_seconds is not None
+        assert trial.task_seconds >= 0.05
         assert set(trial.metric_seconds) == {"equals_metric", "slow"}
         assert trial.metric_seconds["slow"] >= 0.03
         assert 0 <= trial.metric_seconds["equals_metric"]
@@ -437,7 +442,8 @@ def test_spans_added_through_the_trace_without_the_opik_sdk(project: Project, th
     for trial in trials:
         spans = trial.spans
         task = spans[0]
-        assert task.name in ("test_qa", "test_qa_async") and task.parent_span_id is None
+        assert task.name in ("test_qa", "test_qa_async")
+        assert task.parent_span_id is None
         assert sorted(tree(spans)) == sorted(
             [
                 (task.name, None, "general"),
@@ -477,7 +483,8 @@ def test_a_task_that_raised_keeps_its_latency(project: Project) -> None:
     project.run("--eval").assert_outcomes(failed=1)
     [trial] = project.trials()
     assert trial.status == "pending"
-    assert trial.task_seconds is not None and trial.task_seconds >= 0.05
+    assert trial.task_seconds is not None
+    assert trial.task_seconds >= 0.05
 
 
 def test_the_journal_of_a_traced_run_stays_readable_by_older_versions(
@@ -529,9 +536,9 @@ def test_the_journal_of_a_traced_run_stays_readable_by_older_versions(
         assert trials[label].status == "completed"
         assert [span.name for span in trials[label].spans][:1] == ["test_qa"]
         assert {"agent", "fake_llm"} <= {span.name for span in trials[label].spans}
-        assert trials[label].task_seconds is not None and set(trials[label].metric_seconds) == {
-            "equals_metric"
-        }
-    assert trials["item-2"].status == "pending" and trials["item-2"].task_seconds is not None
+        assert trials[label].task_seconds is not None
+        assert set(trials[label].metric_seconds) == {"equals_metric"}
+    assert trials["item-2"].status == "pending"
+    assert trials["item-2"].task_seconds is not None
     assert {span.name for span in trials["item-2"].spans} >= {"agent", "fake_llm"}
     assert not list(folder.glob("*.jsonl")), "the journals of the dead writer are folded and gone"

@@ -83,7 +83,8 @@ def test_a_metric_with_a_threshold_or_a_gate_gets_none(
     # stop it short).
     outcomes = result.parseoutcomes()
     assert outcomes.get("passed", 0) + outcomes.get("failed", 0) == 6, outcomes
-    assert "errors" not in outcomes and "error" not in outcomes
+    assert "errors" not in outcomes
+    assert "error" not in outcomes
     result.stdout.fnmatch_lines(["*eval summary*"])
     result.stdout.no_fnmatch_line("*has no threshold and no gate*")
 

@@ -366,7 +366,9 @@ def clear_marker(item: pytest.Item, trial: Trial, store: Store, recorder: Record
 
 
 def _announce(item: pytest.Item, trial: Trial) -> None:
-    assert trial.experiment_id is not None and trial.output is not None and trial.passed is not None
+    assert trial.experiment_id is not None
+    assert trial.output is not None
+    assert trial.passed is not None
     item.ihook.pytest_opik_eval_trial_finished(
         item=item,
         result=TrialResult(
