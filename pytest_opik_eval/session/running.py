@@ -29,6 +29,8 @@ from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.trial import (
     RECORDING_MISSED,
     RECORDING_MISSED_ATTR,
+    Task,
+    TrialContext,
     capturing,
     clear_marker,
     run,
@@ -51,6 +53,7 @@ class Running:
         self._position: dict[str, int] = {}
         self._scanned = 0  # the position in self._items up to which windows have looked
         self._queue: WorkerQueue | Literal[False] | None = None  # False: not found
+        self._trial_context: TrialContext | None = None
 
     # -- the run is written before any trial starts ---------------------------------------
 
@@ -111,18 +114,7 @@ class Running:
         budget = state.budget
         try:
             if threads <= 1:
-                if budget is not None:
-                    budget.check(pyfuncitem)
-                run(
-                    pyfuncitem,
-                    trial,
-                    state.store(),
-                    state.session_id,
-                    stored_task(trial),
-                    budget=budget,
-                    judge_cache=state.judge_cache,
-                    recorder=state.recorder,
-                )
+                self._start(pyfuncitem, trial, self._context(), stored_task(trial))
             else:
                 # Spent: nothing more is queued; a trial queued already is checked as it starts.
                 spent = budget is not None and budget.reached()
@@ -179,30 +171,29 @@ class Running:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
         task = stored_task(trial) or threaded_task(ahead, trial, shared)
-        state = self.state
-        budget = state.budget
-        job = functools.partial(
-            run,
-            ahead,
-            trial,
-            state.store(),
-            state.session_id,
-            task,
-            budget=budget,
-            judge_cache=state.judge_cache,
-            recorder=state.recorder,
-        )
-        if budget is None:
-            return job
+        return functools.partial(self._start, ahead, trial, self._context(), task)
 
-        def start() -> None:
-            # When a thread takes the trial up, not when it was queued: the trials in flight
-            # are then at most one per thread.
-            assert budget is not None
-            budget.check(ahead)
-            job()
+    @staticmethod
+    def _start(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None) -> None:
+        """The trial, unless the budget is spent: checked as the trial starts (when a thread takes
+        it up, not when it was queued: the trials in flight are then at most one per thread)."""
+        if context.budget is not None:
+            context.budget.check(item)
+        run(item, trial, context, task)
 
-        return start
+    def _context(self) -> TrialContext:
+        """What every trial of this process runs with: made at the first trial, once the recorder
+        has started (and the store opened, which may fail: that trial then says why)."""
+        if self._trial_context is None:
+            state = self.state
+            self._trial_context = TrialContext(
+                store=state.store(),
+                session_id=state.session_id,
+                budget=state.budget,
+                judge_cache=state.judge_cache,
+                recorder=state.recorder,
+            )
+        return self._trial_context
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside any plugin that replaces item.obj
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
@@ -239,7 +230,7 @@ class Running:
         trial = item.stash.get(TRIAL_KEY, None)
         if trial is not None:
             try:
-                clear_marker(item, trial, self.state.store(), self.state.recorder)
+                clear_marker(item, trial, self._context())
             except StoreError as error:
                 failure = error
             else:
