@@ -64,11 +64,11 @@ class Running:
             return
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
-        self.state.start_recording()
+        self.state.resources.start_recording()
         if any(plan.threads > 1 for plan in self.state.plans_seen):
             prepare_threads()
-        if self.state.resume is not None:
-            return  # the run and its experiments are in the store already
+        if self.state.target.resume is not None:
+            return  # the run and its experiments are in the store already (the target has them)
         shards = self.state.shards
         planned = session.items if shards is None else shards.planned
         trials = [t for t in _trials(planned)]
@@ -78,19 +78,20 @@ class Running:
     def _create_run(self, trials: list[tuple[pytest.Item, Trial]]) -> None:
         state = self.state
         with no_gc_pass():
-            plan = plan_run(self.config, state.run_id, trials, state.options.run_name, state.options.budget)
+            plan = plan_run(
+                self.config, state.target.run_id, trials, state.options.run_name, state.options.budget
+            )
             try:
-                state.store().create_run(plan.run, plan.experiments, plan.trials)
+                state.store.get().create_run(plan.run, plan.experiments, plan.trials)
             except StoreError as error:
                 if not state.worker:
                     raise pytest.UsageError(f"{error}") from None
                 # The controller found the store writable before this worker started: it stopped
                 # being so since (a full disk). An error here would be an INTERNALERROR; the
                 # worker's first trial fails with the one line instead, as when a write fails mid-run.
-                state.unusable = error
+                state.run.not_created = error
                 return
-        state.run_id = plan.run.id
-        state.experiments = plan.experiments
+        state.run.experiments = plan.experiments
 
     # -- each trial ----------------------------------------------------------------------
 
@@ -108,10 +109,10 @@ class Running:
         if trial is None:
             return None
         state = self.state
-        if state.unusable is not None:
-            self._stop(pyfuncitem, state.unusable)
+        if state.run.not_created is not None:
+            self._stop(pyfuncitem, state.run.not_created)
         threads = trial.case.plan.threads
-        budget = state.budget
+        budget = state.resources.budget
         try:
             if threads <= 1:
                 self._start(pyfuncitem, trial, self._context(), stored_task(trial))
@@ -119,7 +120,7 @@ class Running:
                 # Spent: nothing more is queued; a trial queued already is checked as it starts.
                 spent = budget is not None and budget.reached()
                 window = [pyfuncitem] if spent else self._window(pyfuncitem, trial, threads)
-                state.pool.run(pyfuncitem, window, self._job, threads)
+                state.resources.pool.run(pyfuncitem, window, self._job, threads)
         except StoreError as error:
             failure = error
         else:
@@ -129,7 +130,7 @@ class Running:
     def _stop(self, item: pytest.Item, error: StoreError) -> NoReturn:
         """The store cannot record trials (a full disk, a read-only file): this trial fails with
         the one line that says why, and no further trial starts, as with -x."""
-        self.state.store_failure = item.session.shouldfail = str(error)
+        self.state.run.store_broken_reason = item.session.shouldfail = str(error)
         pytest.fail(str(error), pytrace=False)
 
     def _window(self, item: pytest.Function, trial: Trial, threads: int) -> list[pytest.Function]:
@@ -185,13 +186,13 @@ class Running:
         """What every trial of this process runs with: made at the first trial, once the recorder
         has started (and the store opened, which may fail: that trial then says why)."""
         if self._trial_context is None:
-            state = self.state
+            resources = self.state.resources
             self._trial_context = TrialContext(
-                store=state.store(),
-                session_id=state.session_id,
-                budget=state.budget,
-                judge_cache=state.judge_cache,
-                recorder=state.recorder,
+                store=self.state.store.get(),
+                session_id=self.state.target.session_id,
+                budget=resources.budget,
+                judge_cache=resources.judge_cache,
+                recorder=resources.recorder,
             )
         return self._trial_context
 
@@ -215,12 +216,14 @@ class Running:
             # Counted by the process that ends the session, which sees every worker's reports.
             setattr(report, RECORDING_MISSED_ATTR, True)
             del item.stash[RECORDING_MISSED]  # a rerun of the test case starts afresh
-        if self.state.budget is not None and call.when == "call" and item.stash.get(NOT_STARTED, False):
+        if call.when == "call" and item.stash.get(NOT_STARTED, False):  # set by the budget only
+            budget = self.state.resources.budget
+            assert budget is not None
             setattr(report, NOT_STARTED_ATTR, True)
             # Where the test is, as for a skip marker, rather than the line of this plugin that
             # skipped it: pytest's -rs then folds all of them into one line.
             path, line = item.reportinfo()[:2]
-            report.longrepr = (os.fspath(path), (line or 0) + 1, f"Skipped: {self.state.budget.reason}")
+            report.longrepr = (os.fspath(path), (line or 0) + 1, f"Skipped: {budget.reason}")
         return report
 
     @pytest.hookimpl(tryfirst=True)
