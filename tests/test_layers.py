@@ -305,6 +305,37 @@ def test_only_running_writes_what_its_trials_made_and_met() -> None:
     assert set(writers(r"(^|\.)state\.run\.\w+$")) == {f"{SESSION}.running"}
 
 
+def added_to(source: str) -> list[str]:
+    """The lists ``source`` adds to in place (``x.append()``, ``x.extend()``, ``x.insert()``,
+    ``x += ...``), as dotted names."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("append", "extend", "insert"):
+                found.append(ast.unparse(node.func.value))
+        elif isinstance(node, ast.AugAssign):
+            found.append(ast.unparse(node.target))
+    return found
+
+
+def test_only_collection_adds_to_the_plans_and_no_one_to_the_run_experiments() -> None:
+    # The plans are collection's, one per eval test; the experiments are running's, assigned
+    # once (test_only_running_writes_what_its_trials_made_and_met), never added to elsewhere.
+    found = {
+        module_name(path): sorted(
+            name
+            for name in added_to(path.read_text(encoding="utf-8"))
+            if re.search(r"(^|\.)state\.(plans_seen|run\.experiments)$", name)
+        )
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert {name: names for name, names in found.items() if names} == {
+        f"{SESSION}.collection": ["self.state.plans_seen"]
+    }
+    source = "state.run.experiments.append(e)\nself.state.plans_seen += [p]\nx.append(1)\n"
+    assert sorted(added_to(source)) == ["self.state.plans_seen", "state.run.experiments", "x"]
+
+
 def test_the_contract_sees_an_assignment() -> None:
     source = "self.state.run_id = 1\nstate.run.experiments = x = []\nself.plain = 2\n"
     assert assigned(source) == ["self.state.run_id", "state.run.experiments", "self.plain"]

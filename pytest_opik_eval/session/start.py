@@ -69,11 +69,11 @@ class Start:
         # Ids given on the command line are checked before anything runs (exit code 4).
         resume = self._load_resume_target()
         target = Target.new(
-            self.options.run_name,
-            resume,
-            self._load_rescore_target(),
-            self._load_baseline(),
-            self._budget_setting(resume),
+            run_name=self.options.run_name,
+            resume=resume,
+            rescore=self._load_rescore_target(),
+            baselines=self._load_baseline(),
+            budget=self._budget_setting(resume),
         )
         controller = is_controller(self.config)
         self.state.begin(target, controller=controller)

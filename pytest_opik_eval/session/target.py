@@ -31,6 +31,7 @@ class Target:
     @classmethod
     def new(
         cls,
+        *,
         run_name: str | None,
         resume: ResumeTarget | None,
         rescore: RescoreTarget | None,
