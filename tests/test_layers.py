@@ -7,6 +7,8 @@ type checking walks is still a cycle for the reader.
 from __future__ import annotations
 
 import ast
+import dataclasses
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "pytest_opik_eval"
@@ -15,9 +17,10 @@ PACKAGE = Path(__file__).parent.parent / "pytest_opik_eval"
 ENTRIES = {"pytest_opik_eval.plugin", "pytest_opik_eval.cli"}
 
 # The session's phase plugins: only the entry module registers them (through the package's
-# register()), and no phase reaches into another: what they share is in the session's state.
+# register()), and no phase reaches into another: what they share is in the session's state, made
+# of the target the start decides, the run's resources and the store's handle.
 SESSION = "pytest_opik_eval.session"
-SHARED = f"{SESSION}.state"
+SHARED = {f"{SESSION}.{name}" for name in ("state", "target", "resources", "store_handle")}
 
 # What runs without pytest: the store (opik-eval reads it), the metrics (usable on their own),
 # and the verdict (pure functions over records).
@@ -101,8 +104,8 @@ def test_the_session_phases_are_imported_by_the_entry_module_only() -> None:
 
 def test_no_phase_imports_another() -> None:
     edges = graph()
-    phases = {name for name in edges if name.startswith(f"{SESSION}.") and name != SHARED}
-    reaching = {name: sorted(edges[name] & (phases | {SESSION})) for name in phases | {SHARED}}
+    phases = {name for name in edges if name.startswith(f"{SESSION}.") and name not in SHARED}
+    reaching = {name: sorted(edges[name] & (phases | {SESSION})) for name in phases | SHARED}
     assert {name: found for name, found in reaching.items() if found} == {}
     assert len(phases) >= 4  # the contract sees the phases
 
@@ -253,3 +256,97 @@ def test_the_span_modules_import_down_their_order() -> None:
     assert out_of_order(graph(), SPANS) == {}
     planted = {"a": set[str](), "b": {"a"}, "c": {"b"}}
     assert out_of_order(planted, ("a", "b", "c")) == {"b": ["a"], "c": ["b"]}
+
+
+def assigned(source: str) -> list[str]:
+    """The attributes ``source`` assigns to, as dotted names (``self.state.run.experiments``)."""
+
+    def dotted(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            base = dotted(node.value)
+            return None if base is None else f"{base}.{node.attr}"
+        return None
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+            else []
+        )
+        found += [name for t in targets if isinstance(t, ast.Attribute) and (name := dotted(t)) is not None]
+    return found
+
+
+def writers(pattern: str) -> dict[str, list[str]]:
+    """The modules of the package that assign to an attribute whose dotted name ends with
+    ``pattern`` (a regular expression), and what they assign."""
+    found = {
+        module_name(path): [
+            name for name in assigned(path.read_text(encoding="utf-8")) if re.search(pattern, name)
+        ]
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    return {name: names for name, names in found.items() if names}
+
+
+def test_the_session_state_is_assigned_in_its_own_module_only() -> None:
+    # Each part of the state has one writer: no phase re-assigns what another set (the run id
+    # once came from three places). The target is the start's, decided once through begin().
+    assert writers(r"(^|\.)state\.\w+$") == {}
+
+
+def test_only_running_writes_what_its_trials_made_and_met() -> None:
+    # The experiments running created, and the store failures that stopped its trials.
+    assert set(writers(r"(^|\.)state\.run\.\w+$")) == {f"{SESSION}.running"}
+
+
+def added_to(source: str) -> list[str]:
+    """The lists ``source`` adds to in place (``x.append()``, ``x.extend()``, ``x.insert()``,
+    ``x += ...``), as dotted names."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("append", "extend", "insert"):
+                found.append(ast.unparse(node.func.value))
+        elif isinstance(node, ast.AugAssign):
+            found.append(ast.unparse(node.target))
+    return found
+
+
+def test_only_collection_adds_to_the_plans_and_no_one_to_the_run_experiments() -> None:
+    # The plans are collection's, one per eval test; the experiments are running's, assigned
+    # once (test_only_running_writes_what_its_trials_made_and_met), never added to elsewhere.
+    found = {
+        module_name(path): sorted(
+            name
+            for name in added_to(path.read_text(encoding="utf-8"))
+            if re.search(r"(^|\.)state\.(plans_seen|run\.experiments)$", name)
+        )
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert {name: names for name, names in found.items() if names} == {
+        f"{SESSION}.collection": ["self.state.plans_seen"]
+    }
+    source = "state.run.experiments.append(e)\nself.state.plans_seen += [p]\nx.append(1)\n"
+    assert sorted(added_to(source)) == ["self.state.plans_seen", "state.run.experiments", "x"]
+
+
+def test_the_contract_sees_an_assignment() -> None:
+    source = "self.state.run_id = 1\nstate.run.experiments = x = []\nself.plain = 2\n"
+    assert assigned(source) == ["self.state.run_id", "state.run.experiments", "self.plain"]
+
+
+def test_what_the_start_decides_and_a_trial_runs_with_are_frozen() -> None:
+    # Set once and passed down: a later phase cannot change the session's run id or its budget,
+    # nor a trial the store it records in.
+    from pytest_opik_eval.run.trial import TrialContext
+    from pytest_opik_eval.session.target import Target
+
+    for kind in (Target, TrialContext):
+        assert dataclasses.is_dataclass(kind)
+        assert getattr(kind, "__dataclass_params__").frozen, kind  # noqa: B009 (mypy does not know it)

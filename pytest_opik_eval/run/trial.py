@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import functools
 import inspect
 import sys
@@ -65,28 +66,31 @@ RECORDING_MISSED = pytest.StashKey[bool]()
 RECORDING_MISSED_ATTR = "eval_recording_missed"
 
 
-def run(
-    item: pytest.Function,
-    trial: Trial,
-    store: Store,
-    session_id: str,
-    task: Task | None = None,
-    *,
-    budget: Budget | None = None,
-    judge_cache: JudgeCache | None = None,
-    recorder: Recorder | None = None,
-) -> None:
+@dataclasses.dataclass(frozen=True)
+class TrialContext:
+    """What every trial of this process runs with, made once: the store its steps are recorded
+    in, the session its attempts belong to, the budget its spans' spend counts against (with
+    --eval-budget), the judge cache its judges' scores come from when it has them
+    (--eval-judge-cache), and the recorder that records or replays its task's HTTP calls
+    (--eval-record)."""
+
+    store: Store
+    session_id: str
+    budget: Budget | None = None
+    judge_cache: JudgeCache | None = None
+    recorder: Recorder | None = None
+
+
+def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None = None) -> None:
     """Run the task and score it, recording each step: in the test's call phase, or ahead of it
     in a background thread, calling ``task`` with the attempt's trace and recording scope (see
-    ``concurrency`` and ``threaded_task``); what its spans spent counts against ``budget``; the
-    judges' scores come from ``judge_cache`` when it has them; the task's HTTP calls are recorded
-    or replayed by ``recorder`` (--eval-record)."""
+    ``concurrency`` and ``threaded_task``)."""
     assert trial.trial_id is not None, "the run is created before any trial starts"
-    case = trial.case
+    case, store, recorder = trial.case, context.store, context.recorder
     # A rerun of the same test case (pytest-rerunfailures, pytest-retry) starts from scratch: it
     # is a new attempt, which replaces this session's earlier one only if it completes.
     _forget_attempt(item, trial)
-    trial.attempt_id = attempt = store.start_attempt(trial.trial_id, session_id)
+    trial.attempt_id = attempt = store.start_attempt(trial.trial_id, context.session_id)
 
     trace = _trace(item, trial, store, attempt)
     # None in a rescore, which calls no task: its session records nothing.
@@ -122,7 +126,8 @@ def run(
 
             scorer = scorer_of(case.plan)
             try:
-                judged = None if judge_cache is None else Judged(judge_cache, case.item_id, case.trial)
+                cache = context.judge_cache
+                judged = None if cache is None else Judged(cache, case.item_id, case.trial)
                 # The metrics' requests are the judges' (strict replay sends them only if live).
                 with _NOTHING if scope is None else scope.recorder.scoring(scope):
                     scores = _score(scorer, case.item, output, trace, metric_seconds, judged)
@@ -135,7 +140,7 @@ def run(
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
         if trace is not None:
-            _record_spans(item, store, attempt, trace, budget, scope, case.plan.where)
+            _record_spans(item, store, attempt, trace, context.budget, scope, case.plan.where)
         if not completed_scoring:
             # This attempt never completes: its timings are written now, on their own.
             _record_timings(store, attempt, task_seconds, metric_seconds, completes=False)
@@ -339,15 +344,16 @@ def _record_timings(
         record(attempt, task_seconds, metric_seconds, completes=completes)
 
 
-def clear_marker(item: pytest.Item, trial: Trial, store: Store, recorder: Recorder | None = None) -> None:
+def clear_marker(item: pytest.Item, trial: Trial, context: TrialContext) -> None:
     """Teardown: complete the trial if, and only if, it reached its happy-path line; then, with
     --eval-record=all, what the attempt recorded replaces the trial's recordings (journaled
     first: a process killed after the store's write loses none of a completed attempt's)."""
     if not trial.reached_happy_path or trial.attempt_id in (None, trial.completed_attempt):
         return
     assert trial.attempt_id is not None
-    if recorder is not None:
-        recorder.completed(trial.attempt_id)
+    if context.recorder is not None:
+        context.recorder.completed(trial.attempt_id)
+    store = context.store
     if trial.completed_attempt is None:
         store.complete_attempt(trial.attempt_id)
     else:

@@ -9,9 +9,10 @@
 - ``ending.Ending``: the verdict, the reports and the exit status; ``ending.WorkerEnding`` on a
   pytest-xdist worker, which hands what it knows to the controller.
 
-What they share is one ``state.SessionState`` on ``config.stash``. Under pytest-xdist the
-controller decides and the workers follow: a worker collects and runs trials, and reports
-nothing; the controller collects nothing and runs no trial (it is known as such only at
+What they share is one ``state.SessionState`` on ``config.stash``: the target the start decides
+(``target``), the run's resources (``resources``) and the store (``store_handle``). Under
+pytest-xdist the controller decides and the workers follow: a worker collects and runs trials,
+and reports nothing; the controller collects nothing and runs no trial (it is known as such only at
 ``pytest_sessionstart``, when pytest-xdist has registered its ``dsession``, so ``Start`` drops
 those two phases then).
 """

@@ -54,8 +54,8 @@ class Collection:
         spec = read_spec(marker, where)
         if self.state.metrics is not None:
             spec = with_metrics(spec, self.state.metrics)
-        rescore = self.state.rescore
-        target = self.state.resume or (rescore.original if rescore is not None else None)
+        resume, rescore = self.state.target.resume, self.state.target.rescore
+        target = resume or (rescore.original if rescore is not None else None)
         if target is None:
             plan = plan_new(definition, spec, definition.path.parent, where, self.options, self._load_dataset)
         else:
@@ -87,7 +87,7 @@ class Collection:
             return load_dataset(source, base_dir)
         filters = spec.filter.to_opik() if spec.filter is not None else None
         try:
-            items = backend(self.options.backend).dataset(self.state.store, name, filters)
+            items = backend(self.options.backend).dataset(self.state.store.get, name, filters)
         except StoreError as error:
             raise DatasetError(str(error)) from None
         return Dataset(source=str(source), path=None, items=items, version=content_hash(items))
@@ -112,7 +112,7 @@ class Collection:
                 if case.plan.threads > 1:
                     self._check_concurrency(item, case.plan)
         self._warn_on_soft_mode_without_gates()
-        resume, rescore = self.state.resume, self.state.rescore
+        resume, rescore = self.state.target.resume, self.state.target.rescore
         if resume is not None or rescore is not None:
             if resume is not None:
                 keep, deselected = resume.select_pending(items)
@@ -159,7 +159,7 @@ class Collection:
             )
 
     def pytest_report_collectionfinish(self) -> str | None:
-        resume = self.state.resume
+        resume = self.state.target.resume
         if resume is None:
             return None
         pending, total = resume.pending(), len(resume.trials)

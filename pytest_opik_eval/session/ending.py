@@ -28,10 +28,12 @@ from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
 from pytest_opik_eval.run.distributed import WORKER_RECORDINGS, in_shard, is_controller
 from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS
 from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
+from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
+from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import (
     Baselines,
     aggregates,
@@ -60,9 +62,12 @@ class Ending:
         self.recordings: RecordingReport | None = None  # their totals, at the end
         self.unsaved_recordings: list[str] = []  # the recordings' files that could not be written
         self.report: Report | None = None  # every report's model, once the experiments are judged
+        self.experiments: list[ExperimentRecord] = []  # the run's, once the session has ended
+        self.results: list[ExperimentResult] = []  # the experiments judged
+        self.unsent_summary: str | None = None  # what the store could not send, for the summary
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if self.state.budget is not None and getattr(report, NOT_STARTED_ATTR, False):
+        if getattr(report, NOT_STARTED_ATTR, False) and self.state.resources.budget is not None:
             self.not_started += 1
         if getattr(report, RECORDING_MISSED_ATTR, False):
             self.missed_trials += 1
@@ -77,20 +82,19 @@ class Ending:
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        state = self.state
-        state.pool.stop()
+        resources = self.state.resources
+        resources.pool.stop()
         self._end_recording(session)
-        if state.budget is not None:
+        if resources.budget is not None:
             try:
-                self.spent = state.budget.spent()
+                self.spent = resources.budget.spent()
             except StoreError as error:
                 notice(self.config, str(error))
             # The workers have ended: the controller removes their ledger.
-            state.budget.close(remove=True)
+            resources.budget.close(remove=True)
         try:
-            if not state.experiments and is_controller(self.config):
-                state.experiments = self._run_experiments()
-            if not state.experiments:
+            self.experiments = self._experiments()
+            if not self.experiments:
                 return
             self._finish(session)
         except StoreError as error:
@@ -99,7 +103,7 @@ class Ending:
             notice(self.config, str(error))
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        state.take_store_notices()
+        self.state.store.take_notices()
 
     def _end_recording(self, session: pytest.Session) -> None:
         """--eval-record: this process's recorder stopped, the journals of every process (the
@@ -111,10 +115,10 @@ class Ending:
         from pytest_opik_eval.run.recording import RecordingCounts
         from pytest_opik_eval.store.http_recordings import fold
 
-        counted = self.state.stop_recording()
+        counted = self.state.resources.stop_recording()
         if counted is not None:
             self.recording_counts.append(counted)
-        folder = self.state.recordings_folder()
+        folder = recordings_folder(self.options)
         try:
             folded = fold(folder)
         except OSError as error:  # a full disk, a read-only folder: the journals wait for the next fold
@@ -132,38 +136,47 @@ class Ending:
         if (self.unsaved_recordings or total.refused) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+    def _experiments(self) -> list[ExperimentRecord]:
+        """The run's experiments: the resumed run's, or those this process's trials created, or,
+        on the pytest-xdist controller, which does not collect, those its workers created."""
+        resume = self.state.target.resume
+        experiments = resume.experiments if resume is not None else self.state.run.experiments
+        if not experiments and is_controller(self.config):
+            return self._run_experiments()
+        return experiments
+
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
         self._end_begins()
         try:
-            return self.state.store().find(self.state.run_id)[1]
+            return self.state.store.get().find(self.state.target.run_id)[1]
         except ExperimentNotFound:
             return []  # no eval test ran
 
     def _end_begins(self) -> None:
         # Reading back from the server spends the end's budget (--eval-sync-timeout), which the
         # drain in flush() then shares.
-        end_begins(self.state.store())
+        end_begins(self.state.store.get())
 
     def _finish(self, session: pytest.Session) -> None:
-        state = self.state
+        store, target = self.state.store.get(), self.state.target
         with no_gc_pass():
-            state.results = judge_experiments(
-                state.store(),
-                state.experiments,
-                state.session_id,
+            self.results = judge_experiments(
+                store,
+                self.experiments,
+                target.session_id,
                 self._settings_of,
-                state.baselines or Baselines(state.store(), None),
+                target.baselines or Baselines(store, None),
                 self.options.resume_command,
                 self._in_my_shard if self.options.shard else None,
                 self._rest_of_session(),
             )
-            resume = state.resume
+            resume = target.resume
             # Built once, before anything that may fail: every report renders it, the terminal's too.
             self.report = report = Report(
-                run_id=state.run_id,
+                run_id=target.run_id,
                 resumed=None if resume is None else resume.resolved,
-                experiments=[r.report() for r in state.results],
+                experiments=[r.report() for r in self.results],
                 budget=self._budget_report(),
                 judge_cache=self._judge_cache_report(),
                 recordings=self.recordings,
@@ -174,31 +187,31 @@ class Ending:
         add_suite_properties(self.config, report_properties(report))
         self._record_verdicts(report)
         self._set_exit_status(session)
-        state.unsent = state.store().flush()
+        self.unsent_summary = store.flush()
 
     def _record_verdicts(self, report: Report) -> None:
         finished = self.config.hook.pytest_opik_eval_experiment_finished
         unrecorded: StoreError | None = None
-        for result, experiment in zip(self.state.results, report.experiments, strict=True):
+        for result, experiment in zip(self.results, report.experiments, strict=True):
             try:
-                self.state.store().record_verdict(
+                self.state.store.get().record_verdict(
                     result.id, passed(result) and not result.summary.pending, aggregates(result)
                 )
             except StoreError as error:
                 unrecorded = error  # only last-passing baselines miss it: the rest goes on
             finished(config=self.config, experiment=experiment)
-        if unrecorded is not None and str(unrecorded) != self.state.store_failure:
+        if unrecorded is not None and str(unrecorded) != self.state.run.store_broken_reason:
             notice(
                 self.config, f"the verdicts for --eval-baseline=last-passing were not recorded: {unrecorded}"
             )
 
     def _set_exit_status(self, session: pytest.Session) -> None:
-        failed = not all(passed(r) for r in self.state.results)
+        failed = not all(passed(r) for r in self.results)
         # The exit status an uninterrupted run of the whole experiments would have had.
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             if failed:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            elif self.state.resume is not None:
+            elif self.state.target.resume is not None:
                 session.exitstatus = pytest.ExitCode.OK
         # The budget left trials unstarted: the run is incomplete, as when Ctrl-C stops it, and
         # exits as that does (2), whatever the trials that ran say; its verdict waits for the resume.
@@ -206,7 +219,7 @@ class Ending:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
 
     def _budget_report(self) -> BudgetReport | None:
-        budget = self.state.budget
+        budget = self.state.resources.budget
         if budget is None:
             return None
         return BudgetReport(
@@ -220,24 +233,24 @@ class Ending:
         )
 
     def _judge_cache_report(self) -> JudgeCacheReport | None:
-        cache = self.state.judge_cache
+        cache = self.state.resources.judge_cache
         return None if cache is None else JudgeCacheReport(**cache.counts.to_json(), strict=cache.strict)
 
     def _budget_reached(self) -> bool:
-        budget = self.state.budget
+        budget = self.state.resources.budget
         return budget is not None and (bool(self.not_started) or self.spent >= budget.limit)
 
     def _budget_resume_command(self) -> str | None:
-        if not self.not_started or not self.state.run_id:
+        if not self.not_started:
             return None
-        return self.options.budget_resume_command(self.state.run_id)
+        return self.options.budget_resume_command(self.state.target.run_id)
 
     def _notice_unseen_spend(self) -> None:
         """A budget that counted nothing while trials ran cannot stop anything: say why."""
-        budget = self.state.budget
+        budget = self.state.resources.budget
         if budget is None or self.spent:
             return
-        if any(r.ran_this_session(t) for r in self.state.results for t in r.trials):
+        if any(r.ran_this_session(t) for r in self.results for t in r.trials):
             what = "tokens" if budget.unit == "tokens" else "cost"
             notice(
                 self.config,
@@ -250,7 +263,7 @@ class Ending:
     def _notice_unchecked_metrics(self) -> None:
         """A metric with neither a threshold nor a gate passes whatever it scores: say so, once
         per metric of a test (its parametrized experiments alike), and how to give it one."""
-        for result in self.state.results:
+        for result in self.results:
             for name in unchecked_metrics(result):
                 example = f"{{{name!r}: 0.8}}"
                 notice(
@@ -273,8 +286,8 @@ class Ending:
             from pytest_opik_eval.reports.html_data import spans_of
 
             with self._writing("HTML report", self.options.html_path):
-                items = {e.id: e.items for e in self.state.experiments}
-                spans = spans_of(self.state.store(), self.state.results)
+                items = {e.id: e.items for e in self.experiments}
+                spans = spans_of(self.state.store.get(), self.results)
                 write_html(report, items, self.options.html_path, self.options.resume_command, spans)
         step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
         if step_summary:
@@ -298,13 +311,13 @@ class Ending:
 
     def _rest_of_session(self) -> list[ExperimentRecord]:
         """A resume of one experiment: the rest of its run, for Holm's family."""
-        resume = self.state.resume
+        resume = self.state.target.resume
         if resume is None:
             return []
-        return rest_of_session(self.state.store(), resume.requested, resume.run, self.state.experiments)
+        return rest_of_session(self.state.store.get(), resume.requested, resume.run, self.experiments)
 
     def _settings_of(self, experiment: ExperimentRecord) -> GateSettings:
-        if self.state.resume is None:
+        if self.state.target.resume is None:
             return experiment.gates
         return settings_for_resume(experiment.gates, self.options.cli_gates)
 
@@ -312,14 +325,14 @@ class Ending:
         print_notices(self.config, terminalreporter)
         if self.report is None or not self.report.experiments:
             return
-        resume = self.state.resume
+        resume = self.state.target.resume
         write_summary(
             terminalreporter,
             self.report,
             self.options.resume_command,
             resumed_as=None if resume is None else resume.requested,
             unsaved_recordings=self.unsaved_recordings,
-            unsent=self.state.unsent,
+            unsent=self.unsent_summary,
         )
 
     @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_terminal_summary")
@@ -333,7 +346,7 @@ class Ending:
         try:
             return (yield)
         finally:
-            results = self.state.results
+            results = self.results
             failed = bool(results) and not all(passed(r) for r in results)
             stats = terminalreporter.stats
             if failed and self.report is not None:
@@ -350,7 +363,7 @@ class Ending:
                 stats.setdefault("failed", []).append(_VerdictPart(counted=False))
 
     def pytest_unconfigure(self) -> None:
-        self.state.close_store()
+        self.state.store.close()
 
 
 # The exit statuses that a run the budget stopped replaces by INTERRUPTED: not a usage error, an
@@ -366,26 +379,26 @@ class WorkerEnding:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self) -> None:
-        state = self.state
-        state.pool.stop()
-        counted = state.stop_recording()
+        state, resources = self.state, self.state.resources
+        resources.pool.stop()
+        counted = resources.stop_recording()
         if counted is not None:  # the controller sums the counts, and folds the journals
             state.config.workeroutput[WORKER_RECORDINGS] = dataclasses.asdict(counted)  # type: ignore[attr-defined]
-        if state.budget is not None:
-            state.budget.close()
-        store = state.opened_store()
+        if resources.budget is not None:
+            resources.budget.close()
+        store = state.store.opened()
         if store is not None:
             try:
                 store.flush()  # the controller reports what the store holds
             except StoreError as error:
                 notice(state.config, str(error))
-            state.take_store_notices()
+            state.store.take_notices()
         state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
-        if state.judge_cache is not None:
-            state.config.workeroutput[WORKER_JUDGE_COUNTS] = state.judge_cache.counts.to_json()  # type: ignore[attr-defined]
+        if resources.judge_cache is not None:
+            state.config.workeroutput[WORKER_JUDGE_COUNTS] = resources.judge_cache.counts.to_json()  # type: ignore[attr-defined]
 
     def pytest_unconfigure(self) -> None:
-        self.state.close_store()
+        self.state.store.close()
 
 
 class _VerdictPart:

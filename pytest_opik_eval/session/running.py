@@ -29,6 +29,8 @@ from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.trial import (
     RECORDING_MISSED,
     RECORDING_MISSED_ATTR,
+    Task,
+    TrialContext,
     capturing,
     clear_marker,
     run,
@@ -51,6 +53,7 @@ class Running:
         self._position: dict[str, int] = {}
         self._scanned = 0  # the position in self._items up to which windows have looked
         self._queue: WorkerQueue | Literal[False] | None = None  # False: not found
+        self._trial_context: TrialContext | None = None
 
     # -- the run is written before any trial starts ---------------------------------------
 
@@ -61,11 +64,11 @@ class Running:
             return
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
-        self.state.start_recording()
+        self.state.resources.start_recording()
         if any(plan.threads > 1 for plan in self.state.plans_seen):
             prepare_threads()
-        if self.state.resume is not None:
-            return  # the run and its experiments are in the store already
+        if self.state.target.resume is not None:
+            return  # the run and its experiments are in the store already (the target has them)
         shards = self.state.shards
         planned = session.items if shards is None else shards.planned
         trials = [t for t in _trials(planned)]
@@ -75,19 +78,20 @@ class Running:
     def _create_run(self, trials: list[tuple[pytest.Item, Trial]]) -> None:
         state = self.state
         with no_gc_pass():
-            plan = plan_run(self.config, state.run_id, trials, state.options.run_name, state.options.budget)
+            plan = plan_run(
+                self.config, state.target.run_id, trials, state.options.run_name, state.options.budget
+            )
             try:
-                state.store().create_run(plan.run, plan.experiments, plan.trials)
+                state.store.get().create_run(plan.run, plan.experiments, plan.trials)
             except StoreError as error:
                 if not state.worker:
                     raise pytest.UsageError(f"{error}") from None
                 # The controller found the store writable before this worker started: it stopped
                 # being so since (a full disk). An error here would be an INTERNALERROR; the
                 # worker's first trial fails with the one line instead, as when a write fails mid-run.
-                state.unusable = error
+                state.run.not_created = error
                 return
-        state.run_id = plan.run.id
-        state.experiments = plan.experiments
+        state.run.experiments = plan.experiments
 
     # -- each trial ----------------------------------------------------------------------
 
@@ -105,29 +109,18 @@ class Running:
         if trial is None:
             return None
         state = self.state
-        if state.unusable is not None:
-            self._stop(pyfuncitem, state.unusable)
+        if state.run.not_created is not None:
+            self._stop(pyfuncitem, state.run.not_created)
         threads = trial.case.plan.threads
-        budget = state.budget
+        budget = state.resources.budget
         try:
             if threads <= 1:
-                if budget is not None:
-                    budget.check(pyfuncitem)
-                run(
-                    pyfuncitem,
-                    trial,
-                    state.store(),
-                    state.session_id,
-                    stored_task(trial),
-                    budget=budget,
-                    judge_cache=state.judge_cache,
-                    recorder=state.recorder,
-                )
+                self._start(pyfuncitem, trial, self._context(), stored_task(trial))
             else:
                 # Spent: nothing more is queued; a trial queued already is checked as it starts.
                 spent = budget is not None and budget.reached()
                 window = [pyfuncitem] if spent else self._window(pyfuncitem, trial, threads)
-                state.pool.run(pyfuncitem, window, self._job, threads)
+                state.resources.pool.run(pyfuncitem, window, self._job, threads)
         except StoreError as error:
             failure = error
         else:
@@ -137,7 +130,7 @@ class Running:
     def _stop(self, item: pytest.Item, error: StoreError) -> NoReturn:
         """The store cannot record trials (a full disk, a read-only file): this trial fails with
         the one line that says why, and no further trial starts, as with -x."""
-        self.state.store_failure = item.session.shouldfail = str(error)
+        self.state.run.store_broken_reason = item.session.shouldfail = str(error)
         pytest.fail(str(error), pytrace=False)
 
     def _window(self, item: pytest.Function, trial: Trial, threads: int) -> list[pytest.Function]:
@@ -179,30 +172,29 @@ class Running:
         """Trial ``ahead``'s task and scoring, with the fixture objects of test case ``shared``."""
         trial = ahead.stash[TRIAL_KEY]
         task = stored_task(trial) or threaded_task(ahead, trial, shared)
-        state = self.state
-        budget = state.budget
-        job = functools.partial(
-            run,
-            ahead,
-            trial,
-            state.store(),
-            state.session_id,
-            task,
-            budget=budget,
-            judge_cache=state.judge_cache,
-            recorder=state.recorder,
-        )
-        if budget is None:
-            return job
+        return functools.partial(self._start, ahead, trial, self._context(), task)
 
-        def start() -> None:
-            # When a thread takes the trial up, not when it was queued: the trials in flight
-            # are then at most one per thread.
-            assert budget is not None
-            budget.check(ahead)
-            job()
+    @staticmethod
+    def _start(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None) -> None:
+        """The trial, unless the budget is spent: checked as the trial starts (when a thread takes
+        it up, not when it was queued: the trials in flight are then at most one per thread)."""
+        if context.budget is not None:
+            context.budget.check(item)
+        run(item, trial, context, task)
 
-        return start
+    def _context(self) -> TrialContext:
+        """What every trial of this process runs with: made at the first trial, once the recorder
+        has started (and the store opened, which may fail: that trial then says why)."""
+        if self._trial_context is None:
+            resources = self.state.resources
+            self._trial_context = TrialContext(
+                store=self.state.store.get(),
+                session_id=self.state.target.session_id,
+                budget=resources.budget,
+                judge_cache=resources.judge_cache,
+                recorder=resources.recorder,
+            )
+        return self._trial_context
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside any plugin that replaces item.obj
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
@@ -224,12 +216,14 @@ class Running:
             # Counted by the process that ends the session, which sees every worker's reports.
             setattr(report, RECORDING_MISSED_ATTR, True)
             del item.stash[RECORDING_MISSED]  # a rerun of the test case starts afresh
-        if self.state.budget is not None and call.when == "call" and item.stash.get(NOT_STARTED, False):
+        if call.when == "call" and item.stash.get(NOT_STARTED, False):  # set by the budget only
+            budget = self.state.resources.budget
+            assert budget is not None
             setattr(report, NOT_STARTED_ATTR, True)
             # Where the test is, as for a skip marker, rather than the line of this plugin that
             # skipped it: pytest's -rs then folds all of them into one line.
             path, line = item.reportinfo()[:2]
-            report.longrepr = (os.fspath(path), (line or 0) + 1, f"Skipped: {self.state.budget.reason}")
+            report.longrepr = (os.fspath(path), (line or 0) + 1, f"Skipped: {budget.reason}")
         return report
 
     @pytest.hookimpl(tryfirst=True)
@@ -239,7 +233,7 @@ class Running:
         trial = item.stash.get(TRIAL_KEY, None)
         if trial is not None:
             try:
-                clear_marker(item, trial, self.state.store(), self.state.recorder)
+                clear_marker(item, trial, self._context())
             except StoreError as error:
                 failure = error
             else:

@@ -9,19 +9,23 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_opik_eval.collect.rescore import load_rescore_target
-from pytest_opik_eval.collect.resume import load_target
+from pytest_opik_eval.collect.rescore import RescoreTarget, load_rescore_target
+from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.options import RECORD_MODES, host_text
 from pytest_opik_eval.run.distributed import Controller, is_controller
+from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import COLLECTION_PLUGIN, CONTROLLER_PLUGIN, RUNNING_PLUGIN, SessionState
+from pytest_opik_eval.session.target import Target
 from pytest_opik_eval.store.backends import backend
+from pytest_opik_eval.store.records import BudgetSetting
 from pytest_opik_eval.verdict.summary import Baselines
 
 
 class Start:
-    """Registered on the process that reports: a single process, or the pytest-xdist controller."""
+    """Registered on the process that reports: a single process, or the pytest-xdist controller.
+    Decides the session's target, once, at ``pytest_sessionstart``."""
 
     def __init__(self, state: SessionState) -> None:
         self.state = state
@@ -30,17 +34,18 @@ class Start:
 
     def pytest_report_header(self) -> list[str]:
         line = backend(self.options.backend).describe(self.options.store_path, self.options.store_source)
-        resume = self.state.resume
+        target = self.state.target
+        resume = target.resume
         if resume is not None:
             line += f"; resuming {resume.requested} (run {resume.run.id})"
         lines = [line]
-        rescore = self.state.rescore
+        rescore = target.rescore
         if rescore is not None:
             lines.append(
                 f"eval: rescoring run {rescore.original.run.id}: {len(rescore.outputs)} trials from "
                 "stored outputs, the task is not called"
             )
-        budget = self.state.budget
+        budget = self.state.resources.budget
         if budget is not None:
             share = (
                 f" (this shard's share of {budget.describe(budget.given.amount)})"
@@ -53,7 +58,7 @@ class Start:
             mode = self.options.record_mode
             allowed = ", ".join(host_text(*host) for host in self.options.record_allowed)
             lines.append(
-                f"eval recordings: {self.state.recordings_folder()} (mode {mode}, from "
+                f"eval recordings: {recordings_folder(self.options)} (mode {mode}, from "
                 f"{self.options.record_source}: {RECORD_MODES[mode]})"
                 + (f"; left alone: {allowed}" if allowed else "")
             )
@@ -62,11 +67,16 @@ class Start:
     def pytest_sessionstart(self) -> None:
         self._check_backend_access()
         # Ids given on the command line are checked before anything runs (exit code 4).
-        self._load_resume_target()
-        self._load_rescore_target()
-        self._load_baseline()
+        resume = self._load_resume_target()
+        target = Target.new(
+            run_name=self.options.run_name,
+            resume=resume,
+            rescore=self._load_rescore_target(),
+            baselines=self._load_baseline(),
+            budget=self._budget_setting(resume),
+        )
         controller = is_controller(self.config)
-        self.state.start_budget(self.state.budget_setting(), controller=controller)
+        self.state.begin(target, controller=controller)
         if controller:
             self._start_controller()
 
@@ -74,19 +84,19 @@ class Start:
         targeted = self.options.resume is not None or self.options.rescore is not None
         if backend(self.options.backend).checked_at_start and not targeted:
             try:  # credentials and the server are checked before anything runs
-                self.state.existing_store()
+                self.state.store.existing()
             except StoreError as error:
                 raise pytest.UsageError(f"--eval-backend={self.options.backend}: {error}") from None
 
-    def _load_resume_target(self) -> None:
+    def _load_resume_target(self) -> ResumeTarget | None:
         if self.options.resume is None:
-            return
+            return None
         try:
             # Resuming never creates a store: an empty one could not hold the experiment.
-            self.state.resume = load_target(self.state.existing_store(), self.options.resume)
+            resume = load_target(self.state.store.existing(), self.options.resume)
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-resume={self.options.resume}: {error}") from None
-        rescore = next((e for e in self.state.resume.experiments if e.rescore_of is not None), None)
+        rescore = next((e for e in resume.experiments if e.rescore_of is not None), None)
         if rescore is not None:
             # Its outputs are the original's: resuming it would call the task for them.
             raise pytest.UsageError(
@@ -94,16 +104,22 @@ class Start:
                 f"{rescore.rescore_of}, whose outputs it scored without calling the task; rescore that "
                 f"one again instead: pytest --eval-rescore={rescore.rescore_of}"
             )
-        self.state.run_id = self.state.resume.run.id
-        self.state.experiments = self.state.resume.experiments  # the same list: tests get bound to it
+        return resume
 
-    def _load_rescore_target(self) -> None:
+    def _budget_setting(self, resume: ResumeTarget | None) -> BudgetSetting | None:
+        """The budget: given to this session (command line, then ini), else the one the resumed
+        run was started with, counted afresh."""
+        if self.options.budget is not None or resume is None:
+            return self.options.budget
+        return resume.run.budget
+
+    def _load_rescore_target(self) -> RescoreTarget | None:
         requested = self.options.rescore
         if requested is None:
-            return
+            return None
         try:
             # As for a resume, the store must exist: an empty one could not hold the outputs.
-            rescore = self.state.rescore = load_rescore_target(self.state.existing_store(), requested)
+            rescore = load_rescore_target(self.state.store.existing(), requested)
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-rescore={requested}: {error}") from None
         missing = rescore.never_completed
@@ -116,12 +132,13 @@ class Start:
                 "resume the original first "
                 f"({self.options.resume_command(rescore.original.resolved)}), then rescore it",
             )
+        return rescore
 
-    def _load_baseline(self) -> None:
+    def _load_baseline(self) -> Baselines | None:
         if self.options.baseline is None:
-            return
+            return None
         try:
-            self.state.baselines = Baselines(self.state.existing_store(), self.options.baseline)
+            return Baselines(self.state.store.existing(), self.options.baseline)
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-baseline={self.options.baseline}: {error}") from None
 
@@ -138,20 +155,13 @@ class Start:
             plugin = self.config.pluginmanager.get_plugin(name)
             if plugin is not None:
                 self.config.pluginmanager.unregister(plugin, name)
-        handoff = {
-            "run_id": self.state.run_id,
-            "session_id": self.state.session_id,
-            "resume": None if self.state.resume is None else self.state.resume.to_json(),
-            "rescore": None if self.state.rescore is None else self.state.rescore.to_json(),
-            # The budget the controller decided on (this command line's, or the resumed run's).
-            "budget": None if self.state.budget is None else self.state.budget.given.model_dump(mode="json"),
-        }
         self.config.pluginmanager.register(
-            Controller(self.config, handoff, self.state.judge_cache), CONTROLLER_PLUGIN
+            Controller(self.config, self.state.target.handoff(), self.state.resources.judge_cache),
+            CONTROLLER_PLUGIN,
         )
 
     def _check_writable(self) -> None:
-        store = self.state.store()
+        store = self.state.store.get()
         check: Callable[[], None] | None = getattr(store, "check_writable", None)
         if check is not None:  # a store a plugin supplies may not know how to tell
             check()

@@ -1,0 +1,93 @@
+"""What a session's trials run with, beside the store: the threads that run trials ahead, the
+budget (``--eval-budget``), the judge cache (``--eval-judge-cache``) and the recorder
+(``--eval-record``). Made once the start has decided the budget.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pytest_opik_eval.notices import notice
+from pytest_opik_eval.run.budget import Budget, ledger_path
+from pytest_opik_eval.run.concurrency import Pool
+from pytest_opik_eval.run.distributed import worker_id
+from pytest_opik_eval.run.judge_cache import JUDGE_CACHE, JudgeCache
+from pytest_opik_eval.settings import judge_cache_enabled
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_opik_eval.run.recording import Recorder, RecordingCounts
+    from pytest_opik_eval.settings import EvalOptions
+    from pytest_opik_eval.store.records import BudgetSetting
+
+
+def recordings_folder(options: EvalOptions) -> Path:
+    """Where --eval-record keeps its files: ``recordings/`` in the store's folder."""
+    from pytest_opik_eval.store.http_recordings import recordings_folder
+
+    return recordings_folder(options.store_path.parent)
+
+
+class Resources:
+    """The run's resources in this process. ``budget`` is shared through a ledger by the processes
+    of a pytest-xdist session (``shared``: the workers and their controller), a shard's share of
+    it with --eval-shard; the judge cache is in each process, the controller too (it adds up its
+    workers' counts); the recorder, where trials run, from ``start_recording``."""
+
+    def __init__(
+        self,
+        config: pytest.Config,
+        options: EvalOptions,
+        session_id: str,
+        budget: BudgetSetting | None,
+        *,
+        shared: bool,
+    ) -> None:
+        self._config = config
+        self._options = options
+        self._session_id = session_id
+        self.pool = Pool()
+        self.budget: Budget | None = None
+        if budget is not None:
+            ledger = ledger_path(options.store_path, session_id) if shared else None
+            self.budget = Budget(budget, options.shard[1] if options.shard is not None else 1, ledger)
+        self.judge_cache: JudgeCache | None = None
+        if judge_cache_enabled(options.judge_cache, options.record_mode):
+            # Strict in a strict replay: a judge score not cached fails its trial, no network. Not
+            # in a rescore, whose point is to call the judges on the stored outputs.
+            strict = options.record_mode == "none" and options.rescore is None
+            folder = options.store_path.parent / JUDGE_CACHE
+            self.judge_cache = JudgeCache(folder, strict=strict, notify=functools.partial(notice, config))
+        self.recorder: Recorder | None = None
+
+    def start_recording(self) -> None:
+        """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
+        trials run (a single process, or each pytest-xdist worker), before the first one. Not in a
+        rescore: it calls no task, and its judges run live."""
+        options = self._options
+        if options.record_mode == "off" or options.rescore is not None or self.recorder is not None:
+            return
+        from pytest_opik_eval.run.recording import Recorder
+
+        self.recorder = Recorder(
+            mode=options.record_mode,
+            folder=recordings_folder(options),
+            session_id=self._session_id,
+            worker=worker_id(self._config),
+            allowed=options.record_allowed,
+            # Strict replay's judges run live only without the judge cache (--eval-judge-cache=off).
+            live_judges=self.judge_cache is None or not self.judge_cache.strict,
+            notify=functools.partial(notice, self._config),
+        )
+        self.recorder.start()
+
+    def stop_recording(self) -> RecordingCounts | None:
+        """The recorder unpatched and its journal closed (the process that ends the session folds
+        the journals); what it counted, or None where none ran."""
+        if self.recorder is None:
+            return None
+        self.recorder.stop()
+        return self.recorder.counts()
