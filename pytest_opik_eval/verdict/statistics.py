@@ -40,7 +40,7 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from pytest_opik_eval.verdict.distributions import beta_quantile, binomial_tail, sign_test, t_quantile, t_sf
 from pytest_opik_eval.verdict.likelihood import likelihood_ratio, root_between, tilt, tilt_root
@@ -347,6 +347,10 @@ def _floor_p(s: Sample, value: float) -> float:
 # --- the bounds and the tests ---------------------------------------------------------------
 
 
+# A bound and a p-value are pure functions of a (hashable) sample, and each takes several
+# root-findings: pass/fail samples of a few items recur often (each distinct one is a handful of
+# counts), and a session's comparisons ask for the same ones more than once.
+@lru_cache(maxsize=4096)
 def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
     """The one-sided lower confidence bound on the mean: the lowest of the three methods' (the
     module's docstring); one item bounds nothing."""
@@ -362,6 +366,7 @@ def upper_bound(s: Sample, confidence: float = LEVEL) -> float:
     return -lower_bound(s.reflected(), confidence)
 
 
+@lru_cache(maxsize=4096)
 def p_above(s: Sample, value: float) -> float:
     """One-sided p-value for "the mean is above ``value``" (against: it is at most ``value``):
     at most a exactly when ``lower_bound(s, 1 - a)`` is above ``value``."""
