@@ -476,23 +476,13 @@ def paired_comparison(
 ) -> PairedComparison:
     """Pair two runs by item id (each maps an item id to its trial values); one pass over the
     items (100,000 are common)."""
-    differences: dict[str, float] = {}
-    now: list[float] = []
-    before: list[float] = []
-    for item, values in current.items():
-        previous = baseline.get(item)
-        if previous is None:
-            continue
-        if len(values) == 1 == len(previous):  # the common case needs no sums
-            now.append(values[0])
-            before.append(previous[0])
-            differences[item] = values[0] - previous[0]
-        else:
-            now.append(math.fsum(values) / len(values))
-            before.append(math.fsum(previous) / len(previous))
-            # One division: equal differences of pass/fail means (0.6 - 0.4, 0.8 - 0.6) come out
-            # as one float, which the sample groups.
-            differences[item] = _difference(values, previous)
+    if _one_trial_each(current, baseline):  # the common case needs no sums: in C loops
+        first = operator.itemgetter(0)
+        now = list(map(first, current.values()))
+        before = list(map(first, map(baseline.__getitem__, current)))
+        differences = dict(zip(current, map(operator.sub, now, before), strict=True))
+    else:
+        differences, now, before = _paired(current, baseline)
     shared = tuple(differences)
     every = len(shared) == len(current), len(shared) == len(baseline)
     return PairedComparison(
@@ -504,6 +494,36 @@ def paired_comparison(
         baseline_mean=mean(before) if shared else None,
         current_mean=mean(now) if shared else None,
     )
+
+
+def _one_trial_each(current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]) -> bool:
+    """Whether both runs have the same items, each with one value."""
+    lengths = {*map(len, current.values()), *map(len, baseline.values())}
+    return lengths == {1} and current.keys() == baseline.keys()
+
+
+def _paired(
+    current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
+) -> tuple[dict[str, float], list[float], list[float]]:
+    """Each shared item's difference, and its current and baseline means, in one pass."""
+    differences: dict[str, float] = {}
+    now: list[float] = []
+    before: list[float] = []
+    for item, values in current.items():
+        previous = baseline.get(item)
+        if previous is None:
+            continue
+        if len(values) == 1 == len(previous):
+            now.append(values[0])
+            before.append(previous[0])
+            differences[item] = values[0] - previous[0]
+        else:
+            now.append(math.fsum(values) / len(values))
+            before.append(math.fsum(previous) / len(previous))
+            # One division: equal differences of pass/fail means (0.6 - 0.4, 0.8 - 0.6) come out
+            # as one float, which the sample groups.
+            differences[item] = _difference(values, previous)
+    return differences, now, before
 
 
 def _difference(current: Sequence[float], baseline: Sequence[float]) -> float:
