@@ -184,10 +184,10 @@ def _power(population: Sample, value: float, alpha: float) -> float:
     return NormalDist().cdf((gap - t * math.sqrt(null_variance(population, value))) / spread)
 
 
-# The powers and the detectable drop are pure functions of a (hashable, rounded) design: a
-# session's gates share their baseline's design, each the same at every candidate, and the
-# searches over sizes and drops visit the same points (each power is a root-finding per
-# population).
+# The powers and the detectable drop are pure functions of a (hashable, rounded) design, each
+# power a root-finding per population and each search a dozen or more of them: the gates of a
+# session whose baselines look alike (rounded to the same design), and benchmarks/gates.py's
+# candidates judged against one baseline, get them back at once.
 @lru_cache(maxsize=8192)
 def detection_power(design: Design, drop: float, delta: float, alpha: float) -> float:
     """The chance that normal mode fails the gate when the true drop is ``drop`` (the sign-flip

@@ -349,7 +349,7 @@ def _floor_p(s: Sample, value: float) -> float:
 
 # A bound and a p-value are pure functions of a (hashable) sample, and each takes several
 # root-findings: pass/fail samples of a few items recur often (each distinct one is a handful of
-# counts), and a session's comparisons ask for the same ones more than once.
+# counts), across a session's experiments and metrics and across benchmarks/gates.py's reruns.
 @lru_cache(maxsize=4096)
 def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
     """The one-sided lower confidence bound on the mean: the lowest of the three methods' (the
