@@ -197,13 +197,17 @@ def result(
     return experiment_result(*records(run, test, metrics, settings), run, settings, intervals=False)
 
 
-def session(
-    baselines: Sequence[ExperimentResult], candidates: Sequence[ExperimentResult], settings: GateSettings
+def compared(
+    baselines: Sequence[ExperimentResult], candidates: Sequence[ExperimentResult]
 ) -> list[ExperimentResult]:
-    compared = [
-        with_baseline(replace(c, settings=settings), b) for c, b in zip(candidates, baselines, strict=True)
-    ]
-    return judge_session(compared, lambda experiment_id: f"pytest --eval-resume={experiment_id}")
+    """The candidates with their baselines: the same comparison in either mode (the modes share
+    the confidence and the deltas), so it is made once for both."""
+    return [with_baseline(c, b) for c, b in zip(candidates, baselines, strict=True)]
+
+
+def session(compared: Sequence[ExperimentResult], settings: GateSettings) -> list[ExperimentResult]:
+    judged = [replace(c, settings=settings) for c in compared]
+    return judge_session(judged, lambda experiment_id: f"pytest --eval-resume={experiment_id}")
 
 
 def failed(judged: Sequence[ExperimentResult]) -> bool:
@@ -295,18 +299,18 @@ def judge_candidate(
     counts: dict[str, int],
 ) -> None:
     normal, strict = NORMAL[row.metrics], STRICT[row.metrics]
-    candidates = run(row, draws, "candidate", drop)
-    judged_normal = session(baselines, candidates, normal)
-    judged_strict = session(baselines, candidates, strict)
+    candidates = compared(baselines, run(row, draws, "candidate", drop))
+    judged_normal = session(candidates, normal)
+    judged_strict = session(candidates, strict)
     counts[key_normal] += failed(judged_normal)
     if key_strict is not None:
         counts[key_strict] += not failed(judged_strict)
     # A better run never gates worse, in either mode (checked where the verdicts are the closest
     # calls: at a drop of DELTA).
     if drop == DELTA:
-        better = run(row, draws, "candidate", drop, better=True)
+        better = compared(baselines, run(row, draws, "candidate", drop, better=True))
         for settings, judged in ((normal, judged_normal), (strict, judged_strict)):
-            counts["monotone"] += len(unmet(session(baselines, better, settings)) - unmet(judged))
+            counts["monotone"] += len(unmet(session(better, settings)) - unmet(judged))
     comparison = judged_normal[0].baseline
     if drop == 2 * DELTA and row.items >= 2 and comparison is not None:
         change = comparison.metrics["m0"].interval

@@ -184,6 +184,11 @@ def _power(population: Sample, value: float, alpha: float) -> float:
     return NormalDist().cdf((gap - t * math.sqrt(null_variance(population, value))) / spread)
 
 
+# The powers and the detectable drop are pure functions of a (hashable, rounded) design, each
+# power a root-finding per population and each search a dozen or more of them: the gates of a
+# session whose baselines look alike (rounded to the same design), and benchmarks/gates.py's
+# candidates judged against one baseline, get them back at once.
+@lru_cache(maxsize=8192)
 def detection_power(design: Design, drop: float, delta: float, alpha: float) -> float:
     """The chance that normal mode fails the gate when the true drop is ``drop`` (the sign-flip
     test of no change needs at least log2(1 / alpha) items to reject)."""
@@ -192,11 +197,13 @@ def detection_power(design: Design, drop: float, delta: float, alpha: float) -> 
     return min(_power(population.reflected(), delta, alpha) for population in design.differences(drop))
 
 
+@lru_cache(maxsize=8192)
 def clearance_power(design: Design, delta: float, alpha: float) -> float:
     """The chance that strict mode passes the gate when nothing changed."""
     return min(_power(population, -delta, alpha) for population in design.differences(0.0))
 
 
+@lru_cache(maxsize=1024)
 def minimum_detectable_drop(design: Design, delta: float, alpha: float, power: float = POWER) -> float | None:
     """The smallest true drop normal mode catches with probability ``power`` at this design, or
     ``None`` when not even a drop to a mean of 0 is caught that often."""

@@ -40,7 +40,7 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from pytest_opik_eval.verdict.distributions import beta_quantile, binomial_tail, sign_test, t_quantile, t_sf
 from pytest_opik_eval.verdict.likelihood import likelihood_ratio, root_between, tilt, tilt_root
@@ -347,6 +347,10 @@ def _floor_p(s: Sample, value: float) -> float:
 # --- the bounds and the tests ---------------------------------------------------------------
 
 
+# A bound and a p-value are pure functions of a (hashable) sample, and each takes several
+# root-findings: pass/fail samples of a few items recur often (each distinct one is a handful of
+# counts), across a session's experiments and metrics and across benchmarks/gates.py's reruns.
+@lru_cache(maxsize=4096)
 def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
     """The one-sided lower confidence bound on the mean: the lowest of the three methods' (the
     module's docstring); one item bounds nothing."""
@@ -362,6 +366,7 @@ def upper_bound(s: Sample, confidence: float = LEVEL) -> float:
     return -lower_bound(s.reflected(), confidence)
 
 
+@lru_cache(maxsize=4096)
 def p_above(s: Sample, value: float) -> float:
     """One-sided p-value for "the mean is above ``value``" (against: it is at most ``value``):
     at most a exactly when ``lower_bound(s, 1 - a)`` is above ``value``."""
@@ -471,23 +476,13 @@ def paired_comparison(
 ) -> PairedComparison:
     """Pair two runs by item id (each maps an item id to its trial values); one pass over the
     items (100,000 are common)."""
-    differences: dict[str, float] = {}
-    now: list[float] = []
-    before: list[float] = []
-    for item, values in current.items():
-        previous = baseline.get(item)
-        if previous is None:
-            continue
-        if len(values) == 1 == len(previous):  # the common case needs no sums
-            now.append(values[0])
-            before.append(previous[0])
-            differences[item] = values[0] - previous[0]
-        else:
-            now.append(math.fsum(values) / len(values))
-            before.append(math.fsum(previous) / len(previous))
-            # One division: equal differences of pass/fail means (0.6 - 0.4, 0.8 - 0.6) come out
-            # as one float, which the sample groups.
-            differences[item] = _difference(values, previous)
+    if _one_trial_each(current, baseline):  # the common case needs no sums: in C loops
+        first = operator.itemgetter(0)
+        now = list(map(first, current.values()))
+        before = list(map(first, map(baseline.__getitem__, current)))
+        differences = dict(zip(current, map(operator.sub, now, before), strict=True))
+    else:
+        differences, now, before = _paired(current, baseline)
     shared = tuple(differences)
     every = len(shared) == len(current), len(shared) == len(baseline)
     return PairedComparison(
@@ -499,6 +494,36 @@ def paired_comparison(
         baseline_mean=mean(before) if shared else None,
         current_mean=mean(now) if shared else None,
     )
+
+
+def _one_trial_each(current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]) -> bool:
+    """Whether both runs have the same items, each with one value."""
+    lengths = {*map(len, current.values()), *map(len, baseline.values())}
+    return lengths == {1} and current.keys() == baseline.keys()
+
+
+def _paired(
+    current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
+) -> tuple[dict[str, float], list[float], list[float]]:
+    """Each shared item's difference, and its current and baseline means, in one pass."""
+    differences: dict[str, float] = {}
+    now: list[float] = []
+    before: list[float] = []
+    for item, values in current.items():
+        previous = baseline.get(item)
+        if previous is None:
+            continue
+        if len(values) == 1 == len(previous):
+            now.append(values[0])
+            before.append(previous[0])
+            differences[item] = values[0] - previous[0]
+        else:
+            now.append(math.fsum(values) / len(values))
+            before.append(math.fsum(previous) / len(previous))
+            # One division: equal differences of pass/fail means (0.6 - 0.4, 0.8 - 0.6) come out
+            # as one float, which the sample groups.
+            differences[item] = _difference(values, previous)
+    return differences, now, before
 
 
 def _difference(current: Sequence[float], baseline: Sequence[float]) -> float:

@@ -167,7 +167,8 @@ class Spend:
     trials: int = 0  # completed
     app: float = 0.0  # USD, every trial's app cost
     judge: float = 0.0
-    # Each item's mean, per completed trial, of the app's cost and total tokens.
+    # Each item's mean, per completed trial, of the app's cost and total tokens: only when the app
+    # reported some (every reader checks ``app_reported`` first; 100,000 zeros cost 0.1 s).
     cost_by_item: dict[str, float] = field(default_factory=dict)
     tokens_by_item: dict[str, float] = field(default_factory=dict)
     app_reported: bool = False  # some span of the app reported usage or a cost
@@ -182,29 +183,45 @@ class Spend:
 
 
 def spend(trials: Iterable[TrialRecord]) -> Spend:
-    result = Spend()
+    completed = [t for t in trials if t.status == "completed"]
+    result = Spend(trials=len(completed))
+    # Most sessions report no usage at all: only the trials that have some are read further.
+    reported = [
+        (index, usage)
+        for index, trial in enumerate(completed)
+        if (trial.usage is not None or trial.spans) and (usage := usage_of(trial)) is not None
+    ]
+    apps: dict[int, UsageTotals] = {}
+    for index, usage in reported:
+        if usage.app is not None:
+            apps[index] = usage.app
+            result.app_reported = True
+            result.app += usage.app.cost or 0.0
+            result.unpriced_app.update(usage.app.unpriced)
+        if usage.judge is not None:
+            result.judge_reported = True
+            result.judge += usage.judge.cost or 0.0
+            result.unpriced_judge.update(usage.judge.unpriced)
+    if result.app_reported:
+        result.cost_by_item, result.tokens_by_item = _by_item(completed, apps)
+    return result
+
+
+def _by_item(
+    completed: Sequence[TrialRecord], apps: Mapping[int, UsageTotals]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Each item's mean app cost and total tokens per completed trial (``apps``: the app's usage
+    by the trial's index; a trial without counts as spending nothing)."""
     costs: dict[str, list[float]] = {}
     tokens: dict[str, list[int]] = {}
-    for trial in trials:
-        if trial.status != "completed":
-            continue
-        result.trials += 1
-        usage = usage_of(trial)
-        app = usage.app if usage is not None else None
-        judge = usage.judge if usage is not None else None
+    for index, trial in enumerate(completed):
+        app = apps.get(index)
         costs.setdefault(trial.dataset_item_id, []).append((app.cost or 0.0) if app else 0.0)
         tokens.setdefault(trial.dataset_item_id, []).append(app.total_tokens if app else 0)
-        if app is not None:
-            result.app_reported = True
-            result.app += app.cost or 0.0
-            result.unpriced_app.update(app.unpriced)
-        if judge is not None:
-            result.judge_reported = True
-            result.judge += judge.cost or 0.0
-            result.unpriced_judge.update(judge.unpriced)
-    result.cost_by_item = {item: math.fsum(c) / len(c) for item, c in costs.items()}
-    result.tokens_by_item = {item: sum(t) / len(t) for item, t in tokens.items()}
-    return result
+    return (
+        {item: math.fsum(c) / len(c) for item, c in costs.items()},
+        {item: sum(t) / len(t) for item, t in tokens.items()},
+    )
 
 
 def task_seconds(trials: Iterable[TrialRecord]) -> list[tuple[float, TrialRecord]]:
