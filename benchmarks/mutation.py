@@ -266,6 +266,8 @@ def coverage_map(paths: Sequence[str], tests: Sequence[str], workdir: Path) -> R
         for line, names in contexts.items():
             selections = {_selection(name) for name in names if name}
             reached[(path, line)] = frozenset(s for s in selections if s)
+    if not any(reached.values()):
+        raise SystemExit(f"no test context of {data_file} names a test function of {', '.join(tests)}")
     return Reach(reached, _durations(junit))
 
 
@@ -281,12 +283,14 @@ def _durations(junit: Path) -> dict[str, float]:
 
 
 def _selection(context: str) -> str:
-    """coverage's 'tests.test_x.test_name' (or '...Class.test_name') as a pytest selection."""
+    """coverage's 'test_x.test_name' (or '...Class.test_name'; the test folder is on sys.path,
+    or 'tests.test_x...' as JUnit names it) as a pytest selection, or '' for no test file."""
     parts = context.split(".")
-    for split in range(len(parts), 0, -1):
-        module = Path(*parts[:split]).with_suffix(".py")
-        if (ROOT / module).is_file():
-            return "::".join([str(module), *parts[split:]])
+    for base in (Path(), Path("tests")):
+        for split in range(len(parts), 0, -1):
+            module = base / Path(*parts[:split]).with_suffix(".py")
+            if (ROOT / module).is_file():
+                return "::".join([str(module), *parts[split:]])
     return ""
 
 
@@ -366,7 +370,9 @@ def score(name: str, jobs: int, limit: int | None, seed: int) -> Score:
 
     def run(position: int) -> tuple[Mutant, str]:
         mutant = every[position]
-        selections = reach.ordered(sorted(reach.lines.get((mutant.path, mutant.line), ())) or list(tests))
+        # A line no test reaches in-process (run on import, or in a subprocess): every test.
+        reaching = reach.lines.get((mutant.path, mutant.line)) or reach.seconds.keys() or tests
+        selections = reach.ordered(sorted(reaching))
         copy = copies.get()
         started = time.monotonic()
         try:
