@@ -48,7 +48,14 @@ ROOT = Path(__file__).resolve().parent.parent
 MODULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "resume": (
         ("pytest_opik_eval/collect/resume.py",),
-        ("tests/test_resume.py", "tests/test_rescore.py", "tests/test_distributed.py", "tests/test_store.py"),
+        (
+            "tests/test_resume.py",
+            "tests/test_rescore.py",
+            "tests/test_distributed.py",
+            "tests/test_store.py",
+            # Experiments that opik.evaluate() started, resumed by pytest.
+            "tests/test_opik_backend.py",
+        ),
     ),
     "budget": (
         ("pytest_opik_eval/run/budget.py",),
