@@ -202,6 +202,21 @@ def _items_to_clear(mean: float, delta: float = 0.05, alpha: float = 0.05, power
         n += 1
 
 
+def test_strict_mode_asks_for_no_more_items_when_the_design_has_enough(project: Project) -> None:
+    # 72 items passing in the baseline are the 72 strict mode needs (see the test of no evidence); one broke
+    # now, so the drop is not shown below 0.05, but more items would not help: no count is given.
+    app(project, 72)
+    project.run("--eval", "--eval-soft")
+    wrong(project, *first(1))
+    result, report = project.run_report(
+        *GATED, "--eval-max-regression=equals_metric=0.05", "--eval-gate-mode=strict"
+    )
+    [gate] = gates(report)
+    assert (gate["met"], gate["items_needed"]) == (False, 72)
+    assert gate["p_value"] == pytest.approx(regression([-1.0] + [0.0] * 71, 0.05).p_within)
+    assert not [line for line in gate_lines(result) if "items would" in line]
+
+
 @pytest.mark.parametrize(("wrong_items", "needed"), [(3, 480), (6, 817)])
 def test_strict_mode_says_how_many_unchanged_items_would_show_no_drop(
     project: Project, wrong_items: int, needed: int
