@@ -401,6 +401,27 @@ def test_the_regression_gates_of_a_session_are_adjusted_together(project: Projec
     assert "adjusted for 5 gates" in gate_lines(result)[0]
 
 
+def test_the_last_holm_step_still_says_it_belongs_to_the_family(project: Project) -> None:
+    # Two gated tests regress on 10 and 6 of 30 items (p = 1/1024 and 1/64 alone): Holm tests the
+    # first at 2.5%, then the second at 5%, unadjusted, and its note still names the family.
+    project.dataset(items(*first(30)))
+    for test in range(2):
+        source = APP.format(marker="", metrics="[Equals()]", name=f"test_app{test}")
+        project.write(f"test_app{test}.py", source.replace('"wrong.txt"', f'"wrong{test}.txt"'))
+    project.run("--eval", "--eval-soft")
+    for test, regressed in enumerate((10, 6)):
+        (project.path / f"wrong{test}.txt").write_text("\n".join(first(regressed)))
+    result, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0")
+    steps = {e["name"]: g for e in report["experiments"] for g in e["gates"]}
+    assert (steps["test_app0"]["adjusted_for"], steps["test_app1"]["adjusted_for"]) == (2, 1)
+    last = steps["test_app1"]
+    assert (last["met"], last["family"], last["p_value_unadjusted"]) == (False, 2, pytest.approx(1 / 64))
+    assert (
+        "tested at one-sided 95%: Holm over the session's 2 regression gates; unadjusted p=0.0156"
+        in (last["notes"])
+    )
+
+
 def test_the_controller_adjusts_the_whole_session_under_xdist(project: Project) -> None:
     # Tests 0-3 regress on 2-5 items (p = 1/4 ... 1/32 alone), test_app4 on 10 (p < 1/128): Holm
     # fails test_app4 only, on both sides of the split, with the same p-values.
