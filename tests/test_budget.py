@@ -124,6 +124,8 @@ def test_a_budget_stops_the_run_and_resumes_afresh_until_every_trial_ran_once(
             "*= 30 passed, 70 skipped, 70 eval trials not started (budget) in *",
         ]
     )
+    # Every span had its cost: no notice of spans counted as free.
+    assert "counted them as free" not in result.stdout.str()
     assert report["budget"] == {
         "unit": "usd",
         "given": 7.5,

@@ -218,6 +218,8 @@ def test_a_gate_on_a_cost_that_was_not_measured_fails_and_says_how_to_measure_it
             "NOT MET: test_qa: max_cost_per_run: no cost was measured: no span of any reported usage*",
         ]
     )
+    # Nothing was measured: no item is named the most expensive (each would read $0).
+    assert not [line for line in result.stdout.lines if "most expensive" in line]
 
 
 def test_a_cost_with_unpriced_spans_is_a_floor_and_fails_the_gate(app: Project) -> None:
@@ -242,6 +244,47 @@ def test_a_cost_with_unpriced_spans_is_a_floor_and_fails_the_gate(app: Project) 
         or "no price table" in line
         and "pip install 'pytest-opik-eval[cost]'" in line
     ), line
+
+
+def test_a_judge_span_without_a_price_keeps_the_run_cost_gate_from_passing(app: Project) -> None:
+    # The app's spans carry their cost; the judge's has tokens and a model no price table knows:
+    # the run's spend is a floor, whatever the app's spans say.
+    app.write(
+        "judge.py",
+        """
+        import opik
+        from opik import opik_context
+        from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+        @opik.track(type="llm")
+        def judge_llm(text):
+            opik_context.update_current_span(
+                model="house-judge-1",
+                provider="openai",
+                usage={"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110},
+            )
+            return 1.0
+
+
+        class Judge(BaseMetric):
+            def score(self, output):
+                return ScoreResult(name=self.name, value=judge_llm(output))
+        """,
+    )
+    app.eval_test(
+        imports="from app import agent\nfrom judge import Judge",
+        behaviour="agent(item)",
+        metrics="[Equals(), Judge('judge')]",
+    )
+    result = app.run("--eval", "--eval-max-cost=1/run")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "NOT MET: test_qa: max_cost_per_run: spent $0.007 (app $0.007, judges $0.00) <= $1.00; "
+            "3 span(s) have tokens and no price, so the cost is a floor and cannot pass: *"
+        ]
+    )
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+import scipy.optimize  # type: ignore[import-untyped]
+import scipy.stats  # type: ignore[import-untyped]
 from conftest import Project, items
 
 from pytest_opik_eval.cli import main as opik_eval
@@ -177,6 +179,65 @@ def test_strict_mode_never_passes_on_no_evidence(project: Project, n: int, met: 
     if not met:  # and how many items would show it
         assert gate["items_needed"] > n
         assert gate["borderline"] is True
+
+
+def _items_to_clear(mean: float, delta: float = 0.05, alpha: float = 0.05, power: float = 0.8) -> int:
+    """The fewest unchanged items at which strict mode shows a drop below ``delta`` with 80%
+    chance, worked out from the formula ``design.py`` states, with scipy: a baseline of one
+    trial per item with this pass rate, rerun unchanged, differs by +1 or -1 on an item with
+    chance mean (1 - mean) each (trials independent: the least favourable correlation); the
+    power is Phi(((delta - 0.5 / n) sqrt(n) - t(1 - alpha, n - 1) sqrt(v0)) / sd), v0 the
+    variance of the empirical-likelihood tilt of those differences to a mean of -delta."""
+    q = mean * (1.0 - mean)
+    points = {-1.0: q, 0.0: 1.0 - 2.0 * q, 1.0: q}
+
+    def moment(lam: float) -> float:
+        return sum(w * (x + delta) / (1.0 + lam * (x + delta)) for x, w in points.items())
+
+    lam = scipy.optimize.brentq(moment, 0.0, 1.0 / (1.0 - delta) - 1e-12)
+    v0 = sum(w / (1.0 + lam * (x + delta)) * (x + delta) ** 2 for x, w in points.items())
+    n = 2
+    while True:
+        t = scipy.stats.t.ppf(1.0 - alpha, n - 1)
+        if scipy.stats.norm.cdf(((delta - 0.5 / n) * n**0.5 - t * v0**0.5) / (2.0 * q) ** 0.5) >= power:
+            return n
+        n += 1
+
+
+def test_strict_mode_asks_for_no_more_items_when_the_design_has_enough(project: Project) -> None:
+    # 72 items passing in the baseline are the 72 strict mode needs (see the test of no evidence); one broke
+    # now, so the drop is not shown below 0.05, but more items would not help: no count is given.
+    app(project, 72)
+    project.run("--eval", "--eval-soft")
+    wrong(project, *first(1))
+    result, report = project.run_report(
+        *GATED, "--eval-max-regression=equals_metric=0.05", "--eval-gate-mode=strict"
+    )
+    [gate] = gates(report)
+    assert (gate["met"], gate["items_needed"]) == (False, 72)
+    assert gate["p_value"] == pytest.approx(regression([-1.0] + [0.0] * 71, 0.05).p_within)
+    assert not [line for line in gate_lines(result) if "items would" in line]
+
+
+@pytest.mark.parametrize(("wrong_items", "needed"), [(3, 480), (6, 817)])
+def test_strict_mode_says_how_many_unchanged_items_would_show_no_drop(
+    project: Project, wrong_items: int, needed: int
+) -> None:
+    # 30 items of which 3 (or 6) fail, rerun unchanged: too few to show that nothing dropped by
+    # 0.05; the note says how many would, a count away from both ends of the search.
+    assert _items_to_clear(1.0 - wrong_items / 30) == needed
+    app(project, 30)
+    wrong(project, *first(wrong_items))
+    project.run("--eval", "--eval-soft")
+    result, report = project.run_report(
+        *GATED, "--eval-max-regression=equals_metric=0.05", "--eval-gate-mode=strict"
+    )
+    [gate] = gates(report)
+    assert (gate["met"], gate["items_needed"]) == (False, needed)
+    assert (
+        f"  about {needed} items would show a drop below 0.05 when nothing changed with 80% chance "
+        "at 1 trial each"
+    ) in gate_lines(result)
 
 
 # --- 2. single runs: honest bounds, and a better run never gates worse ------------------------
@@ -344,6 +405,27 @@ def test_the_regression_gates_of_a_session_are_adjusted_together(project: Projec
         in result.outlines
     )
     assert "adjusted for 5 gates" in gate_lines(result)[0]
+
+
+def test_the_last_holm_step_still_says_it_belongs_to_the_family(project: Project) -> None:
+    # Two gated tests regress on 10 and 6 of 30 items (p = 1/1024 and 1/64 alone): Holm tests the
+    # first at 2.5%, then the second at 5%, unadjusted, and its note still names the family.
+    project.dataset(items(*first(30)))
+    for test in range(2):
+        source = APP.format(marker="", metrics="[Equals()]", name=f"test_app{test}")
+        project.write(f"test_app{test}.py", source.replace('"wrong.txt"', f'"wrong{test}.txt"'))
+    project.run("--eval", "--eval-soft")
+    for test, regressed in enumerate((10, 6)):
+        (project.path / f"wrong{test}.txt").write_text("\n".join(first(regressed)))
+    result, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0")
+    steps = {e["name"]: g for e in report["experiments"] for g in e["gates"]}
+    assert (steps["test_app0"]["adjusted_for"], steps["test_app1"]["adjusted_for"]) == (2, 1)
+    last = steps["test_app1"]
+    assert (last["met"], last["family"], last["p_value_unadjusted"]) == (False, 2, pytest.approx(1 / 64))
+    assert (
+        "tested at one-sided 95%: Holm over the session's 2 regression gates; unadjusted p=0.0156"
+        in (last["notes"])
+    )
 
 
 def test_the_controller_adjusts_the_whole_session_under_xdist(project: Project) -> None:

@@ -406,6 +406,83 @@ def test_pytest_resumes_an_experiment_started_by_opik_evaluate(
     result.stdout.fnmatch_lines(["nothing pending: *"])
 
 
+def test_an_sdk_experiment_finished_by_pytest_is_gated_and_compared_as_one(
+    project: Project, opik: OpikTestServer
+) -> None:
+    # evaluate() scores 5 of 6 items and is interrupted on b; pytest runs b (now wrong) and
+    # judges the experiment over all six, five trials the SDK's and one its own; a later pytest
+    # experiment is then compared with that mixed one, item by item.
+    [experiment_id] = sdk_evaluate(
+        """
+        import json, opik
+        from opik.evaluation import metrics
+        client = opik.Opik()
+        dataset = client.get_or_create_dataset("letters")
+        dataset.insert([{"input": {"text": t}, "expected_output": t} for t in "abcdef"])
+        def task(item):
+            if item["input"]["text"] == "b":
+                raise RuntimeError("interrupted")
+            return {"output": item["input"]["text"]}
+        try:
+            opik.evaluate(dataset=dataset, task=task, scoring_metrics=[metrics.Equals()],
+                          scoring_key_mapping={"reference": "expected_output"}, experiment_name="sdk-letters",
+                          task_threads=1, verbose=0)
+        except Exception:
+            pass
+        print(json.dumps([client.get_experiments_by_name("sdk-letters")[0].id]))
+        """
+    )
+    project.write(
+        "test_letters.py",
+        """
+        import pathlib
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        HERE = pathlib.Path(__file__).parent
+
+        @pytest.mark.eval(dataset="opik:letters", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+        def test_letters(eval_item):
+            text = eval_item["input"]["text"]
+            with open(HERE / "calls.log", "a") as log:
+                log.write(text + "\\n")
+            return "wrong" if text in (HERE / "wrong.txt").read_text() else text
+        """,
+    )
+    (project.path / "wrong.txt").write_text("b")
+    result, report = project.run_report(
+        f"--eval-resume={experiment_id}", "--eval-fail-under=equals_metric=0.9"
+    )
+    result.assert_outcomes(failed=1, deselected=5)
+    assert (project.path / "calls.log").read_text().split() == ["b"]
+    [experiment] = report["experiments"]
+    assert (experiment["id"], experiment["summary"]["trials"], experiment["summary"]["completed"]) == (
+        experiment_id,
+        6,
+        6,
+    )
+    [gate] = experiment["gates"]
+    assert (gate["met"], gate["value"], gate["interval"]["items"]) == (False, pytest.approx(5 / 6), 6)
+    result.stdout.fnmatch_lines(["NOT MET: sdk-letters: fail_under equals_metric: mean 0.833 is below 0.9"])
+
+    (project.path / "wrong.txt").write_text("ac")
+    result, report = project.run_report(
+        "--eval", f"--eval-baseline={experiment_id}", "--eval-max-regression=equals_metric=0.5"
+    )
+    result.assert_outcomes(passed=4, failed=2)
+    [experiment] = report["experiments"]
+    assert experiment["id"] != experiment_id
+    [gate] = experiment["gates"]
+    assert (gate["met"], gate["value"], gate["interval"]["items"]) == (True, pytest.approx(-1 / 6), 6)
+    result.stdout.fnmatch_lines(
+        [
+            f"  baseline sdk-letters (experiment {experiment_id}):",
+            "    compared over the 6 item(s) both planned",
+            "    equals_metric             0.833 ->  0.667 (-0.167)",
+        ]
+    )
+
+
 def test_an_sdk_experiment_matching_several_tests_asks_for_a_node_id(
     project: Project, opik: OpikTestServer
 ) -> None:

@@ -498,3 +498,34 @@ def test_resume_of_an_uncollected_test_names_the_node_id(project: Project) -> No
             "ERROR: --eval-resume=last: the test of experiment * was not collected: looked for test_eval.py::test_qa.*"
         ]
     )
+
+
+def test_a_parametrized_test_resumes_only_the_combinations_its_run_had(project: Project) -> None:
+    # The run had only test_qa[small] (-k), and stopped at its first failure (-x): on resume,
+    # test_qa[large]'s trial cases belong to no experiment, and are deselected, not an error.
+    project.dataset(items("a", "b"))
+    project.write(
+        "test_models.py",
+        """
+        import pathlib
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        @pytest.mark.parametrize("model", ["small", "large"])
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()],
+                          scoring_key_mapping={"reference": "expected_output"})
+        def test_qa(eval_item, model):
+            text = eval_item["input"]["text"]
+            broken = pathlib.Path(__file__).with_name("broken.txt")
+            return "wrong" if broken.exists() and text == "a" else text
+        """,
+    )
+    (project.path / "broken.txt").write_text("")
+    result, report = project.run_report("--eval", "-k", "small", "-x")
+    result.assert_outcomes(failed=1, deselected=2)
+    assert [e["name"] for e in report["experiments"]] == ["test_qa[small]"]
+
+    (project.path / "broken.txt").unlink()
+    result = project.run("--eval-resume=last", "-v")
+    result.assert_outcomes(passed=1, deselected=3)
+    result.stdout.fnmatch_lines(["*test_models.py::test_qa?small-b-t0? PASSED*"])
