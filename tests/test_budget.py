@@ -11,7 +11,7 @@ from collections import Counter
 from xml.etree import ElementTree
 
 import pytest
-from conftest import NEEDS_RECORD, Project, offline_opik
+from conftest import NEEDS_RECORD, Project, needs_extra, offline_opik
 from fake_llm import APP as HTTPX_APP
 from fake_llm import FakeLLM
 
@@ -553,6 +553,48 @@ def test_a_replayed_call_never_takes_off_what_a_live_calls_span_spent(project: P
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["eval recordings (--eval-record=new_episodes): 3 replayed, 3 recorded*"])
     assert report["budget"]["spent"] == 300
+
+
+# The app's call, in a span that reports what the answer says it used (10 + 5 tokens of
+# gpt-4o-mini): replayed, the call costs nothing, in dollars as in tokens.
+SPANNED_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Equals
+from pytest_opik_eval.tracing import trace
+from app import ask
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl", metrics=[Equals(threshold=0)], scoring_key_mapping={"reference": "expected_output"}
+)
+def test_answer(eval_item):
+    with trace.span("ask", type="llm"):
+        answer = ask(eval_item["input"]["question"])
+        trace.usage(model="gpt-4o-mini", input_tokens=10, output_tokens=5)
+    return answer
+"""
+
+
+@NEEDS_RECORD
+@needs_extra("cost", "genai_prices")
+def test_a_replayed_call_costs_nothing_of_a_dollar_budget(project: Project, llm: FakeLLM) -> None:
+    # Each call saves a few millionths of a dollar: far below one of the budget's units, all of
+    # it is taken off what the call's span spent.
+    project.dataset(
+        [{"id": q, "input": {"question": q}, "expected_output": q} for q in ("capital", "colour", "planet")]
+    )
+    project.write("app.py", HTTPX_APP)
+    project.write("test_app.py", SPANNED_TEST)
+    result, report = project.run_report("--eval", "--eval-record=new_episodes", "--eval-budget=$1")
+    result.assert_outcomes(passed=3)
+    spent_live = report["budget"]["spent"]
+    assert 0 < spent_live < 0.001
+
+    result, report = project.run_report("--eval", "--eval-record=none", "--eval-budget=$1")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["eval recordings (--eval-record=none): 3 replayed, 0 recorded, 0 missed*"])
+    assert report["budget"]["spent"] == 0
+    assert llm.requests == 3, "the replay asked nothing"
 
 
 def test_a_token_budget_adds_up_a_spans_prompt_and_completion_when_it_reports_no_total(
