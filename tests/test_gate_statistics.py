@@ -105,8 +105,9 @@ def gates(report: dict[str, Any], kind: str = "max_regression") -> list[dict[str
     return [g for e in report["experiments"] for g in e["gates"] if g["kind"] == kind]
 
 
-def regression(differences: Sequence[float], delta: float) -> st.RegressionTest:
-    return st.regression_test(list(differences), delta)
+def regression(differences: Sequence[float], delta: float, *, pass_fail: bool = True) -> st.RegressionTest:
+    """The test on pass/fail items' differences (``APP``'s), or on scores' (``LEVELS``')."""
+    return st.regression_test(list(differences), delta, pass_fail=pass_fail)
 
 
 GATED = ["--eval", "--eval-soft", "--eval-baseline=last"]
@@ -262,14 +263,15 @@ def test_one_item_bounds_nothing_and_two_equal_scores_are_no_certainty(project: 
 
 
 @pytest.mark.parametrize(
-    ("bound", "all_passed", "one_failed"), [(0.65, True, True), (0.74, True, True), (0.75, False, False)]
+    ("bound", "all_passed", "one_failed"), [(0.65, True, True), (0.74, True, False), (0.75, False, False)]
 )
 def test_a_better_run_never_gates_worse(
     project: Project, bound: float, all_passed: bool, one_failed: bool
 ) -> None:
     # 10 items x 5 trials, every trial passing, against the same with one failed trial: the
-    # bound of the better run is no lower (it was lower with a method switch): both are
-    # Clopper-Pearson's for 10 of 10, 0.05^(1/10) = 0.741 (a score of 0.8 rounds up to a pass).
+    # bound of the better run is no lower (it was lower with a method switch). The better run's
+    # is Clopper-Pearson's for 10 of 10, 0.05^(1/10) = 0.741; the worse run's share of 0.8 may
+    # hide items that break outright, and Tango's bound on the shares is 0.734.
     app(project, 10, marker="trial_count=5,")
     strict = ["--eval", "--eval-soft", f"--eval-min-pass-rate={bound}", "--eval-gate-mode=strict"]
     result, report = project.run_report(*strict)
@@ -279,7 +281,55 @@ def test_a_better_run_never_gates_worse(
     worse = report["experiments"][0]["gates"][0]
     assert better["interval"]["low"] >= worse["interval"]["low"]
     assert better["interval"]["low"] == pytest.approx(0.05**0.1)
+    assert worse["interval"]["low"] == pytest.approx(0.7335, abs=1e-4)
     assert (better["met"], worse["met"]) == (all_passed, one_failed)
+
+
+# --- 3. honest at small n: what the spread seen cannot show ------------------------------------
+
+
+def test_strict_mode_does_not_take_the_spread_of_shares_for_proof_that_none_broke(project: Project) -> None:
+    # 30 items x 5 trials: three items lost a trial, three gained one; the drop is 0. Scores
+    # with these differences would be shown within 0.05 (p=0.031), but a pass/fail change that
+    # breaks an item outright is a share falling to 0, which 30 items miss often: the bound
+    # allows the items unseen at the range's end, and strict mode does not pass.
+    differences = [0.2] * 3 + [-0.2] * 3 + [0.0] * 24
+    assert round(regression(differences, 0.05, pass_fail=False).p_within, 3) == 0.031
+    app(project, 30, marker="trial_count=5,")
+    wrong(project, "i000#0", "i001#0", "i002#0")
+    project.run("--eval", "--eval-soft")
+    wrong(project, "i003#0", "i004#0", "i005#0")
+    result, report = project.run_report(
+        *GATED, "--eval-max-regression=equals_metric=0.05", "--eval-gate-mode=strict"
+    )
+    [gate] = gates(report)
+    expected = regression(differences, 0.05)
+    assert gate["p_value"] == pytest.approx(expected.p_within)
+    assert (gate["met"], round(gate["p_value"], 3)) == (False, 0.109)
+    _, high = expected.drop_bounds(0.95)
+    assert gate_lines(result)[0] == (
+        "NOT MET: test_app: max_regression equals_metric (strict): mean changed by +0.000 from the "
+        f"baseline; the drop is not shown below 0.05 (at most {high:.3f}, p=0.109)"
+    )
+
+
+def test_a_continuous_score_on_few_items_is_tested_no_less_strictly_than_by_t(project: Project) -> None:
+    # 10 items whose score fell by 0.115 on average, unevenly: the empirical likelihood alone
+    # gave p=0.041 for a drop beyond 0.05 (it runs light-tailed at few items); Student's t gives
+    # 0.064, and the gate takes the larger: the drop is not shown beyond what is allowed.
+    project.dataset(items(*first(10)))
+    project.write("test_level.py", LEVELS.format(marker=""))
+    (project.path / "levels.json").write_text("{}")  # every score 1.0
+    project.run("--eval", "--eval-soft")
+    levels = [1.0, 1.0, 0.95, 1.0, 0.85, 0.8, 0.7, 1.0, 0.7, 0.85]
+    (project.path / "levels.json").write_text(json.dumps(dict(zip(first(10), levels, strict=True))))
+    result, report = project.run_report(*GATED, "--eval-max-regression=level=0.05")
+    [gate] = gates(report)
+    t_test = scipy.stats.ttest_1samp([v - 1.0 for v in levels], -0.05, alternative="less")
+    assert gate["p_value"] == pytest.approx(t_test.pvalue, abs=1e-12)
+    assert round(gate["p_value"], 3) == 0.064
+    assert gate["met"]
+    assert result.ret == pytest.ExitCode.OK
 
 
 # --- 4. normal mode tests the drop against DELTA, strict mode mirrors it -------------------------
