@@ -252,6 +252,9 @@ def test_one_item_bounds_nothing_and_two_equal_scores_are_no_certainty(project: 
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     interval = report["experiments"][0]["summary"]["metrics"]["level"]["interval"]
     assert interval["low"] < 0.3 < 0.8 < interval["high"]  # not [0.8, 0.8]
+    [gate] = report["experiments"][0]["gates"]
+    # Two items: their spread is estimated (no "one item bounds nothing" note).
+    assert gate["notes"] == ["0.800 [0.179, 0.955] one-sided 95% bounds, 2 items, borderline"]
     result, report = project.run_report(
         "--eval", "--eval-fail-under=level=0.5", "--eval-gate-mode=strict", "-k", "a-t0"
     )
@@ -393,6 +396,7 @@ def test_absolute_gates_print_the_one_sided_bounds_they_use(project: Project) ->
     low, high = st.lower_bound(s, 0.95), st.upper_bound(s, 0.95)
     result, report = project.run_report(*gates_)
     assert result.ret == pytest.ExitCode.OK  # normal mode: the estimate, a threshold
+    assert [g["one_sided"] for g in report["experiments"][0]["gates"]] == [True, True]
     assert gate_lines(result) == [
         "met: test_qa: fail_under equals_metric: mean 0.750 >= 0.5",
         f"  0.750 [{low:.3f}, {high:.3f}] one-sided 95% bounds, 4 items, borderline",
@@ -598,6 +602,26 @@ def test_the_detectable_drop_comes_from_the_design_not_the_observed_drop(project
         store.close()
     expected = dp.minimum_detectable_drop(dp.design_of(values.values()), 0.05, 0.05)
     assert drops[0] == pytest.approx(expected)
+
+
+def test_the_design_has_the_current_runs_trials_when_the_baseline_ran_fewer(project: Project) -> None:
+    # The baseline ran each of 20 items once (4 failing), this run three times: the gate can
+    # detect what 20 items x 3 trials can, with the baseline's spread.
+    app(project, 20)
+    wrong(project, *first(4))
+    project.run("--eval", "--eval-soft")
+    app(project, 20, marker="trial_count=3,")
+    result, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0.05")
+    [gate] = gates(report)
+    baseline = [[0.0]] * 4 + [[1.0]] * 16
+    detectable = dp.minimum_detectable_drop(dp.design_of(baseline, trials=3), 0.05, 0.05)
+    assert detectable is not None
+    assert detectable < dp.minimum_detectable_drop(dp.design_of(baseline, trials=1), 0.05, 0.05)  # type: ignore[operator]
+    assert gate["detectable_drop"] == pytest.approx(detectable)
+    assert (
+        f"  catches a drop of {detectable:.3f} or more with 80% power at 20 items x 3 trials"
+        in result.outlines
+    )
 
 
 def test_a_one_trial_baseline_detects_the_same_drop_whatever_broke(
