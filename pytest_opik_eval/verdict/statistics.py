@@ -11,7 +11,8 @@ Conventions:
 - A *difference* is current minus baseline, so a *drop* (current got worse, for a score where
   higher is better) is a negative difference, and ``drop = -difference``.
 
-One method for every kind of score, so that a run never changes method when its scores change.
+One method for every kind of score (pass/fail items with several trials add the last bound
+below), so that a run never changes method when its scores change.
 Each part below never decreases when an item's value rises, so neither does the bound (a better
 run never gets a worse bound, nor a worse p-value). The lattice is the range's ends, and 0 for a
 difference; its methods, on counts of items per point: Clopper-Pearson for a rate; for
@@ -27,21 +28,16 @@ the lowest of:
   scores of 0.99 get no higher a bound than ten passes);
 - no spread: n values whose best is v get a bound no higher than the larger of
   v - t (v - low) / n^1.5 and Clopper-Pearson's for n passes on [low, v]; it binds only with
-  very few items or no spread: one item bounds nothing, two equal scores prove little.
-- what the spread seen cannot show, by the kind of score (``Sample.pass_fail``):
-  - pass/fail items (each item's share of passed trials, or their differences): Tango's score
-    bound on the values themselves, its variance the most likely population's under the bound,
-    which may hold items at the range's end that the sample never saw. With several trials an
-    item's share lies between the lattice's points, and a change that breaks a few items
-    outright (a share of 0.8 falling to 0) leaves no trace in most samples of 30 items: the
-    spread of the rest makes the likelihood's bound too high (strict mode passed 8% of runs
-    whose drop equalled the margin, 30 items x 5 trials). Without a continuity correction: the
-    values are not counts;
-  - other scores: Student's t bound, clamped to the range. The likelihood's tail runs light at
-    few items (at 10 items a test at 1.25%, one of four Holm-adjusted gates, rejected 2.3% of
-    the time); the t-test's is close to exact for near-normal means of trials.
-  Where every value is a lattice point (pass/fail items of one trial each) neither is used: the
-  lattice methods are exact there.
+  very few items or no spread: one item bounds nothing, two equal scores prove little;
+- for pass/fail items off the lattice (``Sample.pass_fail``: shares of passed trials, or their
+  differences), what the spread seen cannot show: Tango's score bound on the values themselves,
+  its variance the most likely population's under the bound, which may hold items at the
+  range's end that the sample never saw. With several trials an item's share lies between the
+  lattice's points, and a change that breaks a few items outright (a share of 0.8 falling to 0)
+  leaves no trace in most samples of 30 items: the spread of the rest made the likelihood's
+  bound too high (strict mode passed 8% of runs whose drop equalled the margin, 30 items x 5
+  trials). Without a continuity correction: the values are not counts. On the lattice (one
+  trial an item) the lattice methods are exact, and this bound is not used.
 The upper bound is the reflection's lower bound. Each p-value is the inversion: p <= a exactly
 when the bound at 1 - a excludes the value, so a bound and its test never disagree.
 """
@@ -104,7 +100,7 @@ class Sample:
     up: tuple[float, ...]
     down: tuple[float, ...]
     # Whether the values are pass/fail items' (shares of passed trials, or their differences):
-    # which method bounds what the spread seen cannot show (the module's docstring).
+    # they get a fourth bound, for the breaks the sample missed (the module's docstring).
     pass_fail: bool = False
 
     def reflected(self) -> Sample:
@@ -358,21 +354,15 @@ def _score_p(s: Sample, value: float, correction: float = CORRECTION) -> float:
 
 
 def _unseen_lower(s: Sample, confidence: float) -> float:
-    if _on_lattice(s):
+    if not s.pass_fail or _on_lattice(s):
         return s.high
-    if s.pass_fail:  # breaks the sample missed: Tango's bound on the values, uncorrected
-        return _score_lower(s, confidence, 0.0)
-    return max(s.low, s.mean - t_quantile(confidence, s.n - 1) * math.sqrt(s.variance / s.n))
+    return _score_lower(s, confidence, 0.0)
 
 
 def _unseen_p(s: Sample, value: float) -> float:
-    if _on_lattice(s):
+    if not s.pass_fail or _on_lattice(s):
         return 0.0
-    if s.pass_fail:
-        return _score_p(s, value, 0.0)
-    if s.variance <= 0.0:  # no spread: the floor's to bound
-        return 0.0 if s.mean > value else 1.0
-    return t_sf((s.mean - value) / math.sqrt(s.variance / s.n), s.n - 1)
+    return _score_p(s, value, 0.0)
 
 
 def _on_lattice(s: Sample) -> bool:
