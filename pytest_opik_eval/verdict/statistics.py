@@ -469,8 +469,9 @@ def item_means(items: Iterable[Sequence[float]]) -> list[float]:
 
 
 def pass_fail(*runs: Iterable[Sequence[float]]) -> bool:
-    """Whether every trial value of the runs' items is 0 or 1: a pass/fail score's."""
-    return all(set(itertools.chain.from_iterable(items)) <= {0.0, 1.0} for items in runs)
+    """Whether every trial value of the runs' items is 0 or 1: a pass/fail score's (in C, and
+    at the first other value: continuous scores cost nothing)."""
+    return all({0.0, 1.0}.issuperset(itertools.chain.from_iterable(items)) for items in runs)
 
 
 def mean(values: Sequence[float]) -> float:
