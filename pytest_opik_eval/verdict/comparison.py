@@ -20,7 +20,7 @@ def with_baseline(result: ExperimentResult, baseline: ExperimentResult) -> Exper
     """The result with its baseline comparison, and the tests of its regression gates."""
     comparison, paired = compare(result, baseline)
     tests = {
-        metric: stats.regression_test(pairs.differences.values(), delta, pass_fail=pairs.sample.pass_fail)
+        metric: stats.regression_test_on(pairs.sample, delta)
         for metric, delta in result.settings.max_regression.items()
         if (pairs := paired.get(metric)) is not None and pairs.sample is not None
     }

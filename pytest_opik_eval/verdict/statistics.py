@@ -630,7 +630,11 @@ class RegressionTest:
 def regression_test(differences: Iterable[float], delta: float, *, pass_fail: bool = False) -> RegressionTest:
     """The tests on the per-item differences (current - baseline) against ``delta``;
     ``pass_fail`` if they are pass/fail items'."""
-    s = sample(differences, -1.0, 1.0, pass_fail=pass_fail)
+    return regression_test_on(sample(differences, -1.0, 1.0, pass_fail=pass_fail), delta)
+
+
+def regression_test_on(s: Sample, delta: float) -> RegressionTest:
+    """The tests on the differences' sample (a ``PairedComparison``'s, summarized once)."""
     return RegressionTest(
         differences=s,
         delta=delta,
