@@ -126,10 +126,16 @@ def _swap(op: ast.AST) -> str:
     return f"'{_SYMBOLS[type(op)]}' -> '{_SYMBOLS[_SWAPS[type(op)]]}'"
 
 
-def _skipped(tree: ast.Module) -> set[int]:
-    """Nodes no mutant touches: annotations (they do not run) and docstrings."""
+def _skipped(tree: ast.Module, source: str) -> set[int]:
+    """Nodes no mutant touches: annotations and docstrings, and the blocks under ``if
+    TYPE_CHECKING:``, which do not run; file modes (octal constants such as 0o644), which no test
+    of ours can tell apart from their mutants (0o645)."""
     skipped: set[int] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            skipped.update(id(inner) for inner in ast.walk(node))
+        elif isinstance(node, ast.Constant) and (ast.get_source_segment(source, node) or "").startswith("0o"):
+            skipped.add(id(node))
         annotations: list[ast.AST | None] = []
         if isinstance(node, ast.AnnAssign):
             annotations.append(node.annotation)
@@ -177,7 +183,7 @@ def _returns_none(node: ast.Return) -> bool:
 
 def _candidates(source: str) -> list[tuple[ast.AST, str]]:
     tree = ast.parse(source)
-    skipped = _skipped(tree)
+    skipped = _skipped(tree, source)
     return [(node, change) for node in ast.walk(tree) if id(node) not in skipped for change in _changes(node)]
 
 
@@ -192,7 +198,7 @@ def mutants(path: str) -> list[Mutant]:
 def _apply(source: str, mutant: Mutant) -> str:
     """The module's source with the mutant's one change (the same walk finds the same node)."""
     tree = ast.parse(source)
-    skipped = _skipped(tree)
+    skipped = _skipped(tree, source)
     found = [(n, c) for n in ast.walk(tree) if id(n) not in skipped for c in _changes(n)]
     node, change = found[mutant.index]
     if change != mutant.change:
@@ -251,13 +257,19 @@ def coverage_map(paths: Sequence[str], tests: Sequence[str], workdir: Path) -> R
     data_file = workdir / ".coverage"
     rcfile = workdir / "coveragerc"
     junit = workdir / "junit.xml"
-    rcfile.write_text("[run]\ndynamic_context = test_function\n")
+    rcfile.write_text("[run]\n")
     include = ",".join(str(ROOT / p) for p in paths)
+    # Each line under the outer test that ran it (coverage_context.py says why not coverage's own
+    # test_function contexts).
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]),
+    }
     run = subprocess.run(
         [sys.executable, "-m", "coverage", "run", f"--rcfile={rcfile}", f"--data-file={data_file}",
          f"--include={include}", "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist",
-         f"--junitxml={junit}", *tests],
-        cwd=ROOT, check=False, capture_output=True, text=True,
+         "-p", "coverage_context", f"--junitxml={junit}", *tests],
+        cwd=ROOT, env=env, check=False, capture_output=True, text=True,
     )  # fmt: skip
     if run.returncode != 0:
         # Every mutant would look killed: the unmutated tests must pass first.
@@ -271,8 +283,8 @@ def coverage_map(paths: Sequence[str], tests: Sequence[str], workdir: Path) -> R
     for path in paths:
         contexts = data.contexts_by_lineno(str(ROOT / path))
         for line, names in contexts.items():
-            selections = {_selection(name) for name in names if name}
-            reached[(path, line)] = frozenset(s for s in selections if s)
+            # A node id, its parameters dropped: a selection runs every case of the function.
+            reached[(path, line)] = frozenset(name.split("[")[0] for name in names if name)
     if not any(reached.values()):
         raise SystemExit(f"no test context of {data_file} names a test function of {', '.join(tests)}")
     return Reach(reached, _durations(junit))
@@ -290,8 +302,8 @@ def _durations(junit: Path) -> dict[str, float]:
 
 
 def _selection(context: str) -> str:
-    """coverage's 'test_x.test_name' (or '...Class.test_name'; the test folder is on sys.path,
-    or 'tests.test_x...' as JUnit names it) as a pytest selection, or '' for no test file."""
+    """JUnit's 'tests.test_x.test_name' (or '...Class.test_name') as a pytest selection, or ''
+    for no test file."""
     parts = context.split(".")
     for base in (Path(), Path("tests")):
         for split in range(len(parts), 0, -1):

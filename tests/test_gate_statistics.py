@@ -105,8 +105,9 @@ def gates(report: dict[str, Any], kind: str = "max_regression") -> list[dict[str
     return [g for e in report["experiments"] for g in e["gates"] if g["kind"] == kind]
 
 
-def regression(differences: Sequence[float], delta: float) -> st.RegressionTest:
-    return st.regression_test(list(differences), delta)
+def regression(differences: Sequence[float], delta: float, *, pass_fail: bool = True) -> st.RegressionTest:
+    """The test on pass/fail items' differences (``APP``'s), or on scores' (``LEVELS``')."""
+    return st.regression_test(list(differences), delta, pass_fail=pass_fail)
 
 
 GATED = ["--eval", "--eval-soft", "--eval-baseline=last"]
@@ -251,6 +252,9 @@ def test_one_item_bounds_nothing_and_two_equal_scores_are_no_certainty(project: 
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     interval = report["experiments"][0]["summary"]["metrics"]["level"]["interval"]
     assert interval["low"] < 0.3 < 0.8 < interval["high"]  # not [0.8, 0.8]
+    [gate] = report["experiments"][0]["gates"]
+    # Two items: their spread is estimated (no "one item bounds nothing" note).
+    assert gate["notes"] == ["0.800 [0.179, 0.955] one-sided 95% bounds, 2 items, borderline"]
     result, report = project.run_report(
         "--eval", "--eval-fail-under=level=0.5", "--eval-gate-mode=strict", "-k", "a-t0"
     )
@@ -262,14 +266,15 @@ def test_one_item_bounds_nothing_and_two_equal_scores_are_no_certainty(project: 
 
 
 @pytest.mark.parametrize(
-    ("bound", "all_passed", "one_failed"), [(0.65, True, True), (0.74, True, True), (0.75, False, False)]
+    ("bound", "all_passed", "one_failed"), [(0.65, True, True), (0.74, True, False), (0.75, False, False)]
 )
 def test_a_better_run_never_gates_worse(
     project: Project, bound: float, all_passed: bool, one_failed: bool
 ) -> None:
     # 10 items x 5 trials, every trial passing, against the same with one failed trial: the
-    # bound of the better run is no lower (it was lower with a method switch): both are
-    # Clopper-Pearson's for 10 of 10, 0.05^(1/10) = 0.741 (a score of 0.8 rounds up to a pass).
+    # bound of the better run is no lower (it was lower with a method switch). The better run's
+    # is Clopper-Pearson's for 10 of 10, 0.05^(1/10) = 0.741; the worse run's share of 0.8 may
+    # hide items that break outright, and Tango's bound on the shares is 0.734.
     app(project, 10, marker="trial_count=5,")
     strict = ["--eval", "--eval-soft", f"--eval-min-pass-rate={bound}", "--eval-gate-mode=strict"]
     result, report = project.run_report(*strict)
@@ -279,7 +284,36 @@ def test_a_better_run_never_gates_worse(
     worse = report["experiments"][0]["gates"][0]
     assert better["interval"]["low"] >= worse["interval"]["low"]
     assert better["interval"]["low"] == pytest.approx(0.05**0.1)
+    assert worse["interval"]["low"] == pytest.approx(0.7335, abs=1e-4)
     assert (better["met"], worse["met"]) == (all_passed, one_failed)
+
+
+# --- 3. honest at small n: what the spread seen cannot show ------------------------------------
+
+
+def test_strict_mode_does_not_take_the_spread_of_shares_for_proof_that_none_broke(project: Project) -> None:
+    # 30 items x 5 trials: three items lost a trial, three gained one; the drop is 0. Scores
+    # with these differences would be shown within 0.05 (p=0.031), but a pass/fail change that
+    # breaks an item outright is a share falling to 0, which 30 items miss often: the bound
+    # allows the items unseen at the range's end, and strict mode does not pass.
+    differences = [0.2] * 3 + [-0.2] * 3 + [0.0] * 24
+    assert round(regression(differences, 0.05, pass_fail=False).p_within, 3) == 0.031
+    app(project, 30, marker="trial_count=5,")
+    wrong(project, "i000#0", "i001#0", "i002#0")
+    project.run("--eval", "--eval-soft")
+    wrong(project, "i003#0", "i004#0", "i005#0")
+    result, report = project.run_report(
+        *GATED, "--eval-max-regression=equals_metric=0.05", "--eval-gate-mode=strict"
+    )
+    [gate] = gates(report)
+    expected = regression(differences, 0.05)
+    assert gate["p_value"] == pytest.approx(expected.p_within)
+    assert (gate["met"], round(gate["p_value"], 3)) == (False, 0.109)
+    _, high = expected.drop_bounds(0.95)
+    assert gate_lines(result)[0] == (
+        "NOT MET: test_app: max_regression equals_metric (strict): mean changed by +0.000 from the "
+        f"baseline; the drop is not shown below 0.05 (at most {high:.3f}, p=0.109)"
+    )
 
 
 # --- 4. normal mode tests the drop against DELTA, strict mode mirrors it -------------------------
@@ -343,6 +377,7 @@ def test_absolute_gates_print_the_one_sided_bounds_they_use(project: Project) ->
     low, high = st.lower_bound(s, 0.95), st.upper_bound(s, 0.95)
     result, report = project.run_report(*gates_)
     assert result.ret == pytest.ExitCode.OK  # normal mode: the estimate, a threshold
+    assert [g["one_sided"] for g in report["experiments"][0]["gates"]] == [True, True]
     assert gate_lines(result) == [
         "met: test_qa: fail_under equals_metric: mean 0.750 >= 0.5",
         f"  0.750 [{low:.3f}, {high:.3f}] one-sided 95% bounds, 4 items, borderline",
@@ -548,6 +583,26 @@ def test_the_detectable_drop_comes_from_the_design_not_the_observed_drop(project
         store.close()
     expected = dp.minimum_detectable_drop(dp.design_of(values.values()), 0.05, 0.05)
     assert drops[0] == pytest.approx(expected)
+
+
+def test_the_design_has_the_current_runs_trials_when_the_baseline_ran_fewer(project: Project) -> None:
+    # The baseline ran each of 20 items once (4 failing), this run three times: the gate can
+    # detect what 20 items x 3 trials can, with the baseline's spread.
+    app(project, 20)
+    wrong(project, *first(4))
+    project.run("--eval", "--eval-soft")
+    app(project, 20, marker="trial_count=3,")
+    result, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0.05")
+    [gate] = gates(report)
+    baseline = [[0.0]] * 4 + [[1.0]] * 16
+    detectable = dp.minimum_detectable_drop(dp.design_of(baseline, trials=3), 0.05, 0.05)
+    assert detectable is not None
+    assert detectable < dp.minimum_detectable_drop(dp.design_of(baseline, trials=1), 0.05, 0.05)  # type: ignore[operator]
+    assert gate["detectable_drop"] == pytest.approx(detectable)
+    assert (
+        f"  catches a drop of {detectable:.3f} or more with 80% power at 20 items x 3 trials"
+        in result.outlines
+    )
 
 
 def test_a_one_trial_baseline_detects_the_same_drop_whatever_broke(

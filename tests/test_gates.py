@@ -161,6 +161,12 @@ def test_a_gate_on_an_unknown_metric_lists_the_experiments_scores(project: Proje
         ]
     )
     result.stdout.no_fnmatch_line("*has no metric named*")
+    # Nor is a pass rate of no completed trial met.
+    result, report = project.run_report("--eval", "--eval-min-pass-rate=0.5")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["NOT MET: test_qa: min_pass_rate: no completed trials (bound 0.5)*"])
+    [gate] = report["experiments"][0]["gates"]
+    assert (gate["kind"], gate["met"], gate["value"]) == ("min_pass_rate", False, None)
 
 
 def test_failed_scores_count_against_a_gate(project: Project) -> None:

@@ -20,9 +20,9 @@ def with_baseline(result: ExperimentResult, baseline: ExperimentResult) -> Exper
     """The result with its baseline comparison, and the tests of its regression gates."""
     comparison, paired = compare(result, baseline)
     tests = {
-        metric: stats.regression_test(list(pairs.differences.values()), delta)
+        metric: stats.regression_test_on(pairs.sample, delta)
         for metric, delta in result.settings.max_regression.items()
-        if (pairs := paired.get(metric)) is not None and pairs.shared
+        if (pairs := paired.get(metric)) is not None and pairs.sample is not None
     }
     return replace(
         result,

@@ -48,4 +48,4 @@ def _over_items(
     if not pairs:
         raise ValueError("pass@k and pass^k need at least one item")
     estimates = {pair: estimator(*pair, k) for pair in pairs}
-    return interval(sample(estimates[pair] for pair in pairs.elements()), level)
+    return interval(sample((estimates[pair] for pair in pairs.elements()), pass_fail=True), level)

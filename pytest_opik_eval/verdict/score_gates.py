@@ -47,7 +47,7 @@ def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVer
                 detail = f"every {metric} score failed to compute (bound {bound:g})"
             verdicts.append(verdict("fail_under", metric, None, bound, False, detail + _failed(failed)))
             continue
-        s = stats.sample(stats.item_means(by_item.values()))
+        s = stats.sample(stats.item_means(by_item.values()), pass_fail=stats.pass_fail(by_item.values()))
         gate = _absolute("fail_under", metric, "mean", s, bound, settings)
         met = gate.met and not failed and not summary.pending
         verdicts.append(gate.model_copy(update={"met": met, "detail": gate.detail + _failed(failed)}))
@@ -73,7 +73,7 @@ def min_pass_rate(result: ExperimentResult, settings: GateSettings) -> list[Gate
         return [
             verdict("min_pass_rate", None, None, bound, False, f"no completed {counted} (bound {bound:g})")
         ]
-    s = stats.sample(passed / trials for passed, trials in outcomes)
+    s = stats.sample((passed / trials for passed, trials in outcomes), pass_fail=True)
     gate = _absolute("min_pass_rate", None, f"{counted} pass rate", s, bound, settings)
     return [gate.model_copy(update={"met": gate.met and not result.summary.pending})]
 

@@ -11,7 +11,8 @@ Conventions:
 - A *difference* is current minus baseline, so a *drop* (current got worse, for a score where
   higher is better) is a negative difference, and ``drop = -difference``.
 
-One method for every kind of score, so that a run never changes method when its scores change.
+One method for every kind of score (pass/fail items with several trials add the last bound
+below), so that a run never changes method when its scores change.
 Each part below never decreases when an item's value rises, so neither does the bound (a better
 run never gets a worse bound, nor a worse p-value). The lattice is the range's ends, and 0 for a
 difference; its methods, on counts of items per point: Clopper-Pearson for a rate; for
@@ -27,7 +28,16 @@ the lowest of:
   scores of 0.99 get no higher a bound than ten passes);
 - no spread: n values whose best is v get a bound no higher than the larger of
   v - t (v - low) / n^1.5 and Clopper-Pearson's for n passes on [low, v]; it binds only with
-  very few items or no spread: one item bounds nothing, two equal scores prove little.
+  very few items or no spread: one item bounds nothing, two equal scores prove little;
+- for pass/fail items off the lattice (``Sample.pass_fail``: shares of passed trials, or their
+  differences), what the spread seen cannot show: Tango's score bound on the values themselves,
+  its variance the most likely population's under the bound, which may hold items at the
+  range's end that the sample never saw. With several trials an item's share lies between the
+  lattice's points, and a change that breaks a few items outright (a share of 0.8 falling to 0)
+  leaves no trace in most samples of 30 items: the spread of the rest made the likelihood's
+  bound too high (strict mode passed 8% of runs whose drop equalled the margin, 30 items x 5
+  trials). Without a continuity correction: the values are not counts. On the lattice (one
+  trial an item) the lattice methods are exact, and this bound is not used.
 The upper bound is the reflection's lower bound. Each p-value is the inversion: p <= a exactly
 when the bound at 1 - a excludes the value, so a bound and its test never disagree.
 """
@@ -89,6 +99,9 @@ class Sample:
     top: float
     up: tuple[float, ...]
     down: tuple[float, ...]
+    # Whether the values are pass/fail items' (shares of passed trials, or their differences):
+    # they get a fourth bound, for the breaks the sample missed (the module's docstring).
+    pass_fail: bool = False
 
     def reflected(self) -> Sample:
         """The same values negated: an upper bound is the reflection's lower bound."""
@@ -103,6 +116,7 @@ class Sample:
             -self.bottom,
             tuple(reversed(self.down)),
             tuple(reversed(self.up)),
+            self.pass_fail,
         )
 
     @cached_property
@@ -120,8 +134,11 @@ class Sample:
         return tuple(points)
 
 
-def sample(values: Iterable[float], low: float = 0.0, high: float = 1.0) -> Sample:
-    """The summary of per-item values in [low, high]."""
+def sample(
+    values: Iterable[float], low: float = 0.0, high: float = 1.0, *, pass_fail: bool = False
+) -> Sample:
+    """The summary of per-item values in [low, high]; ``pass_fail`` if they are pass/fail items'
+    (shares of passed trials, or differences of them)."""
     data = sorted(values)
     n = len(data)
     if n == 0:
@@ -129,9 +146,11 @@ def sample(values: Iterable[float], low: float = 0.0, high: float = 1.0) -> Samp
     distinct = _distinct(data)
     if distinct is None:  # each value once, in C loops: 100,000 items are common
         grouped = tuple(_bin(data[n * b // BINS : n * (b + 1) // BINS]) for b in range(BINS))
-        return _summary(grouped, data, [1.0] * n, n, low, high)
+        return _summary(grouped, data, [1.0] * n, n, low, high, pass_fail)
     grouped = tuple((value, float(count), 0.0) for value, count in distinct)
-    return _summary(grouped, [v for v, _ in distinct], [float(c) for _, c in distinct], n, low, high)
+    return _summary(
+        grouped, [v for v, _ in distinct], [float(c) for _, c in distinct], n, low, high, pass_fail
+    )
 
 
 def _distinct(data: list[float]) -> list[tuple[float, int]] | None:
@@ -168,6 +187,7 @@ def _summary(
     n: int,
     low: float,
     high: float,
+    pass_fail: bool = False,
 ) -> Sample:
     """The summary of ``values`` (ascending), each with its number of items."""
     mean = math.fsum(map(operator.mul, values, counts)) / n
@@ -192,6 +212,7 @@ def _summary(
         values[-1],
         tuple(up),
         tuple(down),
+        pass_fail,
     )
 
 
@@ -301,31 +322,53 @@ def null_variance(s: Sample, value: float) -> float:
     return spread + at_low * (low - value) ** 2
 
 
-def _statistic(s: Sample, value: float) -> float:
-    """Tango's score statistic for the mean against ``value`` (below the mean): the corrected
-    distance in standard errors of the most likely population with that mean."""
-    gap = s.mean - value - CORRECTION / s.n
+def _statistic(s: Sample, value: float, correction: float) -> float:
+    """Tango's score statistic for the mean against ``value`` (below the mean): the distance,
+    less ``correction`` items' worth, in standard errors of the most likely population with that
+    mean."""
+    gap = s.mean - value - correction / s.n
     if gap <= 0.0:
         return 0.0
     variance = null_variance(s, value)
     return math.inf if variance <= 0.0 else gap * math.sqrt(s.n / variance)
 
 
-def _score_lower(s: Sample, confidence: float) -> float:
+def _score_lower(s: Sample, confidence: float, correction: float = CORRECTION) -> float:
     t = t_quantile(confidence, s.n - 1)
 
     def excess(value: float) -> float:  # positive where the value is rejected; decreasing
-        return _statistic(s, value) - t if value > s.low else math.inf
+        return _statistic(s, value, correction) - t if value > s.low else math.inf
 
     return root_between(excess, s.low, s.mean, _tolerance(s))
 
 
-def _score_p(s: Sample, value: float) -> float:
+def _score_p(s: Sample, value: float, correction: float = CORRECTION) -> float:
     if value > s.mean:
-        return 1.0 - _score_p(s.reflected(), -value)
+        return 1.0 - _score_p(s.reflected(), -value, correction)
     if value <= s.low:
         return 0.0 if s.mean > s.low else 1.0
-    return t_sf(_statistic(s, value), s.n - 1)
+    return t_sf(_statistic(s, value, correction), s.n - 1)
+
+
+# --- what the spread seen cannot show --------------------------------------------------------
+
+
+def _unseen_lower(s: Sample, confidence: float) -> float:
+    if not s.pass_fail or _on_lattice(s):
+        return s.high
+    return _score_lower(s, confidence, 0.0)
+
+
+def _unseen_p(s: Sample, value: float) -> float:
+    if not s.pass_fail or _on_lattice(s):
+        return 0.0
+    return _score_p(s, value, 0.0)
+
+
+def _on_lattice(s: Sample) -> bool:
+    """Whether every value is a lattice point (pass/fail items of one trial each): there the
+    lattice methods are exact, and bound what the sample missed."""
+    return s.up == s.down
 
 
 # --- no spread -----------------------------------------------------------------------------
@@ -358,7 +401,9 @@ def lower_bound(s: Sample, confidence: float = LEVEL) -> float:
     if s.n < 2:
         return s.low
     seen = max(_seen_lower(s, confidence), _lattice_lower(s, confidence, s.down))
-    return min(seen, _lattice_lower(s, confidence, s.up), _floor_lower(s, confidence))
+    return min(
+        seen, _lattice_lower(s, confidence, s.up), _floor_lower(s, confidence), _unseen_lower(s, confidence)
+    )
 
 
 def upper_bound(s: Sample, confidence: float = LEVEL) -> float:
@@ -375,7 +420,7 @@ def p_above(s: Sample, value: float) -> float:
     if value <= s.low:  # a mean at most the range's end: every item there
         return 0.0 if s.top > s.low else 1.0
     seen = min(_seen_p(s, value), _lattice_p(s, value, s.down))
-    return max(seen, _lattice_p(s, value, s.up), _floor_p(s, value))
+    return max(seen, _lattice_p(s, value, s.up), _floor_p(s, value), _unseen_p(s, value))
 
 
 def p_below(s: Sample, value: float) -> float:
@@ -409,7 +454,8 @@ def bounds(s: Sample, confidence: float) -> Interval:
 
 def mean_interval(items: Iterable[Sequence[float]], level: float = LEVEL) -> Interval:
     """A score's mean over items (each item's mean over its trials) with its interval."""
-    return interval(sample(item_means(items)), level)
+    items = list(items)
+    return interval(sample(item_means(items), pass_fail=pass_fail(items)), level)
 
 
 def item_means(items: Iterable[Sequence[float]]) -> list[float]:
@@ -420,6 +466,12 @@ def item_means(items: Iterable[Sequence[float]]) -> list[float]:
             raise ValueError("an item has no trial values: leave it out, or give it its values")
         means.append(values[0] if len(values) == 1 else math.fsum(values) / len(values))
     return means
+
+
+def pass_fail(*runs: Iterable[Sequence[float]]) -> bool:
+    """Whether every trial value of the runs' items is 0 or 1: a pass/fail score's (in C, and
+    at the first other value: continuous scores cost nothing)."""
+    return all({0.0, 1.0}.issuperset(itertools.chain.from_iterable(items)) for items in runs)
 
 
 def mean(values: Sequence[float]) -> float:
@@ -447,7 +499,7 @@ def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -
                 f"an item has {passed} passed of {trials} trials: need 0 <= passed <= trials, trials > 0"
             )
         rates.append(passed / trials)
-    return interval(sample(rates), level)
+    return interval(sample(rates, pass_fail=True), level)
 
 
 # --- the paired comparison ----------------------------------------------------------------
@@ -490,7 +542,11 @@ def paired_comparison(
         only_in_current=() if every[0] else tuple(i for i in current if i not in baseline),
         only_in_baseline=() if every[1] else tuple(i for i in baseline if i not in current),
         differences=differences,
-        sample=sample(differences.values(), -1.0, 1.0) if shared else None,
+        sample=sample(
+            differences.values(), -1.0, 1.0, pass_fail=pass_fail(current.values(), baseline.values())
+        )
+        if shared
+        else None,
         baseline_mean=mean(before) if shared else None,
         current_mean=mean(now) if shared else None,
     )
@@ -571,9 +627,14 @@ class RegressionTest:
         return -upper_bound(self.differences, confidence), -lower_bound(self.differences, confidence)
 
 
-def regression_test(differences: Iterable[float], delta: float) -> RegressionTest:
-    """The tests on the per-item differences (current - baseline) against ``delta``."""
-    s = sample(differences, -1.0, 1.0)
+def regression_test(differences: Iterable[float], delta: float, *, pass_fail: bool = False) -> RegressionTest:
+    """The tests on the per-item differences (current - baseline) against ``delta``;
+    ``pass_fail`` if they are pass/fail items'."""
+    return regression_test_on(sample(differences, -1.0, 1.0, pass_fail=pass_fail), delta)
+
+
+def regression_test_on(s: Sample, delta: float) -> RegressionTest:
+    """The tests on the differences' sample (a ``PairedComparison``'s, summarized once)."""
     return RegressionTest(
         differences=s,
         delta=delta,
