@@ -454,8 +454,14 @@ def bounds(s: Sample, confidence: float) -> Interval:
 
 def mean_interval(items: Iterable[Sequence[float]], level: float = LEVEL) -> Interval:
     """A score's mean over items (each item's mean over its trials) with its interval."""
+    return interval(item_sample(items), level)
+
+
+def item_sample(items: Iterable[Sequence[float]]) -> Sample:
+    """The items' means over their trial values as a sample: a pass/fail one when every trial
+    value is 0 or 1."""
     items = list(items)
-    return interval(sample(item_means(items), pass_fail=pass_fail(items)), level)
+    return sample(item_means(items), pass_fail=pass_fail(items))
 
 
 def item_means(items: Iterable[Sequence[float]]) -> list[float]:
