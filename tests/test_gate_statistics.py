@@ -596,8 +596,10 @@ def test_the_design_has_the_current_runs_trials_when_the_baseline_ran_fewer(proj
     [gate] = gates(report)
     baseline = [[0.0]] * 4 + [[1.0]] * 16
     detectable = dp.minimum_detectable_drop(dp.design_of(baseline, trials=3), 0.05, 0.05)
+    one_trial = dp.minimum_detectable_drop(dp.design_of(baseline, trials=1), 0.05, 0.05)
     assert detectable is not None
-    assert detectable < dp.minimum_detectable_drop(dp.design_of(baseline, trials=1), 0.05, 0.05)  # type: ignore[operator]
+    assert one_trial is not None
+    assert detectable < one_trial
     assert gate["detectable_drop"] == pytest.approx(detectable)
     assert (
         f"  catches a drop of {detectable:.3f} or more with 80% power at 20 items x 3 trials"
