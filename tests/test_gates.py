@@ -680,3 +680,28 @@ def test_a_soft_failed_trial_reads_the_same_in_every_report(
     assert ["a", "0", "completed", "passed"] in rows
     assert opik_eval([*store, "show", "test_eval.py::test_qa[d-t0]"]) == 0
     assert "  item d, trial 0: completed, soft-failed" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("interrupted", "passed"),
+    [
+        ("('c', 0)", 2),  # item c has no verdict yet
+        ("('c', 1)", 3),  # item c passed its one trial required, and a trial is still pending
+    ],
+)
+def test_the_items_gate_is_not_met_while_a_trial_is_pending(
+    project: Project, interrupted: str, passed: int
+) -> None:
+    # No item failed, but the run stopped before the trials of item c finished.
+    project.dataset(items("a", "b", "c"))
+    project.eval_test(
+        "trial_count=2, pass_threshold=1,",
+        behaviour=f"if (item['id'], trial) == {interrupted}: raise KeyboardInterrupt",
+    )
+    # In a subprocess: pytester re-raises a Ctrl-C of an in-process run.
+    result, report = project.run_report("--eval", subprocess=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    [gate] = [g for g in report["experiments"][0]["gates"] if g["kind"] == "items"]
+    assert gate["met"] is False
+    assert gate["detail"].startswith(f"{passed} of 3 items passed at least 1 of their trials; ")
+    assert "trial(s) pending: pytest --eval-resume=" in gate["detail"]
