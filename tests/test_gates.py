@@ -683,23 +683,24 @@ def test_a_soft_failed_trial_reads_the_same_in_every_report(
 
 
 @pytest.mark.parametrize(
-    ("interrupted", "passed"),
+    ("budget", "passed"),
     [
-        ("('c', 0)", 2),  # item c has no verdict yet
-        ("('c', 1)", 3),  # item c passed its one trial required, and a trial is still pending
+        ("$1", 2),  # item c's trials did not start: it has no verdict yet
+        ("$1.25", 3),  # item c passed the one trial it needs, and its second is still pending
     ],
 )
 def test_the_items_gate_is_not_met_while_a_trial_is_pending(
-    project: Project, interrupted: str, passed: int
+    project: Project, budget: str, passed: int
 ) -> None:
-    # No item failed, but the run stopped before the trials of item c finished.
+    # Each trial spends $0.25: the budget stops the run before the trials of item c finished.
     project.dataset(items("a", "b", "c"))
     project.eval_test(
         "trial_count=2, pass_threshold=1,",
-        behaviour=f"if (item['id'], trial) == {interrupted}: raise KeyboardInterrupt",
+        imports="from pytest_opik_eval.tracing import trace",
+        behaviour="with trace.span('llm', type='llm'):\n"
+        "        trace.usage(model='house-llm-1', input_tokens=1, output_tokens=1, cost=0.25)",
     )
-    # In a subprocess: pytester re-raises a Ctrl-C of an in-process run.
-    result, report = project.run_report("--eval", subprocess=True)
+    result, report = project.run_report("--eval", f"--eval-budget={budget}")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     [gate] = [g for g in report["experiments"][0]["gates"] if g["kind"] == "items"]
     assert gate["met"] is False
