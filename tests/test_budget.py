@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 from collections import Counter
+from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
@@ -88,6 +89,17 @@ def resume_line(result: pytest.RunResult) -> list[str]:
     args = shlex.split(line.split(": ", 1)[1])
     assert args[0] == "pytest"
     return args[1:]
+
+
+def open_files() -> list[str]:
+    """What this process (an in-process run's controller) holds open, by path."""
+    names = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            names.append(os.readlink(fd))
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    return names
 
 
 def assert_each_trial_ran_once(project: Project, calls: list[str], store: str | None = None) -> None:
@@ -207,6 +219,7 @@ def test_xdist_workers_share_one_budget(project: Project, monkeypatch: pytest.Mo
         [f"eval budget reached: spent * of $7.50 ({100 - completed} trials not started)"]
     )
     assert not (project.path / ".opik-eval" / "store.db.budget").exists(), "the ledger is removed"
+    assert not [name for name in open_files() if "store.db.budget" in name], "and closed by the controller"
     calls = project.calls()
     rest = project.run(f"--eval-resume={report['run_id']}", "--eval-budget=100", "-p", "xdist", "-n", "2")
     rest.assert_outcomes(passed=100 - completed)
@@ -597,13 +610,111 @@ def test_a_replayed_call_costs_nothing_of_a_dollar_budget(project: Project, llm:
     assert llm.requests == 3, "the replay asked nothing"
 
 
+# The app's LLM span as the manual API records it, with the usage set by hand: prompt and
+# completion tokens and no total, which nothing fills in on this way.
+MANUAL_SPAN_APP = """
+from pytest_opik_eval.tracing import trace
+
+
+def llm(prompt):
+    with trace.span("llm", type="llm") as span:
+        span.usage = {"prompt_tokens": 300, "completion_tokens": 100}
+    return prompt
+
+
+def judge_llm(text):
+    return 1.0
+"""
+
+
+@pytest.mark.parametrize("route", ["opik sdk", "manual span"])
 def test_a_token_budget_adds_up_a_spans_prompt_and_completion_when_it_reports_no_total(
-    project: Project, monkeypatch: pytest.MonkeyPatch
+    project: Project, monkeypatch: pytest.MonkeyPatch, route: str
 ) -> None:
     # An app whose spans report prompt and completion tokens but no total (as some providers'
     # usage does): each trial's 300 + 100 tokens still count, so 5 trials reach 2,000.
     make_project(project, monkeypatch)
-    project.write("app.py", APP.replace(', "total_tokens": 400', "").replace(', "total_tokens": 100', ""))
+    if route == "opik sdk":
+        project.write("app.py", APP.replace(', "total_tokens": 400', "").replace(', "total_tokens": 100', ""))
+    else:
+        project.write("app.py", MANUAL_SPAN_APP)
     result, report = project.run_report("--eval", "--eval-budget=2k tokens")
     result.assert_outcomes(passed=5, skipped=95)
     assert report["budget"]["spent"] == 2000
+
+
+def test_a_dollar_budget_says_when_it_counted_spans_without_a_cost_as_free(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The app's spans report tokens of a model no price table knows, and no cost: a dollar budget
+    # cannot count them, so every trial runs, and the run says why the budget saw no spend.
+    make_project(project, monkeypatch)
+    project.dataset(
+        [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS[:4]]
+    )
+    project.write(
+        "app.py", APP.replace("total_cost=0.25,", "").replace('"house-llm-1"', '"house-llm-unpriced"')
+    )
+    result, report = project.run_report("--eval", "--eval-budget=$0.01")
+    result.assert_outcomes(passed=4)
+    assert report["budget"]["spent"] == 0
+    assert result.stdout.str().count("the dollar budget counted them as free") == 1
+    result.stdout.fnmatch_lines(["*some spans reported tokens but no cost*--eval-budget=200k tokens*"])
+
+
+# The app's call made in a span that reports no cost itself (an agent's step); its cost is on
+# the span opened after it, under it: what a replayed call saves is taken from there.
+STEP_TEST = """
+import pytest
+from pytest_opik_eval.metrics import Equals
+from pytest_opik_eval.tracing import trace
+from app import ask
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl", metrics=[Equals(threshold=0)], scoring_key_mapping={"reference": "expected_output"}
+)
+def test_answer(eval_item):
+    with trace.span("step", type="general"):
+        answer = ask(eval_item["input"]["question"])
+        with trace.span("ask", type="llm"):
+            trace.usage(model=MODEL, input_tokens=10, output_tokens=5, cost=COST)
+    return answer
+"""
+
+
+@NEEDS_RECORD
+@needs_extra("cost", "genai_prices")
+def test_a_replayed_call_is_taken_off_the_priced_span_under_the_one_it_was_made_in(
+    project: Project, llm: FakeLLM
+) -> None:
+    project.dataset(
+        [{"id": q, "input": {"question": q}, "expected_output": q} for q in ("capital", "colour", "planet")]
+    )
+    project.write("app.py", HTTPX_APP)
+    project.write("test_app.py", STEP_TEST.replace("MODEL", '"gpt-4o-mini"').replace("COST", "None"))
+    project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=3)
+
+    result, report = project.run_report("--eval", "--eval-record=none", "--eval-budget=$1")
+    result.assert_outcomes(passed=3)
+    assert report["budget"]["spent"] == 0
+    assert llm.requests == 3, "the replay asked nothing"
+
+
+@NEEDS_RECORD
+def test_a_replayed_call_of_an_unpriced_model_keeps_what_its_span_reports(
+    project: Project, llm: FakeLLM
+) -> None:
+    # No price table knows the model, so what the replayed call saved is unknown: the budget
+    # keeps the $0.25 its span reports rather than guess (it may stop early, never overrun).
+    project.dataset(
+        [{"id": q, "input": {"question": q}, "expected_output": q} for q in ("capital", "colour", "planet")]
+    )
+    project.write("app.py", HTTPX_APP.replace('"gpt-4o-mini"', '"house-llm-unpriced"'))
+    project.write("test_app.py", STEP_TEST.replace("MODEL", '"house-llm-unpriced"').replace("COST", "0.25"))
+    project.run("--eval", "--eval-record=new_episodes").assert_outcomes(passed=3)
+
+    result, report = project.run_report("--eval", "--eval-record=none", "--eval-budget=$1")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["eval recordings (--eval-record=none): 3 replayed, 0 recorded, 0 missed*"])
+    assert report["budget"]["spent"] == 0.75

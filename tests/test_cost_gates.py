@@ -516,3 +516,24 @@ def test_a_cost_exactly_at_its_bound_meets_the_gate(
     met = gates(report)
     assert (met["max_cost_per_run"]["met"], met["max_cost_per_run"]["value"]) == (True, 0.875)
     assert (met["max_cost_per_item"]["met"], met["max_cost_per_item"]["value"]) == (True, 0.5)
+    # Exactly at the bound reads as within it, not above it.
+    assert met["max_cost_per_run"]["detail"] == "spent $0.875 (app $0.875) <= $0.875"
+
+
+def test_a_cost_gate_names_the_five_most_expensive_items(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_opik(project, monkeypatch)
+    project.dataset(
+        [
+            {"id": f"i{n}", "input": {"text": f"i{n}"}, "expected_output": f"i{n}", "cost": n / 1000}
+            for n in range(1, 8)
+        ]
+    )
+    project.write("app.py", APP)
+    project.eval_test(imports="from app import agent", behaviour="agent(item)")
+    result, report = project.run_report("--eval", "--eval-max-cost=1")
+    assert result.ret == pytest.ExitCode.OK
+    assert gates(report)["max_cost_per_item"]["notes"] == [
+        "most expensive: i7 $0.007, i6 $0.006, i5 $0.005, i4 $0.004, i3 $0.003"
+    ]

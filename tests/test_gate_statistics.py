@@ -241,6 +241,60 @@ def test_strict_mode_says_how_many_unchanged_items_would_show_no_drop(
     ) in gate_lines(result)
 
 
+def test_a_drop_of_exactly_delta_is_within_what_is_allowed(project: Project) -> None:
+    # One of two items breaks: a drop of 0.5, the DELTA allowed, not beyond it.
+    app(project, 2)
+    project.run("--eval", "--eval-soft")
+    wrong(project, "i000")
+    result, _ = project.run_report(*GATED, "--eval-max-regression=equals_metric=0.5")
+    assert gate_lines(result)[0] == (
+        "met: test_app: max_regression equals_metric: mean changed by -0.500 from the baseline "
+        "(at most -0.5 allowed)"
+    )
+
+
+# 30 items of which 3 fail in the baseline, at DELTA 0.2: the design catches a drop of 0.52
+# (between 2 and 3 x DELTA) with 80% power.
+DESIGN = dp.design_of([[0.0]] * 3 + [[1.0]] * 27, trials=1)
+
+
+def test_a_normal_gate_that_fails_on_a_small_design_says_how_many_items_would_catch_twice_delta(
+    project: Project,
+) -> None:
+    detectable = dp.minimum_detectable_drop(DESIGN, 0.2, 0.05)
+    assert detectable is not None
+    assert 0.4 < detectable < 0.6
+    needed = dp.items_needed(DESIGN, lambda d: dp.detection_power(d, 0.4, 0.2, 0.05))
+    assert needed is not None
+    assert needed > 30
+    app(project, 30)
+    wrong(project, *first(3))
+    project.run("--eval", "--eval-soft")
+    wrong(project, *first(18))
+    result, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0.2")
+    [gate] = gates(report)
+    assert (gate["met"], gate["items_needed"]) == (False, needed)
+    assert gate["detectable_drop"] == pytest.approx(detectable)
+    assert gate_lines(result)[2:] == [
+        f"  catches a drop of {detectable:.3f} or more with 80% power at 30 items x 1 trial",
+        f"  about {needed} items would catch a drop of 0.4 with 80% chance at 1 trial each",
+    ]
+
+
+def test_a_strict_gate_that_is_met_asks_for_no_more_items(project: Project) -> None:
+    # The same design, unchanged: strict mode shows the drop below 0.2; what more items would
+    # catch is for a gate that could not conclude.
+    app(project, 30)
+    wrong(project, *first(3))
+    project.run("--eval", "--eval-soft")
+    result, report = project.run_report(
+        *GATED, "--eval-max-regression=equals_metric=0.2", "--eval-gate-mode=strict"
+    )
+    [gate] = gates(report)
+    assert (gate["met"], gate["items_needed"]) == (True, None)
+    assert not [line for line in gate_lines(result) if "items would" in line]
+
+
 # --- 2. single runs: honest bounds, and a better run never gates worse ------------------------
 
 

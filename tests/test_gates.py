@@ -680,3 +680,29 @@ def test_a_soft_failed_trial_reads_the_same_in_every_report(
     assert ["a", "0", "completed", "passed"] in rows
     assert opik_eval([*store, "show", "test_eval.py::test_qa[d-t0]"]) == 0
     assert "  item d, trial 0: completed, soft-failed" in capsys.readouterr().out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("budget", "passed"),
+    [
+        ("$1", 2),  # item c's trials did not start: it has no verdict yet
+        ("$1.25", 3),  # item c passed the one trial it needs, and its second is still pending
+    ],
+)
+def test_the_items_gate_is_not_met_while_a_trial_is_pending(
+    project: Project, budget: str, passed: int
+) -> None:
+    # Each trial spends $0.25: the budget stops the run before the trials of item c finished.
+    project.dataset(items("a", "b", "c"))
+    project.eval_test(
+        "trial_count=2, pass_threshold=1,",
+        imports="from pytest_opik_eval.tracing import trace",
+        behaviour="with trace.span('llm', type='llm'):\n"
+        "        trace.usage(model='house-llm-1', input_tokens=1, output_tokens=1, cost=0.25)",
+    )
+    result, report = project.run_report("--eval", f"--eval-budget={budget}")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    [gate] = [g for g in report["experiments"][0]["gates"] if g["kind"] == "items"]
+    assert gate["met"] is False
+    assert gate["detail"].startswith(f"{passed} of 3 items passed at least 1 of their trials; ")
+    assert "trial(s) pending: pytest --eval-resume=" in gate["detail"]

@@ -61,7 +61,7 @@ class Budget:
     """This session's budget and what it has spent so far (shared through ``ledger`` when the
     session's trials run in several processes)."""
 
-    def __init__(self, given: BudgetSetting, shards: int = 1, ledger: Path | None = None) -> None:
+    def __init__(self, given: BudgetSetting, shards: int, ledger: Path | None = None) -> None:
         self.given = given
         self.unit = given.unit
         self.shards = shards
@@ -186,7 +186,6 @@ class _Ledger:
         self._fds: tuple[int, int] | None = None  # (append, read)
         self._partial = b""  # a line another process is writing, seen in part
         self._total = 0.0
-        self._closed = False
 
     def _open(self) -> tuple[int, int]:
         if self._fds is None:
@@ -218,10 +217,8 @@ class _Ledger:
         return self._total
 
     def close(self, *, remove: bool) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for fd in self._fds or ():
+        fds, self._fds = self._fds or (), None
+        for fd in fds:
             try:
                 os.close(fd)
             except OSError:

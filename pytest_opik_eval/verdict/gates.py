@@ -29,8 +29,8 @@ _WORST = 5
 def judge(
     result: ExperimentResult,
     resume_command: Callable[[str], str],
-    adjusted: Mapping[str, stats.Adjusted] | None = None,
-    family: int = 1,
+    adjusted: Mapping[str, stats.Adjusted] | None,
+    family: int,
 ) -> ExperimentResult:
     """The result (with its baseline comparison, if any) with its gate verdicts; ``adjusted``:
     its regression gates' Holm steps over the session's ``family`` of them (none: unadjusted)."""
@@ -67,12 +67,12 @@ def evaluate_gates(
 def _items(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:
     if settings.pass_threshold is None:
         return []
-    failed_items = [i for i in result.items if i.verdict == "failed"]
-    met = not failed_items and not result.summary.pending
-    detail = (
-        f"{len(result.items) - len(failed_items)} of {len(result.items)} items passed "
-        f"at least {settings.pass_threshold} of their trials"
-    )
+    # An item whose verdict waits on a pending trial has neither passed nor failed; and as every
+    # gate, this one is not met while a trial is pending, even one its item no longer needs.
+    passed = sum(i.verdict == "passed" for i in result.items)
+    met = passed == len(result.items) and not result.summary.pending
+    threshold = settings.pass_threshold
+    detail = f"{passed} of {len(result.items)} items passed at least {threshold} of their trials"
     # pass@k and pass^k are in the summary, shown beside the item counts: not repeated here.
     return [_verdict("items", None, None, None, met, detail)]
 
@@ -88,7 +88,8 @@ def _max_cost(result: ExperimentResult, settings: GateSettings) -> list[GateVerd
     bound = settings.max_cost_per_item
     if bound is not None:
         worst = sorted(spent.cost_by_item.items(), key=lambda pair: -pair[1])
-        value = worst[0][1] if worst and spent.app_reported else None
+        # Costs by item only when the app reported some: else no item is named (each would read $0).
+        value = worst[0][1] if worst else None
         over = [item for item, cost in worst if cost > bound]
         if not spent.app_reported:
             detail = _nothing_reported("the app's", spent.trials)
@@ -105,7 +106,7 @@ def _max_cost(result: ExperimentResult, settings: GateSettings) -> list[GateVerd
             )
         unpriced = _unpriced(spent.unpriced_app)
         notes = []
-        if worst and spent.app_reported:
+        if worst:
             # side by side, and beside the bound: as precise as they differ
             named = [bound, *(cost for _, cost in worst[:_WORST])]
             notes.append(

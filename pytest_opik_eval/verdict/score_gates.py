@@ -87,12 +87,13 @@ def _absolute(
     alpha = 1.0 - settings.confidence
     bounds = stats.bounds(s, settings.confidence)
     value = s.mean
+    p_value: float | None
     if settings.mode == "strict":
-        p_value: float | None = stats.p_above(s, bound)
-        cleared = p_value is not None and p_value <= alpha
+        p_value = p = stats.p_above(s, bound)
+        cleared = p <= alpha
         detail = (
             f"{what} {score(value)}, lower bound {score(bounds.low)} "
-            f"{'>=' if cleared else 'is below'} {bound:g} ({_p(p_value)})"
+            f"{'>=' if cleared else 'is below'} {bound:g} ({_p(p)})"
         )
     else:
         p_value = None
@@ -243,9 +244,10 @@ def _design(result: ExperimentResult, metric: str) -> plan.Design:
 
 
 def _trials(result: ExperimentResult, metric: str) -> int:
-    """The current run's trials per item for this metric (the mean, rounded)."""
-    by_item = result.values.get(metric, {})
-    return max(1, round(sum(map(len, by_item.values())) / len(by_item))) if by_item else 1
+    """The current run's trials per item for this metric (the mean, rounded): the metric has a
+    test, so some item has a value."""
+    by_item = result.values[metric]
+    return max(1, round(sum(map(len, by_item.values())) / len(by_item)))
 
 
 def _design_notes(
@@ -295,9 +297,7 @@ def _allowed(delta: float) -> str:
     return f"{-delta:g}" if delta else "0"
 
 
-def _p(p_value: float | None) -> str:
-    if p_value is None:
-        return "p=-"
+def _p(p_value: float) -> str:
     return "p<0.001" if p_value < 0.001 else f"p={p_value:.3f}"
 
 
