@@ -11,7 +11,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
@@ -71,7 +71,7 @@ class ExperimentResult:
     tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
-    # Each metric's computed scores by item id (``values_by_item``), computed once; with the
+    # Each metric's computed scores by item id (``scores_by_item``), computed once; with the
     # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     samples: dict[str, stats.Sample] = field(default_factory=dict)
@@ -200,14 +200,15 @@ def experiment_result(
     ``gates.judge`` adds them); with ``intervals``, the summary's intervals (a baseline, which
     is only compared with, needs none)."""
     items = item_results(trials, settings.pass_threshold)
-    values = values_by_item([t for t in trials if t.status == "completed"])
+    scores = scores_by_item([t for t in trials if t.status == "completed"])
+    values = scores.values
     level = settings.confidence if intervals else None
     samples = {name: stats.item_sample(v.values()) for name, v in values.items() if v} if level else {}
     summary = summarize(
         trials,
         settings.thresholds,
         level,
-        values,
+        scores,
         verdicts=items,
         soft=settings.soft_trials(),
         samples=samples,
@@ -230,7 +231,7 @@ def summarize(
     trials: Sequence[ScoredTrial],
     thresholds: dict[str, float | None],
     level: float | None = None,
-    by_item: dict[str, dict[str, list[float]]] | None = None,
+    scores: ScoresByItem | None = None,
     *,
     verdicts: Sequence[ItemVerdict] | None = None,
     soft: bool = False,
@@ -239,19 +240,13 @@ def summarize(
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
     the intervals of the means too. The item is the unit: a mean or a pass rate is the mean over
     items of each item's mean over its completed trials (with as many trials per item, the mean
-    over trials), the estimate its interval is around. ``by_item``: ``values_by_item`` of the
+    over trials), the estimate its interval is around. ``scores``: ``scores_by_item`` of the
     completed trials, ``verdicts`` their ``item_results``, and ``samples`` each metric's
     ``statistics.item_sample``, when the caller has them.
     ``soft``: a trial that missed its thresholds counts as soft-failed, not failed
     (``GateSettings.soft_trials``)."""
     completed = [t for t in trials if t.status == "completed"]
-    if by_item is None:
-        by_item = values_by_item(completed)
-    failed: dict[str, int] = {}
-    for trial in completed:
-        for score in trial.scores:
-            if score.scoring_failed:
-                failed[score.name] = failed.get(score.name, 0) + 1
+    by_item, failed = scores_by_item(completed) if scores is None else scores
     metrics = {}
     for name in dict.fromkeys([*by_item, *failed]):
         items = by_item.get(name, {})
@@ -293,13 +288,24 @@ def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> floa
     return stats.mean(values if len(values) == len(items) else stats.item_means(items.values()))
 
 
-def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list[float]]]:
-    """Each metric's computed scores, by item id: an item's trials are one cluster."""
+class ScoresByItem(NamedTuple):
+    """Each metric's computed scores by item id (an item's trials are one cluster), and its
+    scores that failed to compute, counted."""
+
+    values: dict[str, dict[str, list[float]]]
+    failed: dict[str, int]
+
+
+def scores_by_item(completed: Sequence[ScoredTrial]) -> ScoresByItem:
+    """The completed trials' scores by metric and item: one pass over them (200,000 are
+    common)."""
     by_item: dict[str, dict[str, list[float]]] = {}
+    failed: dict[str, int] = {}
     for trial in completed:
         item = trial.dataset_item_id
         for score in trial.scores:
             if score.scoring_failed:
+                failed[score.name] = failed.get(score.name, 0) + 1
                 continue
             metric = by_item.get(score.name)
             if metric is None:
@@ -309,7 +315,7 @@ def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list
                 metric[item] = [score.value]
             else:
                 values.append(score.value)
-    return by_item
+    return ScoresByItem(by_item, failed)
 
 
 def _mean_interval(
