@@ -214,7 +214,8 @@ def experiment_result(
         samples=samples,
     )
     summary.latency = latency_summary(trials)
-    summary.usage = usage_summary(usage_of(t) for t in trials)
+    # Most sessions report no usage: only the trials with a sum or spans are read (as ``spend``).
+    summary.usage = usage_summary(usage_of(t) for t in trials if t.usage is not None or t.spans)
     return ExperimentResult(
         experiment=experiment,
         settings=settings,
@@ -395,7 +396,7 @@ def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> l
         count[2] += trial.status == "pending"
     results = []
     for item_id, (total, passed, pending) in counts.items():
-        required = min(pass_threshold or total, total)
+        required = min(pass_threshold, total) if pass_threshold else total
         verdict: ItemStatus
         if passed >= required:
             verdict = "passed"
