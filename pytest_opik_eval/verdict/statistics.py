@@ -500,8 +500,9 @@ def variance(values: Sequence[float]) -> float:
     if len(values) < 2:
         return 0.0
     centre = mean(values)
-    centred = [x - centre for x in values]
-    return math.fsum(map(operator.mul, centred, centred)) / (len(values) - 1)
+    # x ** 2 in a C loop: pow(x, 2) is not always the float x * x.
+    squares = map(pow, [x - centre for x in values], itertools.repeat(2))
+    return math.fsum(squares) / (len(values) - 1)
 
 
 def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -> Interval:
