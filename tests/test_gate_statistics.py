@@ -25,7 +25,7 @@ from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import pass_at_k as pk
 from pytest_opik_eval.verdict import statistics as st
-from pytest_opik_eval.verdict.results import values_by_item
+from pytest_opik_eval.verdict.results import scores_by_item
 
 # An app that gets wrong the item ids (or "id#trial") listed in wrong.txt; a second metric,
 # Contains, scores the same answers alike (a correlated metric).
@@ -632,7 +632,7 @@ def test_the_detectable_drop_comes_from_the_design_not_the_observed_drop(project
     assert 0.05 < drops[0] <= 0.9  # at most the baseline's mean
     store = LocalStore(project.store_path, create=False)
     try:
-        values = values_by_item(store.trials(baseline))["equals_metric"]
+        values = scores_by_item(store.trials(baseline)).values["equals_metric"]
     finally:
         store.close()
     expected = dp.minimum_detectable_drop(dp.design_of(values.values()), 0.05, 0.05)
@@ -706,7 +706,7 @@ def test_opik_eval_plan_says_how_many_items_and_trials_a_drop_needs(
     out = capsys.readouterr().out.splitlines()
     local = LocalStore(project.store_path, create=False)
     try:
-        values = values_by_item(local.trials(project.last_experiment_id()))["equals_metric"]
+        values = scores_by_item(local.trials(project.last_experiment_id())).values["equals_metric"]
     finally:
         local.close()
     design = dp.design_of(values.values())

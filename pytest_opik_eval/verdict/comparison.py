@@ -11,14 +11,14 @@ from dataclasses import replace
 
 from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
-from pytest_opik_eval.verdict.model import BaselineComparison, FigureChange, MetricDelta
+from pytest_opik_eval.verdict.model import BaselineComparison, FigureChange, ItemStatus, MetricDelta
 from pytest_opik_eval.verdict.results import ExperimentResult, confidence_interval
 from pytest_opik_eval.verdict.usage import Spend, percentile, spend, task_seconds
 
 
 def with_baseline(result: ExperimentResult, baseline: ExperimentResult) -> ExperimentResult:
     """The result with its baseline comparison, and the tests of its regression gates."""
-    comparison, paired = compare(result, baseline)
+    comparison, paired, baseline_verdicts = compare(result, baseline)
     tests = {
         metric: stats.regression_test_on(pairs.sample, delta)
         for metric, delta in result.settings.max_regression.items()
@@ -29,20 +29,20 @@ def with_baseline(result: ExperimentResult, baseline: ExperimentResult) -> Exper
         baseline=comparison,
         paired=paired,
         tests=tests,
-        baseline_verdicts={i.dataset_item_id: i.verdict for i in baseline.items},
+        baseline_verdicts=baseline_verdicts,
         baseline_values=baseline.values,
     )
 
 
 def compare(
     current: ExperimentResult, baseline: ExperimentResult
-) -> tuple[BaselineComparison, dict[str, stats.PairedComparison]]:
+) -> tuple[BaselineComparison, dict[str, stats.PairedComparison], dict[str, ItemStatus]]:
     """The two experiments over the items both planned, paired by item id (a baseline made with
     ``-k``, or with a narrower selection, covers fewer): per metric the paired comparison of the
     items both scored (the baseline's and the current mean over them, each item's mean weighing
     the same, and the mean per-item difference with its interval); the items that passed in the
     baseline and fail now (regressions) and the reverse (fixes), with the exact one-sided test
-    on them; and the items only one of them planned."""
+    on them; and the items only one of them planned. Also the baseline's verdict by item."""
     level = current.settings.confidence
     before_items = {i.dataset_item_id: i.verdict for i in baseline.items}
     now_items = {i.dataset_item_id: i.verdict for i in current.items}
@@ -75,6 +75,8 @@ def compare(
             items=len(pairs.shared),
             sd=math.sqrt(pairs.sample.variance) if pairs.sample else None,
         )
+    every_baseline_item = len(shared) == len(before_items)
+    only_in_baseline = [] if every_baseline_item else [i for i in before_items if i not in now_items]
     comparison = BaselineComparison(
         experiment_id=baseline.id,
         run_id=baseline.run_id,
@@ -82,18 +84,19 @@ def compare(
         metrics=metrics,
         shared_items=len(shared),
         only_in_current=only_here,
-        only_in_baseline=[i for i in before_items if i not in now_items]
-        if len(shared) < len(before_items)
-        else [],
+        only_in_baseline=only_in_baseline,
         regressions=regressions,
         fixes=fixes,
         regressions_p_value=stats.regressions_by_chance(len(regressions), len(fixes)),
         figures=_figures(
             current.trials if kept is None else [t for t in current.trials if t.dataset_item_id in kept],
-            [t for t in baseline.trials if t.dataset_item_id in now_items],  # the shared items'
+            # the baseline's trials of the shared items: all of them when it planned no other
+            baseline.trials
+            if every_baseline_item
+            else [t for t in baseline.trials if t.dataset_item_id in now_items],
         ),
     )
-    return comparison, paired
+    return comparison, paired, before_items
 
 
 def _mean(by_item: dict[str, list[float]], planned: Container[str]) -> float | None:

@@ -141,12 +141,12 @@ def design_of(items: Iterable[Sequence[float]], trials: int | None = None) -> De
     how an item's score varies from one trial to the next (its within-item variance, and for
     pass/fail scores the intra-item correlation that leaves), from the items' trials when they
     have several; with one trial each, unknown (see ``Design``)."""
-    values = [list(v) for v in items if v]
+    values = [v for v in items if v]
     if not values:
         raise ValueError("a design needs a baseline with at least one item")
     means = item_means(values)
     mean = stats.mean(means)
-    binary = all(x in (0.0, 1.0) for v in values for x in v)
+    binary = stats.pass_fail(values)
     per_item = max(1, round(sum(map(len, values)) / len(values)))
     repeated = [v for v in values if len(v) > 1]
     spread = stats.variance(means) if len(means) > 1 else 0.0

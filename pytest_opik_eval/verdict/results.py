@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
@@ -71,8 +71,10 @@ class ExperimentResult:
     tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
-    # Each metric's computed scores by item id (``values_by_item``), computed once.
+    # Each metric's computed scores by item id (``scores_by_item``), computed once; with the
+    # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    samples: dict[str, stats.Sample] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -93,6 +95,12 @@ class ExperimentResult:
     @property
     def trial_count(self) -> int:
         return self.experiment.selection.trial_count
+
+    def item_sample(self, metric: str) -> stats.Sample:
+        """The metric's items as a sample (``statistics.item_sample``): the summary's, if it
+        has intervals."""
+        known = self.samples.get(metric)
+        return stats.item_sample(self.values[metric].values()) if known is None else known
 
     def ran_this_session(self, trial: TrialRecord) -> bool:
         return self.session_id is not None and trial.session_id == self.session_id
@@ -192,13 +200,22 @@ def experiment_result(
     ``gates.judge`` adds them); with ``intervals``, the summary's intervals (a baseline, which
     is only compared with, needs none)."""
     items = item_results(trials, settings.pass_threshold)
-    values = values_by_item([t for t in trials if t.status == "completed"])
+    scores = scores_by_item([t for t in trials if t.status == "completed"])
+    values = scores.values
     level = settings.confidence if intervals else None
+    samples = {name: stats.item_sample(v.values()) for name, v in values.items() if v} if level else {}
     summary = summarize(
-        trials, settings.thresholds, level, values, verdicts=items, soft=settings.soft_trials()
+        trials,
+        settings.thresholds,
+        level,
+        scores,
+        verdicts=items,
+        soft=settings.soft_trials(),
+        samples=samples,
     )
     summary.latency = latency_summary(trials)
-    summary.usage = usage_summary(usage_of(t) for t in trials)
+    # Most sessions report no usage: only the trials with a sum or spans are read (as ``spend``).
+    summary.usage = usage_summary(usage_of(t) for t in trials if t.usage is not None or t.spans)
     return ExperimentResult(
         experiment=experiment,
         settings=settings,
@@ -207,6 +224,7 @@ def experiment_result(
         summary=item_statistics(summary, items, level) if level else summary,
         items=items,
         values=values,
+        samples=samples,
     )
 
 
@@ -214,26 +232,22 @@ def summarize(
     trials: Sequence[ScoredTrial],
     thresholds: dict[str, float | None],
     level: float | None = None,
-    by_item: dict[str, dict[str, list[float]]] | None = None,
+    scores: ScoresByItem | None = None,
     *,
     verdicts: Sequence[ItemVerdict] | None = None,
     soft: bool = False,
+    samples: Mapping[str, stats.Sample] | None = None,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
     the intervals of the means too. The item is the unit: a mean or a pass rate is the mean over
     items of each item's mean over its completed trials (with as many trials per item, the mean
-    over trials), the estimate its interval is around. ``by_item``: ``values_by_item`` of the
-    completed trials, and ``verdicts`` their ``item_results``, when the caller has them.
+    over trials), the estimate its interval is around. ``scores``: ``scores_by_item`` of the
+    completed trials, ``verdicts`` their ``item_results``, and ``samples`` each metric's
+    ``statistics.item_sample``, when the caller has them.
     ``soft``: a trial that missed its thresholds counts as soft-failed, not failed
     (``GateSettings.soft_trials``)."""
     completed = [t for t in trials if t.status == "completed"]
-    if by_item is None:
-        by_item = values_by_item(completed)
-    failed: dict[str, int] = {}
-    for trial in completed:
-        for score in trial.scores:
-            if score.scoring_failed:
-                failed[score.name] = failed.get(score.name, 0) + 1
+    by_item, failed = scores_by_item(completed) if scores is None else scores
     metrics = {}
     for name in dict.fromkeys([*by_item, *failed]):
         items = by_item.get(name, {})
@@ -250,7 +264,7 @@ def summarize(
             failed=failed.get(name, 0),
             threshold=threshold,
             pass_rate=met / scored if threshold is not None and scored else None,
-            interval=_mean_interval(items, level) if v and level else None,
+            interval=_mean_interval(items, level, (samples or {}).get(name)) if v and level else None,
         )
     passed = len([t for t in completed if t.passed])
     missed = len([t for t in completed if t.passed is False])
@@ -275,13 +289,24 @@ def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> floa
     return stats.mean(values if len(values) == len(items) else stats.item_means(items.values()))
 
 
-def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list[float]]]:
-    """Each metric's computed scores, by item id: an item's trials are one cluster."""
+class ScoresByItem(NamedTuple):
+    """Each metric's computed scores by item id (an item's trials are one cluster), and its
+    scores that failed to compute, counted."""
+
+    values: dict[str, dict[str, list[float]]]
+    failed: dict[str, int]
+
+
+def scores_by_item(completed: Sequence[ScoredTrial]) -> ScoresByItem:
+    """The completed trials' scores by metric and item: one pass over them (200,000 are
+    common)."""
     by_item: dict[str, dict[str, list[float]]] = {}
+    failed: dict[str, int] = {}
     for trial in completed:
         item = trial.dataset_item_id
         for score in trial.scores:
             if score.scoring_failed:
+                failed[score.name] = failed.get(score.name, 0) + 1
                 continue
             metric = by_item.get(score.name)
             if metric is None:
@@ -291,11 +316,16 @@ def values_by_item(completed: Sequence[ScoredTrial]) -> dict[str, dict[str, list
                 metric[item] = [score.value]
             else:
                 values.append(score.value)
-    return by_item
+    return ScoresByItem(by_item, failed)
 
 
-def _mean_interval(items: dict[str, list[float]], level: float) -> ConfidenceInterval:
-    return confidence_interval(stats.mean_interval(items.values(), level))
+def _mean_interval(
+    items: dict[str, list[float]], level: float, sample: stats.Sample | None
+) -> ConfidenceInterval:
+    """The interval of the mean over items, on their sample (built here unless given)."""
+    if sample is None:
+        sample = stats.item_sample(items.values())
+    return confidence_interval(stats.interval(sample, level))
 
 
 def pass_rates(items: Sequence[ItemVerdict]) -> list[tuple[int, int]]:
@@ -366,7 +396,7 @@ def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> l
         count[2] += trial.status == "pending"
     results = []
     for item_id, (total, passed, pending) in counts.items():
-        required = min(pass_threshold or total, total)
+        required = min(pass_threshold, total) if pass_threshold else total
         verdict: ItemStatus
         if passed >= required:
             verdict = "passed"

@@ -47,7 +47,7 @@ def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVer
                 detail = f"every {metric} score failed to compute (bound {bound:g})"
             verdicts.append(verdict("fail_under", metric, None, bound, False, detail + _failed(failed)))
             continue
-        s = stats.item_sample(by_item.values())
+        s = result.item_sample(metric)
         gate = _absolute("fail_under", metric, "mean", s, bound, settings)
         met = gate.met and not failed and not summary.pending
         verdicts.append(gate.model_copy(update={"met": met, "detail": gate.detail + _failed(failed)}))

@@ -146,7 +146,7 @@ def sample(
     distinct = _distinct(data)
     if distinct is None:  # each value once, in C loops: 100,000 items are common
         grouped = tuple(_bin(data[n * b // BINS : n * (b + 1) // BINS]) for b in range(BINS))
-        return _summary(grouped, data, [1.0] * n, n, low, high, pass_fail)
+        return _summary(grouped, data, None, n, low, high, pass_fail)
     grouped = tuple((value, float(count), 0.0) for value, count in distinct)
     return _summary(
         grouped, [v for v, _ in distinct], [float(c) for _, c in distinct], n, low, high, pass_fail
@@ -183,22 +183,30 @@ def population(points: Iterable[tuple[float, float]], n: int, low: float, high: 
 def _summary(
     grouped: tuple[tuple[float, float, float], ...],
     values: Sequence[float],
-    counts: Sequence[float],
+    counts: Sequence[float] | None,
     n: int,
     low: float,
     high: float,
     pass_fail: bool = False,
 ) -> Sample:
-    """The summary of ``values`` (ascending), each with its number of items."""
-    mean = math.fsum(map(operator.mul, values, counts)) / n
-    centred = [v - mean for v in values]
-    squares = math.fsum(map(operator.mul, centred, map(operator.mul, centred, counts)))
-    below = [0.0, *itertools.accumulate(counts)]  # below[i]: the items of the first i values
+    """The summary of ``values`` (ascending), each with its number of items (``counts``; None:
+    one each, the same sums without multiplying by 1.0, as 100,000 distinct scores often are)."""
+    below: Sequence[float]  # below[i]: the items of the first i values
+    if counts is None:
+        mean = math.fsum(values) / n
+        centred = [v - mean for v in values]
+        squares = math.fsum(map(operator.mul, centred, centred))
+        below = range(n + 1)
+    else:
+        mean = math.fsum(map(operator.mul, values, counts)) / n
+        centred = [v - mean for v in values]
+        squares = math.fsum(map(operator.mul, centred, map(operator.mul, centred, counts)))
+        below = [0.0, *itertools.accumulate(counts)]
     points = lattice(low, high)
     # Items rounded up to a lattice point are those above the point before it, up to it; rounded
     # down, those from it to below the next one.
-    at_most = [below[bisect.bisect_right(values, p)] for p in points[:-1]] + [float(n)]
-    under = [0.0] + [below[bisect.bisect_left(values, p)] for p in points[1:]]
+    at_most = [float(below[bisect.bisect_right(values, p)]) for p in points[:-1]] + [float(n)]
+    under = [0.0] + [float(below[bisect.bisect_left(values, p)]) for p in points[1:]]
     up = [at_most[0]] + [at_most[i] - at_most[i - 1] for i in range(1, len(points))]
     down = [under[i + 1] - under[i] for i in range(len(points) - 1)] + [n - under[-1]]
     return Sample(
@@ -492,7 +500,9 @@ def variance(values: Sequence[float]) -> float:
     if len(values) < 2:
         return 0.0
     centre = mean(values)
-    return math.fsum((x - centre) ** 2 for x in values) / (len(values) - 1)
+    # x ** 2 in a C loop: pow(x, 2) is not always the float x * x.
+    squares = map(pow, [x - centre for x in values], itertools.repeat(2))
+    return math.fsum(squares) / (len(values) - 1)
 
 
 def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -> Interval:
@@ -534,10 +544,12 @@ def paired_comparison(
 ) -> PairedComparison:
     """Pair two runs by item id (each maps an item id to its trial values); one pass over the
     items (100,000 are common)."""
-    if _one_trial_each(current, baseline):  # the common case needs no sums: in C loops
+    in_order = _one_trial_each(current, baseline)
+    if in_order is not None:  # the common case needs no sums: in C loops
         first = operator.itemgetter(0)
         now = list(map(first, current.values()))
-        before = list(map(first, map(baseline.__getitem__, current)))
+        lined_up = baseline.values() if in_order else map(baseline.__getitem__, current)
+        before = list(map(first, lined_up))
         differences = dict(zip(current, map(operator.sub, now, before), strict=True))
     else:
         differences, now, before = _paired(current, baseline)
@@ -558,10 +570,18 @@ def paired_comparison(
     )
 
 
-def _one_trial_each(current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]) -> bool:
-    """Whether both runs have the same items, each with one value."""
+def _one_trial_each(
+    current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
+) -> bool | None:
+    """Whether both runs have the same items, each with one value: None if not, else whether
+    in the same order (runs of one selection list them alike, and then their values line up
+    without a lookup by item id)."""
     lengths = {*map(len, current.values()), *map(len, baseline.values())}
-    return lengths == {1} and current.keys() == baseline.keys()
+    if lengths != {1}:
+        return None
+    if list(current) == list(baseline):
+        return True
+    return False if current.keys() == baseline.keys() else None
 
 
 def _paired(
