@@ -587,8 +587,8 @@ def test_evidence_sections() -> None:
     html = render_html(evidence_report(), {"exp-1": sample_items()})
     # the mean's interval beside it; the pass rates with theirs; pass@k and pass^k
     assert "<th>mean</th><th>95% interval</th><th>min</th>" in html
-    assert '<td>accuracy</td><td>0.875</td><td class="interval">[0.248, 0.999]</td><td>0.000</td>' in html
-    assert '<p class="pass-rate">trial pass rate 0.875 [0.248, 0.999] 95%, 4 items</p>' in html
+    assert '<td>accuracy</td><td>0.875</td><td class="interval">[0.248, 1.000]</td><td>0.000</td>' in html
+    assert '<p class="pass-rate">trial pass rate 0.875 [0.248, 1.000] 95%, 4 items</p>' in html
     assert (
         '<p class="item-pass-rate">items passing 2 of 2 trials 0.667 [0.094, 0.992] 95%, 3 items</p>' in html
     )

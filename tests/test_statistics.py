@@ -212,6 +212,31 @@ def test_a_better_run_never_gets_a_lower_bound() -> None:
             assert better.p_beyond >= test.p_beyond - 1e-12
 
 
+@pytest.mark.parametrize("n", [2, 3, 5, 10, 20, 40])
+def test_a_better_continuous_run_never_gets_a_lower_bound(n: int) -> None:
+    # Continuous scores and their differences, spread or nearly alike: one item's value raised
+    # (a little, or to the range's end), the bound at every confidence a session's gates use (5%
+    # over up to 20 gates, by Holm) is no lower and the p-value no higher. Raising a high value
+    # widens the spread: Student's t bound falls there (the reverted fix of issue 23).
+    rng = random.Random(n)
+    confidences = (0.9, 0.95, 0.9875, 0.9975)
+    for _ in range(40):
+        low = rng.choice((0.0, -1.0))
+        centre, spread = rng.uniform(low + 0.2, 0.8), rng.choice((0.01, 0.1, 0.3))
+        values = [min(1.0, max(low, rng.gauss(centre, spread))) for _ in range(n)]
+        worse = st.sample(values, low, 1.0)
+        raised = list(values)
+        i = rng.choice((values.index(max(values)), values.index(min(values)), rng.randrange(n)))
+        raised[i] = min(1.0, raised[i] + rng.choice((0.001, 0.05, 0.3, 1.0)))
+        better = st.sample(raised, low, 1.0)
+        for confidence in confidences:
+            assert st.lower_bound(better, confidence) >= st.lower_bound(worse, confidence) - 1e-9
+            assert st.upper_bound(better, confidence) >= st.upper_bound(worse, confidence) - 1e-9
+        for value in (st.lower_bound(worse, 0.9875), worse.mean - 0.05, worse.mean + 0.05):
+            assert st.p_above(better, value) <= st.p_above(worse, value) + 1e-9
+            assert st.p_below(better, value) >= st.p_below(worse, value) - 1e-9
+
+
 def test_the_two_sided_interval_covers_at_its_level_for_pass_fail_items() -> None:
     for n in (10, 30, 100):
         intervals = {x: st.interval(st.sample([1.0] * x + [0.0] * (n - x))) for x in range(n + 1)}
