@@ -295,6 +295,22 @@ def test_a_strict_gate_that_is_met_asks_for_no_more_items(project: Project) -> N
     assert not [line for line in gate_lines(result) if "items would" in line]
 
 
+def test_the_design_rests_on_the_baseline_items_both_runs_planned(project: Project) -> None:
+    # The baseline ran 12 items, i011 among its 3 failures; this run leaves i011 out (-k): what
+    # the gate can detect comes from the 11 items both planned, 2 of them failing.
+    app(project, 12)
+    wrong(project, "i000", "i001", "i011")
+    project.run("--eval", "--eval-soft")
+    result, report = project.run_report(*GATED, "--eval-max-regression=equals_metric=0.1", "-k", "not i011")
+    [gate] = gates(report)
+    shared = dp.minimum_detectable_drop(dp.design_of([[0.0]] * 2 + [[1.0]] * 9, trials=1), 0.1, 0.05)
+    every = dp.minimum_detectable_drop(dp.design_of([[0.0]] * 3 + [[1.0]] * 9, trials=1), 0.1, 0.05)
+    assert shared != pytest.approx(every)
+    assert gate["met"] is True
+    assert gate["detectable_drop"] == pytest.approx(shared)
+    assert gate_lines(result)[0].endswith("(at most -0.1 allowed), over the 11 item(s) both planned")
+
+
 # --- 2. single runs: honest bounds, and a better run never gates worse ------------------------
 
 
@@ -515,6 +531,12 @@ def test_the_last_holm_step_still_says_it_belongs_to_the_family(project: Project
         "tested at one-sided 95%: Holm over the session's 2 regression gates; unadjusted p=0.0156"
         in (last["notes"])
     )
+    # What each design detects is at its own step's level: 2.5% for the first, 5% for the last.
+    design = dp.design_of([[1.0]] * 30, trials=1)
+    first_step = dp.minimum_detectable_drop(design, 0.0, 0.025)
+    assert steps["test_app0"]["detectable_drop"] == pytest.approx(first_step)
+    assert last["detectable_drop"] == pytest.approx(dp.minimum_detectable_drop(design, 0.0, 0.05))
+    assert first_step != pytest.approx(last["detectable_drop"])
 
 
 def test_the_controller_adjusts_the_whole_session_under_xdist(project: Project) -> None:

@@ -155,7 +155,9 @@ def _regression(
     alpha = 1.0 - settings.confidence
     delta, drop = test.delta, test.drop
     strict = settings.mode == "strict"
-    divisor = 1 if strict or adjusted is None else adjusted.divisor
+    # A normal-mode gate's Holm step; a strict gate has none (``summary.judge_session`` puts the
+    # normal-mode gates alone in the session's family, so a strict one's ``family`` is 1).
+    divisor = 1 if adjusted is None else adjusted.divisor
     confidence = 1.0 - alpha / divisor
     low, high = test.drop_bounds(confidence)
     p_value, cleared, detail = _regression_decision(test, alpha, strict, adjusted, (low, high))
@@ -172,7 +174,7 @@ def _regression(
             "(a gate not met, a trial failed or pending): a drop it already had is not counted here; "
             "compare with a run that passed: --eval-baseline=RUN_ID"
         )
-    if divisor > 1 or family > 1:
+    if family > 1:
         notes.append(
             f"tested at one-sided {level(confidence)}: Holm over the session's {family} regression "
             f"gates; unadjusted p={test.p_beyond:.3g}"
@@ -217,11 +219,9 @@ def _regression_decision(
         shown = "" if cleared else "not "
         upper = f"at most {score(high)}, {_p(test.p_within)}"
         return test.p_within, cleared, f"{changed}; the drop is {shown}shown below {delta:g} ({upper})"
-    p_value = adjusted.p_value if adjusted is not None else test.p_beyond
-    cleared = not (adjusted.rejected if adjusted is not None else p_value <= alpha)
-    adjustment = (
-        f", adjusted for {adjusted.divisor} gates" if adjusted is not None and adjusted.divisor > 1 else ""
-    )
+    assert adjusted is not None, "every normal-mode regression gate has its Holm step (judge_session)"
+    p_value, cleared = adjusted.p_value, not adjusted.rejected
+    adjustment = f", adjusted for {adjusted.divisor} gates" if adjusted.divisor > 1 else ""
     if not cleared:
         beyond = f"beyond the {delta:g} allowed (at least {score(low)}, {_p(p_value)}{adjustment})"
         return p_value, cleared, f"mean dropped by {score(drop)} from the baseline, {beyond}"
