@@ -364,6 +364,9 @@ class Ending:
 
     def pytest_unconfigure(self) -> None:
         self.state.store.close()
+        # Every report is written: the session's records go now, before pytest's own full passes
+        # of the garbage collector at exit (several objects a trial, which they would walk twice).
+        self.report, self.results, self.experiments = None, [], []
 
 
 # The exit statuses that a run the budget stopped replaces by INTERRUPTED: not a usage error, an
