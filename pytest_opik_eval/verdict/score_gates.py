@@ -195,7 +195,7 @@ def _regression(
             "p_value_unadjusted": test.p_within if strict else test.p_beyond,
             "one_sided": True,
             "adjusted_for": divisor,
-            "family": 1 if strict else family,
+            "family": family,
             "p_chance": test.p_chance,
             "detectable_drop": detectable,
             "items_needed": needed,
