@@ -9,7 +9,6 @@ builds each test's scorer itself, see ``run.scoring.scorer_of``).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -78,27 +77,29 @@ class RejectedItem:
         return f"RejectedItem({self.case_id})"
 
 
-@dataclass(frozen=True, eq=False)
+# Slots (no __dict__ each): one TrialCase and one Trial per trial live for the whole session, and
+# every full pass of the garbage collector walks them.
+@dataclass(frozen=True, eq=False, slots=True)
 class TrialCase:
     """The parameter of one test case: an item and a trial index of a plan."""
 
     plan: TestPlan
     item: dict[str, Any]
     trial: int
+    case_id: str = field(init=False)  # its id among the test's cases: every case's is needed
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "case_id", case_id(self.item_id, self.trial))
 
     @property
     def item_id(self) -> str:
         return str(self.item["id"])
 
-    @functools.cached_property
-    def case_id(self) -> str:
-        return case_id(self.item_id, self.trial)
-
     def __repr__(self) -> str:
         return f"TrialCase({self.case_id})"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Trial:
     """The runtime state of one trial test case (kept in the item's stash)."""
 

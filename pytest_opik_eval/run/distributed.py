@@ -11,16 +11,20 @@ and reports, gates and sets the exit status for the trials of all workers.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_opik_eval.notices import WORKER_NOTICES, notice
-from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS, JudgeCache
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.judge_cache import JudgeCache
 
 HANDOFF = "opik_eval"  # the key in workerinput
-# The key in a worker's workeroutput that carries what its --eval-record recorder counted.
+# The keys in a worker's workeroutput that carry what its --eval-record recorder counted, and
+# what its judge cache did.
 WORKER_RECORDINGS = "opik_eval_recordings"
+WORKER_JUDGE_COUNTS = "opik_eval_judge_cache"
 
 
 def handed_to_worker(config: pytest.Config) -> dict[str, Any] | None:

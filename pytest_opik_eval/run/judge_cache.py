@@ -53,7 +53,6 @@ FORMAT = 2  # of the key and of the files: a new format starts a new cache
 # What a metric defines to give its own key: a method (or a value) returning what decides its
 # score, where the plugin cannot see it all (a prompt read from a file when it scores).
 OWN_KEY = "judge_cache_key"
-WORKER_JUDGE_COUNTS = "opik_eval_judge_cache"  # the key in a pytest-xdist worker's workeroutput
 
 # How deep a metric's configuration is walked (a model inside the metric, its client, its
 # settings...); the inputs, dataset data, are walked as deep as a dataset may nest.

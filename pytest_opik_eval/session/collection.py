@@ -28,6 +28,7 @@ from pytest_opik_eval.collect.trials import (
     TrialCase,
 )
 from pytest_opik_eval.exceptions import StoreError
+from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run.concurrency import async_fixture, function_scoped_fixture
 from pytest_opik_eval.session.state import SessionState
@@ -49,6 +50,13 @@ class Collection:
         marker = definition.get_closest_marker(MARKER)
         if marker is None:
             return
+        # One item, one test case and one call spec per trial, all kept for the whole session:
+        # without the pause their allocation would set off full passes over the heap.
+        with no_gc_pass():
+            self._expand(metafunc, marker)
+
+    def _expand(self, metafunc: pytest.Metafunc, marker: pytest.Mark) -> None:
+        definition = metafunc.definition
         path, lineno, _ = definition.location
         where = f"{definition.nodeid} ({path}:{(lineno or 0) + 1})"
         spec = read_spec(marker, where)
@@ -104,13 +112,14 @@ class Collection:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        for item in items:
-            case = _case_of(item)
-            if case is not None:
-                assert isinstance(item, pytest.Function)
-                item.stash[TRIAL_KEY] = Trial(case, params_of(item, case))
-                if case.plan.threads > 1:
-                    self._check_concurrency(item, case.plan)
+        with no_gc_pass():  # one Trial per item, kept for the whole session
+            for item in items:
+                case = _case_of(item)
+                if case is not None:
+                    assert isinstance(item, pytest.Function)
+                    item.stash[TRIAL_KEY] = Trial(case, params_of(item, case))
+                    if case.plan.threads > 1:
+                        self._check_concurrency(item, case.plan)
         self._warn_on_soft_mode_without_gates()
         resume, rescore = self.state.target.resume, self.state.target.rescore
         if resume is not None or rescore is not None:

@@ -25,8 +25,7 @@ from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, report_properties
 from pytest_opik_eval.reports.terminal import verdict_counts, write_summary
 from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
-from pytest_opik_eval.run.distributed import WORKER_RECORDINGS, in_shard, is_controller
-from pytest_opik_eval.run.judge_cache import WORKER_JUDGE_COUNTS
+from pytest_opik_eval.run.distributed import WORKER_JUDGE_COUNTS, WORKER_RECORDINGS, in_shard, is_controller
 from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState

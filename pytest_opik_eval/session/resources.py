@@ -13,12 +13,12 @@ from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run.budget import Budget, ledger_path
 from pytest_opik_eval.run.concurrency import Pool
 from pytest_opik_eval.run.distributed import worker_id
-from pytest_opik_eval.run.judge_cache import JUDGE_CACHE, JudgeCache
 from pytest_opik_eval.settings import judge_cache_enabled
 
 if TYPE_CHECKING:
     import pytest
 
+    from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.run.recording import Recorder, RecordingCounts
     from pytest_opik_eval.settings import EvalOptions
     from pytest_opik_eval.store.records import BudgetSetting
@@ -59,6 +59,10 @@ class Resources:
             # Strict in a strict replay: a judge score not cached fails its trial, no network. Not
             # in a rescore, whose point is to call the judges on the stored outputs.
             strict = options.record_mode == "none" and options.rescore is None
+            # Imported only here: with the code fingerprints it needs, it costs a session
+            # without the cache about 15 ms.
+            from pytest_opik_eval.run.judge_cache import JUDGE_CACHE, JudgeCache
+
             folder = options.store_path.parent / JUDGE_CACHE
             self.judge_cache = JudgeCache(folder, strict=strict, notify=functools.partial(notice, config))
         self.recorder: Recorder | None = None

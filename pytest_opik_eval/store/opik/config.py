@@ -3,7 +3,6 @@ and in the same order, as the Opik SDK (environment, then the [opik] section of 
 
 from __future__ import annotations
 
-import configparser
 import os
 import shlex
 from dataclasses import dataclass
@@ -67,6 +66,8 @@ def read_settings() -> OpikSettings:
     path = config_path()
     section: dict[str, str] = {}
     if path.is_file():
+        import configparser  # only here: settings.py imports this module in every --eval session
+
         parser = configparser.ConfigParser()
         parser.read(path, encoding="utf-8")
         if parser.has_section("opik"):
