@@ -9,8 +9,8 @@ the trial and the k-of-n item pass rates' intervals, the paired comparison, the 
 flips, the regression tests (the score test against DELTA both ways, the exact sign test), Holm
 over the metrics, the design's detectable drop and the items needed, pass@k and pass^k with their
 intervals. Once for pass/fail scores (the items take a few distinct values) and once for
-continuous scores (every item its own value: the tests work on bins). Each figure is the median
-of REPEAT runs (the machine is shared).
+continuous scores (every item its own value: the tests work on runs of adjacent items). Each
+figure is the median of REPEAT runs (the machine is shared).
 
 Named ``stats_cost``, not ``statistics``: a script's folder comes first on ``sys.path``, and a
 ``statistics.py`` there would shadow the standard library's for ``bench.py``.
