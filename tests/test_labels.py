@@ -256,3 +256,25 @@ def test_a_bad_labels_field_argument_is_named(project: Project) -> None:
     result.stdout.fnmatch_lines(
         ["*@pytest.mark.eval on test_eval.py::test_qa*labels_field must be a non-empty string, got 3"]
     )
+
+
+def test_a_rescore_checks_the_stored_labels_under_the_stored_field(project: Project) -> None:
+    rows = [
+        row("p1", True, 1, field="human"),
+        row("p2", True, 0, field="human"),
+        row("f1", False, 0, field="human"),
+    ]
+    labelled(project, rows, 'labels_field="human"')
+    project.run("--eval").assert_outcomes(passed=1, failed=2)
+    (project.path / "task.log").unlink()
+    (project.path / "metric.log").unlink()
+    # The marker now names another field: the stored items are read as they were stored.
+    project.write("test_eval.py", LABELLED_TEST.format(marker='labels_field="verdicts"'))
+    result, report = project.run_report("--eval-rescore=last")
+    result.assert_outcomes(passed=1, failed=2)
+    assert not (project.path / "task.log").exists()  # the stored outputs, scored again
+    for line in (project.path / "metric.log").read_text().splitlines():
+        assert json.loads(line) == ["id", "judge"]
+    (found,) = report["experiments"][0]["calibrations"]
+    assert (found["items"], found["label_pass"], found["label_fail"]) == (3, 2, 1)
+    assert found["sensitivity"]["estimate"] == 0.5
