@@ -32,9 +32,8 @@ RECORD_MODES = {
 # A host whose requests --eval-record leaves alone: its name or address, and its port (None: any).
 Host = tuple[str, "int | None"]
 
-LABELS_FIELD = (
-    "labels"  # the item key of human labels, unless ini eval_labels_field or the marker names another
-)
+# The item key of human labels, unless ini eval_labels_field or the marker's labels_field names another.
+LABELS_FIELD = "labels"
 
 
 def add_options(parser: pytest.Parser) -> None:

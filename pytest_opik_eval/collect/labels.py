@@ -16,8 +16,6 @@ from typing import Any
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.options import LABELS_FIELD as LABELS_FIELD
 
-Label = bool | float
-
 
 def label_problem(value: object, field: str) -> str | None:
     """Why ``value`` (an item's ``field``) is not a labels object, or None when it is."""
@@ -37,14 +35,6 @@ def label_problem(value: object, field: str) -> str | None:
             f"got {_show(label)}; fix the label, or remove it"
         )
     return None
-
-
-def labels_of(item: Mapping[str, Any], field: str) -> dict[str, Label]:
-    """The item's labels by score name ({} when it has none); checked at collection."""
-    value = item.get(field)
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): (v if isinstance(v, bool) else float(v)) for k, v in value.items()}
 
 
 def for_task(item: dict[str, Any], field: str) -> dict[str, Any]:

@@ -184,7 +184,7 @@ class ExperimentRecord(_Written):
     rescore_of: str | None = None
     # The item key of the human labels in ``items`` (the marker's labels_field, or ini
     # eval_labels_field): calibration reads them; the task and the metrics never saw them.
-    labels_field: str = "labels"
+    labels_field: str = "labels"  # options.LABELS_FIELD, the default
 
     @model_serializer(mode="wrap")
     def _without_rescore_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
