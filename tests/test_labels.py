@@ -125,7 +125,7 @@ def test_the_terminal_shows_the_judges_agreement_with_the_labels(project: Projec
     t = 2.364624251592785  # Student's t, 7 degrees of freedom, 0.975
     low, high = max(-1.0, 7 / 15 - t * se), min(1.0, 7 / 15 + t * se)
     assert line_starting(result, "  labels:") == (
-        "  labels: correctness (threshold 0.5, 8 items x 1 trials): "
+        "  labels: correctness (threshold 0.5, 8 items x 1 trial): "
         f"agreement {agreement}, sensitivity {sensitivity}, specificity {specificity}, "
         f"kappa 0.467 [{low:.3f}, {high:.3f}]"
     )
@@ -151,7 +151,7 @@ def test_no_item_labelled_pass_says_sensitivity_is_undefined(project: Project) -
     labelled(project, [row("f1", False, 0), row("f2", False, 1)])
     result, report = project.run_report("--eval")
     line = line_starting(result, "  labels:")
-    assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trials): agreement 0.500 [")
+    assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 0.500 [")
     assert ", sensitivity undefined (no item labelled pass), specificity 0.500 [" in line
     assert line.endswith(", kappa 0.000 (no interval)")  # left out in turn, one item says nothing
     (found,) = report["experiments"][0]["calibrations"]
@@ -166,7 +166,7 @@ def test_no_item_labelled_fail_says_specificity_is_undefined(project: Project) -
     labelled(project, [row("p1", True, 1), row("p2", True, 1)])
     result = project.run("--eval")
     line = line_starting(result, "  labels:")
-    assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trials): agreement 1.000 [")
+    assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 1.000 [")
     assert line.endswith(
         ", specificity undefined (no item labelled fail), kappa undefined (one verdict only from judge and labels)"
     )
@@ -229,7 +229,7 @@ def test_labels_field_from_the_marker(project: Project) -> None:
     result.assert_outcomes(passed=1, failed=1)
     assert json.loads((project.path / "task.log").read_text().splitlines()[0]) == ["id", "judge"]
     assert line_starting(result, "  labels:").startswith(
-        "  labels: correctness (threshold 0.5, 2 items x 1 trials): agreement 1.000 ["
+        "  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 1.000 ["
     )
 
 
@@ -239,7 +239,7 @@ def test_labels_field_from_the_ini_and_the_marker_wins(project: Project) -> None
     result = project.run("--eval")
     result.assert_outcomes(passed=1, failed=1)
     assert json.loads((project.path / "task.log").read_text().splitlines()[0]) == ["id", "judge"]
-    assert line_starting(result, "  labels: correctness (threshold 0.5, 2 items x 1 trials): ")
+    assert line_starting(result, "  labels: correctness (threshold 0.5, 2 items x 1 trial): ")
     # The marker names another field: "human" is then data the task gets, and nothing is labelled.
     (project.path / "task.log").unlink()
     labelled(project, [row("p1", True, 1, field="human")], 'labels_field="verdicts"')

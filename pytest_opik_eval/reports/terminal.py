@@ -112,7 +112,7 @@ def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
     a figure that is undefined says why."""
     threshold = "pass/fail" if found.threshold is None else f"threshold {found.threshold:g}"
     if found.trials == found.items * trial_count:
-        count = f"{found.items} items x {trial_count} trials"
+        count = f"{found.items} items x {trial_count} trial{'s' if trial_count != 1 else ''}"
     else:
         count = f"{found.items} items, {found.trials} trials"
     head = f"{found.score} ({threshold}, {count})"
