@@ -29,8 +29,9 @@ def pytest_opik_eval_store(config: pytest.Config) -> Store | None:
 def pytest_opik_eval_trial_finished(item: pytest.Item, result: TrialResult) -> None:
     """Called when a trial has reached its happy-path line and its pending marker was cleared.
 
-    ``result`` holds the dataset item, the trial index, the task output, the scores and the
-    verdict. Not called for a trial whose task or scoring raised: that trial stays pending.
+    ``result`` holds the dataset item (as stored, with its human labels: the trial is scored,
+    so they can no longer reach the task or the metrics), the trial index, the task output, the
+    scores and the verdict. Not called for a trial whose task or scoring raised: that trial stays pending.
     Called in the test's teardown, before its fixtures are torn down.
 
     A rerun in the same session (pytest-rerunfailures, pytest-retry) that completes calls it

@@ -32,6 +32,9 @@ RECORD_MODES = {
 # A host whose requests --eval-record leaves alone: its name or address, and its port (None: any).
 Host = tuple[str, "int | None"]
 
+# The item key of human labels, unless ini eval_labels_field or the marker's labels_field names another.
+LABELS_FIELD = "labels"
+
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("eval", "LLM evaluations (pytest-opik-eval)")
@@ -251,6 +254,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_gate_mode", "How the gates decide: normal or strict", type="string")
     parser.addini("eval_confidence", "The confidence level of the gates (default 0.95)", type="string")
     parser.addini("eval_budget", "The spend (5, $5, 200k tokens) after which no trial starts", type="string")
+    parser.addini(
+        "eval_labels_field", "The item key of human labels by score name (default: labels)", type="string"
+    )
     parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
     parser.addini(
         "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"

@@ -64,10 +64,11 @@ def _evaluates(config: pytest.Config) -> bool:
 
 @pytest.fixture
 def eval_item(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The dataset item of this trial, including its ``"id"``; a fresh copy for each trial."""
+    """The dataset item of this trial, including its ``"id"`` (without its human labels); a
+    fresh copy for each trial."""
     from pytest_opik_eval.run.trial import fresh_copy
 
-    return fresh_copy(_trial(request).case.item)
+    return fresh_copy(_trial(request).case.task_item)
 
 
 @pytest.fixture

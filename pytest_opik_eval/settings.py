@@ -18,6 +18,7 @@ from pytest_opik_eval.options import (
     GATE_MODES,
     JUDGE_CACHE_ENV,
     JUDGE_CACHE_SETTINGS,
+    LABELS_FIELD,
     RECORD_ENV,
     STORE_ENV,
     STORE_FILE,
@@ -80,6 +81,7 @@ class EvalOptions:
     record_mode: str  # --eval-record: one of options.RECORD_MODES ("off" by default)
     record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
     record_allowed: tuple[Host, ...]  # --eval-record-allow-host and ini eval_record_allow_host
+    labels_field: str = LABELS_FIELD  # ini eval_labels_field: the item key of human labels
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -124,6 +126,7 @@ class EvalOptions:
             record_mode=record,
             record_source=record_source,
             record_allowed=_record_allowed(config),
+            labels_field=str(config.getini("eval_labels_field") or "").strip() or LABELS_FIELD,
         )
 
     def resume_command(self, target: str) -> str:

@@ -20,7 +20,7 @@ MARKER_HELP = (
     "eval(dataset, *, metrics=(), scoring_key_mapping=None, trial_count=1, filter=None, "
     "item_ids=None, sampler=None, nb_samples=None, experiment_name=None, thresholds=None, "
     "fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, task_threads=None, "
-    "max_cost=None, max_latency=None): "
+    "max_cost=None, max_latency=None, labels_field=None): "
     "run the test as an evaluation with --eval: one test case per dataset item and trial; the "
     "test function is the task, its return value the output, and the metrics' scores its "
     "assertions. dataset: a .jsonl/.json/.csv path relative to the test file, a list of dicts, "
@@ -29,7 +29,9 @@ MARKER_HELP = (
     "per item (0.01), or '0.01/item', '5/run', or a list of both; max_latency: seconds of task "
     "latency at p95 (2.5), or '800ms', '2.5@p99'. dataset_name: the "
     "Opik server dataset a file dataset is uploaded to (default: the file's name). task_threads: "
-    "how many trials may run at once (wins over --eval-threads)."
+    "how many trials may run at once (wins over --eval-threads). labels_field: the item key "
+    "holding human labels by score name, kept from the task and the metrics (wins over ini "
+    "eval_labels_field; default: labels)."
 )
 
 
@@ -52,6 +54,7 @@ def _signature(
     task_threads: int | None = None,
     max_cost: float | str | Sequence[str] | None = None,
     max_latency: float | str | None = None,
+    labels_field: str | None = None,
 ) -> None:
     """The marker's signature; binding the marker's arguments to it reports unknown ones."""
 
@@ -84,6 +87,7 @@ class EvalSpec:
     task_threads: int | None
     max_cost: Mapping[str, float] = field(default_factory=dict)  # "item" / "run" -> USD
     max_latency: tuple[float, float] | None = None  # (seconds, percentile)
+    labels_field: str | None = None  # the item key of human labels; None: the ini's, else "labels"
 
     def threshold(self, score_name: str, metric: Any) -> float | None:
         """The threshold a score named ``score_name`` is judged against (``metric``: the metric
@@ -139,6 +143,7 @@ def read_spec(marker: pytest.Mark, where: str) -> EvalSpec:
         task_threads=_count(args["task_threads"], "task_threads", where, default=None),
         max_cost=_max_cost(args["max_cost"], where),
         max_latency=_max_latency(args["max_latency"], where),
+        labels_field=_name(args["labels_field"], where, "labels_field"),
     )
 
 

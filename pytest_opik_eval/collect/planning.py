@@ -69,6 +69,7 @@ def plan_new(
         gates=settings_for_new(spec, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
         where=where,
+        labels_field=spec.labels_field or options.labels_field,
         rejected=[
             RejectedItem(place, escape_control(f"@pytest.mark.eval on {where}: {message}"))
             for place, message in dataset.rejected
@@ -97,6 +98,7 @@ def plan_resumed(
         threads=spec.task_threads or options.threads,
         resumed={e.params: e for e in experiments},
         where=where or definition.nodeid,
+        labels_field=stored.labels_field,
     )
 
 
@@ -126,6 +128,7 @@ def plan_rescored(
         threads=spec.task_threads or options.threads,
         rescore_of={e.params: e.id for e in experiments},
         where=where,
+        labels_field=stored.labels_field,
     )
 
 
@@ -198,6 +201,7 @@ def plan_run(
                 items=plan.items,
                 gates=plan.gates,
                 rescore_of=plan.rescore_of.get(trial.params),
+                labels_field=plan.labels_field,
             )
         trial.experiment_id = experiment.id
         trial.trial_id = uuid7_for(experiment.id, trial.case.case_id)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_opik_eval.collect.labels import LABELS_FIELD, for_task
 from pytest_opik_eval.ids import case_id
 
 if TYPE_CHECKING:
@@ -52,6 +53,8 @@ class TestPlan:
     where: str = ""
     # Dataset items set aside (nested too deep to process): each is a failing test case.
     rejected: list[RejectedItem] = field(default_factory=list)
+    # The item key of human labels (the marker's, the ini's, or a resumed experiment's).
+    labels_field: str = LABELS_FIELD
     # What the phases after collection keep for the whole test, as pytest's nodes have a stash:
     # the run keeps its scorer there (see ``run.scoring.scorer_of``).
     stash: pytest.Stash = field(default_factory=pytest.Stash)
@@ -94,6 +97,11 @@ class TrialCase:
     @property
     def item_id(self) -> str:
         return str(self.item["id"])
+
+    @property
+    def task_item(self) -> dict[str, Any]:
+        """The item as the task and the metrics get it: without its human labels."""
+        return for_task(self.item, self.plan.labels_field)
 
     def __repr__(self) -> str:
         return f"TrialCase({self.case_id})"

@@ -33,6 +33,7 @@ from pytest_opik_eval.verdict.model import (
     FigureChange,
     GateVerdict,
     JudgeCacheReport,
+    JudgeCalibration,
     RecordingReport,
     Report,
     TrialReport,
@@ -85,6 +86,7 @@ def experiment_lines(
     lines += outlier_lines(experiment)
     lines += _metric_table(experiment)
     lines += _item_lines(experiment)
+    lines += calibration_lines(experiment)
     lines += baseline_lines(experiment)
     failed = [t for t in experiment.trials if t.passed is False]
     earlier_failures = [t.node_id for t in failed if not t.ran_this_session]
@@ -98,6 +100,41 @@ def experiment_lines(
     if s.pending:
         lines.append(f"  resume the {s.pending} pending: {resume_command(experiment.id)}")
     return lines
+
+
+def calibration_lines(experiment: ExperimentReport) -> list[str]:
+    """One line per score the items have human labels for: the judge's agreement with them."""
+    return [f"  labels: {calibration_line(c, experiment.trial_count)}" for c in experiment.calibrations]
+
+
+def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
+    """``correctness (threshold 0.5, 40 items x 3 trials): agreement 0.850 [0.740, 0.930], ...``;
+    a figure that is undefined says why."""
+    threshold = "pass/fail" if found.threshold is None else f"threshold {found.threshold:g}"
+    if found.trials == found.items * trial_count:
+        count = f"{found.items} items x {trial_count} trial{'s' if trial_count != 1 else ''}"
+    else:
+        count = f"{found.items} items, {found.trials} trials"
+    head = f"{found.score} ({threshold}, {count})"
+    if not found.items:
+        return f"{head}: {'; '.join(found.notes)}"
+    kappa = found.kappa
+    parts = [
+        f"agreement {_figure(found.agreement)}",
+        f"sensitivity {_figure(found.sensitivity, 'no item labelled pass')}",
+        f"specificity {_figure(found.specificity, 'no item labelled fail')}",
+        "kappa undefined (one verdict only from judge and labels)"
+        if kappa is None
+        else f"kappa {score(kappa.estimate)} "
+        + ("(no interval)" if kappa.low is None else f"[{score(kappa.low)}, {score(kappa.high)}]"),
+    ]
+    return f"{head}: {', '.join(parts)}"
+
+
+def _figure(interval: ConfidenceInterval | None, undefined: str = "") -> str:
+    if interval is None:
+        return f"undefined ({undefined})"
+    return f"{score(interval.estimate)} {bounds(interval)}"
 
 
 def trial_verdicts(summary: ExperimentSummary) -> str:

@@ -130,7 +130,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 judged = None if cache is None else Judged(cache, case.item_id, case.trial)
                 # The metrics' requests are the judges' (strict replay sends them only if live).
                 with _NOTHING if scope is None else scope.recorder.scoring(scope):
-                    scores = _score(scorer, case.item, output, trace, metric_seconds, judged)
+                    scores = _score(scorer, case.task_item, output, trace, metric_seconds, judged)
             except MissingScoreArguments as error:
                 missing = str(error)
             else:
@@ -164,7 +164,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
     _record_timings(store, attempt, task_seconds, metric_seconds, completes=True)
 
     if not verdict.passed:
-        message = describe_failure(case.item, case.trial, output, verdict)
+        message = describe_failure(case.task_item, case.trial, output, verdict)
         if case.plan.gates.soft_trials():
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
@@ -271,7 +271,11 @@ def _trace(item: pytest.Function, trial: Trial, store: Store, attempt: str) -> t
 
         otel.add_to_global_provider()
     return trial_trace.start(
-        attempt, item.originalname, functools.partial(_task_input, item, trial), trial.case.item
+        # The trace's input is on the SDK's context, which the app can read: without the labels.
+        attempt,
+        item.originalname,
+        functools.partial(_task_input, item, trial),
+        trial.case.task_item,
     )
 
 
@@ -282,7 +286,7 @@ def _task_input(item: pytest.Function, trial: Trial) -> dict[str, Any]:
     shown: dict[str, Any] = {}
     for name in argument_names(item):
         if name == "eval_item":
-            shown[name] = trial.case.item
+            shown[name] = trial.case.task_item
         elif name == "eval_trial":
             shown[name] = trial.case.trial
         elif callspec is not None and name in callspec.params:
@@ -408,7 +412,7 @@ def task_args(item: pytest.Function, trial: Trial, shared: pytest.Function) -> d
         if name in OWN_ARGS and name in item.funcargs:
             args[name] = item.funcargs[name]  # set up by pytest: a fixture of the test needs it too
         elif name == "eval_item":
-            args[name] = fresh_copy(trial.case.item)  # the task may change its copy
+            args[name] = fresh_copy(trial.case.task_item)  # the task may change its copy
         elif name == "eval_trial":
             args[name] = trial.case.trial
         elif callspec is not None and name in callspec.params:

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_opik_eval._compat import fixture_definition
 from pytest_opik_eval.collect.datasets import Dataset, DatasetError, content_hash, load_dataset
+from pytest_opik_eval.collect.labels import label_problem
 from pytest_opik_eval.collect.marker import MARKER, EvalSpec, read_spec
 from pytest_opik_eval.collect.metric_specs import with_metrics
 from pytest_opik_eval.collect.planning import params_of, plan_new, plan_rescored, plan_resumed, trial_cases
@@ -91,13 +92,18 @@ class Collection:
     def _load_dataset(self, spec: EvalSpec, base_dir: Path) -> Dataset:
         source = spec.dataset
         name = held_dataset(source)
+        labels = spec.labels_field or self.options.labels_field
         if name is None:
-            return load_dataset(source, base_dir)
+            return load_dataset(source, base_dir, labels)
         filters = spec.filter.to_opik() if spec.filter is not None else None
         try:
             items = backend(self.options.backend).dataset(self.state.store.get, name, filters)
         except StoreError as error:
             raise DatasetError(str(error)) from None
+        for number, item in enumerate(items, 1):
+            problem = label_problem(item[labels], labels) if labels in item else None
+            if problem is not None:
+                raise DatasetError(f"item {number} of dataset {name}: {problem}")
         return Dataset(source=str(source), path=None, items=items, version=content_hash(items))
 
     def _warn_on_changes(self, plan: TestPlan, stored: ExperimentRecord, action: str) -> None:

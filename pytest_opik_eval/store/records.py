@@ -182,14 +182,19 @@ class ExperimentRecord(_Written):
     gates: GateSettings = GateSettings()
     # A rescore's (--eval-rescore): the experiment whose stored outputs this one scored again.
     rescore_of: str | None = None
+    # The item key of the human labels in ``items`` (the marker's labels_field, or ini
+    # eval_labels_field): calibration reads them; the task and the metrics never saw them.
+    labels_field: str = "labels"  # options.LABELS_FIELD, the default
 
     @model_serializer(mode="wrap")
     def _without_rescore_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # Left out unless set: an earlier version, which forbids unknown fields, still reads
-        # every experiment that is not a rescore.
+        # every experiment that is not a rescore (nor labelled under another key).
         data: dict[str, Any] = handler(self)
         if self.rescore_of is None:
             data.pop("rescore_of", None)
+        if self.labels_field == "labels":
+            data.pop("labels_field", None)
         return data
 
 

@@ -19,7 +19,7 @@ from pytest_opik_eval.store.records import GateMode, GateSettings, ScoreRecord
 from pytest_opik_eval.store.records import Usage as Usage
 from pytest_opik_eval.store.records import UsageTotals as UsageTotals
 
-SCHEMA_VERSION: Literal[4] = 4
+SCHEMA_VERSION: Literal[5] = 5
 
 
 class _Report(BaseModel):
@@ -248,6 +248,37 @@ class BaselineComparison(_Report):
     figures: dict[str, FigureChange] = {}
 
 
+class KappaEstimate(_Report):
+    """Cohen's kappa with its interval by the jackknife over items (each left out in turn);
+    ``low`` and ``high`` are None when the jackknife is undefined (one item, or kappa undefined
+    once an item is left out)."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    level: float
+    items: int
+    method: Literal["jackknife"] = "jackknife"
+
+
+class JudgeCalibration(_Report):
+    """A score against the human labels of the experiment's items (see ``verdict.calibration``):
+    over the labelled items with completed trials, the judge's verdict (its score at
+    ``threshold``) against the label's. Each interval has the item as its unit."""
+
+    score: str
+    threshold: float | None  # None: a pass/fail score (0 or 1), passing at 1
+    items: int  # labelled items with a completed, scored trial
+    trials: int  # their completed, scored trials
+    label_pass: int  # of the items, labelled pass
+    label_fail: int
+    agreement: ConfidenceInterval | None  # the mean share of an item's trials agreeing with its label
+    sensitivity: ConfidenceInterval | None  # over items labelled pass; None: there is none
+    specificity: ConfidenceInterval | None  # over items labelled fail; None: there is none
+    kappa: KappaEstimate | None  # None: no item, or a chance agreement of 1
+    notes: list[str] = []  # why a figure is missing
+
+
 class DatasetReport(_Report):
     source: str
     version: str
@@ -270,6 +301,8 @@ class ExperimentReport(_Report):
     baseline: BaselineComparison | None = None
     baseline_note: str | None = None  # why there is no comparison, when one was asked for
     rescore_of: str | None = None  # a rescore's: the experiment whose stored outputs it scored again
+    # Each score the items have human labels for, the judge's verdicts against them.
+    calibrations: list[JudgeCalibration] = []
 
 
 class BudgetReport(_Report):
@@ -311,7 +344,7 @@ class RecordingReport(_Report):
 
 
 class Report(_Report):
-    schema_version: Literal[4] = SCHEMA_VERSION
+    schema_version: Literal[5] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]

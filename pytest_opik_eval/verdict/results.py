@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
+from pytest_opik_eval.verdict import calibration
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
@@ -25,6 +26,8 @@ from pytest_opik_eval.verdict.model import (
     ItemChange,
     ItemStatus,
     ItemVerdict,
+    JudgeCalibration,
+    KappaEstimate,
     MetricSummary,
     TrialReport,
 )
@@ -147,7 +150,19 @@ class ExperimentResult:
             baseline=None if self.baseline is None else self._with_item_changes(self.baseline),
             baseline_note=self.baseline_note,
             rescore_of=experiment.rescore_of,
+            calibrations=self.calibrations(),
         )
+
+    def calibrations(self) -> list[JudgeCalibration]:
+        """Each labelled score's judge against the items' human labels, over the completed trials."""
+        found = calibration.calibrations(
+            self.experiment.items,
+            self.experiment.labels_field,
+            self.values,
+            self.settings.thresholds,
+            self.settings.confidence,
+        )
+        return [judge_calibration(c) for c in found]
 
     def _with_item_changes(self, baseline: BaselineComparison) -> BaselineComparison:
         """The comparison with its A/B rows: each item both runs planned with its change per
@@ -368,6 +383,30 @@ def item_statistics(
             "pass_at_k_interval": dict(zip(ks, at_k, strict=True)),
             "pass_hat_k_interval": dict(zip(ks, hat_k, strict=True)),
         }
+    )
+
+
+def judge_calibration(found: calibration.Calibration) -> JudgeCalibration:
+    def interval(given: stats.Interval | None) -> ConfidenceInterval | None:
+        return None if given is None else confidence_interval(given)
+
+    kappa = found.kappa
+    return JudgeCalibration(
+        score=found.score,
+        threshold=found.threshold,
+        items=found.items,
+        trials=found.trials,
+        label_pass=found.label_pass,
+        label_fail=found.label_fail,
+        agreement=interval(found.agreement),
+        sensitivity=interval(found.sensitivity),
+        specificity=interval(found.specificity),
+        kappa=None
+        if kappa is None
+        else KappaEstimate(
+            estimate=kappa.estimate, low=kappa.low, high=kappa.high, level=kappa.level, items=kappa.n
+        ),
+        notes=list(found.notes),
     )
 
 

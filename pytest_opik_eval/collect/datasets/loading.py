@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_opik_eval.collect.labels import LABELS_FIELD, label_problem
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.exceptions import EvalError
 from pytest_opik_eval.ids import canonical_json, content_hash, content_id
@@ -69,7 +70,7 @@ class Dataset:
     rejected: list[tuple[str, str]] = field(default_factory=list)
 
 
-def load_dataset(source: object, base_dir: Path) -> Dataset:
+def load_dataset(source: object, base_dir: Path, labels_field: str = LABELS_FIELD) -> Dataset:
     """Load and validate a dataset.
 
     Args:
@@ -78,6 +79,8 @@ def load_dataset(source: object, base_dir: Path) -> Dataset:
             or tuple of dicts, or a zero-argument callable returning an
             iterable of dicts.
         base_dir: The folder of the test file that names the dataset.
+        labels_field: The key of an item's human labels (see ``collect.labels``), checked here
+            where the item's place is known.
 
     Raises:
         DatasetError: If the source cannot be read or an item is invalid.
@@ -88,11 +91,11 @@ def load_dataset(source: object, base_dir: Path) -> Dataset:
         # JSON files are numbered by item, JSONL and CSV files by line.
         unit = "item" if path.suffix.lower() == ".json" else "line"
         origin = _Origin(unit, prefix=f"{written} ", suffix="", container=f"in {written}")
-        items, version, rejected = _normalise(_read_file(written, path, base_dir), origin)
+        items, version, rejected = _normalise(_read_file(written, path, base_dir), origin, labels_field)
         return Dataset(source=written, path=path, items=items, version=version, rejected=rejected)
     if isinstance(source, (list, tuple)):
         origin = _Origin("item", prefix="", suffix=" of the list", container="in the list")
-        items, version, rejected = _normalise(enumerate(source, 1), origin)
+        items, version, rejected = _normalise(enumerate(source, 1), origin, labels_field)
         return Dataset(
             source=f"<list of {len(items)} items>", path=None, items=items, version=version, rejected=rejected
         )
@@ -100,7 +103,7 @@ def load_dataset(source: object, base_dir: Path) -> Dataset:
         name = _callable_name(source)
         returned = f"returned by {name}"
         origin = _Origin("item", prefix="", suffix=f" {returned}", container=returned)
-        items, version, rejected = _normalise(enumerate(_call(source, name), 1), origin)
+        items, version, rejected = _normalise(enumerate(_call(source, name), 1), origin, labels_field)
         return Dataset(
             source=f"<callable {name}>", path=None, items=items, version=version, rejected=rejected
         )
@@ -166,7 +169,7 @@ def _too_deep(origin: _Origin, number: int, line: int | None) -> str:
 
 
 def _normalise(
-    raw_items: Iterable[tuple[int, object]], origin: _Origin
+    raw_items: Iterable[tuple[int, object]], origin: _Origin, labels_field: str = LABELS_FIELD
 ) -> tuple[list[dict[str, Any]], str, list[tuple[str, str]]]:
     """Validate numbered raw items, give each an id, and return them with their content hash,
     and the items set aside (too deep to process) as (place, message)."""
@@ -182,6 +185,10 @@ def _normalise(
             rejected.append((origin.position(number), _too_deep(origin, number, line)))
             continue
         item, derived = _normalise_item(raw, origin, number)
+        if labels_field in item:
+            problem = label_problem(item[labels_field], labels_field)
+            if problem is not None:
+                raise DatasetError(f"{origin.place(number)}: {problem}")
         item_id = item["id"]
         if item_id in seen:
             first, first_derived = seen[item_id]
