@@ -162,7 +162,7 @@ def _runs(data: list[float]) -> tuple[tuple[float, float], ...]:
     """Ascending ``data`` as ``POINTS`` runs of adjacent items: each run's mean with its items
     (equal means merged). Which items a run holds depends on their ranks alone, so raising a
     value never lowers a point, nor the bounds on them (the bins' means and spreads did not do
-    that: mean minus spread falls as a bin's lowest value rises). The spread within a run is
+    that: mean minus spread falls as a bin's highest value rises). The spread within a run is
     lost: well under 1% of the variance for 100,000 normal values."""
     n = len(data)
     points: list[tuple[float, float]] = []
