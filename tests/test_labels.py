@@ -278,3 +278,31 @@ def test_a_rescore_checks_the_stored_labels_under_the_stored_field(project: Proj
     (found,) = report["experiments"][0]["calibrations"]
     assert (found["items"], found["label_pass"], found["label_fail"]) == (3, 2, 1)
     assert found["sensitivity"]["estimate"] == 0.5
+
+
+def test_the_step_summary_and_junit_carry_the_judges_agreement(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import xml.etree.ElementTree as ElementTree
+
+    summary = project.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    labelled(project, EIGHT)
+    result = project.run("--eval", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=5, failed=3)
+    line = line_starting(result, "  labels:").removeprefix("  labels: ")
+    # The job summary words it as the terminal does, under its own heading.
+    assert f"**Judges against human labels:**\n\n- {line}\n" in summary.read_text()
+    suite = ElementTree.parse(project.path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    base = "eval.test_qa.labels.correctness."
+    assert properties[base + "items"] == "8"
+    assert properties[base + "trials"] == "8"
+    assert properties[base + "agreement"] == "0.75"
+    assert properties[base + "sensitivity"] == "0.8"
+    assert properties[base + "specificity"].startswith("0.666")
+    assert properties[base + "kappa"].startswith("0.466")
+    low, high = (float(end) for end in properties[base + "kappa.ci"].removesuffix("@95%").split(".."))
+    assert f"[{low:.3f}, {high:.3f}]" in line
+    assert properties[base + "agreement.ci"].endswith("@95%")

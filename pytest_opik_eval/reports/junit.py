@@ -23,6 +23,8 @@ from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     ExperimentReport,
     ExperimentSummary,
+    JudgeCalibration,
+    KappaEstimate,
     Report,
 )
 
@@ -71,6 +73,7 @@ def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str,
             # "met: " or "not met: " and the decision first, as before; then what it rests on.
             value = ("met: " if gate.met else "not met: ") + "; ".join([gate.detail, *gate.notes])
             properties.append((name, value))
+        properties += _calibration_properties(base, e.calibrations)
         if e.baseline is not None:
             b = e.baseline
             properties += [
@@ -141,8 +144,27 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
     return properties
 
 
-def _interval(name: str, interval: ConfidenceInterval | None) -> list[tuple[str, str]]:
-    if interval is None:
+def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration]) -> list[tuple[str, str]]:
+    """Each judge against the items' human labels: its items and trials, and each figure it has
+    (``eval.qa.labels.correctness.kappa`` and ``.kappa.ci``)."""
+    properties = []
+    for c in calibrations:
+        name = f"{base}labels.{c.score}"
+        properties += [(name + ".items", str(c.items)), (name + ".trials", str(c.trials))]
+        for figure, found in (
+            ("agreement", c.agreement),
+            ("sensitivity", c.sensitivity),
+            ("specificity", c.specificity),
+            ("kappa", c.kappa),
+        ):
+            if found is not None:
+                properties.append((f"{name}.{figure}", plain_number(found.estimate)))
+                properties += _interval(f"{name}.{figure}", found)
+    return properties
+
+
+def _interval(name: str, interval: ConfidenceInterval | KappaEstimate | None) -> list[tuple[str, str]]:
+    if interval is None or interval.low is None or interval.high is None:
         return []
     return [
         (name + ".ci", f"{plain_number(interval.low)}..{plain_number(interval.high)}@{level(interval.level)}")

@@ -25,6 +25,7 @@ from pytest_opik_eval.formatting import (
 from pytest_opik_eval.reports.terminal import (
     SOFT_FAILED,
     budget_lines,
+    calibration_line,
     recording_line,
     sentence,
     trial_verdicts,
@@ -85,7 +86,7 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         f"{s.pending} pending · pass rate {percent(s.pass_rate)} · items: "
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
-    lines += _usage_lines(e) + _metric_table(e) + _pass_at_k(e) + _gate_lines(e)
+    lines += _usage_lines(e) + _metric_table(e) + _pass_at_k(e) + _gate_lines(e) + _calibration_lines(e)
     if items["failed"]:
         lines += ["", f"**Failed items ({len(items['failed'])}):** {_ids(items['failed'])}"]
     if s.soft_failed:
@@ -196,6 +197,14 @@ def _gate_lines(e: ExperimentReport) -> list[str]:
         lines.append(f"- {'✅' if g.met else '❌'} {_gate_name(g)}: {_inline(g.detail)}")
         lines += [f"  - {_inline(note)}" for note in g.notes]
     return lines
+
+
+def _calibration_lines(e: ExperimentReport) -> list[str]:
+    """Each labelled score's judge against the human labels, as the terminal words it."""
+    if not e.calibrations:
+        return []
+    found = [f"- {_inline(calibration_line(c, e.trial_count))}" for c in e.calibrations]
+    return ["", "**Judges against human labels:**", "", *found]
 
 
 def _gate_figure(g: GateVerdict) -> Callable[[float | None], str]:
