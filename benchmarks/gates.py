@@ -68,7 +68,11 @@ from pytest_opik_eval.store.records import (  # noqa: E402
 )
 from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
 from pytest_opik_eval.verdict.distributions import binomial_tail  # noqa: E402
-from pytest_opik_eval.verdict.results import ExperimentResult, experiment_result  # noqa: E402
+from pytest_opik_eval.verdict.results import (  # noqa: E402
+    ExperimentResult,
+    baseline_run,
+    experiment_result,
+)
 from pytest_opik_eval.verdict.summary import judge_session, passed  # noqa: E402
 
 DELTA = 0.05
@@ -529,7 +533,7 @@ def cost(kind: str, metrics: int, items: int, trials: int, repeat: int) -> dict[
         try:
             times: dict[str, float] = {}
             start = time.process_time()
-            baseline = experiment_result(*baseline_records, None, gates, intervals=False)
+            baseline = baseline_run(*baseline_records, gates)
             times["baseline result"] = time.process_time() - start
             start = time.process_time()
             candidate = experiment_result(*candidate_records, "candidate", gates)

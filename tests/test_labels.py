@@ -295,7 +295,7 @@ def test_the_step_summary_and_junit_carry_the_judges_agreement(
     assert f"**Judges against human labels:**\n\n- {line}\n" in summary.read_text()
     suite = ElementTree.parse(project.path / "junit.xml").getroot().find("testsuite")
     assert suite is not None
-    properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    properties = {str(p.get("name")): str(p.get("value")) for p in suite.iter("property")}
     base = "eval.test_qa.labels.correctness."
     assert properties[base + "items"] == "8"
     assert properties[base + "trials"] == "8"

@@ -488,13 +488,11 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
 def _plan(store: Store, args: argparse.Namespace) -> int:
     """Per experiment and score: the design the stored run implies, and what it needs."""
     from pytest_opik_eval.verdict.design import design_of, plan
-    from pytest_opik_eval.verdict.results import experiment_result
+    from pytest_opik_eval.verdict.results import baseline_run
 
     _, experiments = store.find(args.id)
     for experiment in experiments:
-        result = experiment_result(
-            experiment, store.trials(experiment.id), None, experiment.gates, intervals=False
-        )
+        result = baseline_run(experiment, store.trials(experiment.id), experiment.gates)
         size = f"{len(result.items)} items x {experiment.selection.trial_count} trial(s)"
         print(escape_control(f"{experiment.name} ({experiment.test}) experiment {experiment.id}: {size}"))
         level = args.confidence or experiment.gates.confidence

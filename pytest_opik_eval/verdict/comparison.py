@@ -12,12 +12,13 @@ from dataclasses import replace
 from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import BaselineComparison, FigureChange, ItemStatus, MetricDelta
-from pytest_opik_eval.verdict.results import ExperimentResult, confidence_interval
+from pytest_opik_eval.verdict.results import BaselineRun, ExperimentResult, confidence_interval
 from pytest_opik_eval.verdict.usage import Spend, percentile, spend, task_seconds
 
 
-def with_baseline(result: ExperimentResult, baseline: ExperimentResult) -> ExperimentResult:
-    """The result with its baseline comparison, and the tests of its regression gates."""
+def with_baseline(result: ExperimentResult, baseline: BaselineRun | ExperimentResult) -> ExperimentResult:
+    """The result with its baseline comparison, and the tests of its regression gates (the
+    baseline: a session's ``baseline_run``, or a whole result)."""
     comparison, paired, baseline_verdicts = compare(result, baseline)
     tests = {
         metric: stats.regression_test_on(pairs.sample, delta)
@@ -35,7 +36,7 @@ def with_baseline(result: ExperimentResult, baseline: ExperimentResult) -> Exper
 
 
 def compare(
-    current: ExperimentResult, baseline: ExperimentResult
+    current: ExperimentResult, baseline: BaselineRun | ExperimentResult
 ) -> tuple[BaselineComparison, dict[str, stats.PairedComparison], dict[str, ItemStatus]]:
     """The two experiments over the items both planned, paired by item id (a baseline made with
     ``-k``, or with a narrower selection, covers fewer): per metric the paired comparison of the

@@ -11,7 +11,7 @@ from pytest_opik_eval.store import ExperimentRecord, GateSettings, RunRecord, St
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.comparison import with_baseline
 from pytest_opik_eval.verdict.gates import judge
-from pytest_opik_eval.verdict.results import ExperimentResult, experiment_result
+from pytest_opik_eval.verdict.results import ExperimentResult, baseline_run, experiment_result
 
 LAST = "last"
 LAST_PASSING = "last-passing"
@@ -100,9 +100,7 @@ def judge_experiments(
         result = experiment_result(experiment, trials, session_id, settings)
         baseline, note = baselines.of(experiment)
         if baseline is not None:
-            before = experiment_result(
-                baseline, store.trials(baseline.id), None, baseline.gates, intervals=False
-            )
+            before = baseline_run(baseline, store.trials(baseline.id), baseline.gates)
             result = replace(
                 with_baseline(result, before), baseline_failed=baselines.failed(experiment, baseline)
             )
