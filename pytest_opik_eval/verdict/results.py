@@ -52,8 +52,26 @@ class ScoredTrial(Protocol):
     def scores(self) -> Sequence[ScoreRecord]: ...
 
 
+class _OfExperiment:
+    """The experiment's id, run and name, read off its record (a result's and a baseline's)."""
+
+    experiment: ExperimentRecord
+
+    @property
+    def id(self) -> str:
+        return self.experiment.id
+
+    @property
+    def run_id(self) -> str:
+        return self.experiment.run_id
+
+    @property
+    def name(self) -> str:
+        return self.experiment.name
+
+
 @dataclass(frozen=True)
-class ExperimentResult:
+class ExperimentResult(_OfExperiment):
     """The whole experiment: every planned trial, whichever session ran it."""
 
     experiment: ExperimentRecord
@@ -80,20 +98,8 @@ class ExperimentResult:
     samples: dict[str, stats.Sample] = field(default_factory=dict)
 
     @property
-    def id(self) -> str:
-        return self.experiment.id
-
-    @property
-    def name(self) -> str:
-        return self.experiment.name
-
-    @property
     def test(self) -> str:
         return self.experiment.test
-
-    @property
-    def run_id(self) -> str:
-        return self.experiment.run_id
 
     @property
     def trial_count(self) -> int:
@@ -204,27 +210,15 @@ class TrialResult:
 
 
 @dataclass(frozen=True)
-class BaselineRun:
+class BaselineRun(_OfExperiment):
     """What a comparison reads of its baseline (``comparison.compare``): the experiment, its
     trials, item verdicts and scores by item; none of the summary a result has, which a baseline
-    would build and never read (a tenth of the gates' cost at 100,000 trials)."""
+    would build and never read (about a twentieth of the gates' cost at 100,000 trials)."""
 
     experiment: ExperimentRecord
     trials: Sequence[TrialRecord]
     items: list[ItemVerdict]
     values: dict[str, dict[str, list[float]]]
-
-    @property
-    def id(self) -> str:
-        return self.experiment.id
-
-    @property
-    def run_id(self) -> str:
-        return self.experiment.run_id
-
-    @property
-    def name(self) -> str:
-        return self.experiment.name
 
 
 def baseline_run(
