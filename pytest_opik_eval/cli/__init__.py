@@ -493,7 +493,7 @@ def _plan(store: Store, args: argparse.Namespace) -> int:
     _, experiments = store.find(args.id)
     for experiment in experiments:
         result = baseline_run(experiment, store.trials(experiment.id), experiment.gates)
-        size = f"{len(result.items)} items x {experiment.selection.trial_count} trial(s)"
+        size = f"{len(result.verdicts)} items x {experiment.selection.trial_count} trial(s)"
         print(escape_control(f"{experiment.name} ({experiment.test}) experiment {experiment.id}: {size}"))
         level = args.confidence or experiment.gates.confidence
         for metric in args.metric or list(result.values):

@@ -13,7 +13,7 @@ from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import BaselineComparison, FigureChange, ItemStatus, MetricDelta
 from pytest_opik_eval.verdict.results import BaselineRun, ExperimentResult, confidence_interval
-from pytest_opik_eval.verdict.usage import Spend, percentile, spend, task_seconds
+from pytest_opik_eval.verdict.usage import Spend, latencies, percentile, spend
 
 
 def with_baseline(result: ExperimentResult, baseline: BaselineRun | ExperimentResult) -> ExperimentResult:
@@ -45,8 +45,8 @@ def compare(
     baseline and fail now (regressions) and the reverse (fixes), with the exact one-sided test
     on them; and the items only one of them planned. Also the baseline's verdict by item."""
     level = current.settings.confidence
-    before_items = {i.dataset_item_id: i.verdict for i in baseline.items}
-    now_items = {i.dataset_item_id: i.verdict for i in current.items}
+    before_items = baseline.verdicts
+    now_items = current.verdicts
     shared, only_here, regressions, fixes = [], [], [], []
     for item, verdict in now_items.items():  # one pass: 100,000 items are common
         before_verdict = before_items.get(item)
@@ -124,8 +124,7 @@ def _figures(now: Sequence[TrialRecord], before: Sequence[TrialRecord]) -> dict[
             0,
         ),
     }
-    seconds_now = sorted(s for s, _ in task_seconds(now))
-    seconds_before = sorted(s for s, _ in task_seconds(before))
+    seconds_now, seconds_before = latencies(now), latencies(before)
     for p in (50, 95):
         figures[f"latency_p{p}"] = (
             percentile(seconds_now, p) if seconds_now else None,

@@ -20,7 +20,7 @@ from pytest_opik_eval.verdict.model import GateVerdict
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.score_gates import fail_under, max_regression, min_pass_rate
 from pytest_opik_eval.verdict.score_gates import verdict as _verdict
-from pytest_opik_eval.verdict.usage import percentile, spend, task_seconds
+from pytest_opik_eval.verdict.usage import latencies, percentile, slowest, spend
 
 # Items or trials named in a cost or latency gate's notes, worst first.
 _WORST = 5
@@ -175,8 +175,8 @@ def _max_latency(result: ExperimentResult, settings: GateSettings) -> list[GateV
     if limit is None:
         return []
     name = f"p{limit.percentile:g}"
-    measured = task_seconds(result.trials)
-    value = percentile([seconds for seconds, _ in reversed(measured)], limit.percentile) if measured else None
+    measured = latencies(result.trials)
+    value = percentile(measured, limit.percentile) if measured else None
     if value is None:
         detail = (
             "no completed trial recorded its task latency (trials recorded by a version that kept "
@@ -191,8 +191,8 @@ def _max_latency(result: ExperimentResult, settings: GateSettings) -> list[GateV
         )
     notes = []
     if measured:
-        slowest = ", ".join(f"{t.dataset_item_id}#{t.trial} {duration(s)}" for s, t in measured[:_WORST])
-        notes.append(f"slowest: {slowest}")
+        worst = (f"{t.dataset_item_id}#{t.trial} {duration(s)}" for s, t in slowest(result.trials, _WORST))
+        notes.append(f"slowest: {', '.join(worst)}")
     met = value is not None and value <= limit.seconds and not result.summary.pending
     return [
         _verdict("max_latency", name, value, limit.seconds, met, detail).model_copy(update={"notes": notes})

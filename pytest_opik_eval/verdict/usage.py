@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord, Usage, UsageTotals
 from pytest_opik_eval.verdict.model import Latency, LatencySummary
@@ -112,7 +114,7 @@ def latency_summary(trials: Iterable[TrialRecord]) -> LatencySummary | None:
     """p50, p95 and max of the completed trials' task latencies: what the latency gate judges
     (a pending trial's attempt, which raised, is shown with its trial and timed again when it
     is resumed)."""
-    seconds = [seconds for seconds, _ in reversed(task_seconds(trials))]
+    seconds = latencies(trials)
     if not seconds:
         return None
     return LatencySummary(
@@ -182,19 +184,18 @@ class Spend:
         return self.app + self.judge
 
 
-def spend(trials: Iterable[TrialRecord]) -> Spend:
-    completed = [t for t in trials if t.status == "completed"]
-    result = Spend(trials=len(completed))
+def spend(trials: Sequence[TrialRecord]) -> Spend:
+    result = Spend(trials=list(map(_status, trials)).count("completed"))  # C loops
     # Most sessions report no usage at all: only the trials that have some are read further.
-    reported = [
-        (index, usage)
-        for index, trial in enumerate(completed)
-        if (trial.usage is not None or trial.spans) and (usage := usage_of(trial)) is not None
-    ]
-    apps: dict[int, UsageTotals] = {}
-    for index, usage in reported:
+    apps: dict[int, UsageTotals] = {}  # the app's usage by the trial's id()
+    for trial in trials:
+        if (trial.usage is None and not trial.spans) or trial.status != "completed":
+            continue
+        usage = usage_of(trial)
+        if usage is None:
+            continue
         if usage.app is not None:
-            apps[index] = usage.app
+            apps[id(trial)] = usage.app
             result.app_reported = True
             result.app += usage.app.cost or 0.0
             result.unpriced_app.update(usage.app.unpriced)
@@ -203,19 +204,24 @@ def spend(trials: Iterable[TrialRecord]) -> Spend:
             result.judge += usage.judge.cost or 0.0
             result.unpriced_judge.update(usage.judge.unpriced)
     if result.app_reported:
-        result.cost_by_item, result.tokens_by_item = _by_item(completed, apps)
+        result.cost_by_item, result.tokens_by_item = _by_item(trials, apps)
     return result
 
 
+_status = attrgetter("status")
+
+
 def _by_item(
-    completed: Sequence[TrialRecord], apps: Mapping[int, UsageTotals]
+    trials: Sequence[TrialRecord], apps: Mapping[int, UsageTotals]
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Each item's mean app cost and total tokens per completed trial (``apps``: the app's usage
-    by the trial's index; a trial without counts as spending nothing)."""
+    by the trial's id(); a trial without counts as spending nothing)."""
     costs: dict[str, list[float]] = {}
     tokens: dict[str, list[int]] = {}
-    for index, trial in enumerate(completed):
-        app = apps.get(index)
+    for trial in trials:
+        if trial.status != "completed":
+            continue
+        app = apps.get(id(trial))
         costs.setdefault(trial.dataset_item_id, []).append((app.cost or 0.0) if app else 0.0)
         tokens.setdefault(trial.dataset_item_id, []).append(app.total_tokens if app else 0)
     return (
@@ -224,7 +230,13 @@ def _by_item(
     )
 
 
-def task_seconds(trials: Iterable[TrialRecord]) -> list[tuple[float, TrialRecord]]:
-    """The completed trials' task latencies, slowest first."""
-    measured = [(t.task_seconds, t) for t in trials if t.status == "completed" and t.task_seconds is not None]
-    return sorted(measured, key=lambda pair: -pair[0])
+def latencies(trials: Iterable[TrialRecord]) -> list[float]:
+    """The completed trials' task latencies, sorted."""
+    return sorted([t.task_seconds for t in trials if t.status == "completed" and t.task_seconds is not None])
+
+
+def slowest(trials: Iterable[TrialRecord], count: int) -> list[tuple[float, TrialRecord]]:
+    """The ``count`` completed trials with the longest task latencies, slowest first (in trial
+    order among equals)."""
+    measured = ((t.task_seconds, t) for t in trials if t.status == "completed" and t.task_seconds is not None)
+    return heapq.nlargest(count, measured, key=itemgetter(0))
