@@ -1,0 +1,150 @@
+"""Which metrics are LLM judges, and each judge's identity: what the judge cache keys its scores
+by (``run/judge_cache.py``) and what a calibration against human labels is kept for
+(``ExperimentRecord.judges``), so that a judge whose prompt, model or code changed is a new judge.
+
+A metric is a judge when its class says so (``judge = True``, on this package's ``BaseMetric``
+or any metric), or when it is one of the Opik SDK's LLM-judge metrics: it holds an Opik model
+(an ``OpikBaseModel``) among its attributes, or its class comes from the SDK's ``llm_judges``.
+Heuristic metrics are cheap and deterministic: no identity.
+
+A judge's identity is the sha256 of a canonical JSON of: the metric's class (module and
+qualified name), the version of the library it comes from, its code (``run/fingerprint.py``: the
+source of the class and of its bases that are the project's, their class attributes, and what the
+methods scoring runs read, followed through the project's functions and modules transitively),
+and the metric's whole configuration (its attributes, recursively: the model and its name, the
+prompt, the temperature, a client by its endpoint...), secrets masked; or, when the metric gives
+its own key (``judge_cache_key``), that key and the source of its classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
+from pytest_opik_eval.run.fingerprint import Fingerprint, Fingerprints, attributes, digest, qualified
+
+FORMAT = 2  # of an identity (and of the judge cache's keys and files): a new format starts anew
+# What a metric defines to give its own key: a method (or a value) returning what decides its
+# score, where the plugin cannot see it all (a prompt read from a file when it scores).
+OWN_KEY = "judge_cache_key"
+
+# How deep a metric's configuration is walked (a model inside the metric, its client, its
+# settings...).
+_CONFIGURATION_DEPTH = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Judge:
+    digest: str  # of the metric's class, code, library version and configuration
+    about: dict[str, Any]  # the readable parts, stored with each cached result
+    unknown: tuple[str, ...] = ()  # what decides its score that the digest cannot see
+
+
+class Judges:
+    """The identities of one process's judges, computed once per metric object, on first use;
+    ``environ``'s secrets are masked (read again whenever it changed: a key a session fixture
+    sets is masked too)."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        environ = os.environ if environ is None else environ
+        self.secrets = EnvironmentSecrets(environ)
+        self.fingerprints = Fingerprints(self.secrets, environ)
+        # One judge fingerprinted at a time: the fingerprints' memos of code are shared (the
+        # judge cache fingerprints score() inputs under it too).
+        self.identifying = threading.Lock()
+        self._lock = threading.Lock()
+        # By id(): a metric object may not be hashable. The metric is kept, so its id stays its own.
+        self._judges: dict[int, tuple[Any, Judge | None]] = {}
+
+    def of(self, metric: Any) -> Judge | None:
+        """The metric's identity; None if it is not a judge."""
+        with self._lock:
+            known = self._judges.get(id(metric))
+        if known is not None:
+            return known[1]
+        with self.identifying:
+            if id(metric) not in self._judges:  # another thread may have just identified it
+                judge = self._identify(metric) if is_judge(metric) else None
+                with self._lock:
+                    self._judges[id(metric)] = (metric, judge)
+        return self._judges[id(metric)][1]
+
+    def digests(self, metrics: Iterable[Any]) -> dict[str, str]:
+        """The judges among ``metrics`` by their name (the name of the scores they give, as
+        human labels name them): each one's identity's digest."""
+        found = {}
+        for metric in metrics:
+            judge = self.of(metric)
+            if judge is not None:
+                found[str(judge.about["name"])] = judge.digest
+        return found
+
+    def masked(self, value: Any) -> Any:
+        """``value`` (JSON data) scrubbed as the recordings are (see ``masking``), with the
+        environment's secrets as it is now."""
+        return Scrubber(self.secrets).value(value)
+
+    def _identify(self, metric: Any) -> Judge:
+        cls = type(metric)
+        library = cls.__module__.split(".")[0]
+        about = {
+            "class": qualified(cls),
+            "name": str(getattr(metric, "name", cls.__name__)),
+            "model": _model_name(metric),
+            "library": library,
+            "library_version": self.fingerprints.version(library),
+        }
+        about = self.masked(about)
+        if getattr(metric, OWN_KEY, None) is not None:
+            # Its author says what decides its score: that, and the source of its classes.
+            code = Fingerprint(self.fingerprints.sources(cls))
+            configuration = self._own_key(metric)
+        else:
+            # The code of its class and bases, and what it reaches; its configuration.
+            code = self.fingerprints.class_code(cls)
+            configuration = self.fingerprints.configuration(metric, _CONFIGURATION_DEPTH)
+        parts = {"format": FORMAT, **about, "code": code.data, "configuration": configuration.data}
+        unknown = tuple(dict.fromkeys(code.unknown + configuration.unknown))
+        return Judge(digest(parts), about, unknown)
+
+    def _own_key(self, metric: Any) -> Fingerprint:
+        """What the metric's ``judge_cache_key`` (a method, or a value) says decides its score."""
+        where = f"{qualified(type(metric))}.{OWN_KEY}"
+        own = getattr(metric, OWN_KEY)
+        try:
+            value = own() if callable(own) else own
+        except Exception as error:
+            return Fingerprint(None, (f"{where}() raised {type(error).__name__}: {error}",))
+        return self.fingerprints.of(value, _CONFIGURATION_DEPTH, where)
+
+
+def is_judge(metric: Any) -> bool:
+    """Whether ``metric`` calls an LLM judge: its class says so (``judge = True``), or it is an
+    Opik SDK LLM-judge metric (it holds an Opik model, or comes from the SDK's ``llm_judges``)."""
+    declared = getattr(type(metric), "judge", None)
+    if isinstance(declared, bool):
+        return declared
+    module = type(metric).__module__
+    if module.startswith("opik.") and (".llm_judges." in module or module.endswith(".ragas_metric")):
+        return True
+    # Loaded if, and only if, an Opik model exists in this process: no import for other metrics.
+    models = sys.modules.get("opik.evaluation.models.base_model")
+    model_class = getattr(models, "OpikBaseModel", None)
+    return model_class is not None and any(isinstance(v, model_class) for v in attributes(metric).values())
+
+
+def _model_name(metric: Any) -> str | None:
+    """The judge's model, for a reader of the cache: a ``model``/``model_name`` string attribute,
+    or that of a model object the metric holds."""
+    for name, value in sorted(attributes(metric).items()):
+        if name.lstrip("_") in ("model", "model_name") and isinstance(value, str):
+            return value
+        inner = getattr(value, "model_name", None) if not isinstance(value, (str, int, float)) else None
+        if isinstance(inner, str):
+            return inner
+    return None
