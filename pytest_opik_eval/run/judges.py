@@ -23,10 +23,13 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
-from pytest_opik_eval.run.fingerprint import Fingerprint, Fingerprints, attributes, digest, qualified
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.fingerprint import Fingerprint
+
+# The fingerprints (and the masking they use) are imported by the first judge's identity: they
+# cost about 15 ms, which a session whose metrics are no judges never pays.
 
 FORMAT = 2  # of an identity (and of the judge cache's keys and files): a new format starts anew
 # What a metric defines to give its own key: a method (or a value) returning what decides its
@@ -51,6 +54,9 @@ class Judges:
     sets is masked too)."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        from pytest_opik_eval.masking import EnvironmentSecrets
+        from pytest_opik_eval.run.fingerprint import Fingerprints
+
         environ = os.environ if environ is None else environ
         self.secrets = EnvironmentSecrets(environ)
         self.fingerprints = Fingerprints(self.secrets, environ)
@@ -87,9 +93,13 @@ class Judges:
     def masked(self, value: Any) -> Any:
         """``value`` (JSON data) scrubbed as the recordings are (see ``masking``), with the
         environment's secrets as it is now."""
+        from pytest_opik_eval.masking import Scrubber
+
         return Scrubber(self.secrets).value(value)
 
     def _identify(self, metric: Any) -> Judge:
+        from pytest_opik_eval.run.fingerprint import Fingerprint, digest, qualified
+
         cls = type(metric)
         library = cls.__module__.split(".")[0]
         about = {
@@ -114,6 +124,8 @@ class Judges:
 
     def _own_key(self, metric: Any) -> Fingerprint:
         """What the metric's ``judge_cache_key`` (a method, or a value) says decides its score."""
+        from pytest_opik_eval.run.fingerprint import Fingerprint, qualified
+
         where = f"{qualified(type(metric))}.{OWN_KEY}"
         own = getattr(metric, OWN_KEY)
         try:
@@ -135,12 +147,18 @@ def is_judge(metric: Any) -> bool:
     # Loaded if, and only if, an Opik model exists in this process: no import for other metrics.
     models = sys.modules.get("opik.evaluation.models.base_model")
     model_class = getattr(models, "OpikBaseModel", None)
-    return model_class is not None and any(isinstance(v, model_class) for v in attributes(metric).values())
+    if model_class is None:
+        return False
+    from pytest_opik_eval.run.fingerprint import attributes
+
+    return any(isinstance(v, model_class) for v in attributes(metric).values())
 
 
 def _model_name(metric: Any) -> str | None:
     """The judge's model, for a reader of the cache: a ``model``/``model_name`` string attribute,
     or that of a model object the metric holds."""
+    from pytest_opik_eval.run.fingerprint import attributes
+
     for name, value in sorted(attributes(metric).items()):
         if name.lstrip("_") in ("model", "model_name") and isinstance(value, str):
             return value

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import pytest
 
     from pytest_opik_eval.run.judge_cache import JudgeCache
+    from pytest_opik_eval.run.judges import Judges
     from pytest_opik_eval.run.recording import Recorder, RecordingCounts
     from pytest_opik_eval.settings import EvalOptions
     from pytest_opik_eval.store.records import BudgetSetting
@@ -66,6 +67,17 @@ class Resources:
             folder = options.store_path.parent / JUDGE_CACHE
             self.judge_cache = JudgeCache(folder, strict=strict, notify=functools.partial(notice, config))
         self.recorder: Recorder | None = None
+        self._judges: Judges | None = None
+
+    def judges(self) -> Judges:
+        """The judges' identities: the judge cache's, else made on first use."""
+        if self.judge_cache is not None:
+            return self.judge_cache.judges
+        if self._judges is None:
+            from pytest_opik_eval.run.judges import Judges
+
+            self._judges = Judges()
+        return self._judges
 
     def start_recording(self) -> None:
         """With --eval-record, this process's recorder, patched in until ``stop_recording``: where

@@ -11,6 +11,7 @@ or the controller, which shows its workers'.
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from collections.abc import Callable, Generator, Iterator
 from typing import Literal, NoReturn
@@ -26,6 +27,7 @@ from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
+from pytest_opik_eval.run.judges import is_judge
 from pytest_opik_eval.run.trial import (
     RECORDING_MISSED,
     RECORDING_MISSED_ATTR,
@@ -38,6 +40,7 @@ from pytest_opik_eval.run.trial import (
     threaded_task,
 )
 from pytest_opik_eval.session.state import SessionState
+from pytest_opik_eval.store.records import ExperimentRecord
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
 JUNIT_SOFT_FAILED = "pytest_opik_eval.soft_failed"
@@ -81,8 +84,9 @@ class Running:
             plan = plan_run(
                 self.config, state.target.run_id, trials, state.options.run_name, state.options.budget
             )
+            experiments = self._with_judges(plan.experiments, trials)
             try:
-                state.store.get().create_run(plan.run, plan.experiments, plan.trials)
+                state.store.get().create_run(plan.run, experiments, plan.trials)
             except StoreError as error:
                 if not state.worker:
                     raise pytest.UsageError(f"{error}") from None
@@ -91,7 +95,22 @@ class Running:
                 # worker's first trial fails with the one line instead, as when a write fails mid-run.
                 state.run.not_created = error
                 return
-        state.run.experiments = plan.experiments
+        state.run.experiments = experiments
+
+    def _with_judges(
+        self, experiments: list[ExperimentRecord], trials: list[tuple[pytest.Item, Trial]]
+    ) -> list[ExperimentRecord]:
+        """The experiments with the identities of their LLM judges, which a calibration against
+        human labels holds for (none are looked for without one: a heuristic metric costs
+        nothing)."""
+        metrics = {trial.case.plan.test: trial.case.plan.spec.metrics for _, trial in trials}
+        if not any(map(is_judge, itertools.chain.from_iterable(metrics.values()))):
+            return experiments
+        judges = self.state.resources.judges()
+        return [
+            e.model_copy(update={"judges": found}) if (found := judges.digests(metrics[e.test])) else e
+            for e in experiments
+        ]
 
     # -- each trial ----------------------------------------------------------------------
 

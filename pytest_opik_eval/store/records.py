@@ -185,6 +185,9 @@ class ExperimentRecord(_Written):
     # The item key of the human labels in ``items`` (the marker's labels_field, or ini
     # eval_labels_field): calibration reads them; the task and the metrics never saw them.
     labels_field: str = "labels"  # options.LABELS_FIELD, the default
+    # The LLM judges among its metrics, by the name of the scores they give: each one's identity
+    # (run/judges.py), which a calibration against human labels holds for.
+    judges: dict[str, str] = {}
 
     @model_serializer(mode="wrap")
     def _without_rescore_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -195,6 +198,8 @@ class ExperimentRecord(_Written):
             data.pop("rescore_of", None)
         if self.labels_field == "labels":
             data.pop("labels_field", None)
+        if not self.judges:
+            data.pop("judges", None)
         return data
 
 

@@ -98,6 +98,8 @@ class ExperimentResult(_OfExperiment):
     # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     samples: dict[str, stats.Sample] = field(default_factory=dict)
+    # By score: the human-labelled items its judge's errors are measured on (``calibrated``).
+    calibration_sets: dict[str, CalibrationSet] = field(default_factory=dict)
 
     @cached_property
     def verdicts(self) -> dict[str, ItemStatus]:
@@ -166,6 +168,14 @@ class ExperimentResult(_OfExperiment):
             calibrations=self.calibrations(),
         )
 
+    def labelled(self, score: str) -> list[calibration.LabelledItem]:
+        """This experiment's items labelled for ``score`` that have a completed trial with it."""
+        labels = calibration.labels_by_score(self.experiment.items, self.experiment.labels_field).get(score)
+        if not labels:
+            return []
+        values = self.values.get(score, {})
+        return calibration.labelled_items(labels, values, self.settings.thresholds.get(score))
+
     def calibrations(self) -> list[JudgeCalibration]:
         """Each labelled score's judge against the items' human labels, over the completed trials."""
         found = calibration.calibrations(
@@ -201,6 +211,14 @@ class ExperimentResult(_OfExperiment):
         first = next(iter(self.paired), None)
         rows.sort(key=lambda row: (first not in row.changes, row.changes.get(first or "", 0.0)))
         return baseline.model_copy(update={"items": rows})
+
+
+@dataclass(frozen=True)
+class CalibrationSet:
+    """The labelled items a judge's score is corrected by, and the experiment they are of."""
+
+    source: str  # that experiment's name
+    items: list[calibration.LabelledItem]
 
 
 @dataclass(frozen=True)

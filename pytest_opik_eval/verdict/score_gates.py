@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 
 from pytest_opik_eval.formatting import level, score, signed
 from pytest_opik_eval.store.records import GateSettings
+from pytest_opik_eval.verdict import correction
 from pytest_opik_eval.verdict import design as plan
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import ConfidenceInterval, GateKind, GateVerdict, MetricDelta
@@ -47,11 +48,84 @@ def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVer
                 detail = f"every {metric} score failed to compute (bound {bound:g})"
             verdicts.append(verdict("fail_under", metric, None, bound, False, detail + _failed(failed)))
             continue
-        s = result.item_sample(metric)
-        gate = _absolute("fail_under", metric, "mean", s, bound, settings)
-        met = gate.met and not failed and not summary.pending
+        corrected = _corrected(result, metric, settings)
+        refused = ""  # strict mode's reason not to pass a gate on a judge it cannot correct
+        if isinstance(corrected, correction.Correction):
+            gate = _corrected_gate(metric, corrected, result.calibration_sets[metric].source, bound, settings)
+        else:
+            gate = _absolute("fail_under", metric, "mean", result.item_sample(metric), bound, settings)
+            if corrected is not None:
+                refused = f"; strict mode refuses it: {corrected}" if settings.mode == "strict" else ""
+                gate = gate.model_copy(update={"detail": f"{gate.detail}{refused or '; ' + corrected}"})
+        met = gate.met and not refused and not failed and not summary.pending
         verdicts.append(gate.model_copy(update={"met": met, "detail": gate.detail + _failed(failed)}))
     return verdicts
+
+
+def _corrected(
+    result: ExperimentResult, metric: str, settings: GateSettings
+) -> correction.Correction | str | None:
+    """The correction of the metric's pass rate by its judge's errors on human labels; else why
+    the gate cannot rest on a corrected rate (a judge without labels, labels that cannot correct,
+    a graded score); None for a metric that is no judge and has no labels."""
+    labelled = result.calibration_sets.get(metric)
+    judge = metric in result.experiment.judges
+    if labelled is None:
+        if not judge:
+            return None
+        return (
+            f"the judge of {metric} is not calibrated: its errors are not in this bound; label "
+            f'some items ("labels": {{"{metric}": true}}) to correct it'
+        )
+    by_item = result.values[metric]
+    if not stats.pass_fail(by_item.values()):
+        return f"{metric} is a graded score: only a pass/fail score's pass rate is corrected by labels"
+    found = correction.correction(stats.item_means(by_item.values()), labelled.items)
+    if isinstance(found, str):
+        return f"not corrected by the labels of {labelled.source}: {found}"
+    return found
+
+
+def _corrected_gate(
+    metric: str, corrected: correction.Correction, source: str, bound: float, settings: GateSettings
+) -> GateVerdict:
+    """fail_under on the pass rate corrected for the judge's errors: normal mode, the corrected
+    estimate reaches the bound; strict, its one-sided lower bound does. Both rates are shown."""
+    alpha = 1.0 - settings.confidence
+    bounds = corrected.bounds(settings.confidence)
+    value = corrected.estimate
+    raw = f"{score(corrected.observed)} as judged"
+    p_value: float | None = None
+    if settings.mode == "strict":
+        p_value = corrected.p_above(bound)
+        cleared = p_value <= alpha
+        detail = (
+            f"pass rate {score(value)} corrected for the judge's errors ({raw}), lower bound "
+            f"{score(bounds.low)} {'>=' if cleared else 'is below'} {bound:g} ({_p(p_value)})"
+        )
+    else:
+        cleared = value >= bound
+        detail = (
+            f"pass rate {score(value)} corrected for the judge's errors ({raw}) "
+            f"{'>=' if cleared else 'is below'} {bound:g}"
+        )
+    interval = confidence_interval(bounds)
+    calibration_note = (
+        f"corrected by {corrected.labelled} labelled item(s) of {source}: sensitivity "
+        f"{score(corrected.sensitivity)}, specificity {score(corrected.specificity)}; the bounds "
+        "carry the labels' sampling error and the run's"
+    )
+    return verdict("fail_under", metric, value, bound, cleared, detail).model_copy(
+        update={
+            "notes": [_bounds_note(interval, score, bound=bound), calibration_note],
+            "mode": settings.mode,
+            "interval": interval,
+            "borderline": interval.straddles(bound),
+            "p_value": p_value,
+            "p_value_unadjusted": p_value,
+            "one_sided": True,
+        }
+    )
 
 
 def _failed(failed: int) -> str:

@@ -11,7 +11,12 @@ from pytest_opik_eval.store import ExperimentRecord, GateSettings, RunRecord, St
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.comparison import with_baseline
 from pytest_opik_eval.verdict.gates import judge
-from pytest_opik_eval.verdict.results import ExperimentResult, baseline_run, experiment_result
+from pytest_opik_eval.verdict.results import (
+    CalibrationSet,
+    ExperimentResult,
+    baseline_run,
+    experiment_result,
+)
 
 LAST = "last"
 LAST_PASSING = "last-passing"
@@ -133,6 +138,7 @@ def judge_session(
     however the session is judged: at its end, after a resume of one of its experiments, or by
     ``opik-eval gate``."""
     everyone = [*results, *others]
+    results = calibrated(results, everyone)
     members = [
         (position, metric, test.p_beyond)
         for position, result in enumerate(everyone)
@@ -151,6 +157,32 @@ def judge_session(
         judge(result, resume_command, adjusted.get(position), family.get(position, 1))
         for position, result in enumerate(results)
     ]
+
+
+def calibrated(
+    results: Sequence[ExperimentResult], session: Sequence[ExperimentResult]
+) -> list[ExperimentResult]:
+    """Each result with, for each score a fail_under gate reads, the human-labelled items its
+    judge's errors are measured on: the result's own, else those of another experiment of the
+    session scored by the same judge (the same identity: its prompt, model and code), the first
+    one found."""
+    by_judge: dict[tuple[str, str], CalibrationSet] = {}
+    for other in session:
+        for score, identity in other.experiment.judges.items():
+            if (score, identity) not in by_judge and (items := other.labelled(score)):
+                by_judge[score, identity] = CalibrationSet(other.name, items)
+    found = []
+    for result in results:
+        sets = {}
+        for score in result.settings.fail_under:
+            own = result.labelled(score)
+            judge = result.experiment.judges.get(score)
+            if own:
+                sets[score] = CalibrationSet(result.name, own)
+            elif judge is not None and (score, judge) in by_judge:
+                sets[score] = by_judge[score, judge]
+        found.append(replace(result, calibration_sets=sets) if sets else result)
+    return found
 
 
 def passed(result: ExperimentResult) -> bool:

@@ -1,0 +1,199 @@
+"""Gates on a judge's pass rate corrected for the judge's errors against human labels, end to
+end: the experiment's own labels, or those of another test of the session scored by the same
+judge; strict mode's refusal of a judge it cannot correct."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from conftest import Project
+
+from pytest_opik_eval.store.local import LocalStore
+from pytest_opik_eval.verdict.calibration import LabelledItem
+from pytest_opik_eval.verdict.correction import Correction, correction
+
+# The judge's verdict is the item's "judge" field: a judge (it says so) whose errors the labels
+# measure. Its prompt is part of its identity: another prompt is another judge.
+JUDGED = """
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self, prompt="Is the answer right?"):
+        super().__init__(name="correctness")
+        self.threshold = 0.5
+        self.prompt = prompt
+
+    def score(self, output, **kwargs):
+        return ScoreResult(name=self.name, value=float(output))
+
+{tests}
+"""
+
+TEST = """
+@pytest.mark.eval(dataset="{dataset}", metrics=[Judge({prompt})], {marker})
+def {name}(eval_item):
+    return {{"output": eval_item["judge"]}}
+"""
+
+
+def rows(passed: int, failed: int, *, label: bool | None, prefix: str) -> list[dict[str, Any]]:
+    """Items the judge passes (``passed``) and fails (``failed``), labelled ``label`` (or not)."""
+    found = []
+    for n in range(passed + failed):
+        row: dict[str, Any] = {"id": f"{prefix}{n}", "judge": int(n < passed)}
+        if label is not None:
+            row["labels"] = {"correctness": label}
+        found.append(row)
+    return found
+
+
+# 10 items labelled pass (the judge passes 9), 10 labelled fail (it fails 8): sensitivity 0.9,
+# specificity 0.8. Observed: 11 of 20 passed, 0.55; corrected (0.55 + 0.8 - 1) / 0.7 = 0.5.
+CALIBRATION = rows(9, 1, label=True, prefix="p") + rows(2, 8, label=False, prefix="f")
+
+
+def write(project: Project, *tests: tuple[str, str, str, str]) -> None:
+    """Each test as (name, dataset file, judge prompt argument, marker arguments)."""
+    source = "".join(
+        TEST.format(name=name, dataset=dataset, prompt=prompt, marker=marker)
+        for name, dataset, prompt, marker in tests
+    )
+    project.write("test_eval.py", JUDGED.format(tests=source))
+
+
+def gate_lines(result: pytest.RunResult) -> list[str]:
+    return [line for line in result.outlines if line.startswith(("met:", "NOT MET:"))]
+
+
+def expected(observed: list[float]) -> Correction:
+    labelled = [LabelledItem(r["id"], r["judge"], 1, r["labels"]["correctness"]) for r in CALIBRATION]
+    found = correction(observed, labelled)
+    assert isinstance(found, Correction)
+    return found
+
+
+def test_a_gate_that_the_raw_rate_passes_fails_on_the_corrected_one(project: Project) -> None:
+    project.dataset(CALIBRATION)
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.52}'))
+    result, report = project.run_report("--eval")
+    assert gate_lines(result) == [
+        "NOT MET: test_qa: fail_under correctness: pass rate 0.500 corrected for the judge's errors "
+        "(0.550 as judged) is below 0.52"
+    ]
+    (gate,) = report["experiments"][0]["gates"]
+    found = expected([r["judge"] for r in CALIBRATION])
+    assert gate["value"] == pytest.approx(0.5)
+    bounds = found.bounds(0.95)
+    assert (gate["interval"]["low"], gate["interval"]["high"]) == pytest.approx((bounds.low, bounds.high))
+    assert gate["notes"][1] == (
+        "corrected by 20 labelled item(s) of test_qa: sensitivity 0.900, specificity 0.800; the "
+        "bounds carry the labels' sampling error and the run's"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_another_test_of_the_session_calibrates_the_same_judge(project: Project) -> None:
+    project.dataset(CALIBRATION, "labelled.jsonl")
+    # The app's run: 30 of 40 judged passing, none labelled.
+    project.dataset(rows(30, 10, label=None, prefix="a"), "app.jsonl")
+    write(
+        project,
+        ("test_calibration", "labelled.jsonl", "", ""),
+        ("test_app", "app.jsonl", "", 'fail_under={"correctness": 0.6}'),
+        ("test_other_prompt", "app.jsonl", '"Is it right?"', 'fail_under={"correctness": 0.6}'),
+    )
+    result, report = project.run_report("--eval")
+    # (0.75 + 0.8 - 1) / 0.7 = 0.786
+    found = expected([1.0] * 30 + [0.0] * 10)
+    assert found.estimate == pytest.approx(0.55 / 0.7)
+    app, other = gate_lines(result)
+    assert app == (
+        "met: test_app: fail_under correctness: pass rate 0.786 corrected for the judge's errors "
+        "(0.750 as judged) >= 0.6"
+    )
+    gates = {e["name"]: e["gates"] for e in report["experiments"]}
+    assert gates["test_app"][0]["notes"][1].startswith(
+        "corrected by 20 labelled item(s) of test_calibration:"
+    )
+    # Another prompt is another judge: the labels do not hold for it.
+    assert other == (
+        "met: test_other_prompt: fail_under correctness: mean 0.750 >= 0.6; the judge of correctness "
+        'is not calibrated: its errors are not in this bound; label some items ("labels": '
+        '{"correctness": true}) to correct it'
+    )
+    store = LocalStore(project.store_path, create=False)
+    try:
+        judges = {e.name: e.judges for e in store.find("last")[1]}
+    finally:
+        store.close()
+    assert judges["test_app"] == judges["test_calibration"] != judges["test_other_prompt"]
+    assert list(judges["test_app"]) == ["correctness"]
+
+
+def test_strict_mode_refuses_a_judge_without_labels(project: Project) -> None:
+    project.dataset(rows(20, 0, label=None, prefix="a"))
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.5}'))
+    result = project.run("--eval", "--eval-gate-mode=strict")
+    (line,) = gate_lines(result)
+    assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): mean 1.000, lower bound ")
+    assert line.endswith(
+        "; strict mode refuses it: the judge of correctness is not calibrated: its errors are not in "
+        'this bound; label some items ("labels": {"correctness": true}) to correct it'
+    )
+
+
+@pytest.mark.parametrize("mode", ["normal", "strict"])
+def test_labels_that_cannot_correct_say_why(project: Project, mode: str) -> None:
+    # Every item labelled pass: the judge's specificity is unknown.
+    project.dataset(rows(8, 2, label=True, prefix="p"))
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.5}'))
+    result = project.run("--eval", f"--eval-gate-mode={mode}")
+    (line,) = gate_lines(result)
+    why = (
+        "not corrected by the labels of test_qa: no labelled item is labelled fail: the judge's "
+        "specificity is unknown"
+    )
+    if mode == "normal":
+        assert line == f"met: test_qa: fail_under correctness: mean 0.800 >= 0.5; {why}"
+    else:
+        assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): mean 0.800, lower bound ")
+        assert line.endswith(f"; strict mode refuses it: {why}")
+
+
+def test_a_judge_no_better_than_chance_corrects_nothing(project: Project) -> None:
+    # Labelled pass: the judge passes 1 of 2; labelled fail: it fails 1 of 2. Se + Sp = 1.
+    project.dataset(rows(1, 1, label=True, prefix="p") + rows(1, 1, label=False, prefix="f"))
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.5}'))
+    (line,) = gate_lines(project.run("--eval"))
+    assert line == (
+        "met: test_qa: fail_under correctness: mean 0.500 >= 0.5; not corrected by the labels of "
+        "test_qa: the judge does no better than chance on the labels (sensitivity 0.500 + "
+        "specificity 0.500 <= 1): a pass rate it gives cannot be corrected"
+    )
+
+
+@pytest.mark.parametrize(("bound", "met"), [(0.3, True), (0.75, False)])
+def test_strict_mode_gates_on_the_corrected_lower_bound(project: Project, bound: float, met: bool) -> None:
+    project.dataset(CALIBRATION, "labelled.jsonl")
+    project.dataset(rows(30, 10, label=None, prefix="a"), "app.jsonl")
+    write(
+        project,
+        ("test_calibration", "labelled.jsonl", "", ""),
+        ("test_app", "app.jsonl", "", f'fail_under={{"correctness": {bound}}}'),
+    )
+    result = project.run("--eval", "--eval-gate-mode=strict")
+    found = expected([1.0] * 30 + [0.0] * 10)
+    low, p = found.bounds(0.95).low, found.p_above(bound)
+    assert (p <= 0.05) is met
+    verb = ">=" if met else "is below"
+    shown_p = "p<0.001" if p < 0.001 else f"p={p:.3f}"
+    assert gate_lines(result) == [
+        f"{'met' if met else 'NOT MET'}: test_app: fail_under correctness (strict): pass rate 0.786 "
+        f"corrected for the judge's errors (0.750 as judged), lower bound {low:.3f} {verb} {bound:g} "
+        f"({shown_p})"
+    ]
