@@ -4,11 +4,13 @@ judge; strict mode's refusal of a judge it cannot correct."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.cli import main
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.correction import Correction, correction
@@ -197,3 +199,49 @@ def test_strict_mode_gates_on_the_corrected_lower_bound(project: Project, bound:
         f"corrected for the judge's errors (0.750 as judged), lower bound {low:.3f} {verb} {bound:g} "
         f"({shown_p})"
     ]
+
+
+def test_a_stored_calibration_corrects_a_later_session_until_the_judge_changes(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project.dataset(CALIBRATION, "labelled.jsonl")
+    project.dataset(rows(30, 10, label=None, prefix="a"), "app.jsonl")
+    write(project, ("test_calibration", "labelled.jsonl", "", ""))
+    project.run("--eval")
+    # Kept by the judge's identity: the labelled items' verdicts, never their content.
+    (kept,) = (project.store_path.parent / "calibrations").glob("*/*.json")
+    stored = json.loads(kept.read_text())
+    assert (stored["score"], stored["experiment"], len(stored["items"])) == (
+        "correctness",
+        "test_calibration",
+        20,
+    )
+    assert stored["items"][0] == {"item_id": "p0", "passed": 1, "trials": 1, "label": True}
+    calibration_run = stored["run_id"]
+
+    # A later session gates the app alone: the stored labels correct the same judge.
+    write(project, ("test_app", "app.jsonl", "", 'fail_under={"correctness": 0.6}'))
+    result, report = project.run_report("--eval")
+    assert gate_lines(result) == [
+        "met: test_app: fail_under correctness: pass rate 0.786 corrected for the judge's errors "
+        "(0.750 as judged) >= 0.6"
+    ]
+    (gate,) = report["experiments"][0]["gates"]
+    assert gate["notes"][1].startswith(
+        f"corrected by 20 labelled item(s) of test_calibration (run {calibration_run}, 20"
+    )
+    # opik-eval gate judges the stored run the same way (its 10 failed trials fail it).
+    assert main(["--store", str(project.store_path), "gate", "last"]) == 1
+    assert (
+        "pass rate 0.786 corrected for the judge's errors (0.750 as judged) >= 0.6" in capsys.readouterr().out
+    )
+
+    # The judge's prompt changes: its old labels no longer hold, and the gate says so.
+    write(project, ("test_app", "app.jsonl", '"Is it right?"', 'fail_under={"correctness": 0.6}'))
+    (line,) = gate_lines(project.run("--eval", "--eval-gate-mode=strict"))
+    assert line.endswith(
+        f"; strict mode refuses it: the judge of correctness is not calibrated (the labels of "
+        f"test_calibration, run {calibration_run}, were for another version of it: its prompt, model "
+        "or code changed since): its errors are not in this bound; label some items "
+        '("labels": {"correctness": true}) to correct it'
+    )

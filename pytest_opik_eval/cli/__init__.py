@@ -40,6 +40,7 @@ from pytest_opik_eval.options import (
 from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines, trial_verdict
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store
+from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -68,14 +69,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The resume command must find the same store when the user named one.
     named = store_path.resolve() if args.store else None
     resume = functools.partial(resume_command, store=named)
+    stored = Calibrations(store_path.parent / CALIBRATIONS)  # judges' calibrations the gates read
     commands: dict[str, Callable[[], int]] = {
         "runs": lambda: _runs(store),
-        "show": lambda: _show(store, args, resume, named),
-        "diff": lambda: _diff(store, args, resume),
-        "report": lambda: _html(store, args, resume),
+        "show": lambda: _show(store, stored, args, resume, named),
+        "diff": lambda: _diff(store, stored, args, resume),
+        "report": lambda: _html(store, stored, args, resume),
         "merge": lambda: _merge(store, args),
-        "gate": lambda: _gate(store, args, resume),
-        "export": lambda: _export(store, args, resume),
+        "gate": lambda: _gate(store, stored, args, resume),
+        "export": lambda: _export(store, stored, args, resume),
         "plan": lambda: _plan(store, args),
     }
     try:
@@ -332,7 +334,7 @@ def _store_path(given: str | None) -> Path:
 
 
 def _results(
-    store: Store, target: str, resume: Callable[[str], str], baseline: str | None = None
+    store: Store, stored: Calibrations, target: str, resume: Callable[[str], str], baseline: str | None = None
 ) -> tuple[str, list[ExperimentRecord], list[ExperimentResult]]:
     """The experiments of ``target``, and their results judged as at the end of their latest
     session (one read of the store: with the Opik backend, the server's items are paged)."""
@@ -346,6 +348,7 @@ def _results(
         baselines,
         resume,
         family=rest_of_session(store, target, run, experiments),
+        stored=stored,
     )
     return run.id, experiments, results
 
@@ -375,11 +378,17 @@ def _runs(store: Store) -> int:
     return 0
 
 
-def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str], named: Path | None) -> int:
+def _show(
+    store: Store,
+    stored: Calibrations,
+    args: argparse.Namespace,
+    resume: Callable[[str], str],
+    named: Path | None,
+) -> int:
     if args.run is not None:  # a trial of that run
         return show_trial(store, args, named)
     try:
-        run_id, _, results = _results(store, args.id, resume)
+        run_id, _, results = _results(store, stored, args.id, resume)
     except ExperimentNotFound as error:
         if args.id == "last":
             raise
@@ -406,9 +415,9 @@ def _show(store: Store, args: argparse.Namespace, resume: Callable[[str], str], 
     return 0
 
 
-def _diff(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
+def _diff(store: Store, stored: Calibrations, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
     baseline_id = store.find(args.baseline)[0].id if args.baseline == "last" else args.baseline
-    _, _, results = _results(store, args.current, resume, baseline=baseline_id)
+    _, _, results = _results(store, stored, args.current, resume, baseline=baseline_id)
     for result in results:
         print(escape_control(f"{result.name} ({result.test}) experiment {result.id}"))
         for line in baseline_lines(result.report()):
@@ -416,11 +425,11 @@ def _diff(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
     return 0
 
 
-def _html(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
+def _html(store: Store, stored: Calibrations, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
     from pytest_opik_eval.reports.html import write_html
     from pytest_opik_eval.reports.html_data import spans_of
 
-    run_id, experiments, results = _results(store, args.id, resume)
+    run_id, experiments, results = _results(store, stored, args.id, resume)
     items = {e.id: e.items for e in experiments}
     spans = spans_of(store, results)
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
@@ -455,7 +464,7 @@ def _merge_recordings(target_folder: Path, source_folder: Path) -> None:
     print(f"merged {added} recorded call(s) from {source} into {target}")
 
 
-def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
+def _gate(store: Store, stored: Calibrations, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
     """The combined verdict of a run's shards: the summary, one line per gate, the exit code."""
     given = GateOptions(
         fail_under=dict(args.eval_fail_under),
@@ -476,6 +485,7 @@ def _gate(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) 
         Baselines(store, args.eval_baseline),
         resume,
         family=rest_of_session(store, args.id, run, experiments),
+        stored=stored,
     )
     reports = [r.report() for r in results]
     for line in summary_lines(reports, resume, False) + gate_lines(reports):
@@ -552,8 +562,10 @@ def _needed(items: int | None) -> str:
     return "over 100,000" if items is None else f"{items:,}"
 
 
-def _export(store: Store, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
-    run_id, _, results = _results(store, args.id, resume)
+def _export(
+    store: Store, stored: Calibrations, args: argparse.Namespace, resume: Callable[[str], str]
+) -> int:
+    run_id, _, results = _results(store, stored, args.id, resume)
     report = Report(run_id=run_id, resumed=None, experiments=[r.report() for r in results])
     text = report.model_dump_json(indent=2) + "\n"
     if args.output:

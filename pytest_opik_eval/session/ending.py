@@ -31,11 +31,13 @@ from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
+from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import (
     Baselines,
     aggregates,
+    calibrations_of,
     judge_experiments,
     passed,
     rest_of_session,
@@ -159,6 +161,7 @@ class Ending:
 
     def _finish(self, session: pytest.Session) -> None:
         store, target = self.state.store.get(), self.state.target
+        calibrations = Calibrations(self.options.store_path.parent / CALIBRATIONS)
         with no_gc_pass():
             self.results = judge_experiments(
                 store,
@@ -169,7 +172,11 @@ class Ending:
                 self.options.resume_command,
                 self._in_my_shard if self.options.shard else None,
                 self._rest_of_session(),
+                calibrations,
             )
+            if not self.options.shard:  # a shard's labelled items are some of them
+                for found in calibrations_of(self.results):
+                    calibrations.save(found)
             resume = target.resume
             # Built once, before anything that may fail: every report renders it, the terminal's too.
             self.report = report = Report(

@@ -98,8 +98,10 @@ class ExperimentResult(_OfExperiment):
     # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     samples: dict[str, stats.Sample] = field(default_factory=dict)
-    # By score: the human-labelled items its judge's errors are measured on (``calibrated``).
+    # By score: the human-labelled items its judge's errors are measured on (``calibrated``);
+    # for a judge's score without them, why (its labels were for another version of the judge).
     calibration_sets: dict[str, CalibrationSet] = field(default_factory=dict)
+    uncalibrated: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def verdicts(self) -> dict[str, ItemStatus]:

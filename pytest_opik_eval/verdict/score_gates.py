@@ -73,8 +73,9 @@ def _corrected(
     if labelled is None:
         if not judge:
             return None
+        why = result.uncalibrated.get(metric, "")
         return (
-            f"the judge of {metric} is not calibrated: its errors are not in this bound; label "
+            f"the judge of {metric} is not calibrated{why}: its errors are not in this bound; label "
             f'some items ("labels": {{"{metric}": true}}) to correct it'
         )
     by_item = result.values[metric]

@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, RunRecord, Store, TrialRecord
+from pytest_opik_eval.store.calibrations import Calibrations, LabelledRow, StoredCalibration
 from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.comparison import with_baseline
 from pytest_opik_eval.verdict.gates import judge
 from pytest_opik_eval.verdict.results import (
@@ -93,6 +95,7 @@ def judge_experiments(
     resume_command: Callable[[str], str],
     keep: Callable[[ExperimentRecord, TrialRecord], bool] | None = None,
     family: Sequence[ExperimentRecord] = (),
+    stored: Calibrations | None = None,
 ) -> list[ExperimentResult]:
     """Every experiment as the store has it now (only the trials ``keep`` keeps: a shard's
     share), with its baseline comparison and gates; ``family``: the rest of their session's
@@ -111,7 +114,8 @@ def judge_experiments(
             )
         return replace(result, baseline_note=note)
 
-    return judge_session([compared(e) for e in experiments], resume_command, [compared(e) for e in family])
+    results = [compared(e) for e in experiments]
+    return judge_session(results, resume_command, [compared(e) for e in family], stored)
 
 
 def rest_of_session(
@@ -130,15 +134,17 @@ def judge_session(
     results: Sequence[ExperimentResult],
     resume_command: Callable[[str], str],
     others: Sequence[ExperimentResult] = (),
+    stored: Calibrations | None = None,
 ) -> list[ExperimentResult]:
-    """Every result judged, the normal-mode regression gates of all of them and of ``others``
-    (the rest of their session, not judged here) adjusted together (Holm, at each confidence
+    """Every result judged (a judge's score corrected by its calibration: ``calibrated``), the
+    normal-mode regression gates of all of them and of ``others`` (the rest of their session,
+    not judged here) adjusted together (Holm, at each confidence
     level in use): CI fails when any gate fails, so the session is the family, and five gates
     each at 5% would fail an unchanged app's run about 23% of the time. The family is the same
     however the session is judged: at its end, after a resume of one of its experiments, or by
     ``opik-eval gate``."""
     everyone = [*results, *others]
-    results = calibrated(results, everyone)
+    results = calibrated(results, everyone, stored)
     members = [
         (position, metric, test.p_beyond)
         for position, result in enumerate(everyone)
@@ -160,12 +166,16 @@ def judge_session(
 
 
 def calibrated(
-    results: Sequence[ExperimentResult], session: Sequence[ExperimentResult]
+    results: Sequence[ExperimentResult],
+    session: Sequence[ExperimentResult],
+    stored: Calibrations | None = None,
 ) -> list[ExperimentResult]:
     """Each result with, for each score a fail_under gate reads, the human-labelled items its
-    judge's errors are measured on: the result's own, else those of another experiment of the
+    judge's errors are measured on: the result's own; else those of another experiment of the
     session scored by the same judge (the same identity: its prompt, model and code), the first
-    one found."""
+    one found; else the newest stored for that judge (``stored``: what sessions with labels kept,
+    ``calibrations_of``). A stored calibration of another version of the judge is stale: the
+    result says so."""
     by_judge: dict[tuple[str, str], CalibrationSet] = {}
     for other in session:
         for score, identity in other.experiment.judges.items():
@@ -173,16 +183,71 @@ def calibrated(
                 by_judge[score, identity] = CalibrationSet(other.name, items)
     found = []
     for result in results:
-        sets = {}
+        sets, notes = {}, {}
         for score in result.settings.fail_under:
-            own = result.labelled(score)
-            judge = result.experiment.judges.get(score)
-            if own:
-                sets[score] = CalibrationSet(result.name, own)
-            elif judge is not None and (score, judge) in by_judge:
-                sets[score] = by_judge[score, judge]
-        found.append(replace(result, calibration_sets=sets) if sets else result)
+            got = _calibration(result, score, by_judge, stored)
+            if isinstance(got, CalibrationSet):
+                sets[score] = got
+            elif got is not None:
+                notes[score] = got
+        found.append(replace(result, calibration_sets=sets, uncalibrated=notes) if sets or notes else result)
     return found
+
+
+def _calibration(
+    result: ExperimentResult,
+    score: str,
+    session: dict[tuple[str, str], CalibrationSet],
+    stored: Calibrations | None,
+) -> CalibrationSet | str | None:
+    """The labelled items of the score's judge, else why there are none (a stale calibration);
+    None when there are none to look for."""
+    own = result.labelled(score)
+    judge = result.experiment.judges.get(score)
+    if own:
+        return CalibrationSet(result.name, own)
+    if judge is None:
+        return None
+    if (score, judge) in session:
+        return session[score, judge]
+    if stored is None:
+        return None
+    kept = stored.of(judge, score)
+    if kept is not None:
+        return _from_store(kept)
+    old = stored.stale(judge, score)
+    if old is None:
+        return None
+    return (
+        f" (the labels of {old.experiment}, run {old.run_id}, were for another version of it: its "
+        "prompt, model or code changed since)"
+    )
+
+
+def _from_store(kept: StoredCalibration) -> CalibrationSet:
+    items = [LabelledItem(r.item_id, r.passed, r.trials, r.label) for r in kept.items]
+    return CalibrationSet(f"{kept.experiment} (run {kept.run_id}, {kept.created_at[:10]})", items)
+
+
+def calibrations_of(results: Sequence[ExperimentResult]) -> list[StoredCalibration]:
+    """What a session keeps of its judges' calibrations: for each judge's score that an
+    experiment has labelled items for, the judge's verdicts on them."""
+    return [
+        StoredCalibration(
+            judge=judge,
+            score=score,
+            experiment=result.name,
+            experiment_id=result.id,
+            run_id=result.run_id,
+            created_at=result.experiment.created_at,
+            items=[
+                LabelledRow(item_id=i.item_id, passed=i.passed, trials=i.trials, label=i.label) for i in own
+            ],
+        )
+        for result in results
+        for score, judge in result.experiment.judges.items()
+        if (own := result.labelled(score))
+    ]
 
 
 def passed(result: ExperimentResult) -> bool:

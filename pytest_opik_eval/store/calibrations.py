@@ -1,0 +1,85 @@
+"""Judges' calibrations against human labels, kept by the judge's identity (``run/judges.py``):
+``<store folder>/calibrations/<identity>/<score>.json``, one file per judge and score, the newest
+session's. A later session whose gate reads that judge's score, with no labelled test of its own,
+is corrected by them; a judge whose prompt, model or code changed has another identity, so its
+old calibration is found stale, not used.
+
+Each file holds the labelled items' verdicts (how many trials the judge passed, of how many, and
+the label), never their inputs or outputs: no dataset content, so no secret, is copied here. It is
+written whole or not at all, as the judge cache's files are; a damaged one is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from pytest_opik_eval.files import write_atomically
+
+CALIBRATIONS = "calibrations"  # the folder under the store folder
+
+
+class LabelledRow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    item_id: str
+    passed: int  # trials the judge passed
+    trials: int
+    label: bool  # the human verdict
+
+
+class StoredCalibration(BaseModel):
+    """A judge's verdicts on one experiment's labelled items, for one score."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    judge: str  # its identity
+    score: str
+    experiment: str  # the experiment's name
+    experiment_id: str
+    run_id: str
+    created_at: str  # the experiment's
+    items: list[LabelledRow]
+
+
+class Calibrations:
+    """The calibrations under ``folder``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def save(self, calibration: StoredCalibration) -> None:
+        """Kept as the judge's calibration for its score (a read-only or full folder keeps none:
+        the session's own gates have it already)."""
+        path = self.folder / calibration.judge / _file(calibration.score)
+        try:
+            write_atomically(path, calibration.model_dump_json(indent=2) + "\n")
+        except OSError:
+            pass
+
+    def of(self, judge: str, score: str) -> StoredCalibration | None:
+        return _read(self.folder / judge / _file(score))
+
+    def stale(self, judge: str, score: str) -> StoredCalibration | None:
+        """The newest calibration of ``score`` made for another judge (another identity)."""
+        found = [
+            c
+            for path in self.folder.glob(f"*/{_file(score)}")
+            if path.parent.name != judge and (c := _read(path)) is not None and c.score == score
+        ]
+        return max(found, key=lambda c: c.created_at, default=None)
+
+
+def _file(score: str) -> str:
+    # A score's name is any text: its digest makes a file name on every file system.
+    return hashlib.sha256(score.encode()).hexdigest()[:32] + ".json"
+
+
+def _read(path: Path) -> StoredCalibration | None:
+    try:
+        return StoredCalibration.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, ValidationError):
+        return None  # none yet, or a damaged file (a manual edit, a bad merge)
