@@ -90,6 +90,13 @@ def test_a_gate_that_the_raw_rate_passes_fails_on_the_corrected_one(project: Pro
     (gate,) = report["experiments"][0]["gates"]
     found = expected([r["judge"] for r in CALIBRATION])
     assert gate["value"] == pytest.approx(0.5)
+    assert gate["correction"] == {
+        "raw": 0.55,
+        "sensitivity": 0.9,
+        "specificity": 0.8,
+        "labelled": 20,
+        "source": "test_qa",
+    }
     bounds = found.bounds(0.95)
     assert (gate["interval"]["low"], gate["interval"]["high"]) == pytest.approx((bounds.low, bounds.high))
     assert gate["notes"][1] == (

@@ -19,7 +19,7 @@ from pytest_opik_eval.store.records import GateMode, GateSettings, ScoreRecord
 from pytest_opik_eval.store.records import Usage as Usage
 from pytest_opik_eval.store.records import UsageTotals as UsageTotals
 
-SCHEMA_VERSION: Literal[5] = 5
+SCHEMA_VERSION: Literal[6] = 6
 
 
 class _Report(BaseModel):
@@ -190,6 +190,17 @@ class GateVerdict(_Report):
     # none (strict), with 80% chance, at the same trials (None: not within 100,000).
     detectable_drop: float | None = None
     items_needed: int | None = None
+    # fail_under on a judge's pass rate corrected for its errors against human labels: "value" is
+    # the corrected rate, and this what it was corrected from.
+    correction: GateCorrection | None = None
+
+
+class GateCorrection(_Report):
+    raw: float  # the pass rate as the judge gave it: the mean over items of their passed share
+    sensitivity: float  # the judge's, on the labelled items: the share labelled pass it passed
+    specificity: float  # the share labelled fail it failed
+    labelled: int  # the labelled items
+    source: str  # the experiment they are of (a stored one: with its run and date)
 
 
 class MetricDelta(_Report):
@@ -346,7 +357,7 @@ class RecordingReport(_Report):
 
 
 class Report(_Report):
-    schema_version: Literal[5] = SCHEMA_VERSION
+    schema_version: Literal[6] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]

@@ -23,7 +23,13 @@ from pytest_opik_eval.store.records import GateSettings
 from pytest_opik_eval.verdict import correction
 from pytest_opik_eval.verdict import design as plan
 from pytest_opik_eval.verdict import statistics as stats
-from pytest_opik_eval.verdict.model import ConfidenceInterval, GateKind, GateVerdict, MetricDelta
+from pytest_opik_eval.verdict.model import (
+    ConfidenceInterval,
+    GateCorrection,
+    GateKind,
+    GateVerdict,
+    MetricDelta,
+)
 from pytest_opik_eval.verdict.results import (
     ExperimentResult,
     confidence_interval,
@@ -125,6 +131,13 @@ def _corrected_gate(
             "p_value": p_value,
             "p_value_unadjusted": p_value,
             "one_sided": True,
+            "correction": GateCorrection(
+                raw=corrected.observed,
+                sensitivity=corrected.sensitivity,
+                specificity=corrected.specificity,
+                labelled=corrected.labelled,
+                source=source,
+            ),
         }
     )
 
