@@ -127,6 +127,15 @@ def add_options(parser: pytest.Parser) -> None:
         help="Fail unless each experiment's mean of METRIC is at least MIN (repeatable; ini eval_fail_under)",
     )
     group.addoption(
+        "--eval-judge-floor",
+        metavar="FIGURE=MIN",
+        dest="eval_judge_floor",
+        action="append",
+        type=judge_floor,
+        help="Strict mode refuses a gate on a judge whose calibration against human labels has its "
+        "FIGURE (kappa, sensitivity or specificity) below MIN (repeatable; ini eval_judge_floor)",
+    )
+    group.addoption(
         "--eval-min-pass-rate",
         metavar="RATE",
         dest="eval_min_pass_rate",
@@ -245,6 +254,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_report", "Write the pytest-opik-eval JSON report to this path", type="string")
     parser.addini("eval_html", "Write the pytest-opik-eval HTML report to this path", type="string")
     parser.addini("eval_fail_under", "METRIC=MIN gates, one per line", type="linelist")
+    parser.addini("eval_judge_floor", "FIGURE=MIN floors of a judge's calibration", type="linelist")
     parser.addini("eval_min_pass_rate", "The minimum share of passed trials (or items)", type="string")
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
     parser.addini("eval_baseline", "The baseline: an id, last, or last-passing", type="string")
@@ -318,6 +328,26 @@ def metric_bound(value: str) -> tuple[str, float]:
     if problem:
         raise argparse.ArgumentTypeError(f"the bound {problem}; got {value!r}")
     return metric, bound
+
+
+JUDGE_FIGURES = ("kappa", "sensitivity", "specificity")
+
+
+def judge_floor(value: str) -> tuple[str, float]:
+    """FIGURE=MIN: the least a judge's calibration figure may be for strict mode to gate on it."""
+    figure, sep, number = value.partition("=")
+    figure = figure.strip()
+    try:
+        bound = float(number)
+    except ValueError:
+        bound = float("nan")
+    lowest = -1.0 if figure == "kappa" else 0.0
+    if not sep or figure not in JUDGE_FIGURES or not lowest <= bound <= 1.0:
+        raise argparse.ArgumentTypeError(
+            f"expected FIGURE=MIN, FIGURE one of {', '.join(JUDGE_FIGURES)} and MIN from 0 to 1 (kappa: "
+            f"-1 to 1), such as kappa=0.6; got {value!r}"
+        )
+    return figure, bound
 
 
 def confidence(value: str) -> float:

@@ -28,6 +28,7 @@ from pytest_opik_eval.options import (
     budget,
     confidence,
     cost_limit,
+    judge_floor,
     latency_limit,
     metric_bound,
     one_of,
@@ -53,6 +54,7 @@ class GateOptions:
     confidence: float | None
     max_cost: dict[str, float] = field(default_factory=dict)  # "item" / "run" -> USD
     max_latency: tuple[float, float] | None = None  # (seconds, percentile)
+    judge_floor: dict[str, float] = field(default_factory=dict)  # "kappa"... -> the least allowed
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class EvalOptions:
                 confidence=config.getoption("eval_confidence"),
                 max_cost=dict(config.getoption("eval_max_cost") or ()),
                 max_latency=config.getoption("eval_max_latency"),
+                judge_floor=dict(config.getoption("eval_judge_floor") or ()),
             ),
             ini_gates=_ini_gates(config),
             baseline=config.getoption("eval_baseline")
@@ -222,9 +225,9 @@ def _ini_value(config: pytest.Config, name: str, parse: Callable[[str], _Parsed]
 
 
 def _ini_gates(config: pytest.Config) -> GateOptions:
-    def bounds(name: str) -> dict[str, float]:
+    def bounds(name: str, parse: Callable[[str], tuple[str, float]] = metric_bound) -> dict[str, float]:
         try:
-            return dict(metric_bound(line) for line in config.getini(name) if line.strip())
+            return dict(parse(line) for line in config.getini(name) if line.strip())
         except argparse.ArgumentTypeError as error:
             raise pytest.UsageError(f"ini {name}: {error}") from None
 
@@ -251,6 +254,7 @@ def _ini_gates(config: pytest.Config) -> GateOptions:
         confidence=level,
         max_cost=max_cost,
         max_latency=max_latency,
+        judge_floor=bounds("eval_judge_floor", judge_floor),
     )
 
 

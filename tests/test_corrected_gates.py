@@ -252,3 +252,36 @@ def test_a_stored_calibration_corrects_a_later_session_until_the_judge_changes(
         "or code changed since): its errors are not in this bound; label some items "
         '("labels": {"correctness": true}) to correct it'
     )
+
+
+def test_strict_mode_refuses_a_judge_below_its_floor(project: Project) -> None:
+    # The calibration: kappa 0.7 (agreement 17/20, chance 0.5), sensitivity 0.9, specificity 0.8.
+    project.dataset(CALIBRATION)
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.1}'))
+    floors = ("--eval-judge-floor=kappa=0.8", "--eval-judge-floor=specificity=0.85")
+    (line,) = gate_lines(project.run("--eval", "--eval-gate-mode=strict", *floors))
+    assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): pass rate 0.500 corrected")
+    assert line.endswith(
+        "; strict mode refuses it: the judge's calibration is below its floor: kappa 0.700 < 0.8, "
+        "specificity 0.800 < 0.85 (--eval-judge-floor)"
+    )
+    # Floors the judge clears, from the ini file: the gate rests on the corrected bound alone.
+    project.pytester.makeini(
+        "[pytest]\nfilterwarnings = error\neval_judge_floor =\n    kappa=0.6\n    sensitivity=0.9\n"
+    )
+    (line,) = gate_lines(project.run("--eval", "--eval-gate-mode=strict"))
+    assert line.startswith("met: test_qa: fail_under correctness (strict): pass rate 0.500 corrected")
+    assert "floor" not in line
+
+
+def test_a_floor_on_an_unknown_figure_is_a_usage_error(project: Project) -> None:
+    project.dataset(CALIBRATION)
+    write(project, ("test_qa", "data.jsonl", "", ""))
+    result = project.run("--eval", "--eval-judge-floor=agreement=0.5")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*--eval-judge-floor: expected FIGURE=MIN, FIGURE one of kappa, sensitivity, specificity and "
+            "MIN from 0 to 1 (kappa: -1 to 1), such as kappa=0.6; got 'agreement=0.5'"
+        ]
+    )

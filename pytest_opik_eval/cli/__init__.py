@@ -30,6 +30,7 @@ from pytest_opik_eval.options import (
     STORE_FOLDER,
     confidence,
     cost_limit,
+    judge_floor,
     latency_limit,
     metric_bound,
     metric_spec,
@@ -185,6 +186,9 @@ def _parser() -> argparse.ArgumentParser:
         "--eval-max-cost", metavar="USD[/item|/run]", action="append", type=cost_limit, default=[]
     )
     gate.add_argument("--eval-max-latency", metavar="SECONDS[@pNN]", type=latency_limit)
+    gate.add_argument(
+        "--eval-judge-floor", metavar="FIGURE=MIN", action="append", type=judge_floor, default=[]
+    )
     gate.add_argument("--eval-gate-mode", choices=GATE_MODES)
     gate.add_argument("--eval-confidence", metavar="LEVEL", type=confidence)
     plan = commands.add_parser(
@@ -475,6 +479,7 @@ def _gate(store: Store, stored: Calibrations, args: argparse.Namespace, resume: 
         confidence=args.eval_confidence,
         max_cost=dict(args.eval_max_cost),
         max_latency=args.eval_max_latency,
+        judge_floor=dict(args.eval_judge_floor),
     )
     run, experiments = store.find(args.id)
     results = judge_experiments(

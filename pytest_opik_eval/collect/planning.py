@@ -225,6 +225,7 @@ def settings_for_new(spec: EvalSpec, ini: GateOptions, cli: GateOptions) -> Gate
         confidence=_first(cli.confidence, ini.confidence) or 0.95,
         **_cost_and_latency({**ini.max_cost, **cli.max_cost, **spec.max_cost}, None),
         max_latency=_latency(spec.max_latency or cli.max_latency or ini.max_latency),
+        judge_floor={**ini.judge_floor, **cli.judge_floor},
     )
 
 
@@ -256,6 +257,7 @@ def _with_given(stored: GateSettings, cli: GateOptions, *, replace: bool) -> Gat
             "confidence": stored.confidence if cli.confidence is None else cli.confidence,
             **_cost_and_latency(cli.max_cost, None if replace and cli.max_cost else stored),
             "max_latency": _latency(cli.max_latency) or stored.max_latency,
+            "judge_floor": per_metric(cli.judge_floor, stored.judge_floor),
         }
     )
 

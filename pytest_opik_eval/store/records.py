@@ -151,6 +151,17 @@ class GateSettings(_Written):
     max_cost_per_item: float | None = None
     max_cost_per_run: float | None = None
     max_latency: LatencyLimit | None = None  # on the task latency, over the completed trials
+    # Strict mode: the least a judge's calibration may have of each figure ("kappa",
+    # "sensitivity", "specificity") for a gate on its corrected pass rate.
+    judge_floor: dict[str, float] = {}
+
+    @model_serializer(mode="wrap")
+    def _without_judge_floor(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out unless set: an earlier version, which forbids unknown fields, still reads it.
+        data: dict[str, Any] = handler(self)
+        if not self.judge_floor:
+            data.pop("judge_floor", None)
+        return data
 
     def soft_trials(self) -> bool:
         """Whether a trial that misses its thresholds is soft-failed rather than failed: it does

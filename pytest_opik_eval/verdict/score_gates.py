@@ -23,6 +23,7 @@ from pytest_opik_eval.store.records import GateSettings
 from pytest_opik_eval.verdict import correction
 from pytest_opik_eval.verdict import design as plan
 from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.calibration import LabelledItem, kappa_of
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     GateCorrection,
@@ -55,14 +56,18 @@ def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVer
             verdicts.append(verdict("fail_under", metric, None, bound, False, detail + _failed(failed)))
             continue
         corrected = _corrected(result, metric, settings)
-        refused = ""  # strict mode's reason not to pass a gate on a judge it cannot correct
+        problem: str | None  # why the gate does not rest on a corrected rate from a sound judge
         if isinstance(corrected, correction.Correction):
-            gate = _corrected_gate(metric, corrected, result.calibration_sets[metric].source, bound, settings)
+            labelled = result.calibration_sets[metric]
+            gate = _corrected_gate(metric, corrected, labelled.source, bound, settings)
+            problem = _below_floor(corrected, labelled.items, settings.judge_floor)
         else:
             gate = _absolute("fail_under", metric, "mean", result.item_sample(metric), bound, settings)
-            if corrected is not None:
-                refused = f"; strict mode refuses it: {corrected}" if settings.mode == "strict" else ""
-                gate = gate.model_copy(update={"detail": f"{gate.detail}{refused or '; ' + corrected}"})
+            problem = corrected
+        refused = problem is not None and settings.mode == "strict"
+        if problem is not None:
+            why = f"strict mode refuses it: {problem}" if refused else problem
+            gate = gate.model_copy(update={"detail": f"{gate.detail}; {why}"})
         met = gate.met and not refused and not failed and not summary.pending
         verdicts.append(gate.model_copy(update={"met": met, "detail": gate.detail + _failed(failed)}))
     return verdicts
@@ -91,6 +96,29 @@ def _corrected(
     if isinstance(found, str):
         return f"not corrected by the labels of {labelled.source}: {found}"
     return found
+
+
+def _below_floor(
+    corrected: correction.Correction, labelled: list[LabelledItem], floor: Mapping[str, float]
+) -> str | None:
+    """The judge's calibration figures under their floors (``--eval-judge-floor``), if any."""
+    figures = {
+        "kappa": kappa_of(labelled) if "kappa" in floor else None,
+        "sensitivity": corrected.sensitivity,
+        "specificity": corrected.specificity,
+    }
+    below = []
+    for figure, least in floor.items():
+        value = figures[figure]
+        if value is None:
+            below.append(f"{figure} undefined (floor {least:g})")
+        elif value < least:
+            below.append(f"{figure} {score(value)} < {least:g}")
+    return (
+        f"the judge's calibration is below its floor: {', '.join(below)} (--eval-judge-floor)"
+        if below
+        else None
+    )
 
 
 def _corrected_gate(
