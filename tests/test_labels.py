@@ -11,6 +11,8 @@ import pytest
 from conftest import Project
 
 from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.calibration import LabelledItem
+from pytest_opik_eval.verdict.correction import Correction, correction
 
 # A task that says what it was given, and a metric that says what it scored: the judge's verdict
 # is the item's "judge" field, whatever the labels say.
@@ -124,10 +126,20 @@ def test_the_terminal_shows_the_judges_agreement_with_the_labels(project: Projec
     se = math.sqrt(7 / 8 * sum((k - centre) ** 2 for k in left_out))
     t = 2.364624251592785  # Student's t, 7 degrees of freedom, 0.975
     low, high = max(-1.0, 7 / 15 - t * se), min(1.0, 7 / 15 + t * se)
+    # The judge passes 5 of 8: corrected, (0.625 + 2/3 - 1) / (0.8 + 2/3 - 1) = 0.625.
+    judged = interval(1, 1, 1, 1, 0, 0, 0, 1)
+    items = [
+        LabelledItem(r["id"], int(r["judge"][0]), 1, r["labels"]["correctness"] >= 0.5) for r in EIGHT
+    ]
+    corrected = correction([1, 1, 1, 1, 0, 0, 0, 1], items)
+    assert isinstance(corrected, Correction)
+    assert corrected.estimate == pytest.approx(0.625)
+    two_sided = corrected.interval(0.95)
     assert line_starting(result, "  labels:") == (
         "  labels: correctness (threshold 0.5, 8 items x 1 trial): "
         f"agreement {agreement}, sensitivity {sensitivity}, specificity {specificity}, "
-        f"kappa 0.467 [{low:.3f}, {high:.3f}]"
+        f"kappa 0.467 [{low:.3f}, {high:.3f}]; pass rate {judged} as judged, "
+        f"0.625 [{two_sided.low:.3f}, {two_sided.high:.3f}] corrected"
     )
 
 
@@ -153,13 +165,20 @@ def test_no_item_labelled_pass_says_sensitivity_is_undefined(project: Project) -
     line = line_starting(result, "  labels:")
     assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 0.500 [")
     assert ", sensitivity undefined (no item labelled pass), specificity 0.500 [" in line
-    assert line.endswith(", kappa 0.000 (no interval)")  # left out in turn, one item says nothing
+    assert line.endswith(
+        ", kappa 0.000 (no interval); pass rate 0.500 [0.013, 0.987] as judged, not corrected: no "
+        "labelled item is labelled pass: the judge's sensitivity is unknown"
+    )  # kappa: left out in turn, one item says nothing
     (found,) = report["experiments"][0]["calibrations"]
     assert found["sensitivity"] is None
     assert found["notes"] == [
         "sensitivity undefined: no item labelled pass",
         "no interval for kappa: it needs two items, each leaving kappa defined",
+        "not corrected: no labelled item is labelled pass: the judge's sensitivity is unknown",
     ]
+    assert found["corrected"] is None
+    assert found["judged"]["estimate"] == 0.5
+    assert found["judge"] is None  # the metric does not say it is a judge
 
 
 def test_no_item_labelled_fail_says_specificity_is_undefined(project: Project) -> None:
@@ -168,7 +187,9 @@ def test_no_item_labelled_fail_says_specificity_is_undefined(project: Project) -
     line = line_starting(result, "  labels:")
     assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 1.000 [")
     assert line.endswith(
-        ", specificity undefined (no item labelled fail), kappa undefined (one verdict only from judge and labels)"
+        ", specificity undefined (no item labelled fail), kappa undefined (one verdict only from judge "
+        "and labels); pass rate 1.000 [0.158, 1.000] as judged, not corrected: no labelled item is "
+        "labelled fail: the judge's specificity is unknown"
     )
 
 
@@ -306,3 +327,6 @@ def test_the_step_summary_and_junit_carry_the_judges_agreement(
     low, high = (float(end) for end in properties[base + "kappa.ci"].removesuffix("@95%").split(".."))
     assert f"[{low:.3f}, {high:.3f}]" in line
     assert properties[base + "agreement.ci"].endswith("@95%")
+    assert properties[base + "judged"] == "0.625"
+    assert properties[base + "corrected"].startswith("0.625")
+    assert properties[base + "corrected.ci"].endswith("@95%")

@@ -146,7 +146,8 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
 
 def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration]) -> list[tuple[str, str]]:
     """Each judge against the items' human labels: its items and trials, and each figure it has
-    (``eval.qa.labels.correctness.kappa`` and ``.kappa.ci``)."""
+    (``eval.qa.labels.correctness.kappa`` and ``.kappa.ci``), the experiment's pass rate as
+    judged and corrected among them."""
     properties = []
     for c in calibrations:
         name = f"{base}labels.{c.score}"
@@ -156,6 +157,8 @@ def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration])
             ("sensitivity", c.sensitivity),
             ("specificity", c.specificity),
             ("kappa", c.kappa),
+            ("judged", c.judged),
+            ("corrected", c.corrected),
         ):
             if found is not None:
                 properties.append((f"{name}.{figure}", plain_number(found.estimate)))

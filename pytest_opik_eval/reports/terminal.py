@@ -128,7 +128,14 @@ def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
         else f"kappa {score(kappa.estimate)} "
         + ("(no interval)" if kappa.low is None else f"[{score(kappa.low)}, {score(kappa.high)}]"),
     ]
-    return f"{head}: {', '.join(parts)}"
+    line = f"{head}: {', '.join(parts)}"
+    if found.judged is None:
+        return line
+    rates = f"pass rate {_figure(found.judged)} as judged"
+    if found.corrected is not None:
+        return f"{line}; {rates}, {_figure(found.corrected)} corrected"
+    why = next((n for n in found.notes if n.startswith("not corrected: ")), "not corrected")
+    return f"{line}; {rates}, {why}"
 
 
 def _figure(interval: ConfidenceInterval | None, undefined: str = "") -> str:

@@ -100,6 +100,12 @@ def labels_by_score(items: Iterable[Mapping[str, object]], field: str) -> dict[s
     return found
 
 
+def passed_shares(items: Iterable[Sequence[float]], threshold: float | None) -> list[float]:
+    """Each item's share of trials whose score meets the threshold (1 without one)."""
+    cut = 1.0 if threshold is None else threshold
+    return [sum(1 for v in values if v >= cut) / len(values) for values in items]
+
+
 def labelled_items(
     labels: Mapping[str, bool | float],
     scores: Mapping[str, Sequence[float]],

@@ -64,8 +64,9 @@ class ConfidenceInterval(_Report):
     # The score method: the bound is the furthest mean that the score test against the most
     # likely population with that mean (on the values seen and the scale's ends) does not
     # reject, with Student's t on n - 1 degrees of freedom (Wilson's bound for pass/fail items,
-    # Tango's for pass/fail differences).
-    method: Literal["score"] = "score"
+    # Tango's for pass/fail differences). "corrected": a pass rate corrected for a judge's errors
+    # against human labels, its bounds carrying the labels' sampling error (verdict/correction.py).
+    method: Literal["score", "corrected"] = "score"
     one_sided: bool = False
 
     def straddles(self, bound: float) -> bool:
@@ -290,6 +291,12 @@ class JudgeCalibration(_Report):
     specificity: ConfidenceInterval | None  # over items labelled fail; None: there is none
     kappa: KappaEstimate | None  # None: no item, or a chance agreement of 1
     notes: list[str] = []  # why a figure is missing
+    judge: str | None = None  # the identity of the score's LLM judge (None: not a judge)
+    # Over all the experiment's items with the score: the pass rate as the judge gave it (the
+    # mean over items of the share of trials at the threshold), and corrected for the judge's
+    # errors on these labels (None: they cannot correct it, the notes say why).
+    judged: ConfidenceInterval | None = None
+    corrected: ConfidenceInterval | None = None
 
 
 class DatasetReport(_Report):

@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
-from pytest_opik_eval.verdict import calibration
+from pytest_opik_eval.verdict import calibration, correction
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
@@ -187,7 +187,25 @@ class ExperimentResult(_OfExperiment):
             self.settings.thresholds,
             self.settings.confidence,
         )
-        return [judge_calibration(c) for c in found]
+        return [self._side_by_side(judge_calibration(c)) for c in found]
+
+    def _side_by_side(self, found: JudgeCalibration) -> JudgeCalibration:
+        """The calibration with the experiment's pass rate as judged and as corrected by it."""
+        by_item = self.values.get(found.score)
+        if not found.items or not by_item:
+            return found
+        level = self.settings.confidence
+        shares = calibration.passed_shares(by_item.values(), found.threshold)
+        corrected = correction.correction(shares, self.labelled(found.score))
+        update: dict[str, Any] = {
+            "judge": self.experiment.judges.get(found.score),
+            "judged": confidence_interval(stats.interval(stats.sample(shares, pass_fail=True), level)),
+        }
+        if isinstance(corrected, str):
+            update["notes"] = [*found.notes, f"not corrected: {corrected}"]
+        else:
+            update["corrected"] = confidence_interval(corrected.interval(level), "corrected")
+        return found.model_copy(update=update)
 
     def _with_item_changes(self, baseline: BaselineComparison) -> BaselineComparison:
         """The comparison with its A/B rows: each item both runs planned with its change per
@@ -470,14 +488,16 @@ def judge_calibration(found: calibration.Calibration) -> JudgeCalibration:
     )
 
 
-def confidence_interval(interval: stats.Interval) -> ConfidenceInterval:
+def confidence_interval(
+    interval: stats.Interval, method: Literal["score", "corrected"] = "score"
+) -> ConfidenceInterval:
     return ConfidenceInterval.model_construct(
         estimate=interval.estimate,
         low=interval.low,
         high=interval.high,
         level=interval.level,
         items=interval.n,
-        method="score",
+        method=method,
         one_sided=interval.one_sided,
     )
 

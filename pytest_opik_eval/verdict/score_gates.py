@@ -144,7 +144,7 @@ def _corrected_gate(
             f"pass rate {score(value)} corrected for the judge's errors ({raw}) "
             f"{'>=' if cleared else 'is below'} {bound:g}"
         )
-    interval = confidence_interval(bounds)
+    interval = confidence_interval(bounds, "corrected")
     calibration_note = (
         f"corrected by {corrected.labelled} labelled item(s) of {source}: sensitivity "
         f"{score(corrected.sensitivity)}, specificity {score(corrected.specificity)}; the bounds "
