@@ -43,17 +43,33 @@ def test_the_estimate_and_interval_by_hand() -> None:
     # Se = 18/20, Sp = 8/10, p = 70/100: t = (0.7 + 0.8 - 1) / 0.7 = 5/7.
     c = corrected(run(70, 100), labels((18, 2), (8, 2)))
     assert c.estimate == pytest.approx(5 / 7)
-    # Two passes and two failures added to each: p = 72/104, Se = 20/24, Sp = 10/14.
+    # Two passes and two failures added to each: p = 72/104, Se = 20/24, Sp = 10/14, and the
+    # corrected rate of those, 0.742, is above 5/7: the bounds reach from 5/7 down and from the
+    # adjusted rate up.
     p, se, sp = 72 / 104, 20 / 24, 10 / 14
-    centre = (p + sp - 1) / (se + sp - 1)
-    variance = p * (1 - p) / 104 + centre**2 * se * (1 - se) / 24 + (1 - centre) ** 2 * sp * (1 - sp) / 14
+    adjusted = (p + sp - 1) / (se + sp - 1)
+    variance = p * (1 - p) / 104 + adjusted**2 * se * (1 - se) / 24 + (1 - adjusted) ** 2 * sp * (1 - sp) / 14
     error = math.sqrt(variance) / (se + sp - 1)
+    assert c.adjusted == pytest.approx(adjusted) == pytest.approx(0.74247, abs=1e-5)
     bounds = c.bounds(0.95)
-    assert bounds.low == pytest.approx(centre - 1.6448536 * error)
-    assert bounds.high == pytest.approx(min(1.0, centre + 1.6448536 * error))
+    assert bounds.low == pytest.approx(5 / 7 - 1.6448536 * error)
+    assert bounds.high == pytest.approx(adjusted + 1.6448536 * error)
     interval = c.interval(0.95)
-    assert interval.low == pytest.approx(centre - 1.9599640 * error)
+    assert interval.low == pytest.approx(5 / 7 - 1.9599640 * error)
+    assert interval.high == pytest.approx(min(1.0, adjusted + 1.9599640 * error))
     assert (interval.level, interval.one_sided, bounds.one_sided) == (0.95, False, True)
+
+
+@pytest.mark.parametrize(
+    ("passed", "passes", "fails"), [(70, (18, 2), (8, 2)), (98, (29, 1), (9, 1)), (25, (9, 1), (18, 2))]
+)
+def test_the_interval_holds_the_estimate(
+    passed: int, passes: tuple[int, int], fails: tuple[int, int]
+) -> None:
+    c = corrected(run(passed, 100), labels(passes, fails))
+    for confidence in (0.8, 0.95, 0.99):
+        bounds = c.bounds(confidence)
+        assert bounds.low <= c.estimate <= bounds.high
 
 
 def test_a_judge_no_better_than_chance_corrects_nothing() -> None:
