@@ -1,10 +1,13 @@
 """Do the gates hold at every sample size and across a session? Their error rates, power, interval
 coverage and monotonicity, measured by driving the package's own gate code (``experiment_result``,
 ``with_baseline``, ``judge_session``) over simulated sessions; then what baseline selection does,
-whether the printed detectable drop is caught 80% of the time, and what the gates cost.
+whether the printed detectable drop is caught 80% of the time, how well a judge's pass rate
+corrected for its errors on labelled items covers the true pass rate (``correction``), and what
+the gates cost.
 
     python benchmarks/gates.py [--reruns N] [--seconds S] [--quick] [--jobs 2]
-                               [--only rates|baselines|power|cost] [--row TEXT] [--json FILE [--add]]
+                               [--only rates|baselines|power|correction|cost] [--row TEXT]
+                               [--json FILE [--add]]
     python benchmarks/gates.py --markdown FILE    # the table of a --json file, for the README
 
 A row is a kind of score, a number of items and of trials per item, of gated metrics per test and
@@ -773,9 +776,9 @@ def main() -> None:
         chosen = [
             i for i, row in enumerate(CORRECTION_ROWS) if not args.row or any(r in row.name for r in args.row)
         ]
-        # 200 reruns a row by default (a quarter at 10,000 items): the table is a sketch of
-        # 36 rows in a minute or two; --reruns 2000 gives the documented one.
-        jobs = [(i, args.reruns or (40 if args.quick else 200), args.seconds) for i in chosen]
+        # 200 reruns a row by default (a quarter at 10,000 items): 36 rows in about half a
+        # minute on a core; 10 with --quick (2 s), a smoke run. The docs' table is --reruns 400.
+        jobs = [(i, args.reruns or (10 if args.quick else 200), args.seconds) for i in chosen]
         correction_table(dict(in_parallel(_correction_job, jobs, args.jobs)))
         print(flush=True)
     if "cost" in parts:
