@@ -1,10 +1,13 @@
 """Do the gates hold at every sample size and across a session? Their error rates, power, interval
 coverage and monotonicity, measured by driving the package's own gate code (``experiment_result``,
 ``with_baseline``, ``judge_session``) over simulated sessions; then what baseline selection does,
-whether the printed detectable drop is caught 80% of the time, and what the gates cost.
+whether the printed detectable drop is caught 80% of the time, how well a judge's pass rate
+corrected for its errors on labelled items covers the true pass rate (``correction``), and what
+the gates cost.
 
     python benchmarks/gates.py [--reruns N] [--seconds S] [--quick] [--jobs 2]
-                               [--only rates|baselines|power|cost] [--row TEXT] [--json FILE [--add]]
+                               [--only rates|baselines|power|correction|cost] [--row TEXT]
+                               [--json FILE [--add]]
     python benchmarks/gates.py --markdown FILE    # the table of a --json file, for the README
 
 A row is a kind of score, a number of items and of trials per item, of gated metrics per test and
@@ -66,7 +69,10 @@ from pytest_opik_eval.store.records import (  # noqa: E402
     Selection,
     TrialRecord,
 )
+from pytest_opik_eval.verdict import statistics as stats  # noqa: E402
+from pytest_opik_eval.verdict.calibration import LabelledItem  # noqa: E402
 from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
+from pytest_opik_eval.verdict.correction import Correction, correction  # noqa: E402
 from pytest_opik_eval.verdict.distributions import binomial_tail  # noqa: E402
 from pytest_opik_eval.verdict.results import (  # noqa: E402
     ExperimentResult,
@@ -549,6 +555,153 @@ def cost(kind: str, metrics: int, items: int, trials: int, repeat: int) -> dict[
     return {step: median(r[step] for r in runs) for step in runs[0]}
 
 
+# --- a judge's pass rate corrected for its errors ---------------------------------------------
+
+# The judges: (sensitivity, specificity). The first is issue 25's fake judge: it fails 10% of
+# true passes and passes 20% of true fails.
+JUDGES = ((0.9, 0.8), (0.95, 0.95), (0.75, 0.7))
+JUDGED_TRIALS = 3
+BOUND = 0.75  # the fail_under gate's bound on the true pass rate
+ABOVE = 0.1  # the power's true pass rate is this much above the bound
+
+
+@dataclass(frozen=True)
+class CorrectionRow:
+    labels: int
+    items: int
+    judge: tuple[float, float]
+
+    @property
+    def name(self) -> str:
+        return f"{self.labels} labels {self.items} items judge {self.judge[0]:g}/{self.judge[1]:g}"
+
+
+CORRECTION_ROWS = [
+    CorrectionRow(labels, items, judge)
+    for labels in (30, 100, 300)
+    for items in (30, 100, 1000, 10_000)
+    for judge in JUDGES
+]
+# half_width: the corrected intervals' half-widths summed, in thousandths (the counts are ints).
+CORRECTION_COUNTS = ("covered", "raw_covered", "strict_at_bound", "power", "half_width", "corrected", "runs")
+
+
+def judged_run(rng: random.Random, rate: float, items: int, judge: tuple[float, float]) -> list[float]:
+    """Each item's share of trials the judge passed: the item's pass probability drawn from a
+    beta with mean ``rate`` (intra-item correlation ``ICC``), each trial a fresh answer that
+    truly passes with it, the judge's verdict on it flipped at the judge's error rates."""
+    sensitivity, specificity = judge
+    total = 1.0 / ICC - 1.0
+    shares = []
+    for _ in range(items):
+        p = rng.betavariate(rate * total, (1.0 - rate) * total)
+        passed = 0
+        for _ in range(JUDGED_TRIALS):
+            truly = rng.random() < p
+            passed += rng.random() < (sensitivity if truly else 1.0 - specificity)
+        shares.append(passed / JUDGED_TRIALS)
+    return shares
+
+
+def labelled_items(rng: random.Random, labels: int, judge: tuple[float, float]) -> list[LabelledItem]:
+    """Answers whose true verdict is known (half to 70% pass), each judged ``JUDGED_TRIALS``
+    times, every verdict flipped at the judge's error rates."""
+    sensitivity, specificity = judge
+    passing = round(rng.uniform(0.5, 0.7) * labels)
+    items = []
+    for i in range(labels):
+        label = i < passing
+        rate = sensitivity if label else 1.0 - specificity
+        passed = sum(rng.random() < rate for _ in range(JUDGED_TRIALS))
+        items.append(LabelledItem(f"label-{i}", passed, JUDGED_TRIALS, label))
+    return items
+
+
+def measure_correction(row: CorrectionRow, reruns: int, seconds: float = math.inf) -> dict[str, int]:
+    """The row's counts over ``reruns`` (or as many as ``seconds`` allow), each rerun a fresh
+    calibration and two runs: one whose true pass rate is ``BOUND`` (coverage, of the corrected
+    and the raw interval, and strict fail_under's error), one ``ABOVE`` it (power)."""
+    counts = dict.fromkeys(CORRECTION_COUNTS, 0)
+    deadline = time.perf_counter() + seconds
+    for rerun in range(reruns):
+        if time.perf_counter() > deadline:
+            break
+        rng = random.Random(f"{row.name}-{rerun}")
+        labelled = labelled_items(rng, row.labels, row.judge)
+        at_bound = judged_run(rng, BOUND, row.items, row.judge)
+        above = judged_run(rng, BOUND + ABOVE, row.items, row.judge)
+        counts["runs"] += 1
+        raw = stats.interval(stats.sample(at_bound, pass_fail=True))
+        counts["raw_covered"] += raw.low <= BOUND <= raw.high
+        fixed, fixed_above = correction(at_bound, labelled), correction(above, labelled)
+        if not isinstance(fixed, Correction) or not isinstance(fixed_above, Correction):
+            continue  # no correction: said why, and gated on nothing
+        counts["corrected"] += 1
+        interval = fixed.interval(stats.LEVEL)
+        counts["covered"] += interval.low <= BOUND <= interval.high
+        counts["half_width"] += round(500 * (interval.high - interval.low))
+        counts["strict_at_bound"] += fixed.p_above(BOUND) <= 1.0 - stats.LEVEL
+        counts["power"] += fixed_above.p_above(BOUND) <= 1.0 - stats.LEVEL
+    return counts
+
+
+def _correction_job(job: tuple[int, int, float]) -> tuple[int, dict[str, int]]:
+    index, reruns, seconds = job
+    row = CORRECTION_ROWS[index]
+    counts = measure_correction(row, reruns if row.items < 10_000 else max(1, reruns // 4), seconds)
+    print(f"  {row.name}: {counts}", file=sys.stderr, flush=True)  # progress
+    return index, counts
+
+
+def correction_table(results: dict[int, dict[str, int]]) -> None:
+    """The corrected rows in Markdown, as docs/explanation/statistics.md shows them."""
+    print(
+        f"The judge's pass rate corrected by its errors on labelled items ({JUDGED_TRIALS} trials an item,\n"
+        f"fail_under at {BOUND:g}, confidence 0.95); coverage of the true pass rate by the two-sided 95%\n"
+        "interval, corrected and raw; strict fail_under passing though the true rate is at the bound;\n"
+        f"power: the same, the true rate {ABOVE:g} above it.\n"
+    )
+    print(
+        "| labels | run items | judge (Se/Sp) | coverage | raw coverage | strict at bound | power "
+        "| half-width | runs |\n|---:|---:|---|" + "---:|" * 6
+    )
+    for index in sorted(results):
+        row, c = CORRECTION_ROWS[index], results[index]
+        cells = [
+            str(row.labels),
+            f"{row.items:,}",
+            f"{row.judge[0]:g}/{row.judge[1]:g}",
+            percent(c["covered"], c["corrected"]).strip(),
+            percent(c["raw_covered"], c["runs"]).strip(),
+            percent(c["strict_at_bound"], c["corrected"]).strip(),
+            percent(c["power"], c["corrected"]).strip(),
+            f"{c['half_width'] / 1000 / max(1, c['corrected']):.3f}",
+            f"{c['corrected']:,}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+    print()
+    lines = []
+    for index in sorted(results):
+        row, c = CORRECTION_ROWS[index], results[index]
+        missed = []
+        target = 0.93 if row.labels < 100 else 0.94
+        uncovered = c["corrected"] - c["covered"]
+        if c["corrected"] and uncovered / c["corrected"] > 1.0 - target:
+            missed.append(
+                f"coverage {percent(c['covered'], c['corrected']).strip()}"
+                + beyond(uncovered, c["corrected"], 1.0 - target)
+            )
+        if c["corrected"] and c["strict_at_bound"] / c["corrected"] > 0.05:
+            share = percent(c["strict_at_bound"], c["corrected"]).strip()
+            missed.append(f"strict at bound {share}{beyond(c['strict_at_bound'], c['corrected'], 0.05)}")
+        if c["runs"] > c["corrected"]:
+            missed.append(f"{c['runs'] - c['corrected']} runs without a correction")
+        if missed:
+            lines.append(f"MISSES a target: {row.name}: " + ", ".join(missed))
+    for line in lines or ["Every corrected row meets its targets."]:
+        print(line)
+
+
 # --- the driver --------------------------------------------------------------------------
 
 
@@ -569,7 +722,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="few reruns: a smoke run")
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
-    parser.add_argument("--only", choices=["rates", "baselines", "power", "cost"], action="append")
+    parser.add_argument(
+        "--only", choices=["rates", "baselines", "power", "correction", "cost"], action="append"
+    )
     parser.add_argument("--row", action="append", help="only the rows whose name contains this")
     parser.add_argument("--json", type=Path, help="also write the rates' counts here")
     parser.add_argument(
@@ -582,7 +737,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     reruns = args.reruns or (40 if args.quick else 1000)
-    parts = args.only or ["rates", "baselines", "power", "cost"]
+    parts = args.only or ["rates", "baselines", "power", "correction", "cost"]
     started = time.perf_counter()
     if args.markdown:
         markdown(counts_in(args.markdown))
@@ -616,6 +771,15 @@ def main() -> None:
         ):
             caught_share = percent(caught, runs)
             print(f"  {kind:<11}{n:>5} items x {k}: printed {drop:.3f}, caught {caught_share} of {runs}")
+        print(flush=True)
+    if "correction" in parts:
+        chosen = [
+            i for i, row in enumerate(CORRECTION_ROWS) if not args.row or any(r in row.name for r in args.row)
+        ]
+        # 200 reruns a row by default (a quarter at 10,000 items): 36 rows in about half a
+        # minute on a core; 10 with --quick (2 s), a smoke run. The docs' table is --reruns 400.
+        jobs = [(i, args.reruns or (10 if args.quick else 200), args.seconds) for i in chosen]
+        correction_table(dict(in_parallel(_correction_job, jobs, args.jobs)))
         print(flush=True)
     if "cost" in parts:
         print("Cost of every gate (fail_under, min_pass_rate, max_regression) with a baseline, median of 5:")
