@@ -128,9 +128,7 @@ def test_the_terminal_shows_the_judges_agreement_with_the_labels(project: Projec
     low, high = max(-1.0, 7 / 15 - t * se), min(1.0, 7 / 15 + t * se)
     # The judge passes 5 of 8: corrected, (0.625 + 2/3 - 1) / (0.8 + 2/3 - 1) = 0.625.
     judged = interval(1, 1, 1, 1, 0, 0, 0, 1)
-    items = [
-        LabelledItem(r["id"], int(r["judge"][0]), 1, r["labels"]["correctness"] >= 0.5) for r in EIGHT
-    ]
+    items = [LabelledItem(r["id"], int(r["judge"][0]), 1, r["labels"]["correctness"] >= 0.5) for r in EIGHT]
     corrected = correction([1, 1, 1, 1, 0, 0, 0, 1], items)
     assert isinstance(corrected, Correction)
     assert corrected.estimate == pytest.approx(0.625)
