@@ -257,7 +257,7 @@ def test_a_stored_calibration_corrects_a_later_session_until_the_judge_changes(
 def test_strict_mode_refuses_a_judge_below_its_floor(project: Project) -> None:
     # The calibration: kappa 0.7 (agreement 17/20, chance 0.5), sensitivity 0.9, specificity 0.8.
     project.dataset(CALIBRATION)
-    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.1}'))
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.05}'))
     floors = ("--eval-judge-floor=kappa=0.8", "--eval-judge-floor=specificity=0.85")
     (line,) = gate_lines(project.run("--eval", "--eval-gate-mode=strict", *floors))
     assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): pass rate 0.500 corrected")
