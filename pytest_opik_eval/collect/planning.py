@@ -198,11 +198,13 @@ def plan_run(
                 created_at=now,
                 dataset=plan.dataset,
                 selection=plan.selection,
-                items=plan.items,
+                items=[],
                 gates=plan.gates,
                 rescore_of=plan.rescore_of.get(trial.params),
                 labels_field=plan.labels_field,
-            )
+                # The plan's items as they are, loaded and checked: validated here, each would be
+                # copied, and the session would keep a second dict per item to its end.
+            ).model_copy(update={"items": plan.items})
         trial.experiment_id = experiment.id
         trial.trial_id = uuid7_for(experiment.id, trial.case.case_id)
         planned.append(

@@ -117,7 +117,9 @@ class Trial:
     trial_id: str | None = None
     attempt_id: str | None = None
     output: dict[str, Any] | None = None
-    scores: list[ScoreRecord] = field(default_factory=list)
+    # None until scored and once recorded: 100,000 empty lists would lengthen every pass of the
+    # garbage collector, and the end of the process.
+    scores: list[ScoreRecord] | None = None
     passed: bool | None = None
     reached_happy_path: bool = False
     soft_failure: str | None = None  # the message of a soft trial that missed its thresholds

@@ -372,13 +372,14 @@ def clear_marker(item: pytest.Item, trial: Trial, context: TrialContext) -> None
     # Recorded and announced, the output and scores are not read again (a rerun starts afresh);
     # kept on every trial until the session ends, they would lengthen each full pass of the
     # garbage collector, which the session's growing heap triggers again and again.
-    trial.output, trial.scores = None, []
+    trial.output = trial.scores = None
 
 
 def _announce(item: pytest.Item, trial: Trial) -> None:
     assert trial.experiment_id is not None
     assert trial.output is not None
     assert trial.passed is not None
+    assert trial.scores is not None
     item.ihook.pytest_opik_eval_trial_finished(
         item=item,
         result=TrialResult(
@@ -396,8 +397,7 @@ def _announce(item: pytest.Item, trial: Trial) -> None:
 def _forget_attempt(item: pytest.Function, trial: Trial) -> None:
     if trial.attempt_id is None:
         return
-    trial.attempt_id = trial.output = trial.passed = trial.soft_failure = None
-    trial.scores = []
+    trial.attempt_id = trial.output = trial.scores = trial.passed = trial.soft_failure = None
     trial.reached_happy_path = False
     item.user_properties[:] = [p for p in item.user_properties if not str(p[0]).startswith("eval.")]
 
