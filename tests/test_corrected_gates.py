@@ -285,3 +285,57 @@ def test_a_floor_on_an_unknown_figure_is_a_usage_error(project: Project) -> None
             "MIN from 0 to 1 (kappa: -1 to 1), such as kappa=0.6; got 'agreement=0.5'"
         ]
     )
+
+
+# A judge whose verdicts change without any change to its prompt, model name or code: as when the
+# model behind an API name is updated. Its identity stays the same.
+DRIFTING = """
+import pathlib
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+HERE = pathlib.Path(__file__).parent
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="correctness")
+        self.threshold = 0.5
+
+    def score(self, output, id, **kwargs):
+        drifted = (HERE / "drifted.txt").exists() and id in ("p0", "p1", "p2", "f0")
+        return ScoreResult(name=self.name, value=float(output) if not drifted else 1.0 - float(output))
+
+
+@pytest.mark.eval(dataset="labelled.jsonl", metrics=[Judge()])
+def test_calibration(eval_item):
+    return {"output": eval_item["judge"]}
+"""
+
+
+def test_a_judge_whose_verdicts_change_is_reported_as_drift(project: Project) -> None:
+    project.dataset(CALIBRATION, "labelled.jsonl")
+    project.write("test_eval.py", DRIFTING)
+    result, report = project.run_report("--eval")
+    assert report["judge_drift"] == []  # nothing to compare with yet
+    first_run = report["run_id"]
+    (project.path / "drifted.txt").write_text("")
+    result, report = project.run_report("--eval")
+    # p0, p1 and p2 (labelled and judged pass) now fail; f0 (labelled fail, judged pass) now fails
+    # too: 4 of 20 changed, all the same way.
+    (drift,) = report["judge_drift"]
+    assert (drift["items"], drift["changed"], drift["now_fail"], drift["now_pass"]) == (20, 4, 4, 0)
+    assert drift["p_value"] == pytest.approx(2 * 0.5**4)
+    assert drift["sensitivity"] == pytest.approx([0.9, 0.6])
+    assert drift["specificity"] == pytest.approx([0.8, 0.9])
+    (line,) = [line for line in result.outlines if line.startswith("judge drift:")]
+    assert line == (
+        f"judge drift: correctness (judge {drift['judge'][:12]}): 4 of 20 labelled items judged "
+        f"otherwise than in test_calibration (run {first_run}, {drift['since'][-11:-1]}): 4 now fail "
+        "more, 0 now pass more (p=0.125 that they go either way as likely), sensitivity 0.900 -> "
+        "0.600, specificity 0.800 -> 0.900"
+    )
+    # Compared with the calibration it replaced: the same verdicts again are no drift.
+    assert project.run_report("--eval")[1]["judge_drift"] == []

@@ -34,6 +34,7 @@ from pytest_opik_eval.verdict.model import (
     GateVerdict,
     JudgeCacheReport,
     JudgeCalibration,
+    JudgeDrift,
     RecordingReport,
     Report,
     TrialReport,
@@ -142,6 +143,23 @@ def _figure(interval: ConfidenceInterval | None, undefined: str = "") -> str:
     if interval is None:
         return f"undefined ({undefined})"
     return f"{score(interval.estimate)} {bounds(interval)}"
+
+
+def judge_drift_line(drift: JudgeDrift) -> str:
+    """``judge drift: correctness (judge 1a2b3c4d5e6f): 7 of 100 labelled items judged
+    otherwise than in test_calibration (run ..., 2026-12-01): ...``."""
+
+    def change(figure: str, pair: tuple[float | None, float | None]) -> str:
+        before, now = pair
+        return "" if before is None or now is None else f", {figure} {score(before)} -> {score(now)}"
+
+    p = "p<0.001" if drift.p_value < 0.001 else f"p={drift.p_value:.3f}"
+    return escape_control(
+        f"judge drift: {drift.score} (judge {drift.judge[:12]}): {drift.changed} of {drift.items} "
+        f"labelled items judged otherwise than in {drift.since}: {drift.now_fail} now fail more, "
+        f"{drift.now_pass} now pass more ({p} that they go either way as likely)"
+        f"{change('sensitivity', drift.sensitivity)}{change('specificity', drift.specificity)}"
+    )
 
 
 def trial_verdicts(summary: ExperimentSummary) -> str:
@@ -496,6 +514,8 @@ def _write_session_lines(
     budget = [] if report.budget is None else budget_lines(report.budget)
     for line in budget + judge_cache_lines(report.judge_cache):
         terminal.line(line, yellow=line.startswith("eval budget reached"))
+    for drift in report.judge_drift:
+        terminal.line(judge_drift_line(drift), yellow=True)
     recordings = report.recordings
     if recordings is not None:
         terminal.line(

@@ -38,6 +38,7 @@ from pytest_opik_eval.verdict.summary import (
     Baselines,
     aggregates,
     calibrations_of,
+    judge_drift,
     judge_experiments,
     passed,
     rest_of_session,
@@ -174,9 +175,8 @@ class Ending:
                 self._rest_of_session(),
                 calibrations,
             )
-            if not self.options.shard:  # a shard's labelled items are some of them
-                for found in calibrations_of(self.results):
-                    calibrations.save(found)
+            # A shard's labelled items are some of them: it keeps no calibration.
+            kept = [] if self.options.shard else calibrations_of(self.results)
             resume = target.resume
             # Built once, before anything that may fail: every report renders it, the terminal's too.
             self.report = report = Report(
@@ -186,7 +186,10 @@ class Ending:
                 budget=self._budget_report(),
                 judge_cache=self._judge_cache_report(),
                 recordings=self.recordings,
+                judge_drift=judge_drift(kept, calibrations),
             )
+            for found in kept:
+                calibrations.save(found)
         self._notice_unseen_spend()
         self._notice_unchecked_metrics()
         self._write_reports(report)

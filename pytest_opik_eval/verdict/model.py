@@ -363,6 +363,23 @@ class RecordingReport(_Report):
     saved_cost: float | None = None  # in USD; None: no replayed answer had a price
 
 
+class JudgeDrift(_Report):
+    """A judge's verdicts on the labelled items of a calibration now, against those an earlier
+    session stored for the same judge (the same identity: prompt, model, code), over the items
+    both scored: the model behind an API name can change without notice."""
+
+    score: str
+    judge: str  # the identity
+    since: str  # the earlier calibration: its experiment, run and date
+    items: int  # the labelled items both scored
+    changed: int  # of them, those whose share of trials the judge passed changed
+    now_pass: int  # of those, the ones it passes more often now
+    now_fail: int
+    p_value: float  # the exact two-sided sign test that the changes go either way as likely
+    sensitivity: tuple[float | None, float | None]  # before, now (None: no item labelled pass)
+    specificity: tuple[float | None, float | None]
+
+
 class Report(_Report):
     schema_version: Literal[6] = SCHEMA_VERSION
     run_id: str | None
@@ -371,6 +388,7 @@ class Report(_Report):
     budget: BudgetReport | None = None  # None: no --eval-budget
     judge_cache: JudgeCacheReport | None = None  # None: the judge cache is off
     recordings: RecordingReport | None = None  # None: --eval-record=off
+    judge_drift: list[JudgeDrift] = []  # the judges whose verdicts changed since their calibration
 
 
 def json_schema() -> dict[str, Any]:

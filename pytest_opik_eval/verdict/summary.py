@@ -12,7 +12,9 @@ from pytest_opik_eval.store.calibrations import Calibrations, LabelledRow, Store
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.comparison import with_baseline
+from pytest_opik_eval.verdict.distributions import sign_test
 from pytest_opik_eval.verdict.gates import judge
+from pytest_opik_eval.verdict.model import JudgeDrift
 from pytest_opik_eval.verdict.results import (
     CalibrationSet,
     ExperimentResult,
@@ -227,6 +229,45 @@ def _calibration(
 def _from_store(kept: StoredCalibration) -> CalibrationSet:
     items = [LabelledItem(r.item_id, r.passed, r.trials, r.label) for r in kept.items]
     return CalibrationSet(f"{kept.experiment} (run {kept.run_id}, {kept.created_at[:10]})", items)
+
+
+def judge_drift(found: Sequence[StoredCalibration], stored: Calibrations) -> list[JudgeDrift]:
+    """Each of a session's calibrations against the one an earlier experiment stored for the same
+    judge and score, over the labelled items both scored: those whose verdicts changed (none
+    changed: no drift). The judge cache serves a judge the scores it gave before: a drift shows
+    only with it off."""
+    drifts = []
+    for now in found:
+        before = stored.of(now.judge, now.score)
+        if before is None or before.experiment_id == now.experiment_id:
+            continue
+        earlier = {row.item_id: row for row in before.items}
+        pairs = [(earlier[row.item_id], row) for row in now.items if row.item_id in earlier]
+        moved = [(old, new) for old, new in pairs if old.passed / old.trials != new.passed / new.trials]
+        if not moved:
+            continue
+        up = sum(1 for old, new in moved if new.passed / new.trials > old.passed / old.trials)
+        drifts.append(
+            JudgeDrift(
+                score=now.score,
+                judge=now.judge,
+                since=f"{before.experiment} (run {before.run_id}, {before.created_at[:10]})",
+                items=len(pairs),
+                changed=len(moved),
+                now_pass=up,
+                now_fail=len(moved) - up,
+                p_value=min(1.0, 2.0 * sign_test(max(up, len(moved) - up), min(up, len(moved) - up))),
+                sensitivity=(_rate([o for o, _ in pairs], True), _rate([n for _, n in pairs], True)),
+                specificity=(_rate([o for o, _ in pairs], False), _rate([n for _, n in pairs], False)),
+            )
+        )
+    return drifts
+
+
+def _rate(rows: Sequence[LabelledRow], label: bool) -> float | None:
+    """Over the rows labelled ``label``: the mean share of trials the judge got right."""
+    shares = [r.passed / r.trials if label else 1.0 - r.passed / r.trials for r in rows if r.label is label]
+    return stats.mean(shares) if shares else None
 
 
 def calibrations_of(results: Sequence[ExperimentResult]) -> list[StoredCalibration]:
