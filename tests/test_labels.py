@@ -328,3 +328,24 @@ def test_the_step_summary_and_junit_carry_the_judges_agreement(
     assert properties[base + "judged"] == "0.625"
     assert properties[base + "corrected"].startswith("0.625")
     assert properties[base + "corrected.ci"].endswith("@95%")
+
+
+def test_the_html_report_has_a_judges_panel(project: Project) -> None:
+    labelled(project, EIGHT)
+    project.run("--eval", "--eval-html=report.html")
+    page = (project.path / "report.html").read_text()
+    assert "<h3>Judges against human labels</h3>" in page
+    row = page.split('<tr data-score="correctness">', 1)[1].split("</tr>", 1)[0]
+    cells = [cell.split("</td>", 1)[0] for cell in row.split("<td>")[1:]]
+    agreement = interval(1, 1, 1, 1, 0, 1, 1, 0)
+    judged = interval(1, 1, 1, 1, 0, 0, 0, 1)
+    assert cells[:4] == ["correctness", "not a judge", "8", agreement]
+    assert cells[6].startswith("0.467 [")  # kappa
+    assert cells[7] == judged
+    assert cells[8].startswith("0.625 [")  # corrected
+
+
+def test_no_labels_no_judges_panel(project: Project) -> None:
+    labelled(project, [{"id": "a", "judge": [1]}])
+    project.run("--eval", "--eval-html=report.html")
+    assert "Judges against human labels" not in (project.path / "report.html").read_text()

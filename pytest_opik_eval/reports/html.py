@@ -43,6 +43,7 @@ from pytest_opik_eval.verdict.model import (
     ExperimentReport,
     FigureChange,
     GateVerdict,
+    KappaEstimate,
     Report,
 )
 
@@ -157,6 +158,7 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
 {_pending_html(e, resume_command)}
 {_aggregates_html(e)}
 {_gates_html(e)}
+{_judges_html(e)}
 {_baseline_html(e)}
 <div class="panel"><h3>Score distributions</h3>
 <div class="histograms">{"".join(_histogram_svg(e, name) for name in s.metrics)}</div></div>
@@ -283,6 +285,34 @@ def _gates_html(e: ExperimentReport) -> str:
     return (
         f'<div class="panel"><h3>Gates</h3><ul class="gates">{"".join(map(_gate_html, e.gates))}</ul></div>'
     )
+
+
+def _judges_html(e: ExperimentReport) -> str:
+    """Each labelled score's judge against the human labels (see verdict.calibration), and the
+    experiment's pass rate for it as judged and as corrected for the judge's errors."""
+    if not e.calibrations:
+        return ""
+
+    def cell(interval: ConfidenceInterval | KappaEstimate | None) -> str:
+        if interval is None:
+            return "-"
+        if interval.low is None or interval.high is None:  # a kappa without its jackknife
+            return f"{score(interval.estimate)} (no interval)"
+        return f"{score(interval.estimate)} [{score(interval.low)}, {score(interval.high)}]"
+
+    rows = "".join(
+        f'<tr data-score="{escape(c.score)}"><td>{escape(c.score)}</td>'
+        f"<td>{_code(c.judge[:12]) if c.judge else 'not a judge'}</td><td>{c.items:,}</td>"
+        f"<td>{cell(c.agreement)}</td><td>{cell(c.sensitivity)}</td><td>{cell(c.specificity)}</td>"
+        f"<td>{cell(c.kappa)}</td><td>{cell(c.judged)}</td><td>{cell(c.corrected)}</td></tr>"
+        for c in e.calibrations
+    )
+    notes = "".join(f"<li>{escape(c.score)}: {escape(n)}</li>" for c in e.calibrations for n in c.notes)
+    notes = f'<ul class="notes">{notes}</ul>' if notes else ""
+    return f"""<div class="panel judges"><h3>Judges against human labels</h3>
+<table><thead><tr><th>score</th><th>judge</th><th>labelled items</th><th>agreement</th>
+<th>sensitivity</th><th>specificity</th><th>kappa</th><th>pass rate as judged</th>
+<th>corrected</th></tr></thead><tbody>{rows}</tbody></table>{notes}</div>"""
 
 
 def _gate_html(g: GateVerdict) -> str:
