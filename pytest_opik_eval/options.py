@@ -60,6 +60,14 @@ def add_options(parser: pytest.Parser) -> None:
         "calling the task, as a new run linked to it; implies --eval",
     )
     group.addoption(
+        "--eval-calibrate",
+        action="store_true",
+        dest="eval_calibrate",
+        help="Run only the dataset items with human labels, with the judge cache off: today's "
+        "judges against the labels, kept as their calibration; with --eval-rescore, their stored "
+        "outputs judged again; implies --eval",
+    )
+    group.addoption(
         "--eval-metric",
         metavar="SPEC",
         dest="eval_metric",

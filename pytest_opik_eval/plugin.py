@@ -54,9 +54,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _evaluates(config: pytest.Config) -> bool:
-    """Whether this session runs evaluations (--eval, --eval-resume or --eval-rescore)."""
+    """Whether this session runs evaluations (--eval, --eval-resume, --eval-rescore or
+    --eval-calibrate)."""
     return (
         bool(config.getoption("eval"))
+        or bool(config.getoption("eval_calibrate"))
         or config.getoption("eval_resume") is not None
         or config.getoption("eval_rescore") is not None
     )

@@ -84,6 +84,7 @@ class EvalOptions:
     record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
     record_allowed: tuple[Host, ...]  # --eval-record-allow-host and ini eval_record_allow_host
     labels_field: str = LABELS_FIELD  # ini eval_labels_field: the item key of human labels
+    calibrate: bool = False  # --eval-calibrate: only the labelled items, the judge cache off
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -125,11 +126,13 @@ class EvalOptions:
             sync_timeout=_sync_timeout(config),
             sync_command=_sync_command(config, store_path, store_source),
             budget=_budget(config),
-            judge_cache=_judge_cache(config),
+            # Calibrating judges today's judges: a cached score is yesterday's.
+            judge_cache="off" if config.getoption("eval_calibrate") else _judge_cache(config),
             record_mode=record,
             record_source=record_source,
             record_allowed=_record_allowed(config),
             labels_field=str(config.getini("eval_labels_field") or "").strip() or LABELS_FIELD,
+            calibrate=bool(config.getoption("eval_calibrate")),
         )
 
     def resume_command(self, target: str) -> str:

@@ -5,6 +5,8 @@ judge; strict mode's refusal of a judge it cannot correct."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -339,3 +341,43 @@ def test_a_judge_whose_verdicts_change_is_reported_as_drift(project: Project) ->
     )
     # Compared with the calibration it replaced: the same verdicts again are no drift.
     assert project.run_report("--eval")[1]["judge_drift"] == []
+
+
+def test_eval_calibrate_runs_only_the_labelled_items_without_the_judge_cache(project: Project) -> None:
+    # 20 labelled items, and 10 of the app's that nobody labelled.
+    project.dataset(CALIBRATION + rows(5, 5, label=None, prefix="a"), "labelled.jsonl")
+    project.write("test_eval.py", DRIFTING)
+    result, report = project.run_report("--eval-calibrate", "--eval-judge-cache=on")
+    result.assert_outcomes(passed=11, failed=9)  # the labelled 20 only
+    (experiment,) = report["experiments"]
+    assert experiment["summary"]["trials"] == 20
+    assert experiment["calibrations"][0]["items"] == 20
+    assert report["judge_cache"] is None  # off: a cached score is yesterday's judge's
+    assert not (project.store_path.parent / "judge-cache").exists()
+    assert list((project.store_path.parent / "calibrations").glob("*/*.json"))
+    store = LocalStore(project.store_path, create=False)
+    try:
+        (stored,) = store.find("last")[1]
+    finally:
+        store.close()
+    assert stored.selection.labelled
+
+
+def test_opik_eval_calibrate_judges_the_stored_outputs_again(project: Project) -> None:
+    project.dataset(CALIBRATION + rows(5, 5, label=None, prefix="a"), "labelled.jsonl")
+    project.write("test_eval.py", DRIFTING)
+    project.run("--eval")  # 30 items: the labelled ones keep the judge's calibration
+    (project.path / "drifted.txt").write_text("")  # the model behind the judge changed
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest_opik_eval.cli", "calibrate", "last", "-p", "no:randomly"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=project.path,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # the judge fails some trials
+    # The 20 labelled items' stored outputs, judged again: not the task, not the other 10.
+    assert "labels: correctness (threshold 0.5, 20 items x 1 trial)" in done.stdout
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("judge drift:")]
+    assert ": 4 of 20 labelled items judged otherwise than in test_calibration (run " in line

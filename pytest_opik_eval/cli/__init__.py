@@ -53,14 +53,14 @@ if TYPE_CHECKING:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    # Only rescore takes arguments of its own beyond ours: those it hands to pytest.
+    # Only rescore and calibrate take arguments of their own beyond ours: those they hand to pytest.
     args, pytest_args = parser.parse_known_args(argv)
-    if pytest_args and args.command != "rescore":
+    if pytest_args and args.command not in ("rescore", "calibrate"):
         parser.error(f"unrecognized arguments: {' '.join(pytest_args)}")
     store_path = _store_path(args.store)
     if args.command == "sync":
         return _sync(store_path, args.timeout)
-    if args.command == "rescore":
+    if args.command in ("rescore", "calibrate"):
         return _rescore(store_path, args, pytest_args)
     try:
         store = _open(store_path, args.backend, create=args.command == "merge")
@@ -164,6 +164,16 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help=f"score with this metric instead of the marker's (repeatable): {METRIC_FORMS}",
     )
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="judge the stored outputs of the labelled items of an experiment or run again with "
+        "today's judges, against the human labels, and keep that as their calibration: runs pytest "
+        "--eval-rescore=ID --eval-calibrate on the run's tests; the other arguments go to pytest",
+        usage="opik-eval calibrate [-h] ID [PYTEST ARGS...]",
+        allow_abbrev=False,
+    )
+    calibrate.add_argument("id", help="an experiment id, a run id or name, or 'last'")
+    calibrate.set_defaults(metric=[])
     merge = commands.add_parser(
         "merge",
         help="copy the runs of other stores (CI shards), and the recordings beside them, into this one",
@@ -280,8 +290,9 @@ def _sync(store_path: Path, timeout: float) -> int:
 
 
 def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str]) -> int:
-    """pytest, in this process, rescoring ``args.id`` on the tests of its experiments; pytest says
-    what is wrong with an id it cannot find, as for ``--eval-rescore`` (exit code 4)."""
+    """pytest, in this process, rescoring ``args.id`` on the tests of its experiments (calibrating:
+    only their labelled items); pytest says what is wrong with an id it cannot find, as for
+    ``--eval-rescore`` (exit code 4)."""
     import pytest
 
     target, tests = args.id, []
@@ -302,6 +313,7 @@ def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str])
             store.close()
     command = [
         f"--eval-rescore={target}",
+        *(["--eval-calibrate"] if args.command == "calibrate" else []),
         f"--eval-store={store_path.resolve()}",
         f"--eval-backend={args.backend}",
         *(f"--eval-metric={spec}" for spec in args.metric),

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -53,6 +53,10 @@ def plan_new(
         failure = None
     if failure is not None:
         pytest.fail(failure, pytrace=False)
+    labels = spec.labels_field or options.labels_field
+    selection = describe_selection(spec)
+    if options.calibrate:
+        items, selection = labelled_only(items, labels), selection.model_copy(update={"labelled": True})
     return TestPlan(
         test=definition.nodeid,
         name=definition.name,
@@ -64,17 +68,22 @@ def plan_new(
             name=spec.dataset_name,
             file_hash=file_hash(dataset.path) if dataset.path is not None else None,
         ),
-        selection=describe_selection(spec),
+        selection=selection,
         items=items,
         gates=settings_for_new(spec, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
         where=where,
-        labels_field=spec.labels_field or options.labels_field,
+        labels_field=labels,
         rejected=[
             RejectedItem(place, escape_control(f"@pytest.mark.eval on {where}: {message}"))
             for place, message in dataset.rejected
         ],
     )
+
+
+def labelled_only(items: list[dict[str, Any]], labels_field: str) -> list[dict[str, Any]]:
+    """The items with human labels (``--eval-calibrate``)."""
+    return [item for item in items if item.get(labels_field)]
 
 
 def plan_resumed(
@@ -115,13 +124,17 @@ def plan_rescored(
     cost), so that the rescore gives what a rerun scored the same way would."""
     stored = experiments[0]
     gates = settings_for_new(spec, options.ini_gates, options.cli_gates)
+    items, selection = stored.items, stored.selection
+    if options.calibrate:  # opik-eval calibrate: today's judges on the labelled items' outputs
+        items = labelled_only(items, stored.labels_field)
+        selection = selection.model_copy(update={"labelled": True})
     return TestPlan(
         test=definition.nodeid,
         name=definition.name,
         spec=spec,
         dataset=stored.dataset,
-        selection=stored.selection,
-        items=stored.items,
+        selection=selection,
+        items=items,
         # The app does not run: its latency and its cost per item are not measured, and their
         # gates (the original run's to meet) would fail as such. The run's spend, the judges', counts.
         gates=gates.model_copy(update={"max_latency": None, "max_cost_per_item": None}),

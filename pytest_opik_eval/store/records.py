@@ -120,6 +120,15 @@ class Selection(_Written):
     nb_samples: int | None = None
     sampler: str | None = None
     trial_count: int = 1
+    labelled: bool = False  # --eval-calibrate: only the items with human labels
+
+    @model_serializer(mode="wrap")
+    def _without_labelled(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out unless set: an earlier version, which forbids unknown fields, still reads it.
+        data: dict[str, Any] = handler(self)
+        if not self.labelled:
+            data.pop("labelled", None)
+        return data
 
 
 GateMode = Literal["normal", "strict"]
