@@ -381,3 +381,24 @@ def test_opik_eval_calibrate_judges_the_stored_outputs_again(project: Project) -
     assert "labels: correctness (threshold 0.5, 20 items x 1 trial)" in done.stdout
     (line,) = [line for line in done.stdout.splitlines() if line.startswith("judge drift:")]
     assert ": 4 of 20 labelled items judged otherwise than in test_calibration (run " in line
+
+
+def test_a_regression_gate_says_when_the_judge_changed_since_the_baseline(project: Project) -> None:
+    project.dataset(rows(30, 10, label=None, prefix="a"), "app.jsonl")
+    write(project, ("test_app", "app.jsonl", "", ""))
+    project.run("--eval")
+    gate = ("--eval", "--eval-baseline=last", "--eval-max-regression=correctness=0.05")
+    # The same judge: nothing to say.
+    _, report = project.run_report(*gate)
+    (same,) = report["experiments"][0]["gates"]
+    assert not any("changed since the baseline" in note for note in same["notes"])
+    baseline = report["experiments"][0]["id"]
+    # Another prompt: the judge is another, and the gate says what the change mixes.
+    write(project, ("test_app", "app.jsonl", '"Is it right?"', ""))
+    _, report = project.run_report(*gate)
+    (changed,) = report["experiments"][0]["gates"]
+    assert (
+        "the judge of correctness changed since the baseline (its prompt, model or code): the change "
+        "mixes the app's with the judge's; judge the baseline's outputs again with today's judge "
+        f"(opik-eval rescore {baseline}) and compare with that"
+    ) in changed["notes"]

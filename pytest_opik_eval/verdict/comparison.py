@@ -32,6 +32,7 @@ def with_baseline(result: ExperimentResult, baseline: BaselineRun | ExperimentRe
         tests=tests,
         baseline_verdicts=baseline_verdicts,
         baseline_values=baseline.values,
+        baseline_judges=baseline.experiment.judges,
     )
 
 

@@ -94,6 +94,7 @@ class ExperimentResult(_OfExperiment):
     tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
+    baseline_judges: dict[str, str] = field(default_factory=dict)  # the baseline's judges' identities
     # Each metric's computed scores by item id (``scores_by_item``), computed once; with the
     # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)

@@ -290,6 +290,14 @@ def _regression(
             "(a gate not met, a trial failed or pending): a drop it already had is not counted here; "
             "compare with a run that passed: --eval-baseline=RUN_ID"
         )
+    before, now = result.baseline_judges.get(metric), result.experiment.judges.get(metric)
+    if before is not None and now is not None and before != now:
+        notes.append(
+            f"the judge of {metric} changed since the baseline (its prompt, model or code): the change "
+            "mixes the app's with the judge's; judge the baseline's outputs again with today's judge "
+            f"(opik-eval rescore {baseline.experiment_id if baseline else 'BASELINE'}) "
+            "and compare with that"
+        )
     if family > 1:
         notes.append(
             f"tested at one-sided {level(confidence)}: Holm over the session's {family} regression "
