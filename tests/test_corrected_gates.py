@@ -317,7 +317,11 @@ def test_calibration(eval_item):
 """
 
 
-def test_a_judge_whose_verdicts_change_is_reported_as_drift(project: Project) -> None:
+def test_a_judge_whose_verdicts_change_is_reported_as_drift(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    summary = project.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     project.dataset(CALIBRATION, "labelled.jsonl")
     project.write("test_eval.py", DRIFTING)
     result, report = project.run_report("--eval")
@@ -339,6 +343,7 @@ def test_a_judge_whose_verdicts_change_is_reported_as_drift(project: Project) ->
         "more, 0 now pass more (p=0.125 that they go either way as likely), sensitivity 0.900 -> "
         "0.600, specificity 0.800 -> 0.900"
     )
+    assert f"⚠️ {line}" in summary.read_text(encoding="utf-8")  # the job summary's words
     # Compared with the calibration it replaced: the same verdicts again are no drift.
     assert project.run_report("--eval")[1]["judge_drift"] == []
 

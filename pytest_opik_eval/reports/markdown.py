@@ -26,6 +26,7 @@ from pytest_opik_eval.reports.terminal import (
     SOFT_FAILED,
     budget_lines,
     calibration_line,
+    judge_drift_line,
     recording_line,
     sentence,
     trial_verdicts,
@@ -53,7 +54,9 @@ def step_summary(report: Report, resume_command: Callable[[str], str]) -> str:
     blocks = ["\n".join(_experiment(e, resume_command)) for e in report.experiments]
     budget = _budget_lines(report.budget)
     recordings = _recording_lines(report.recordings)
-    return "\n\n".join([*budget, *recordings, *(blocks or ["No experiment was evaluated."])]) + "\n"
+    # A judge that drifted: its scores moved without the app changing, which every gate reads.
+    drift = [f"⚠️ {_inline(judge_drift_line(d))}" for d in report.judge_drift]
+    return "\n\n".join([*budget, *recordings, *drift, *(blocks or ["No experiment was evaluated."])]) + "\n"
 
 
 def _budget_lines(budget: BudgetReport | None) -> list[str]:
