@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Project
 
 from pytest_opik_eval.cli import main
+from pytest_opik_eval.store.calibrations import Calibrations
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.correction import Correction, correction
@@ -407,3 +409,37 @@ def test_a_regression_gate_says_when_the_judge_changed_since_the_baseline(projec
         "mixes the app's with the judge's; judge the baseline's outputs again with today's judge "
         f"(opik-eval rescore {baseline}) and compare with that"
     ) in changed["notes"]
+
+
+def test_a_damaged_calibration_file_is_ignored(project: Project) -> None:
+    project.dataset(CALIBRATION, "labelled.jsonl")
+    project.dataset(rows(30, 10, label=None, prefix="a"), "app.jsonl")
+    write(project, ("test_calibration", "labelled.jsonl", "", ""))
+    project.run("--eval")
+    (kept,) = (project.store_path.parent / "calibrations").glob("*/*.json")
+    damaged = json.loads(kept.read_text())
+    damaged["items"][0]["trials"] = 0  # a bad merge, a hand edit: 1 passed of 0 trials
+    kept.write_text(json.dumps(damaged))
+    write(project, ("test_app", "app.jsonl", "", 'fail_under={"correctness": 0.6}'))
+    (line,) = gate_lines(project.run("--eval"))
+    assert line.startswith(
+        "met: test_app: fail_under correctness: mean 0.750 >= 0.6; the judge of correctness is not calibrated"
+    )
+
+
+def test_a_calibration_is_found_only_under_a_judge_identity(tmp_path: Path) -> None:
+    stored = Calibrations(tmp_path / "calibrations")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert stored.of("../outside", "correctness") is None  # not a sha256: never a path
+    assert stored.of("0" * 64, "correctness") is None  # none kept yet
+
+
+def test_a_part_of_a_calibration_never_replaces_the_whole(project: Project) -> None:
+    project.dataset(CALIBRATION, "labelled.jsonl")
+    write(project, ("test_calibration", "labelled.jsonl", "", ""))
+    project.run("--eval")
+    (kept,) = (project.store_path.parent / "calibrations").glob("*/*.json")
+    assert len(json.loads(kept.read_text())["items"]) == 20
+    project.run("--eval", "-k", "p0 or p1")  # 2 of the 20 labelled items
+    assert len(json.loads(kept.read_text())["items"]) == 20

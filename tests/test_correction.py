@@ -107,6 +107,27 @@ def test_a_higher_observed_rate_never_lowers_the_bound(confidence: float) -> Non
     assert lows[-1] > lows[0]
 
 
+def test_a_better_run_never_gets_a_lower_bound_even_where_the_estimate_is_pinned_at_one() -> None:
+    # A judge that misses many true passes (sensitivity 0.56) and no true failure: a high
+    # observed rate corrects past 1, where the bound once fell as the rate rose (the standard
+    # error was taken at the unbounded rate). Over label tables with 10 or more items of each
+    # label, every bound rises with the observed rate.
+    for passes in ((10, 0), (10, 8), (20, 4), (30, 6)):
+        for fails in ((10, 0), (10, 2), (25, 6)):
+            labelled = labels(passes, fails)
+            for items in (30, 100):
+                lows = []
+                for passed in range(items + 1):
+                    found = correction(run(passed, items), labelled)
+                    if isinstance(found, Correction):
+                        lows.append(found.bounds(0.95).low)
+                assert all(b >= a - 1e-9 for a, b in zip(lows, lows[1:], strict=False)), (
+                    passes,
+                    fails,
+                    items,
+                )
+
+
 @pytest.mark.parametrize("confidence", [0.8, 0.95, 0.99])
 def test_p_above_agrees_with_the_bound(confidence: float) -> None:
     c = corrected(run(70, 100), labels((18, 2), (8, 2)))

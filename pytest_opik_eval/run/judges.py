@@ -81,8 +81,9 @@ class Judges:
         return self._judges[id(metric)][1]
 
     def digests(self, metrics: Iterable[Any]) -> dict[str, str]:
-        """The judges among ``metrics`` by their name (the name of the scores they give, as
-        human labels name them): each one's identity's digest."""
+        """The judges among ``metrics`` by their ``name``, each one's identity's digest. A
+        metric's name is taken as the name of the score it gives, as labels and gates name it
+        (true of this package's metrics and the Opik SDK's)."""
         found = {}
         for metric in metrics:
             judge = self.of(metric)

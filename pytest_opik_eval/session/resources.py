@@ -70,9 +70,9 @@ class Resources:
         self._judges: Judges | None = None
 
     def judges(self) -> Judges:
-        """The judges' identities: the judge cache's, else made on first use."""
-        if self.judge_cache is not None:
-            return self.judge_cache.judges
+        """The judges' identities as the run is created, made on first use. Not the judge
+        cache's: it identifies a judge when it first scores, after the fixtures that may set it
+        up (a session fixture that sets its model), and an identity is kept per object."""
         if self._judges is None:
             from pytest_opik_eval.run.judges import Judges
 

@@ -6,29 +6,40 @@ old calibration is found stale, not used.
 
 Each file holds the labelled items' verdicts (how many trials the judge passed, of how many, and
 the label), never their inputs or outputs: no dataset content, so no secret, is copied here. It is
-written whole or not at all, as the judge cache's files are; a damaged one is ignored.
+written whole or not at all, as the judge cache's files are; a damaged one (or one that is not
+what its path says) is ignored.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from pytest_opik_eval.files import write_atomically
 
 CALIBRATIONS = "calibrations"  # the folder under the store folder
+# A judge's identity: a sha256, which names its folder (a record read from a server that held
+# anything else must not name a path).
+IDENTITY = "^[0-9a-f]{64}$"
 
 
 class LabelledRow(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     item_id: str
-    passed: int  # trials the judge passed
-    trials: int
+    passed: int = Field(ge=0)  # trials the judge passed
+    trials: int = Field(ge=1)
     label: bool  # the human verdict
+
+    @model_validator(mode="after")
+    def _passed_of_trials(self) -> LabelledRow:
+        if self.passed > self.trials:
+            raise ValueError(f"{self.passed} passed of {self.trials} trials")
+        return self
 
 
 class StoredCalibration(BaseModel):
@@ -36,7 +47,7 @@ class StoredCalibration(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    judge: str  # its identity
+    judge: str = Field(pattern=IDENTITY)  # its identity
     score: str
     experiment: str  # the experiment's name
     experiment_id: str
@@ -54,21 +65,26 @@ class Calibrations:
     def save(self, calibration: StoredCalibration) -> None:
         """Kept as the judge's calibration for its score (a read-only or full folder keeps none:
         the session's own gates have it already)."""
-        path = self.folder / calibration.judge / _file(calibration.score)
+        path = self.folder / calibration.judge / _file(calibration.score)  # the model checked it
         try:
             write_atomically(path, calibration.model_dump_json(indent=2) + "\n")
         except OSError:
             pass
 
     def of(self, judge: str, score: str) -> StoredCalibration | None:
-        return _read(self.folder / judge / _file(score))
+        if not re.match(IDENTITY, judge):
+            return None
+        found = _read(self.folder / judge / _file(score))
+        return found if found is not None and (found.judge, found.score) == (judge, score) else None
 
     def stale(self, judge: str, score: str) -> StoredCalibration | None:
         """The newest calibration of ``score`` made for another judge (another identity)."""
         found = [
             c
             for path in self.folder.glob(f"*/{_file(score)}")
-            if path.parent.name != judge and (c := _read(path)) is not None and c.score == score
+            if path.parent.name != judge
+            and (c := _read(path)) is not None
+            and (c.judge, c.score) == (path.parent.name, score)
         ]
         return max(found, key=lambda c: c.created_at, default=None)
 

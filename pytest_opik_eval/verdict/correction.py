@@ -123,8 +123,9 @@ class Correction:
 
     @property
     def standard_error(self) -> float:
-        """The adjusted rate's, by the delta method on the adjusted estimates."""
-        t = self.adjusted
+        """The adjusted rate's, by the delta method on the adjusted estimates, at the rate bounded
+        to [0, 1]: past an end, a higher observed rate would widen it, and lower a bound."""
+        t = _unit(self.adjusted)
         variance = (
             self.passed.variance
             + t * t * self.positives.variance

@@ -171,6 +171,11 @@ class ExperimentResult(_OfExperiment):
             calibrations=self.calibrations(),
         )
 
+    def labels_count(self, score: str) -> int:
+        """How many of this experiment's items are labelled for ``score``."""
+        labels = calibration.labels_by_score(self.experiment.items, self.experiment.labels_field)
+        return len(labels.get(score, {}))
+
     def labelled(self, score: str) -> list[calibration.LabelledItem]:
         """This experiment's items labelled for ``score`` that have a completed trial with it."""
         labels = calibration.labels_by_score(self.experiment.items, self.experiment.labels_field).get(score)

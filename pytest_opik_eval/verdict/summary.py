@@ -272,7 +272,9 @@ def _rate(rows: Sequence[LabelledRow], label: bool) -> float | None:
 
 def calibrations_of(results: Sequence[ExperimentResult]) -> list[StoredCalibration]:
     """What a session keeps of its judges' calibrations: for each judge's score that an
-    experiment has labelled items for, the judge's verdicts on them."""
+    experiment has labelled items for, the judge's verdicts on them; only from an experiment
+    with nothing pending and every labelled item scored, so that an interrupted session (-x, a
+    budget, -k) never replaces a calibration with a part of one."""
     return [
         StoredCalibration(
             judge=judge,
@@ -286,8 +288,9 @@ def calibrations_of(results: Sequence[ExperimentResult]) -> list[StoredCalibrati
             ],
         )
         for result in results
+        if not result.summary.pending
         for score, judge in result.experiment.judges.items()
-        if (own := result.labelled(score))
+        if (own := result.labelled(score)) and len(own) == result.labels_count(score)
     ]
 
 
