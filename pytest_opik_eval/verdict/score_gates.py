@@ -16,7 +16,9 @@ bounds it decided on:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
+from typing import Literal
 
 from pytest_opik_eval.formatting import level, score, signed
 from pytest_opik_eval.store.records import GateSettings
@@ -124,41 +126,28 @@ def _below_floor(
 def _corrected_gate(
     metric: str, corrected: correction.Correction, source: str, bound: float, settings: GateSettings
 ) -> GateVerdict:
-    """fail_under on the pass rate corrected for the judge's errors: normal mode, the corrected
-    estimate reaches the bound; strict, its one-sided lower bound does. Both rates are shown."""
-    alpha = 1.0 - settings.confidence
-    bounds = corrected.bounds(settings.confidence)
-    value = corrected.estimate
-    raw = f"{score(corrected.observed)} as judged"
-    p_value: float | None = None
-    if settings.mode == "strict":
-        p_value = corrected.p_above(bound)
-        cleared = p_value <= alpha
-        detail = (
-            f"pass rate {score(value)} corrected for the judge's errors ({raw}), lower bound "
-            f"{score(bounds.low)} {'>=' if cleared else 'is below'} {bound:g} ({_p(p_value)})"
-        )
-    else:
-        cleared = value >= bound
-        detail = (
-            f"pass rate {score(value)} corrected for the judge's errors ({raw}) "
-            f"{'>=' if cleared else 'is below'} {bound:g}"
-        )
-    interval = confidence_interval(bounds, "corrected")
+    """fail_under on the pass rate corrected for the judge's errors, decided as ``_absolute``
+    decides on a sample; both rates are shown, and what corrected it."""
+    gate = _one_sided(
+        "fail_under",
+        metric,
+        f"pass rate {score(corrected.estimate)} corrected for the judge's errors "
+        f"({score(corrected.observed)} as judged)",
+        corrected.estimate,
+        corrected.bounds(settings.confidence),
+        corrected.p_above,
+        bound,
+        settings,
+        method="corrected",
+    )
     calibration_note = (
         f"corrected by {corrected.labelled} labelled item(s) of {source}: sensitivity "
         f"{score(corrected.sensitivity)}, specificity {score(corrected.specificity)}; the bounds "
         "carry the labels' sampling error and the run's"
     )
-    return verdict("fail_under", metric, value, bound, cleared, detail).model_copy(
+    return gate.model_copy(
         update={
-            "notes": [_bounds_note(interval, score, bound=bound), calibration_note],
-            "mode": settings.mode,
-            "interval": interval,
-            "borderline": interval.straddles(bound),
-            "p_value": p_value,
-            "p_value_unadjusted": p_value,
-            "one_sided": True,
+            "notes": [*gate.notes, calibration_note],
             "correction": GateCorrection(
                 raw=corrected.observed,
                 sensitivity=corrected.sensitivity,
@@ -200,28 +189,50 @@ def _absolute(
     """Normal mode: the estimate reaches the bound; strict: the one-sided lower bound does (the
     test that the mean is above the bound). Either way the one-sided bounds at the level are
     shown, and whether they hold the bound (borderline)."""
-    alpha = 1.0 - settings.confidence
-    bounds = stats.bounds(s, settings.confidence)
-    value = s.mean
-    p_value: float | None
+    gate = _one_sided(
+        kind,
+        metric,
+        f"{what} {score(s.mean)}",
+        s.mean,
+        stats.bounds(s, settings.confidence),
+        functools.partial(stats.p_above, s),
+        bound,
+        settings,
+    )
+    if s.n >= 2:
+        return gate
+    alone = "one item bounds nothing: its spread cannot be estimated"
+    return gate.model_copy(update={"notes": [*gate.notes, alone]})
+
+
+def _one_sided(
+    kind: GateKind,
+    metric: str | None,
+    estimate: str,
+    value: float,
+    bounds: stats.Interval,
+    p_above: Callable[[float], float],
+    bound: float,
+    settings: GateSettings,
+    *,
+    method: Literal["score", "corrected"] = "score",
+) -> GateVerdict:
+    """An absolute gate on an estimate (``estimate``: it in words) with its one-sided
+    ``bounds``: normal mode compares the estimate with the bound, strict mode its lower bound
+    (the p-value of ``p_above``)."""
+    p_value: float | None = None
     if settings.mode == "strict":
-        p_value = p = stats.p_above(s, bound)
-        cleared = p <= alpha
-        detail = (
-            f"{what} {score(value)}, lower bound {score(bounds.low)} "
-            f"{'>=' if cleared else 'is below'} {bound:g} ({_p(p)})"
-        )
+        p_value = p_above(bound)
+        cleared = p_value <= 1.0 - settings.confidence
+        verb = ">=" if cleared else "is below"
+        detail = f"{estimate}, lower bound {score(bounds.low)} {verb} {bound:g} ({_p(p_value)})"
     else:
-        p_value = None
         cleared = value >= bound
-        detail = f"{what} {score(value)} {'>=' if cleared else 'is below'} {bound:g}"
-    interval = confidence_interval(bounds)
-    notes = [_bounds_note(interval, score, bound=bound)]
-    if s.n < 2:
-        notes.append("one item bounds nothing: its spread cannot be estimated")
+        detail = f"{estimate} {'>=' if cleared else 'is below'} {bound:g}"
+    interval = confidence_interval(bounds, method)
     return verdict(kind, metric, value, bound, cleared, detail).model_copy(
         update={
-            "notes": notes,
+            "notes": [_bounds_note(interval, score, bound=bound)],
             "mode": settings.mode,
             "interval": interval,
             "borderline": interval.straddles(bound),
