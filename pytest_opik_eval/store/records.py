@@ -15,6 +15,15 @@ class _Written(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _left_out_at_default(model: BaseModel, data: dict[str, Any], *names: str) -> dict[str, Any]:
+    """``data`` without the fields ``names`` that hold their default: an earlier version, which
+    forbids unknown fields, still reads a record that does not use them."""
+    for name in names:
+        if getattr(model, name) == type(model).model_fields[name].default:
+            data.pop(name, None)
+    return data
+
+
 class ScoreRecord(_Written):
     name: str
     value: float = Field(allow_inf_nan=False)  # JSON has no NaN: it would be written as null
@@ -124,11 +133,7 @@ class Selection(_Written):
 
     @model_serializer(mode="wrap")
     def _without_labelled(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Left out unless set: an earlier version, which forbids unknown fields, still reads it.
-        data: dict[str, Any] = handler(self)
-        if not self.labelled:
-            data.pop("labelled", None)
-        return data
+        return _left_out_at_default(self, handler(self), "labelled")
 
 
 GateMode = Literal["normal", "strict"]
@@ -166,11 +171,7 @@ class GateSettings(_Written):
 
     @model_serializer(mode="wrap")
     def _without_judge_floor(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Left out unless set: an earlier version, which forbids unknown fields, still reads it.
-        data: dict[str, Any] = handler(self)
-        if not self.judge_floor:
-            data.pop("judge_floor", None)
-        return data
+        return _left_out_at_default(self, handler(self), "judge_floor")
 
     def soft_trials(self) -> bool:
         """Whether a trial that misses its thresholds is soft-failed rather than failed: it does
@@ -211,16 +212,9 @@ class ExperimentRecord(_Written):
 
     @model_serializer(mode="wrap")
     def _without_rescore_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Left out unless set: an earlier version, which forbids unknown fields, still reads
-        # every experiment that is not a rescore (nor labelled under another key).
-        data: dict[str, Any] = handler(self)
-        if self.rescore_of is None:
-            data.pop("rescore_of", None)
-        if self.labels_field == "labels":
-            data.pop("labels_field", None)
-        if not self.judges:
-            data.pop("judges", None)
-        return data
+        # Every experiment that is not a rescore, labelled under another key or judged by an
+        # LLM judge reads as before.
+        return _left_out_at_default(self, handler(self), "rescore_of", "labels_field", "judges")
 
 
 BudgetUnit = Literal["usd", "tokens"]
