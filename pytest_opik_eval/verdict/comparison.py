@@ -10,6 +10,7 @@ from collections.abc import Container, Sequence
 from dataclasses import replace
 
 from pytest_opik_eval.store.records import TrialRecord
+from pytest_opik_eval.verdict import calibration
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import BaselineComparison, FigureChange, ItemStatus, MetricDelta
 from pytest_opik_eval.verdict.results import BaselineRun, ExperimentResult, confidence_interval
@@ -25,8 +26,24 @@ def with_baseline(result: ExperimentResult, baseline: BaselineRun | ExperimentRe
         for metric, delta in result.settings.max_regression.items()
         if (pairs := paired.get(metric)) is not None and pairs.sample is not None
     }
+    judges = {**baseline.experiment.judges, **result.experiment.judges}
+    labels = (
+        calibration.labels_by_score(baseline.experiment.items, baseline.experiment.labels_field)
+        if any(metric in judges for metric in tests)
+        else {}
+    )
     return replace(
         result,
+        baseline_labelled={
+            metric: found
+            for metric in tests
+            if metric in labels
+            and (
+                found := calibration.labelled_items(
+                    labels[metric], baseline.values.get(metric, {}), result.settings.thresholds.get(metric)
+                )
+            )
+        },
         baseline=comparison,
         paired=paired,
         tests=tests,

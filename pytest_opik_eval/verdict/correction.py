@@ -41,7 +41,8 @@ Pure functions, standard library only.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pytest_opik_eval.verdict import statistics as stats
@@ -177,6 +178,179 @@ def correction(observed: Sequence[float], labelled: Sequence[LabelledItem]) -> C
             f"{len(negatives)} labelled fail): label more items"
         )
     return Correction(share(observed), sensitivity, specificity, len(observed), len(labelled))
+
+
+@dataclass(frozen=True)
+class CorrectedChange:
+    """The change of a judge's corrected pass rate from a baseline to the current run, each
+    corrected by its own calibration (or both by one), with the tests a regression gate decides
+    on, as ``statistics.RegressionTest`` has them.
+
+    The change is the difference of the two Rogan-Gladen estimates, t_c - t_b, a difference of
+    ratios: with 30 labels the judge's Se + Sp - 1 is known to about a fifth, and a delta-method
+    interval on the ratios let strict mode pass 6.5% of runs whose drop was exactly DELTA (30
+    labels, 1,000 items). So the tests are Fieller's: "the drop is DELTA" is t_c - t_b + DELTA
+    = 0, which times both runs' Se + Sp - 1 (both positive) is
+
+        F(DELTA) = N_c J_b - N_b J_c + DELTA J_c J_b, with N = p + Sp - 1, J = Se + Sp - 1,
+
+    linear in each estimate, so a normal test on it holds its level; its standard error is the
+    delta method's over every item that moves any of the six estimates (the runs' pass rates over
+    the items both scored, each calibration's sensitivity and specificity), each item's influence
+    summed over the items by id, so that what the two runs share cancels (an item both scored, one
+    calibration for both, labelled items that are run items too). With one calibration for both
+    runs, F is J times the judged change plus DELTA J: the test is the judged drop's against
+    DELTA x (Se + Sp - 1). The bounds on the drop are the DELTAs at which the test turns."""
+
+    current: Correction
+    baseline: Correction
+    delta: float
+    # F(d) = statistic + d * slope; its variance, variance + 2 d covariance + d^2 spread.
+    statistic: float
+    slope: float
+    variance: float
+    covariance: float
+    spread: float
+    p_chance: float  # the judged items' sign test (``statistics.RegressionTest``)
+
+    @property
+    def change(self) -> float:
+        """The corrected pass rate's change, current minus baseline."""
+        return self.current.estimate - self.baseline.estimate
+
+    @property
+    def judged(self) -> float:
+        """The pass rate's change as judged."""
+        return self.current.observed - self.baseline.observed
+
+    @property
+    def drop(self) -> float:
+        return -self.change
+
+    def _z(self, delta: float) -> float:
+        """F(delta) over its standard error: below 0 when the drop is beyond delta."""
+        value = self.statistic + delta * self.slope
+        variance = self.variance + 2.0 * delta * self.covariance + delta * delta * self.spread
+        if variance <= 0.0:
+            return math.copysign(math.inf, value) if value else 0.0
+        return value / math.sqrt(variance)
+
+    @property
+    def p_beyond(self) -> float:
+        """For "the drop is greater than delta": F(delta) below 0."""
+        return 0.5 * math.erfc(-self._z(self.delta) / math.sqrt(2.0))
+
+    @property
+    def p_within(self) -> float:
+        """For "the drop is less than delta": F(delta) above 0."""
+        return 0.5 * math.erfc(self._z(self.delta) / math.sqrt(2.0))
+
+    def drop_bounds(self, confidence: float) -> tuple[float, float]:
+        """The one-sided lower and upper bounds on the drop that a test at 1 - confidence uses:
+        the highest drop shown exceeded, and the lowest shown not reached (within [-1, 1])."""
+        z = normal_quantile(confidence)
+        return _turn(lambda d: self._z(d) <= -z, True), _turn(lambda d: self._z(d) >= z, False)
+
+
+def _turn(shown: Callable[[float], bool], lower: bool) -> float:
+    """Where ``shown`` turns over [-1, 1] (it holds below the point for a lower bound, above it
+    for an upper one), by bisection: F's z is monotone there for any judge better than chance."""
+    low, high = -1.0, 1.0
+    if shown(high if lower else low):
+        return high if lower else low
+    if not shown(low if lower else high):
+        return low if lower else high
+    for _ in range(60):
+        middle = (low + high) / 2.0
+        if shown(middle) == lower:
+            low = middle
+        else:
+            high = middle
+    return low if lower else high
+
+
+def corrected_change(
+    current: Mapping[str, float],
+    baseline: Mapping[str, float],
+    labelled: Sequence[LabelledItem],
+    baseline_labelled: Sequence[LabelledItem],
+    delta: float,
+    p_chance: float,
+) -> CorrectedChange | str:
+    """The corrected change over the items both runs scored (``current`` and ``baseline``: each
+    item's share of trials the judge passed, by item id, the same ids), each run corrected by
+    its labelled items (the same sequence for both when one calibration serves both); or why
+    there is none to make."""
+    now = correction(list(current.values()), labelled)
+    if isinstance(now, str):
+        return now
+    before = correction(list(baseline.values()), baseline_labelled)
+    if isinstance(before, str):
+        return f"the baseline's: {before}"
+    # Each item's influence on F(d) = a + d b: (a, b) by item id.
+    influence: defaultdict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    n = len(current)
+    scale = math.sqrt(n / (n - 1)) / n if n > 1 else 1.0  # the items' variance, not its plug-in
+    for item, share_now in current.items():
+        influence[item][0] += scale * (
+            before.youden * (share_now - now.observed) - now.youden * (baseline[item] - before.observed)
+        )
+    # F's derivatives in each run's Se and Sp, taken where the null puts the runs (their mean
+    # corrected rate, DELTA apart), as a score test does: at the estimates, the judge's error
+    # weighed too little when the drop is far from DELTA, and strict mode passed 9% of runs at a
+    # drop of DELTA (30 labels, 1,000 items). As (a, b), the derivative a + d b.
+    mean = (_unit(now.unbounded) + _unit(before.unbounded)) / 2.0
+    j_now, j_before = now.youden, before.youden
+    _add_labelled(
+        influence,
+        labelled,
+        now,
+        (-j_before * mean, j_before / 2.0),
+        (j_before * (1.0 - mean), j_before / 2.0),
+    )
+    _add_labelled(
+        influence,
+        baseline_labelled,
+        before,
+        (j_now * mean, j_now / 2.0),
+        (-j_now * (1.0 - mean), j_now / 2.0),
+    )
+    n_now, n_before = now.observed + now.specificity - 1.0, before.observed + before.specificity - 1.0
+    return CorrectedChange(
+        now,
+        before,
+        delta,
+        statistic=n_now * before.youden - n_before * now.youden,
+        slope=now.youden * before.youden,
+        variance=math.fsum(a * a for a, _ in influence.values()),
+        covariance=math.fsum(a * b for a, b in influence.values()),
+        spread=math.fsum(b * b for _, b in influence.values()),
+        p_chance=p_chance,
+    )
+
+
+def _add_labelled(
+    influence: defaultdict[str, list[float]],
+    labelled: Sequence[LabelledItem],
+    run: Correction,
+    by_sensitivity: tuple[float, float],
+    by_specificity: tuple[float, float],
+) -> None:
+    """Adds each labelled item's influence on F through the run's sensitivity (items labelled
+    pass) and specificity (labelled fail): its share got right, less the mean, over the items,
+    times F's derivative in that figure (a + d b)."""
+    for label, mean, (a, b) in (
+        (True, run.sensitivity, by_sensitivity),
+        (False, run.specificity, by_specificity),
+    ):
+        group = [i for i in labelled if i.label is label]
+        m = len(group)
+        scale = math.sqrt(m / (m - 1)) / m if m > 1 else 1.0
+        for item in group:
+            right = item.share if label else 1.0 - item.share  # the share of its trials got right
+            found = influence[item.item_id]
+            found[0] += scale * a * (right - mean)
+            found[1] += scale * b * (right - mean)
 
 
 def share(shares: Sequence[float]) -> Share:

@@ -103,6 +103,11 @@ class ExperimentResult(_OfExperiment):
     # for a judge's score without them, why (its labels were for another version of the judge).
     calibration_sets: dict[str, CalibrationSet] = field(default_factory=dict)
     uncalibrated: dict[str, str] = field(default_factory=dict)
+    # By regression-gated score: the baseline's own labelled items (``comparison.with_baseline``);
+    # the change of the judge's pass rate, each run corrected for its judge's errors, or why it
+    # is not (``summary.calibrated``).
+    baseline_labelled: dict[str, list[calibration.LabelledItem]] = field(default_factory=dict)
+    changes: dict[str, CorrectedRegression | str] = field(default_factory=dict)
 
     @cached_property
     def verdicts(self) -> dict[str, ItemStatus]:
@@ -116,6 +121,12 @@ class ExperimentResult(_OfExperiment):
     @property
     def trial_count(self) -> int:
         return self.experiment.selection.trial_count
+
+    def regression_test(self, metric: str) -> stats.DropTest | None:
+        """What the metric's regression gate decides on: the corrected change of a judge's pass
+        rate when both runs' judges are calibrated, else the test on the scores."""
+        change = self.changes.get(metric)
+        return change.test if isinstance(change, CorrectedRegression) else self.tests.get(metric)
 
     def item_sample(self, metric: str) -> stats.Sample:
         """The metric's items as a sample (``statistics.item_sample``): the summary's, if it
@@ -250,6 +261,15 @@ class CalibrationSet:
 
     source: str  # that experiment's name
     items: list[calibration.LabelledItem]
+
+
+@dataclass(frozen=True)
+class CorrectedRegression:
+    """A regression gate's corrected change, and the labels each run was corrected by."""
+
+    test: correction.CorrectedChange
+    source: str  # the experiment whose labels corrected the current run
+    baseline_source: str  # the baseline's
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from pytest_opik_eval.verdict.model import (
     MetricDelta,
 )
 from pytest_opik_eval.verdict.results import (
+    CorrectedRegression,
     ExperimentResult,
     confidence_interval,
     item_passes,
@@ -159,6 +160,24 @@ def _corrected_gate(
     )
 
 
+def _change_note(corrected: CorrectedRegression) -> str:
+    """What corrected a regression gate's change: each run's labels and its judge's errors."""
+    test = corrected.test
+    now, before = test.current, test.baseline
+    runs = (
+        f"both runs by {now.labelled} labelled item(s) of {corrected.source}"
+        if corrected.source == corrected.baseline_source and now.labelled == before.labelled
+        else f"this run by {now.labelled} labelled item(s) of {corrected.source} (sensitivity "
+        f"{score(now.sensitivity)}, specificity {score(now.specificity)}), the baseline by "
+        f"{before.labelled} of {corrected.baseline_source}"
+    )
+    return (
+        f"corrected for the judge's errors, {runs}: sensitivity {score(before.sensitivity)}, "
+        f"specificity {score(before.specificity)}; the pass rate changed by {signed(test.judged)} as "
+        f"judged, {signed(test.change)} corrected; the bounds carry the labels' sampling error and the runs'"
+    )
+
+
 def _failed(failed: int) -> str:
     return f"; {failed} score(s) failed to compute, which fails the gate" if failed else ""
 
@@ -254,7 +273,7 @@ def max_regression(
     verdicts = []
     for metric, delta in settings.max_regression.items():
         change = baseline.metrics.get(metric)
-        test = result.tests.get(metric)
+        test = result.regression_test(metric)
         if not baseline.shared_items:
             detail = "the baseline has no item in common with this experiment"
         elif test is None or change is None:
@@ -274,11 +293,12 @@ def _regression(
     settings: GateSettings,
     metric: str,
     change: MetricDelta,
-    test: stats.RegressionTest,
+    test: stats.DropTest,
     adjusted: stats.Adjusted | None,
     family: int,
 ) -> GateVerdict:
-    """One regression gate, decided on the paired differences' tests, at its Holm step."""
+    """One regression gate, decided on the paired differences' tests (or, for a calibrated
+    judge, the corrected change's), at its Holm step."""
     alpha = 1.0 - settings.confidence
     delta, drop = test.delta, test.drop
     strict = settings.mode == "strict"
@@ -287,14 +307,31 @@ def _regression(
     divisor = 1 if adjusted is None else adjusted.divisor
     confidence = 1.0 - alpha / divisor
     low, high = test.drop_bounds(confidence)
-    p_value, cleared, detail = _regression_decision(test, alpha, strict, adjusted, (low, high))
+    corrected = result.changes.get(metric)  # a judge's: corrected, or why not
+    fixed = corrected if isinstance(corrected, CorrectedRegression) else None
+    what = "mean" if fixed is None else "pass rate corrected for the judge's errors"
+    p_value, cleared, detail = _regression_decision(test, alpha, strict, adjusted, (low, high), what)
     baseline = result.baseline
     if baseline is not None and (baseline.only_in_current or baseline.only_in_baseline):
         detail += f", over the {baseline.shared_items} item(s) both planned"
     interval = ConfidenceInterval(
-        estimate=-drop, low=-high, high=-low, level=confidence, items=change.items, one_sided=True
+        estimate=-drop,
+        low=-high,
+        high=-low,
+        level=confidence,
+        items=change.items,
+        one_sided=True,
+        method="score" if fixed is None else "corrected",
     )
     notes = [_bounds_note(interval, signed, bound=-delta, what="change")]
+    refused = False
+    scale = 1.0  # a judged drop is the true drop times the judge's Se + Sp - 1
+    if fixed is not None:
+        notes.append(_change_note(fixed))
+        scale = fixed.test.current.youden
+    elif corrected is not None:  # as fail_under says it: on the gate's line
+        refused = strict
+        detail += f"; strict mode refuses it: {corrected}" if refused else f"; {corrected}"
     if result.baseline_failed and baseline is not None:
         notes.append(
             f"the baseline, experiment {baseline.experiment_id} of run {baseline.run_id}, did not pass "
@@ -302,7 +339,7 @@ def _regression(
             "compare with a run that passed: --eval-baseline=RUN_ID"
         )
     before, now = result.baseline_judges.get(metric), result.experiment.judges.get(metric)
-    if before is not None and now is not None and before != now:
+    if before is not None and now is not None and before != now and fixed is None:
         notes.append(
             f"the judge of {metric} changed since the baseline (its prompt, model or code): the change "
             "mixes the app's with the judge's; judge the baseline's outputs again with today's judge "
@@ -315,11 +352,12 @@ def _regression(
             f"gates; unadjusted p={test.p_beyond:.3g}"
         )
     detectable, needed, need_note = _design_notes(
-        _design(result, metric), delta, alpha / divisor, strict, cleared
+        _design(result, metric), delta, alpha / divisor, strict, cleared, scale
     )
     notes += need_note
+    met = cleared and not refused and not result.summary.pending
     return verdict(
-        "max_regression", metric, change.delta, -delta, cleared and not result.summary.pending, detail
+        "max_regression", metric, change.delta if fixed is None else -drop, -delta, met, detail
     ).model_copy(
         update={
             "notes": notes,
@@ -339,16 +377,18 @@ def _regression(
 
 
 def _regression_decision(
-    test: stats.RegressionTest,
+    test: stats.DropTest,
     alpha: float,
     strict: bool,
     adjusted: stats.Adjusted | None,
     drop_bounds: tuple[float, float],
+    what: str,
 ) -> tuple[float, bool, str]:
-    """The p-value decided on, whether the gate is cleared, and the sentence that says so."""
+    """The p-value decided on, whether the gate is cleared, and the sentence that says so
+    (``what`` changed: the mean, or a corrected pass rate)."""
     delta, drop = test.delta, test.drop
     low, high = drop_bounds
-    changed = f"mean changed by {signed(-drop)} from the baseline"
+    changed = f"{what} changed by {signed(-drop)} from the baseline"
     if strict:
         cleared = test.p_within <= alpha
         shown = "" if cleared else "not "
@@ -359,7 +399,7 @@ def _regression_decision(
     adjustment = f", adjusted for {adjusted.divisor} gates" if adjusted.divisor > 1 else ""
     if not cleared:
         beyond = f"beyond the {delta:g} allowed (at least {score(low)}, {_p(p_value)}{adjustment})"
-        return p_value, cleared, f"mean dropped by {score(drop)} from the baseline, {beyond}"
+        return p_value, cleared, f"{what} dropped by {score(drop)} from the baseline, {beyond}"
     if drop > delta:
         lower = f"the drop is at least {score(low)}, {_p(p_value)}{adjustment}"
         return p_value, cleared, f"{changed}, beyond {_allowed(delta)} but not shown to be ({lower})"
@@ -386,21 +426,25 @@ def _trials(result: ExperimentResult, metric: str) -> int:
 
 
 def _design_notes(
-    design: plan.Design, delta: float, alpha: float, strict: bool, cleared: bool
+    design: plan.Design, delta: float, alpha: float, strict: bool, cleared: bool, scale: float = 1.0
 ) -> tuple[float | None, int | None, list[str]]:
-    """What the design can detect, and, when that falls short, how many items would do."""
+    """What the design can detect, and, when that falls short, how many items would do. A
+    corrected gate's design is the judged scores', whose drops are the true ones times
+    ``scale`` (the judge's Se + Sp - 1): its drops are scaled back."""
     size = f"{_count(design.items, 'item')} x {_count(design.trials, 'trial')}"
-    detectable = plan.minimum_detectable_drop(design, delta, alpha)
+    tolerated = delta * scale  # the gate's delta as the judge sees it
+    judged = plan.minimum_detectable_drop(design, tolerated, alpha)
+    detectable = None if judged is None else min(1.0, judged / scale)
     if detectable is None:
         notes = [f"at {size} no drop is caught with 80% power (see opik-eval plan)"]
     else:
         notes = [f"catches a drop of {score(detectable)} or more with 80% power at {size}"]
     needed = None
     if strict and not cleared:
-        needed = plan.items_needed(design, lambda d: plan.clearance_power(d, delta, alpha))
+        needed = plan.items_needed(design, lambda d: plan.clearance_power(d, tolerated, alpha))
         what = f"show a drop below {delta:g} when nothing changed"
     elif not strict and (detectable is None or detectable > 2 * delta):
-        needed = plan.items_needed(design, lambda d: plan.detection_power(d, 2 * delta, delta, alpha))
+        needed = plan.items_needed(design, lambda d: plan.detection_power(d, 2 * tolerated, tolerated, alpha))
         what = f"catch a drop of {2 * delta:g}"
     if needed is not None and needed > design.items:
         notes.append(

@@ -56,6 +56,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import Protocol
 
 from pytest_opik_eval.verdict.distributions import beta_quantile, binomial_tail, sign_test, t_quantile, t_sf
 from pytest_opik_eval.verdict.likelihood import likelihood_ratio, root_between, tilt, tilt_root
@@ -649,6 +650,23 @@ def regressions_by_chance(regressions: int, fixes: int) -> float:
 
 
 # --- the decisions ------------------------------------------------------------------------
+
+
+class DropTest(Protocol):
+    """What a regression gate decides on: ``RegressionTest`` on the scores, or the change of a
+    judge's pass rate corrected for its errors (``correction.CorrectedChange``)."""
+
+    @property
+    def delta(self) -> float: ...
+    @property
+    def drop(self) -> float: ...
+    @property
+    def p_beyond(self) -> float: ...
+    @property
+    def p_within(self) -> float: ...
+    @property
+    def p_chance(self) -> float: ...
+    def drop_bounds(self, confidence: float) -> tuple[float, float]: ...
 
 
 @dataclass(frozen=True)

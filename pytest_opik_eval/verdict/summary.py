@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, RunRecord, Store, TrialRecord
 from pytest_opik_eval.store.calibrations import Calibrations, LabelledRow, StoredCalibration
+from pytest_opik_eval.verdict import correction
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.comparison import with_baseline
@@ -17,6 +18,7 @@ from pytest_opik_eval.verdict.gates import judge
 from pytest_opik_eval.verdict.model import JudgeDrift
 from pytest_opik_eval.verdict.results import (
     CalibrationSet,
+    CorrectedRegression,
     ExperimentResult,
     baseline_run,
     experiment_result,
@@ -145,13 +147,14 @@ def judge_session(
     each at 5% would fail an unchanged app's run about 23% of the time. The family is the same
     however the session is judged: at its end, after a resume of one of its experiments, or by
     ``opik-eval gate``."""
-    everyone = [*results, *others]
-    results = calibrated(results, everyone, stored)
+    everyone = calibrated([*results, *others], [*results, *others], stored)
+    results = everyone[: len(results)]
     members = [
         (position, metric, test.p_beyond)
         for position, result in enumerate(everyone)
         if result.settings.mode == "normal"
-        for metric, test in result.tests.items()
+        for metric in result.tests
+        if (test := result.regression_test(metric)) is not None
     ]
     adjusted: dict[int, dict[str, stats.Adjusted]] = {}
     family: dict[int, int] = {}
@@ -172,12 +175,12 @@ def calibrated(
     session: Sequence[ExperimentResult],
     stored: Calibrations | None = None,
 ) -> list[ExperimentResult]:
-    """Each result with, for each score a fail_under gate reads, the human-labelled items its
-    judge's errors are measured on: the result's own; else those of another experiment of the
-    session scored by the same judge (the same identity: its prompt, model and code), the first
-    one found; else the newest stored for that judge (``stored``: what sessions with labels kept,
-    ``calibrations_of``). A stored calibration of another version of the judge is stale: the
-    result says so."""
+    """Each result with, for each score a fail_under or regression gate reads, the human-labelled
+    items its judge's errors are measured on: the result's own; else those of another experiment
+    of the session scored by the same judge (the same identity: its prompt, model and code), the
+    first one found; else the newest stored for that judge (``stored``: what sessions with labels
+    kept, ``calibrations_of``). A stored calibration of another version of the judge is stale:
+    the result says so. A regression gate's change is corrected too (``_change``)."""
     by_judge: dict[tuple[str, str], CalibrationSet] = {}
     for other in session:
         for score, identity in other.experiment.judges.items():
@@ -186,14 +189,80 @@ def calibrated(
     found = []
     for result in results:
         sets, notes = {}, {}
-        for score in result.settings.fail_under:
+        for score in dict.fromkeys([*result.settings.fail_under, *result.tests]):
             got = _calibration(result, score, by_judge, stored)
             if isinstance(got, CalibrationSet):
                 sets[score] = got
             elif got is not None:
                 notes[score] = got
-        found.append(replace(result, calibration_sets=sets, uncalibrated=notes) if sets or notes else result)
+        if sets or notes:
+            result = replace(result, calibration_sets=sets, uncalibrated=notes)
+        changes = {score: change for score in result.tests if (change := _change(result, score, stored))}
+        found.append(replace(result, changes=changes) if changes else result)
     return found
+
+
+def _change(
+    result: ExperimentResult, score: str, stored: Calibrations | None
+) -> CorrectedRegression | str | None:
+    """The regression gate's change of the judge's pass rate, each run corrected for its own
+    judge's errors: the current run by its calibration (``_calibration``), the baseline by its
+    own labelled items, else by the calibration its run kept, else, when both runs had the same
+    judge, by the current run's; or why it is not corrected (None: no judge, no labels)."""
+    labelled = result.calibration_sets.get(score)
+    judge = result.experiment.judges.get(score)
+    if labelled is None:
+        if judge is None:
+            return None
+        why = result.uncalibrated.get(score, "")
+        return (
+            f"the judge of {score} is not calibrated{why}: its errors are not in this change; label "
+            f'some items ("labels": {{"{score}": true}}) to correct it'
+        )
+    by_item, before_by_item = result.values[score], result.baseline_values[score]
+    if not stats.pass_fail(by_item.values(), before_by_item.values()):
+        return f"{score} is a graded score: only a pass/fail score's pass rate is corrected by labels"
+    before = _baseline_calibration(result, score, stored)
+    if isinstance(before, str):
+        return before
+    test = result.tests[score]
+    shared = result.paired[score].shared
+    change = correction.corrected_change(
+        dict(zip(shared, stats.item_means(by_item[i] for i in shared), strict=True)),
+        dict(zip(shared, stats.item_means(before_by_item[i] for i in shared), strict=True)),
+        labelled.items,
+        before.items,
+        test.delta,
+        test.p_chance,
+    )
+    if isinstance(change, str):
+        return f"not corrected by the labels of {labelled.source}: {change}"
+    return CorrectedRegression(change, labelled.source, before.source)
+
+
+def _baseline_calibration(
+    result: ExperimentResult, score: str, stored: Calibrations | None
+) -> CalibrationSet | str:
+    """The labelled items the baseline's pass rate is corrected by: its own; else those the
+    calibration its run kept for its judge (the judge's errors of that day); else, when the
+    judge is the same as the current run's (its identity), the current run's, which assumes the
+    judge's errors did not change since; else why there are none."""
+    baseline = result.baseline
+    assert baseline is not None, "a regression gate's test has a baseline"
+    own = result.baseline_labelled.get(score)
+    if own:
+        return CalibrationSet(baseline.name, own)
+    judge = result.baseline_judges.get(score)
+    kept = None if stored is None or judge is None else stored.of(judge, score)
+    if kept is not None and kept.run_id == baseline.run_id:
+        return _from_store(kept)
+    if judge == result.experiment.judges.get(score):
+        return result.calibration_sets[score]
+    return (
+        f"the baseline's judge of {score} was another version of it (its prompt, model or code) and "
+        "its run kept no calibration: judge the baseline's outputs again with today's judge "
+        f"(opik-eval rescore {baseline.experiment_id}) and compare with that"
+    )
 
 
 def _calibration(
