@@ -192,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SHARE",
         type=rate,
         help="the share of a calibration's labelled items (0 to 1) whose verdicts may change, such "
-        "as 0.1 (pytest --eval-max-judge-drift; default: report the drift, never fail on it)",
+        "as 0.1 (pytest --eval-max-judge-drift; default: ini eval_max_judge_drift, else report the "
+        "drift and never fail on it)",
     )
     drift.set_defaults(metric=[])
     merge = commands.add_parser(
