@@ -144,6 +144,15 @@ def add_options(parser: pytest.Parser) -> None:
         "FIGURE (kappa, sensitivity or specificity) below MIN (repeatable; ini eval_judge_floor)",
     )
     group.addoption(
+        "--eval-max-judge-drift",
+        metavar="SHARE",
+        dest="eval_max_judge_drift",
+        type=rate,
+        help="Fail the session when a judge's verdicts changed on more than this share (0 to 1) of "
+        "the labelled items its stored calibration has, such as 0.1; the stored calibration is then "
+        "kept (ini eval_max_judge_drift)",
+    )
+    group.addoption(
         "--eval-min-pass-rate",
         metavar="RATE",
         dest="eval_min_pass_rate",
@@ -263,6 +272,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_html", "Write the pytest-opik-eval HTML report to this path", type="string")
     parser.addini("eval_fail_under", "METRIC=MIN gates, one per line", type="linelist")
     parser.addini("eval_judge_floor", "FIGURE=MIN floors of a judge's calibration", type="linelist")
+    parser.addini(
+        "eval_max_judge_drift", "The share of labelled items a judge may change its verdict on", type="string"
+    )
     parser.addini("eval_min_pass_rate", "The minimum share of passed trials (or items)", type="string")
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
     parser.addini("eval_baseline", "The baseline: an id, last, or last-passing", type="string")

@@ -85,6 +85,8 @@ class EvalOptions:
     record_allowed: tuple[Host, ...]  # --eval-record-allow-host and ini eval_record_allow_host
     labels_field: str = LABELS_FIELD  # ini eval_labels_field: the item key of human labels
     calibrate: bool = False  # --eval-calibrate: only the labelled items, the judge cache off
+    # --eval-max-judge-drift: the share of a calibration's labelled items whose verdicts may change
+    max_judge_drift: float | None = None
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -133,6 +135,7 @@ class EvalOptions:
             record_allowed=_record_allowed(config),
             labels_field=str(config.getini("eval_labels_field") or "").strip() or LABELS_FIELD,
             calibrate=bool(config.getoption("eval_calibrate")),
+            max_judge_drift=_max_judge_drift(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -192,6 +195,11 @@ def _budget(config: pytest.Config) -> BudgetSetting | None:
     if given is None:
         given = _ini_value(config, "eval_budget", budget)
     return None if given is None else BudgetSetting(amount=given[0], unit=given[1])
+
+
+def _max_judge_drift(config: pytest.Config) -> float | None:
+    given: float | None = config.getoption("eval_max_judge_drift")
+    return given if given is not None else _ini_value(config, "eval_max_judge_drift", rate)
 
 
 def _sync_timeout(config: pytest.Config) -> float:

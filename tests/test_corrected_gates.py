@@ -14,6 +14,7 @@ import pytest
 from conftest import Project
 
 from pytest_opik_eval.cli import main
+from pytest_opik_eval.exceptions import ExperimentNotFound
 from pytest_opik_eval.store.calibrations import Calibrations
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.calibration import LabelledItem
@@ -364,7 +365,10 @@ def test_eval_calibrate_runs_only_the_labelled_items_without_the_judge_cache(pro
     assert list((project.store_path.parent / "calibrations").glob("*/*.json"))
     store = LocalStore(project.store_path, create=False)
     try:
-        (stored,) = store.find("last")[1]
+        (stored,) = store.find(report["run_id"])[1]
+        # A calibration, only the labelled items, is never the "last" run to resume or compare with.
+        with pytest.raises(ExperimentNotFound, match="no run but calibrations"):
+            store.find("last")
     finally:
         store.close()
     assert stored.selection.labelled

@@ -53,14 +53,14 @@ if TYPE_CHECKING:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    # Only rescore and calibrate take arguments of their own beyond ours: those they hand to pytest.
+    # Only the commands that run pytest take arguments of their own beyond ours: those they hand to it.
     args, pytest_args = parser.parse_known_args(argv)
-    if pytest_args and args.command not in ("rescore", "calibrate"):
+    if pytest_args and args.command not in _RUN_PYTEST:
         parser.error(f"unrecognized arguments: {' '.join(pytest_args)}")
     store_path = _store_path(args.store)
     if args.command == "sync":
         return _sync(store_path, args.timeout)
-    if args.command in ("rescore", "calibrate"):
+    if args.command in _RUN_PYTEST:
         return _rescore(store_path, args, pytest_args)
     try:
         store = _open(store_path, args.backend, create=args.command == "merge")
@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for message in store.notices():
             print(escape_control(f"opik-eval: {message}", newlines=True), file=sys.stderr)
         store.close()
+
+
+_RUN_PYTEST = ("rescore", "calibrate", "judge-drift")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -174,6 +177,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     calibrate.add_argument("id", help="an experiment id, a run id or name, or 'last'")
     calibrate.set_defaults(metric=[])
+    drift = commands.add_parser(
+        "judge-drift",
+        help="judge the stored outputs of the labelled items of an experiment or run again with "
+        "today's judges, and compare their verdicts with each judge's stored calibration: exit 1 "
+        "when they changed on more than --max-drift of the items; runs pytest --eval-rescore=ID "
+        "--eval-calibrate --eval-soft on the run's tests; the other arguments go to pytest",
+        usage="opik-eval judge-drift [-h] [--max-drift SHARE] ID [PYTEST ARGS...]",
+        allow_abbrev=False,
+    )
+    drift.add_argument("id", help="an experiment id, a run id or name, or 'last'")
+    drift.add_argument(
+        "--max-drift",
+        metavar="SHARE",
+        type=rate,
+        help="the share of a calibration's labelled items (0 to 1) whose verdicts may change, such "
+        "as 0.1 (pytest --eval-max-judge-drift; default: ini eval_max_judge_drift, else report the "
+        "drift and never fail on it)",
+    )
+    drift.set_defaults(metric=[])
     merge = commands.add_parser(
         "merge",
         help="copy the runs of other stores (CI shards), and the recordings beside them, into this one",
@@ -290,9 +312,9 @@ def _sync(store_path: Path, timeout: float) -> int:
 
 
 def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str]) -> int:
-    """pytest, in this process, rescoring ``args.id`` on the tests of its experiments (calibrating:
-    only their labelled items); pytest says what is wrong with an id it cannot find, as for
-    ``--eval-rescore`` (exit code 4)."""
+    """pytest, in this process, rescoring ``args.id`` on the tests of its experiments (calibrating
+    and checking drift: only their labelled items); pytest says what is wrong with an id it
+    cannot find, as for ``--eval-rescore`` (exit code 4)."""
     import pytest
 
     target, tests = args.id, []
@@ -313,7 +335,8 @@ def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str])
             store.close()
     command = [
         f"--eval-rescore={target}",
-        *(["--eval-calibrate"] if args.command == "calibrate" else []),
+        *(["--eval-calibrate"] if args.command in ("calibrate", "judge-drift") else []),
+        *_drift_options(args),
         f"--eval-store={store_path.resolve()}",
         f"--eval-backend={args.backend}",
         *(f"--eval-metric={spec}" for spec in args.metric),
@@ -321,6 +344,15 @@ def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str])
         *pytest_args,
     ]
     return int(pytest.main(command))
+
+
+def _drift_options(args: argparse.Namespace) -> list[str]:
+    """judge-drift: the judge's misses do not fail the check (on an item labelled fail, a miss
+    is the judge right), and its bound, if given."""
+    if args.command != "judge-drift":
+        return []
+    bound = [] if args.max_drift is None else [f"--eval-max-judge-drift={args.max_drift:g}"]
+    return ["--eval-soft", *bound]
 
 
 def _tests_of(run: RunRecord, experiments: Sequence[ExperimentRecord]) -> list[str]:

@@ -4,11 +4,12 @@ that completed, and gives each its stored output; the new run is planned as any 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
+from pytest_opik_eval.collect.planning import labelled_only
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.collect.trials import Trial
 from pytest_opik_eval.store import ExperimentRecord, Store, TrialState
@@ -56,10 +57,16 @@ class RescoreTarget:
         return self.original.select(items, stored)
 
 
-def load_rescore_target(store: Store, requested: str) -> RescoreTarget:
-    """The experiments and the outputs of their completed trials, read fresh from the store;
-    raises ExperimentNotFound."""
+def load_rescore_target(store: Store, requested: str, *, labelled: bool = False) -> RescoreTarget:
+    """The experiments and the outputs of their completed trials, read fresh from the store
+    (``labelled``, for --eval-calibrate: only the experiments with items with human labels, the
+    others' tests having none to collect); raises ExperimentNotFound."""
     original = load_target(store, requested, OPTION)
+    if labelled:
+        kept = [e for e in original.experiments if labelled_only(e.items, e.labels_field)]
+        ids = {e.id for e in kept}
+        trials = {key: trial for key, trial in original.trials.items() if key[0] in ids}
+        original = replace(original, experiments=kept, trials=trials)
     outputs = {
         (t.experiment_id, t.dataset_item_id, t.trial): t.output
         for experiment in original.experiments

@@ -24,6 +24,7 @@ from pytest_opik_eval.verdict.model import (
     ExperimentReport,
     ExperimentSummary,
     JudgeCalibration,
+    JudgeDrift,
     KappaEstimate,
     Report,
 )
@@ -32,8 +33,12 @@ PREFIX = "eval."
 
 
 def report_properties(report: Report) -> list[tuple[str, str]]:
-    """The suite's properties: each experiment's, then the budget's."""
-    return suite_properties(report.experiments) + budget_properties(report.budget)
+    """The suite's properties: each experiment's, then the budget's, then the judges' drift."""
+    return (
+        suite_properties(report.experiments)
+        + budget_properties(report.budget)
+        + drift_properties(report.judge_drift)
+    )
 
 
 def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str, str]]:
@@ -107,6 +112,25 @@ def budget_properties(budget: BudgetReport | None) -> list[tuple[str, str]]:
         ("eval.budget.reached", str(budget.reached).lower()),
         ("eval.budget.not_started", str(budget.not_started)),
     ]
+
+
+def drift_properties(drifts: Sequence[JudgeDrift]) -> list[tuple[str, str]]:
+    """Each judge whose verdicts changed since its calibration, by score: how many of the
+    labelled items changed, and whether that is beyond --eval-max-judge-drift."""
+    properties = []
+    for drift in drifts:
+        base = f"{PREFIX}judge_drift.{escape_control(drift.score)}."
+        properties += [
+            (base + "changed", str(drift.changed)),
+            (base + "items", str(drift.items)),
+            (base + "p_value", plain_number(drift.p_value)),
+        ]
+        if drift.bound is not None:
+            properties += [
+                (base + "bound", plain_number(drift.bound)),
+                (base + "failed", str(drift.failed).lower()),
+            ]
+    return properties
 
 
 def add_suite_properties(config: pytest.Config, properties: Sequence[tuple[str, str]]) -> None:

@@ -26,6 +26,7 @@ from pytest_opik_eval.reports.terminal import (
     SOFT_FAILED,
     budget_lines,
     calibration_line,
+    judge_drift_failure,
     judge_drift_line,
     recording_line,
     sentence,
@@ -55,7 +56,12 @@ def step_summary(report: Report, resume_command: Callable[[str], str]) -> str:
     budget = _budget_lines(report.budget)
     recordings = _recording_lines(report.recordings)
     # A judge that drifted: its scores moved without the app changing, which every gate reads.
-    drift = [f"⚠️ {_inline(judge_drift_line(d))}" for d in report.judge_drift]
+    drift = [
+        f"❌ {_inline(judge_drift_line(d))}\n\n{_inline(judge_drift_failure(d, report.run_id))}"
+        if d.failed
+        else f"⚠️ {_inline(judge_drift_line(d))}"
+        for d in report.judge_drift
+    ]
     return "\n\n".join([*budget, *recordings, *drift, *(blocks or ["No experiment was evaluated."])]) + "\n"
 
 

@@ -162,6 +162,19 @@ def judge_drift_line(drift: JudgeDrift) -> str:
     )
 
 
+def judge_drift_failure(drift: JudgeDrift, run_id: str | None) -> str:
+    """Why a judge's drift failed the session, and what to do: ``NOT MET: judge drift of
+    correctness (judge 1a2b3c4d5e6f): 4 of 20 labelled items (0.200) changed ...``."""
+    accept = f"opik-eval calibrate {run_id}" if run_id else "pytest --eval-calibrate"
+    return escape_control(
+        f"NOT MET: judge drift of {drift.score} (judge {drift.judge[:12]}): {drift.changed} of "
+        f"{drift.items} labelled items ({drift.changed / drift.items:.3f}) judged otherwise than in "
+        f"{drift.since}, above --eval-max-judge-drift={drift.bound:g}; that calibration is kept. "
+        "Pin the judge's model to a dated version; or, if the change is wanted, review the items "
+        f"that changed and accept today's verdicts as its calibration: {accept}"
+    )
+
+
 def trial_verdicts(summary: ExperimentSummary) -> str:
     """The completed trials by verdict, as every report counts them: ``6 passed, 1 failed``, and
     ``, 2 soft-failed`` when some are."""
@@ -515,7 +528,9 @@ def _write_session_lines(
     for line in budget + judge_cache_lines(report.judge_cache):
         terminal.line(line, yellow=line.startswith("eval budget reached"))
     for drift in report.judge_drift:
-        terminal.line(judge_drift_line(drift), yellow=True)
+        terminal.line(judge_drift_line(drift), yellow=not drift.failed, red=drift.failed)
+        if drift.failed:
+            terminal.line(judge_drift_failure(drift, report.run_id), red=True)
     recordings = report.recordings
     if recordings is not None:
         terminal.line(

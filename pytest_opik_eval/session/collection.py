@@ -139,6 +139,8 @@ class Collection:
                 items[:] = keep
 
     def _warn_on_soft_mode_without_gates(self) -> None:
+        if self.options.calibrate:  # the trials' verdicts are the judge's, which its labels measure
+            return
         soft_without_gates = [
             p.where
             for p in self.state.plans_seen

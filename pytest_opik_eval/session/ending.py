@@ -31,7 +31,7 @@ from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import end_begins
-from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations
+from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations, StoredCalibration
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import (
@@ -43,6 +43,7 @@ from pytest_opik_eval.verdict.summary import (
     passed,
     rest_of_session,
     unchecked_metrics,
+    uncompared,
 )
 
 if TYPE_CHECKING:
@@ -186,10 +187,15 @@ class Ending:
                 budget=self._budget_report(),
                 judge_cache=self._judge_cache_report(),
                 recordings=self.recordings,
-                judge_drift=judge_drift(kept, calibrations),
+                judge_drift=judge_drift(kept, calibrations, self.options.max_judge_drift),
             )
+            self._notice_uncompared(kept, calibrations)
+            drifted = {(d.judge, d.score) for d in report.judge_drift if d.failed}
             for found in kept:
-                calibrations.save(found)
+                # A drift beyond the bound keeps the calibration it drifted from: the next
+                # session fails too, until the judge is pinned or its new verdicts accepted.
+                if (found.judge, found.score) not in drifted:
+                    calibrations.save(found)
         self._notice_unseen_spend()
         self._notice_unchecked_metrics()
         self._write_reports(report)
@@ -214,8 +220,28 @@ class Ending:
                 self.config, f"the verdicts for --eval-baseline=last-passing were not recorded: {unrecorded}"
             )
 
+    def _notice_uncompared(self, kept: list[StoredCalibration], calibrations: Calibrations) -> None:
+        """--eval-max-judge-drift: say which judges it could not check, and why."""
+        bound = self.options.max_judge_drift
+        if bound is None:
+            return
+        option = f"--eval-max-judge-drift={bound:g}"
+        if not kept:
+            notice(
+                self.config,
+                f"{option}: no judge's calibration to check: no experiment of this session judged "
+                "every one of its items with human labels (see docs/how-to/judge-labels.md)",
+            )
+        for found in uncompared(kept, calibrations):
+            notice(
+                self.config,
+                f"{option}: no earlier calibration of {found.score} (judge {found.judge[:12]}) to "
+                f"compare with; this session's, {found.experiment} (run {found.run_id}), is kept as "
+                "its calibration, which the next session checks against",
+            )
+
     def _set_exit_status(self, session: pytest.Session) -> None:
-        failed = not all(passed(r) for r in self.results)
+        failed = not all(passed(r) for r in self.results) or self._drifted()
         # The exit status an uninterrupted run of the whole experiments would have had.
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             if failed:
@@ -226,6 +252,10 @@ class Ending:
         # exits as that does (2), whatever the trials that ran say; its verdict waits for the resume.
         if self.not_started and session.exitstatus in _INCOMPLETE_WINS_OVER:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
+
+    def _drifted(self) -> bool:
+        """A judge's verdicts changed on more labelled items than --eval-max-judge-drift allows."""
+        return self.report is not None and any(d.failed for d in self.report.judge_drift)
 
     def _budget_report(self) -> BudgetReport | None:
         budget = self.state.resources.budget
@@ -361,6 +391,12 @@ class Ending:
             if failed and self.report is not None:
                 for key, count in verdict_counts(self.report.experiments).items():
                     stats.setdefault(key, []).extend(_VerdictPart() for _ in range(count))
+            drifted = [] if self.report is None else [d for d in self.report.judge_drift if d.failed]
+            if drifted:
+                # "20 passed, 1 judge drifted (--eval-max-judge-drift)"
+                key = f"judge{'s' if len(drifted) > 1 else ''} drifted (--eval-max-judge-drift)"
+                stats.setdefault(key, []).extend(_VerdictPart() for _ in drifted)
+                failed = True
             if self.not_started:
                 # "30 passed, 70 skipped, 70 eval trials not started (budget)": the skips are the
                 # budget's, and the run is incomplete.

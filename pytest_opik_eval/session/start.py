@@ -119,9 +119,17 @@ class Start:
             return None
         try:
             # As for a resume, the store must exist: an empty one could not hold the outputs.
-            rescore = load_rescore_target(self.state.store.existing(), requested)
+            rescore = load_rescore_target(
+                self.state.store.existing(), requested, labelled=self.options.calibrate
+            )
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-rescore={requested}: {error}") from None
+        if self.options.calibrate and not rescore.original.experiments:
+            raise pytest.UsageError(
+                f"--eval-rescore={requested} --eval-calibrate: no experiment of run "
+                f"{rescore.original.run.id} has items with human labels, so there is no judge to "
+                "calibrate or check for drift; label items of its datasets (docs/how-to/judge-labels.md)"
+            )
         missing = rescore.never_completed
         if missing:
             run = rescore.original.run.id

@@ -378,6 +378,11 @@ class JudgeDrift(_Report):
     p_value: float  # the exact two-sided sign test that the changes go either way as likely
     sensitivity: tuple[float | None, float | None]  # before, now (None: no item labelled pass)
     specificity: tuple[float | None, float | None]
+    # --eval-max-judge-drift: the share of the items that may change (None: not given), and
+    # whether changed / items is above it, which fails the session (the sign test's p-value does
+    # not enter: the bound is the team's tolerance, whatever the direction of the changes).
+    bound: float | None = None
+    failed: bool = False
 
 
 class Report(_Report):

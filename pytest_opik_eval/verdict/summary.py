@@ -300,15 +300,17 @@ def _from_store(kept: StoredCalibration) -> CalibrationSet:
     return CalibrationSet(f"{kept.experiment} (run {kept.run_id}, {kept.created_at[:10]})", items)
 
 
-def judge_drift(found: Sequence[StoredCalibration], stored: Calibrations) -> list[JudgeDrift]:
+def judge_drift(
+    found: Sequence[StoredCalibration], stored: Calibrations, bound: float | None = None
+) -> list[JudgeDrift]:
     """Each of a session's calibrations against the one an earlier experiment stored for the same
     judge and score, over the labelled items both scored: those whose verdicts changed (none
-    changed: no drift). The judge cache serves a judge the scores it gave before: a drift shows
-    only with it off."""
+    changed: no drift), failed when the share changed is above ``bound``. The judge cache serves
+    a judge the scores it gave before: a drift shows only with it off."""
     drifts = []
     for now in found:
-        before = stored.of(now.judge, now.score)
-        if before is None or before.experiment_id == now.experiment_id:
+        before = _earlier(now, stored)
+        if before is None:
             continue
         earlier = {row.item_id: row for row in before.items}
         pairs = [(earlier[row.item_id], row) for row in now.items if row.item_id in earlier]
@@ -328,9 +330,23 @@ def judge_drift(found: Sequence[StoredCalibration], stored: Calibrations) -> lis
                 p_value=min(1.0, 2.0 * sign_test(max(up, len(moved) - up), min(up, len(moved) - up))),
                 sensitivity=(_rate([o for o, _ in pairs], True), _rate([n for _, n in pairs], True)),
                 specificity=(_rate([o for o, _ in pairs], False), _rate([n for _, n in pairs], False)),
+                bound=bound,
+                failed=bound is not None and len(moved) / len(pairs) > bound,
             )
         )
     return drifts
+
+
+def uncompared(found: Sequence[StoredCalibration], stored: Calibrations) -> list[StoredCalibration]:
+    """The session's calibrations that no earlier one of the same judge and score was stored
+    for: their drift cannot be measured (the first calibration of a judge, or one whose prompt,
+    model or code changed: another identity)."""
+    return [now for now in found if _earlier(now, stored) is None]
+
+
+def _earlier(now: StoredCalibration, stored: Calibrations) -> StoredCalibration | None:
+    before = stored.of(now.judge, now.score)
+    return None if before is None or before.experiment_id == now.experiment_id else before
 
 
 def _rate(rows: Sequence[LabelledRow], label: bool) -> float | None:

@@ -317,12 +317,17 @@ class LocalStore:
         if self._db is None:
             return None
         verdict = "verdict = 1" if passing else "verdict IS NOT NULL"
-        row = self._db.execute(
+        rows = self._db.execute(
             f"SELECT record FROM experiments WHERE test = ? AND params = ? AND {verdict} AND id < ?"
-            " ORDER BY id DESC LIMIT 1",
+            " ORDER BY id DESC",
             (test, params, before),
-        ).fetchone()
-        return None if row is None else ExperimentRecord.model_validate_json(row[0])
+        )
+        for (record,) in rows:
+            experiment = ExperimentRecord.model_validate_json(record)
+            # --eval-calibrate ran only the labelled items: not the test's experiment to compare with.
+            if not experiment.selection.labelled:
+                return experiment
+        return None
 
     @locked
     def runs(self) -> list[RunSummary]:
@@ -350,11 +355,9 @@ class LocalStore:
             self._db = self._open(create=False)
         db = self._db
         if db is not None and target == "last":
-            # By creation time: a run named with --eval-run-id has an id derived from its name.
-            row = db.execute("SELECT record FROM runs ORDER BY created_at DESC, id DESC LIMIT 1").fetchone()
-            if row is not None:
-                run = RunRecord.model_validate_json(row[0])
-                return run, self._experiments_of(run.id)
+            last = self._last()
+            if last is not None:
+                return last
         elif db is not None:
             row = db.execute("SELECT record FROM runs WHERE id = ?", (target,)).fetchone()
             if row is not None:
@@ -375,11 +378,26 @@ class LocalStore:
             row = db.execute("SELECT 1 FROM runs WHERE id = ?", (named,)).fetchone()
             if row is not None:
                 return self.find(named)
-        what = "no run" if target == "last" else f"no experiment or run with id {target!r}"
+        what = f"no experiment or run with id {target!r}"
+        if target == "last":
+            some = db is not None and db.execute("SELECT 1 FROM runs").fetchone() is not None
+            what = "no run but calibrations (--eval-calibrate: name one by its id)" if some else "no run"
         raise ExperimentNotFound(
             f"{what} in the eval store {self.path}; list the runs and experiments with: "
             f"opik-eval runs --store {self.path}"
         )
+
+    def _last(self) -> tuple[RunRecord, list[ExperimentRecord]] | None:
+        """The newest run, by creation time (a run named with --eval-run-id has an id derived
+        from its name), but a calibration's (--eval-calibrate: only the labelled items), which
+        neither resumes nor compares as the test's last run."""
+        assert self._db is not None
+        for (record,) in self._db.execute("SELECT record FROM runs ORDER BY created_at DESC, id DESC"):
+            run = RunRecord.model_validate_json(record)
+            experiments = self._experiments_of(run.id)
+            if not experiments or not all(e.selection.labelled for e in experiments):
+                return run, experiments
+        return None
 
     def _experiments_of(self, run_id: str) -> list[ExperimentRecord]:
         assert self._db is not None
