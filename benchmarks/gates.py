@@ -72,7 +72,12 @@ from pytest_opik_eval.store.records import (  # noqa: E402
 from pytest_opik_eval.verdict import statistics as stats  # noqa: E402
 from pytest_opik_eval.verdict.calibration import LabelledItem  # noqa: E402
 from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
-from pytest_opik_eval.verdict.correction import Correction, correction  # noqa: E402
+from pytest_opik_eval.verdict.correction import (  # noqa: E402
+    CorrectedChange,
+    Correction,
+    corrected_change,
+    correction,
+)
 from pytest_opik_eval.verdict.distributions import binomial_tail  # noqa: E402
 from pytest_opik_eval.verdict.results import (  # noqa: E402
     ExperimentResult,
@@ -702,6 +707,185 @@ def correction_table(results: dict[int, dict[str, int]]) -> None:
         print(line)
 
 
+# --- a regression gate on a judge's corrected pass rate -----------------------------------------
+
+# The judge of the baseline, and the current run's judge when its errors drifted (the app
+# unchanged): it passes a true pass rate of 0.75 as 0.625 against the baseline judge's 0.725.
+DRIFTED = (0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    labels: int
+    items: int
+    calibration: str  # "shared": one calibration for both runs; "own": each run judges the labels
+
+    @property
+    def name(self) -> str:
+        return f"{self.labels} labels {self.items} items {self.calibration}"
+
+
+CHANGE_ROWS = [
+    ChangeRow(labels, items, calibration)
+    for calibration in ("shared", "own")
+    for labels in (30, 100, 300)
+    for items in (100, 300, 1000)
+]
+CHANGE_COUNTS = (
+    "at_delta",
+    "raw_at_delta",
+    "strict_at_delta",
+    "power",
+    "raw_power",
+    "drift",
+    "raw_drift",
+    "drift_power",
+    "corrected",
+    "runs",
+)
+
+
+def paired_runs(
+    rng: random.Random, items: int, drop: float, judges: tuple[tuple[float, float], tuple[float, float]]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """A baseline and a current run over the same items, one trial an item: each item's pass
+    probability drawn from a beta with mean ``MEAN`` (intra-item correlation ``ICC``), the
+    current's lowered in proportion so that the true pass rate drops by ``drop``; each run's
+    answer judged by its judge (Se, Sp)."""
+    total = 1.0 / ICC - 1.0
+    before: dict[str, float] = {}
+    now: dict[str, float] = {}
+    for i in range(items):
+        p = rng.betavariate(MEAN * total, (1.0 - MEAN) * total)
+        for run, rate, (sensitivity, specificity) in (
+            (before, p, judges[0]),
+            (now, p * (1.0 - drop / MEAN), judges[1]),
+        ):
+            truly = rng.random() < rate
+            run[f"item-{i}"] = float(rng.random() < (sensitivity if truly else 1.0 - specificity))
+    return before, now
+
+
+def judged_labels(rng: random.Random, labels: int, judge: tuple[float, float]) -> list[LabelledItem]:
+    """The same labelled answers every time (60% pass), judged once each by ``judge``."""
+    sensitivity, specificity = judge
+    passing = round(0.6 * labels)
+    return [
+        LabelledItem(
+            f"label-{i}",
+            int(rng.random() < (sensitivity if i < passing else 1.0 - specificity)),
+            1,
+            i < passing,
+        )
+        for i in range(labels)
+    ]
+
+
+def corrected_test(
+    row: ChangeRow,
+    rng: random.Random,
+    drop: float,
+    judges: tuple[tuple[float, float], tuple[float, float]],
+) -> tuple[CorrectedChange | str, stats.RegressionTest]:
+    """The corrected and the raw regression test of one pair of runs."""
+    before, now = paired_runs(rng, row.items, drop, judges)
+    labelled_before = judged_labels(rng, row.labels, judges[0])
+    labelled_now = (
+        labelled_before if row.calibration == "shared" else judged_labels(rng, row.labels, judges[1])
+    )
+    differences = [now[i] - before[i] for i in now]
+    raw = stats.regression_test(differences, DELTA, pass_fail=True)
+    return corrected_change(now, before, labelled_now, labelled_before, DELTA, raw.p_chance), raw
+
+
+def measure_change(row: ChangeRow, reruns: int, seconds: float = math.inf) -> dict[str, int]:
+    """The row's counts over ``reruns``: normal mode's false alarms with the true drop at DELTA
+    (corrected and raw) and strict mode's passes there; the power at a true drop of 3 x DELTA;
+    and, for runs that judge their own labels, the false alarms when only the judge's errors
+    changed (``DRIFTED``) and the power then."""
+    counts = dict.fromkeys(CHANGE_COUNTS, 0)
+    deadline = time.perf_counter() + seconds
+    alpha = 1.0 - stats.LEVEL
+    same = (JUDGES[0], JUDGES[0])
+    for rerun in range(reruns):
+        if time.perf_counter() > deadline:
+            break
+        rng = random.Random(f"{row.name}-{rerun}")
+        counts["runs"] += 1
+        at_delta, raw = corrected_test(row, rng, DELTA, same)
+        powered, raw_powered = corrected_test(row, rng, 3 * DELTA, same)
+        counts["raw_at_delta"] += raw.p_beyond <= alpha
+        counts["raw_power"] += raw_powered.p_beyond <= alpha
+        tests = {"at_delta": at_delta, "power": powered}
+        if row.calibration == "own":
+            tests["drift"], raw_drift = corrected_test(row, rng, 0.0, (JUDGES[0], DRIFTED))
+            tests["drift_power"], _ = corrected_test(row, rng, 3 * DELTA, (JUDGES[0], DRIFTED))
+            counts["raw_drift"] += raw_drift.p_beyond <= alpha
+        found = {name: test for name, test in tests.items() if isinstance(test, CorrectedChange)}
+        if len(found) < len(tests):
+            continue  # no correction: said why, and gated on nothing
+        counts["corrected"] += 1
+        for name, test in found.items():
+            counts[name] += test.p_beyond <= alpha
+        counts["strict_at_delta"] += found["at_delta"].p_within <= alpha
+    return counts
+
+
+def _change_job(job: tuple[int, int, float]) -> tuple[int, dict[str, int]]:
+    index, reruns, seconds = job
+    counts = measure_change(CHANGE_ROWS[index], reruns, seconds)
+    print(f"  {CHANGE_ROWS[index].name}: {counts}", file=sys.stderr, flush=True)  # progress
+    return index, counts
+
+
+def change_table(results: dict[int, dict[str, int]]) -> None:
+    """The corrected regression rows in Markdown, as docs/explanation/statistics.md shows them."""
+    print(
+        f"A regression gate on a judge's pass rate corrected by its errors (judge {JUDGES[0][0]:g}/"
+        f"{JUDGES[0][1]:g}, one trial an item, max_regression {DELTA:g} on the true pass rate of {MEAN:g},\n"
+        "one-sided 0.95): normal mode failing at a true drop of DELTA (corrected, raw), strict mode\n"
+        "passing there, the power at a true drop of 3 x DELTA (corrected, raw); with each run judging\n"
+        f"its labels, the app unchanged and the judge's errors drifted to {DRIFTED[0]:g}/{DRIFTED[1]:g}: "
+        "false alarms (corrected, raw) and the power at 3 x DELTA.\n"
+    )
+    print(
+        "| calibration | labels | run items | at DELTA | raw | strict at DELTA | power | raw power "
+        "| drift alarms | raw | drift power | runs |\n|---|---:|---:|" + "---:|" * 9
+    )
+    missed = []
+    for index in sorted(results):
+        row, c = CHANGE_ROWS[index], results[index]
+        own = row.calibration == "own"
+        cells = [
+            row.calibration,
+            str(row.labels),
+            f"{row.items:,}",
+            percent(c["at_delta"], c["corrected"]).strip(),
+            percent(c["raw_at_delta"], c["runs"]).strip(),
+            percent(c["strict_at_delta"], c["corrected"]).strip(),
+            percent(c["power"], c["corrected"]).strip(),
+            percent(c["raw_power"], c["runs"]).strip(),
+            percent(c["drift"], c["corrected"]).strip() if own else "",
+            percent(c["raw_drift"], c["runs"]).strip() if own else "",
+            percent(c["drift_power"], c["corrected"]).strip() if own else "",
+            f"{c['corrected']:,}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+        for count in ("at_delta", "strict_at_delta", *(("drift",) if own else ())):
+            if c["corrected"] and c[count] / c["corrected"] > 0.05:
+                share = percent(c[count], c["corrected"]).strip()
+                missed.append(
+                    f"MISSES a target: {row.name}: {count} {share}{beyond(c[count], c['corrected'], 0.05)}"
+                )
+        if c["runs"] > c["corrected"]:
+            missed.append(
+                f"MISSES a target: {row.name}: {c['runs'] - c['corrected']} runs without a correction"
+            )
+    print()
+    for line in missed or ["Every corrected regression row meets its targets."]:
+        print(line)
+
+
 # --- the driver --------------------------------------------------------------------------
 
 
@@ -723,7 +907,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="few reruns: a smoke run")
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument(
-        "--only", choices=["rates", "baselines", "power", "correction", "cost"], action="append"
+        "--only",
+        choices=["rates", "baselines", "power", "correction", "change", "cost"],
+        action="append",
     )
     parser.add_argument("--row", action="append", help="only the rows whose name contains this")
     parser.add_argument("--json", type=Path, help="also write the rates' counts here")
@@ -737,7 +923,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     reruns = args.reruns or (40 if args.quick else 1000)
-    parts = args.only or ["rates", "baselines", "power", "correction", "cost"]
+    parts = args.only or ["rates", "baselines", "power", "correction", "change", "cost"]
     started = time.perf_counter()
     if args.markdown:
         markdown(counts_in(args.markdown))
@@ -772,15 +958,7 @@ def main() -> None:
             caught_share = percent(caught, runs)
             print(f"  {kind:<11}{n:>5} items x {k}: printed {drop:.3f}, caught {caught_share} of {runs}")
         print(flush=True)
-    if "correction" in parts:
-        chosen = [
-            i for i, row in enumerate(CORRECTION_ROWS) if not args.row or any(r in row.name for r in args.row)
-        ]
-        # 200 reruns a row by default (a quarter at 10,000 items): 36 rows in about half a
-        # minute on a core; 10 with --quick (2 s), a smoke run. The docs' table is --reruns 400.
-        jobs = [(i, args.reruns or (10 if args.quick else 200), args.seconds) for i in chosen]
-        correction_table(dict(in_parallel(_correction_job, jobs, args.jobs)))
-        print(flush=True)
+    judges(args, parts)
     if "cost" in parts:
         print("Cost of every gate (fail_under, min_pass_rate, max_regression) with a baseline, median of 5:")
         for kind, metrics, n, k in (
@@ -795,6 +973,27 @@ def main() -> None:
                 + ", ".join(f"{step} {seconds * 1000:.0f} ms" for step, seconds in figures.items())
             )
     print(f"\n{time.perf_counter() - started:.0f} s in all")
+
+
+def judges(args: argparse.Namespace, parts: list[str]) -> None:
+    """The rows of a judge's corrected pass rate: its interval, and the regression gate on it."""
+    names: dict[str, list[str]] = {
+        "correction": [row.name for row in CORRECTION_ROWS],
+        "change": [row.name for row in CHANGE_ROWS],
+    }
+    for part, job, table in (
+        ("correction", _correction_job, correction_table),
+        ("change", _change_job, change_table),
+    ):
+        if part not in parts:
+            continue
+        chosen = [i for i, name in enumerate(names[part]) if not args.row or any(r in name for r in args.row)]
+        # 200 reruns a row by default (a quarter at 10,000 items): the correction's 36 rows in
+        # about half a minute on a core; 10 with --quick (2 s), a smoke run. The docs' tables
+        # are --reruns 400 (correction) and 1,000 (change).
+        jobs = [(i, args.reruns or (10 if args.quick else 200), args.seconds) for i in chosen]
+        table(dict(in_parallel(job, jobs, args.jobs)))
+        print(flush=True)
 
 
 def rates(args: argparse.Namespace, reruns: int) -> None:

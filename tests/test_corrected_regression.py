@@ -4,6 +4,7 @@ app; a run whose judge nobody calibrated said so, and refused in strict mode."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -205,3 +206,87 @@ def test_a_baseline_judged_by_another_judge_without_labels_is_not_corrected(proj
     )
     assert gate["interval"]["method"] == "score"
 
+
+RUNS = 100
+# benchmarks/gates.py --only change --reruns 1000 --row "30 labels 100 items shared": the
+# corrected gate catches a true drop of 0.15 (3 x DELTA) in POWER of runs, the raw one in RAW_POWER.
+POWER, RAW_POWER = 0.300, 0.205
+
+# Issue 25's simulation, as the benchmark's row has it: each run a test of its own with 100 items
+# (each item's pass probability drawn from a beta with mean 0.75 and intra-item correlation 0.5,
+# each session's answer drawn from it) and a calibration test of 30 labelled answers (60% pass),
+# one trial an item, judged by a judge of sensitivity 0.9 and specificity 0.8 (its own identity in
+# each run). The second session's app is broken: its true pass rate is 0.15 lower. The judge's
+# verdicts on the labelled answers are the same in both sessions: one calibration for both runs.
+SIMULATION = f"""
+import pathlib
+import random
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+HERE = pathlib.Path(__file__).parent
+SESSION = 2 if (HERE / "broken.txt").exists() else 1
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self, run):
+        super().__init__(name="correctness")
+        self.threshold = 0.5
+        self.run = run
+
+    def score(self, output, **ignored):
+        right, seed = output
+        draw = random.Random(seed).random()
+        return ScoreResult(name=self.name, value=float(draw < (0.9 if right else 0.2)))
+
+
+def app(run):
+    rng = random.Random(f"items-{{run}}")
+    found = []
+    for n in range(100):
+        p = rng.betavariate(0.75, 0.25)
+        if SESSION == 2:
+            p *= 1.0 - 0.15 / 0.75
+        answer = random.Random(f"answer-{{run}}-{{SESSION}}-{{n}}").random() < p
+        found.append({{"id": f"r{{run}}i{{n}}", "right": answer, "seed": f"judge-{{run}}-{{SESSION}}-{{n}}"}})
+    return found
+
+
+def labelled(run):
+    return [
+        {{"id": f"r{{run}}l{{n}}", "right": n < 18, "seed": f"label-{{run}}-{{n}}", "labels": {{"correctness": n < 18}}}}
+        for n in range(30)
+    ]
+
+
+def make(run, items, name):
+    @pytest.mark.eval(dataset=items, metrics=[Judge(run)], experiment_name=name)
+    def test(eval_item):
+        return {{"output": [eval_item["right"], eval_item["seed"]]}}
+
+    return test
+
+
+for run in range({RUNS}):
+    globals()[f"test_app{{run}}"] = make(run, app(run), f"app{{run}}")
+    globals()[f"test_cal{{run}}"] = make(run, labelled(run), f"cal{{run}}")
+"""
+
+
+def test_a_regression_of_the_app_is_caught_as_often_as_the_benchmark_says(project: Project) -> None:
+    project.write("test_sim.py", SIMULATION)
+    project.run("--eval", "--eval-soft", "-q")
+    (project.path / "broken.txt").write_text("")
+    _, report = project.run_report(
+        "--eval", "--eval-soft", "-q", "--eval-baseline=last", "--eval-max-regression=correctness=0.05"
+    )
+    gates = [e["gates"][0] for e in report["experiments"] if e["name"].startswith("app")]
+    assert len(gates) == RUNS
+    assert all(g["interval"]["method"] == "corrected" for g in gates)
+    # One gate's decision alone (the session's Holm over its 200 gates aside), as the benchmark's.
+    caught = sum(g["p_value_unadjusted"] <= 0.05 for g in gates)
+    print(f"caught {caught} of {RUNS}; the benchmark: {POWER:.1%} corrected, {RAW_POWER:.1%} raw")
+    spread = 3.0 * math.sqrt(RUNS * POWER * (1.0 - POWER))
+    assert abs(caught - POWER * RUNS) <= spread
