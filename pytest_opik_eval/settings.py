@@ -29,6 +29,7 @@ from pytest_opik_eval.options import (
     confidence,
     cost_limit,
     judge_floor,
+    judge_samples_count,
     latency_limit,
     metric_bound,
     one_of,
@@ -85,6 +86,7 @@ class EvalOptions:
     record_allowed: tuple[Host, ...]  # --eval-record-allow-host and ini eval_record_allow_host
     labels_field: str = LABELS_FIELD  # ini eval_labels_field: the item key of human labels
     calibrate: bool = False  # --eval-calibrate: only the labelled items, the judge cache off
+    judge_samples: int = 1  # --eval-judge-samples, else ini: times each LLM judge scores an output
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -133,6 +135,7 @@ class EvalOptions:
             record_allowed=_record_allowed(config),
             labels_field=str(config.getini("eval_labels_field") or "").strip() or LABELS_FIELD,
             calibrate=bool(config.getoption("eval_calibrate")),
+            judge_samples=_judge_samples_option(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -185,6 +188,17 @@ def _threads_option(config: pytest.Config) -> int:
         return threads_count(ini) if ini else 1
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_threads: {error}") from None
+
+
+def _judge_samples_option(config: pytest.Config) -> int:
+    given: int | None = config.getoption("eval_judge_samples")
+    if given is not None:
+        return given
+    ini = str(config.getini("eval_judge_samples") or "").strip()
+    try:
+        return judge_samples_count(ini) if ini else 1
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_judge_samples: {error}") from None
 
 
 def _budget(config: pytest.Config) -> BudgetSetting | None:
