@@ -4,10 +4,12 @@ the report shows how far the judge agrees with itself, and every sample is cache
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Project, items
+from conftest import NEEDS_RECORD, Project, items
 
 # A judge (judge = True) that gives an output the votes its item lists, one per call in turn
 # (the calls of an output counted in a file of its own, through os.open: a judge that calls
@@ -38,7 +40,10 @@ class Judge(BaseMetric):
     def score(self, output, votes, **ignored):
         calls = call(f"judge-{output}.calls")
         call("judge.calls")
-        return ScoreResult(name=self.name, value=votes[(calls - 1) % len(votes)], reason=f"call {calls}")
+        vote = votes[(calls - 1) % len(votes)]
+        if isinstance(vote, str):
+            raise RuntimeError(vote)
+        return ScoreResult(name=self.name, value=vote, reason=f"call {calls}")
 
 
 class Heuristic(BaseMetric):
@@ -51,10 +56,10 @@ class Heuristic(BaseMetric):
 """
 
 # a: unanimous pass; b: a majority pass (2 of 3); c: a majority fail (1 of 3).
-VOTES: dict[str, list[float]] = {"a": [1, 1, 1], "b": [1, 0, 1], "c": [0, 1, 0]}
+VOTES: dict[str, list[Any]] = {"a": [1, 1, 1], "b": [1, 0, 1], "c": [0, 1, 0]}
 
 
-def sampled_project(project: Project, marker: str = "", votes: dict[str, list[float]] = VOTES) -> None:
+def sampled_project(project: Project, marker: str = "", votes: dict[str, list[Any]] = VOTES) -> None:
     project.dataset([{**item, "votes": votes[item["id"]]} for item in items(*votes)])
     project.write("judges.py", JUDGES)
     project.eval_test(marker, metrics="[Judge(), Heuristic()]", imports="from judges import Judge, Heuristic")
@@ -204,3 +209,169 @@ def test_a_bad_option_or_ini_value_is_a_usage_error(project: Project, value: str
     result = project.run("--eval")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*ini eval_judge_samples: expected how many times*; got '{value}'"])
+
+
+ON = "--eval-judge-cache=on"
+
+
+def cache_files(project: Project) -> list[Path]:
+    return sorted((project.path / ".opik-eval" / "judge-cache").rglob("*.json"))
+
+
+def test_the_judge_cache_keeps_each_sample_apart_the_first_under_todays_key(project: Project) -> None:
+    sampled_project(project)
+    project.run("--eval", ON).stdout.fnmatch_lines(["eval judge cache: 0 hits, 3 scored"])
+    assert calls(project) == 3
+    # The first sample is the score a judge scored once has in the cache: only the others are new.
+    result, first = project.run_report("--eval", ON, "--eval-judge-samples=3")
+    result.stdout.fnmatch_lines(["eval judge cache: 3 hits, 6 scored"])
+    assert calls(project) == 6
+    result, again = project.run_report("--eval", ON, "--eval-judge-samples=3")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["eval judge cache: 9 hits, 0 scored"])
+    assert calls(project) == 0
+    assert judged(again) == judged(first)
+    assert again["judge_cache"] == {"hits": 9, "scored": 0, "missed": 0, "strict": False}
+    entries = [json.loads(path.read_text()) for path in cache_files(project)]
+    assert sorted((e["item_id"], e.get("sample", 0)) for e in entries) == [
+        (item, sample) for item in "abc" for sample in range(3)
+    ]
+
+
+def test_a_failed_sample_fails_the_score_and_a_rerun_pays_only_for_it(project: Project) -> None:
+    sampled_project(project, "judge_samples=3,", votes={**VOTES, "a": [1, "rate limited", 1]})
+    result, report = project.run_report("--eval", ON)
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "item a (trial 0) did not meet its thresholds:",
+            "  judge      scoring failed: judge sample 2 of 3: *",
+        ]
+    )
+    assert judged(report)["a"][:3] == (False, 0.0, None)
+    assert calls(project) == 9
+    # The other samples were cached: the rerun calls the judge once, for the sample that failed.
+    result = project.run("--eval", ON)
+    result.stdout.fnmatch_lines(["eval judge cache: 8 hits, 1 scored"])
+    result.assert_outcomes(passed=2, failed=1)
+    assert calls(project) == 1
+
+
+@NEEDS_RECORD
+def test_strict_replay_misses_a_sample_not_cached(project: Project) -> None:
+    sampled_project(project)
+    project.run("--eval", ON, "--eval-judge-samples=2").assert_outcomes(passed=3)
+    assert calls(project) == 6
+    result = project.run("--eval", "--eval-record=none", "--eval-judge-samples=3")
+    result.stdout.fnmatch_lines(["eval judge cache: 6 hits, 0 scored, 3 missed (strict)"])
+    result.assert_outcomes(failed=3)
+    result.stdout.fnmatch_lines(
+        ["*item a (trial 0, judge sample 3): judge 'judge' (judges.Judge) has no cached score*"]
+    )
+    result = project.run("--eval", "--eval-record=none", "--eval-judge-samples=2")
+    result.stdout.fnmatch_lines(["eval judge cache: 6 hits, 0 scored, 0 missed (strict)"])
+    result.assert_outcomes(passed=3)
+    assert calls(project) == 0
+
+
+def test_xdist_workers_sample_cache_and_report_the_agreement(project: Project) -> None:
+    sampled_project(project, "judge_samples=3,")
+    first, report = project.run_report("--eval", ON, "-p", "xdist", "-n", "2")
+    first.assert_outcomes(passed=2, failed=1)
+    first.stdout.fnmatch_lines(["eval judge cache: 0 hits, 9 scored"])
+    assert calls(project) == 9
+    [agreement] = report["experiments"][0]["self_agreement"]
+    assert (agreement["trials"], agreement["split"]) == (3, 2)
+    first.stdout.fnmatch_lines(["  judge samples: judge (3 samples x 3 trials, threshold 0.5): *"])
+    again, replayed = project.run_report("--eval", ON, "-p", "xdist", "-n", "2")
+    again.stdout.fnmatch_lines(["eval judge cache: 9 hits, 0 scored"])
+    assert calls(project) == 0
+    assert judged(replayed) == judged(report)
+
+
+def test_a_rescore_samples_the_stored_outputs(project: Project) -> None:
+    sampled_project(project)
+    project.run("--eval").assert_outcomes(passed=2, failed=1)
+    assert calls(project) == 3
+    assert len(project.calls()) == 3
+    result, report = project.run_report("--eval-rescore=last", "--eval-judge-samples=3")
+    assert project.calls() == []  # the task is not called
+    assert calls(project) == 9
+    result.assert_outcomes(passed=2, failed=1)
+    assert {item: score[2] for item, score in judged(report).items()} == {
+        item: [float(v) for v in votes] for item, votes in VOTES.items()
+    }
+    assert report["experiments"][0]["rescore_of"] is not None
+    result.stdout.fnmatch_lines(["  judge samples: judge (3 samples x 3 trials, threshold 0.5): *"])
+
+
+def test_a_calibration_judges_by_the_samples_mean(project: Project) -> None:
+    # b's first vote fails it; two of its three pass it, as its label says.
+    votes: dict[str, list[float]] = {"a": [1, 1, 1], "b": [0, 1, 1], "c": [0, 1, 0]}
+    labels = {"a": True, "b": True, "c": False}
+    project.dataset(
+        [
+            {**item, "votes": votes[item["id"]], "labels": {"judge": labels[item["id"]]}}
+            for item in items(*votes)
+        ]
+    )
+    project.write("judges.py", JUDGES)
+    project.eval_test(metrics="[Judge(), Heuristic()]", imports="from judges import Judge, Heuristic")
+
+    def calibration(*args: str) -> dict[str, Any]:
+        _, report = project.run_report("--eval-calibrate", *args)
+        calls(project)
+        [found] = report["experiments"][0]["calibrations"]
+        return {figure: found[figure]["estimate"] for figure in ("sensitivity", "specificity")}
+
+    assert calibration() == {"sensitivity": 0.5, "specificity": 1.0}
+    assert calibration("--eval-judge-samples=3") == {"sensitivity": 1.0, "specificity": 1.0}
+
+
+# A judge whose every sample is a coin flip (seeded by its output and call), or a constant 0.5:
+# the items are all alike, so the spread of their scores is the judge's noise alone.
+NOISY = """
+import os
+import pathlib
+import random
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+HERE = pathlib.Path(__file__).parent
+
+
+class Coin(BaseMetric):
+    judge = True
+
+    def __init__(self, noisy=True):
+        super().__init__(name="coin", threshold=0.0)
+        self.noisy = noisy
+
+    def score(self, output, **ignored):
+        log = os.open(HERE / f"{output}.calls", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        os.write(log, b".")
+        calls = os.fstat(log).st_size
+        os.close(log)
+        flip = float(random.Random(f"{output}:{calls}").random() < 0.5)
+        return ScoreResult(name=self.name, value=flip if self.noisy else 0.5)
+"""
+
+
+def test_the_gates_intervals_carry_the_judges_noise(project: Project) -> None:
+    project.dataset(items(*(f"i{n}" for n in range(24))))
+    project.write("coin.py", NOISY)
+
+    def width(metric: str, *args: str) -> float:
+        project.eval_test(metrics=f"[{metric}]", imports="from coin import Coin")
+        _, report = project.run_report("--eval", *args)
+        for each in project.path.glob("*.calls"):
+            each.unlink()
+        interval = report["experiments"][0]["summary"]["metrics"]["coin"]["interval"]
+        return float(interval["high"] - interval["low"])
+
+    once = width("Coin()")
+    nine = width("Coin()", "--eval-judge-samples=9")
+    steady = width("Coin(noisy=False)", "--eval-judge-samples=9")
+    # Each trial's score is its samples' mean: what noise is left in it widens the interval,
+    # nine samples leave about a third of it, and a judge without noise leaves none.
+    assert steady < 0.05 < nine < once / 2
+    assert once > 0.3
