@@ -103,8 +103,8 @@ def add_options(parser: pytest.Parser) -> None:
         metavar="N",
         dest="eval_judge_samples",
         type=judge_samples_count,
-        help="Score each output N times with each LLM judge, the score their mean (ini "
-        "eval_judge_samples; the marker's judge_samples wins; default: 1)",
+        help="Score each output N times with each LLM judge: the score is their mean, a pass/fail "
+        "judge's majority (ini eval_judge_samples; the marker's judge_samples wins; default: 1)",
     )
     group.addoption(
         "--eval-run-id",

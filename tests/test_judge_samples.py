@@ -1,6 +1,5 @@
 """Judge samples (``judge_samples=N``, ``--eval-judge-samples=N``): an LLM judge scores each output
-N times, the trial's score is their mean (at a threshold of 0.5, a pass/fail judge's majority),
-the report shows how far the judge agrees with itself, and every sample is cached apart."""
+N times, the trial's score is their mean (a pass/fail judge's majority), the report shows how far the judge agrees with itself, and every sample is cached apart."""
 
 from __future__ import annotations
 
@@ -97,8 +96,8 @@ def test_the_judge_scores_each_output_n_times_and_the_mean_decides(project: Proj
     assert calls(project, "heuristic") == 3  # a heuristic is not a judge: scored once
     assert judged(report) == {
         "a": (True, 1.0, [1.0, 1.0, 1.0], "call 1"),
-        "b": (True, pytest.approx(2 / 3), [1.0, 0.0, 1.0], "call 1"),
-        "c": (False, pytest.approx(1 / 3), [0.0, 1.0, 0.0], "call 1"),
+        "b": (True, 1.0, [1.0, 0.0, 1.0], "call 1"),
+        "c": (False, 0.0, [0.0, 1.0, 0.0], "call 1"),
     }
     heuristic = [s for t in report["experiments"][0]["trials"] for s in t["scores"] if s["name"] != "judge"]
     assert [s.get("samples") for s in heuristic] == [None] * 3
@@ -122,9 +121,21 @@ def test_the_judge_scores_each_output_n_times_and_the_mean_decides(project: Proj
     result.stdout.fnmatch_lines(
         [
             "item c (trial 0) did not meet its thresholds:",
-            "  judge      0.333 (mean of 0, 1, 0) < 0.5  call 1",
+            "  judge      0 (majority of 0, 1, 0) < 0.5  call 1",
         ]
     )
+
+
+def test_a_graded_judge_gives_the_mean_and_a_pass_fail_tie_passes(project: Project) -> None:
+    sampled_project(project, "judge_samples=2,", votes={"a": [0.2, 0.5], "b": [1, 0], "c": [0, 0]})
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1, failed=2)
+    assert judged(report) == {
+        "a": (False, 0.35, [0.2, 0.5], "call 1"),
+        "b": (True, 1.0, [1.0, 0.0], "call 1"),
+        "c": (False, 0.0, [0.0, 0.0], "call 1"),
+    }
+    result.stdout.fnmatch_lines(["  judge      0.35 (mean of 0.2, 0.5) < 0.5  call 1"])
 
 
 def test_one_sample_is_todays_scoring(project: Project) -> None:
@@ -326,10 +337,22 @@ def test_a_calibration_judges_by_the_samples_mean(project: Project) -> None:
 
     assert calibration() == {"sensitivity": 0.5, "specificity": 1.0}
     assert calibration("--eval-judge-samples=3") == {"sensitivity": 1.0, "specificity": 1.0}
+    # The majority keeps the judge pass/fail: strict mode gates on its corrected pass rate (too few
+    # items to meet the gate), where it would refuse a mean as a graded score.
+    result = project.run(
+        "--eval", "--eval-judge-samples=3", "--eval-gate-mode=strict", "--eval-fail-under=judge=0.5"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "NOT MET: test_qa: fail_under judge (strict): pass rate 0.667 corrected for the judge's "
+            "errors (0.667 as judged)*"
+        ]
+    )
 
 
-# A judge whose every sample is a coin flip (seeded by its output and call), or a constant 0.5:
-# the items are all alike, so the spread of their scores is the judge's noise alone.
+# A graded judge whose every sample is drawn at random from 0 to 1 (seeded by its output and
+# call), or a constant 0.5: the items are all alike, so the spread of their scores is the
+# judge's noise alone.
 NOISY = """
 import os
 import pathlib
@@ -351,8 +374,8 @@ class Coin(BaseMetric):
         os.write(log, b".")
         calls = os.fstat(log).st_size
         os.close(log)
-        flip = float(random.Random(f"{output}:{calls}").random() < 0.5)
-        return ScoreResult(name=self.name, value=flip if self.noisy else 0.5)
+        value = random.Random(f"{output}:{calls}").random() if self.noisy else 0.5
+        return ScoreResult(name=self.name, value=value)
 """
 
 
@@ -374,4 +397,3 @@ def test_the_gates_intervals_carry_the_judges_noise(project: Project) -> None:
     # Each trial's score is its samples' mean: what noise is left in it widens the interval,
     # nine samples leave about a third of it, and a judge without noise leaves none.
     assert steady < 0.05 < nine < once / 2
-    assert once > 0.3

@@ -32,7 +32,8 @@ MARKER_HELP = (
     "how many trials may run at once (wins over --eval-threads). labels_field: the item key "
     "holding human labels by score name, kept from the task and the metrics (wins over ini "
     "eval_labels_field; default: labels). judge_samples=N: each LLM judge scores each output N "
-    "times, the score their mean (wins over --eval-judge-samples; default: 1)."
+    "times, the score their mean, a pass/fail judge's majority (wins over --eval-judge-samples; "
+    "default: 1)."
 )
 
 

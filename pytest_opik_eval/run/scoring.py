@@ -127,7 +127,8 @@ class Scorer:
         ``BaseException`` propagates. With ``trace``, each metric runs in a span of its own
         (see ``TrialTrace.metric``); ``seconds`` gets each metric's wall time, by its name; with
         ``judged``, a judge's scores come from the judge cache when it has them. A judge sampled
-        several times (``judge_samples``) gives each score once: the mean of its samples."""
+        several times (``judge_samples``) gives each score once: its samples' mean, or a pass/fail
+        judge's majority (``sampled_value``)."""
         inputs = scoring_inputs(item, output, self.mapping)
         scores: list[ScoreRecord] = []
         for metric, parameters, tracked, samples in zip(
@@ -229,7 +230,7 @@ class Scorer:
             miss = threshold is not None and score.value < threshold
             bound = "(no threshold)" if threshold is None else f"{'<' if miss else '>='} {threshold:g}"
             reason = f"  {score.reason}" if score.reason else ""
-            sampled = "" if score.samples is None else f" (mean of {_listed(score.samples)})"
+            sampled = "" if score.samples is None else f" ({_listed(score.samples)})"
             lines.append(f"{score.name:<{width}}  {score.value:.3g}{sampled} {bound}{reason}")
         lines += [f"{name}  no metric returned a score named {name!r} (see thresholds)" for name in unscored]
         return Verdict(False, tuple(lines))
@@ -252,14 +253,25 @@ def scorer_of(plan: TestPlan) -> Scorer:
     return scorer
 
 
+def sampled_value(samples: list[float]) -> float:
+    """A score from a judge's samples of one output: a pass/fail judge's (every sample 0 or 1)
+    is their majority, a tie passing, so that it stays pass/fail for its calibration, its
+    corrected pass rate and its intervals; any other judge's is their mean."""
+    if all(value in (0.0, 1.0) for value in samples):
+        return float(2 * sum(samples) >= len(samples))
+    # Samples that agree give their value as it is: a mean can round below a threshold it meets.
+    return samples[0] if min(samples) == max(samples) else math.fsum(samples) / len(samples)
+
+
 def _listed(samples: list[float]) -> str:
-    return ", ".join(f"{value:.3g}" for value in samples)
+    kind = "majority" if all(value in (0.0, 1.0) for value in samples) else "mean"
+    return f"{kind} of " + ", ".join(f"{value:.3g}" for value in samples)
 
 
 def _sampled(runs: list[list[ScoreRecord]]) -> list[ScoreRecord]:
     """A judge's samples of one output as one record per score, in the order of the first:
-    the mean of its values with all of them kept (``samples``), the first sample's reason and
-    metadata; or, when a sample failed (or did not give that score), a failed score that says so."""
+    ``sampled_value`` of its values with all of them kept (``samples``), the first sample's reason
+    and metadata; or, when a sample failed (or did not give that score), a failed score that says so."""
     found: dict[str, list[ScoreRecord | None]] = {}
     for sample, records in enumerate(runs):
         for given in records:
@@ -285,11 +297,9 @@ def _sampled(runs: list[list[ScoreRecord]]) -> list[ScoreRecord]:
             combined.append(ScoreRecord(name=name, value=0.0, reason=reason, scoring_failed=True))
             continue
         values = [record.value for record in sampled if record is not None]
-        # Samples that agree give their value as it is: a mean can round below a threshold it meets.
-        mean = values[0] if min(values) == max(values) else math.fsum(values) / len(values)
         first = sampled[0]
         assert first is not None
-        combined.append(first.model_copy(update={"value": mean, "samples": values}))
+        combined.append(first.model_copy(update={"value": sampled_value(values), "samples": values}))
     return combined
 
 

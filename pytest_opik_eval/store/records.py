@@ -33,8 +33,8 @@ class ScoreRecord(_Written):
     # store when None (see local/rows.scores_text), so a score without it is stored as before.
     metadata: dict[str, Any] | None = None
     # judge_samples > 1: the values of an LLM judge's samples of this score, in order; ``value``
-    # is their mean (``reason`` and ``metadata`` the first sample's). None: scored once. Left out
-    # of the store when None, as ``metadata`` is.
+    # is their mean, or their majority when each is 0 or 1 (``reason`` and ``metadata`` are the
+    # first sample's). None: scored once. Left out of the store when None, as ``metadata`` is.
     samples: list[float] | None = None
 
 

@@ -302,8 +302,8 @@ class JudgeCalibration(_Report):
 class JudgeSelfAgreement(_Report):
     """An LLM judge scored each output several times (``judge_samples``): how far its samples of
     one output agree, over the completed trials whose score it sampled (``verdict.self_agreement``).
-    Each trial's score is the mean of its samples, so what they disagree by is in the spread of
-    the trials' scores, which the gates' intervals rest on."""
+    Each trial's score is its samples' mean (a pass/fail judge's majority), so what they disagree
+    by is in the spread of the trials' scores, which the gates' intervals rest on."""
 
     score: str
     samples: int  # samples per trial (the most any trial has)
