@@ -397,3 +397,31 @@ def test_the_gates_intervals_carry_the_judges_noise(project: Project) -> None:
     # Each trial's score is its samples' mean: what noise is left in it widens the interval,
     # nine samples leave about a third of it, and a judge without noise leaves none.
     assert steady < 0.05 < nine < once / 2
+
+
+def test_shards_sample_their_share_and_the_fan_in_reports_them_all(project: Project) -> None:
+    from pytest_opik_eval.cli import main as opik_eval
+
+    sampled_project(project, "judge_samples=3,")
+    for k in (1, 2):
+        project.run("--eval", "--eval-run-id=ci-1", f"--eval-shard={k}/2", f"--eval-store=shard{k}.db", ON)
+    assert calls(project) == 9
+    merged = str(project.path / "merged.db")
+    assert (
+        opik_eval(
+            ["--store", merged, "merge", str(project.path / "shard1.db"), str(project.path / "shard2.db")]
+        )
+        == 0
+    )
+    exported = project.path / "merged.json"
+    assert opik_eval(["--store", merged, "export", "ci-1", "-o", str(exported)]) == 0
+    report = json.loads(exported.read_text())
+    assert {item: score[2] for item, score in judged(report).items()} == {
+        item: [float(v) for v in votes] for item, votes in VOTES.items()
+    }
+    [agreement] = report["experiments"][0]["self_agreement"]
+    assert (agreement["trials"], agreement["split"]) == (3, 2)
+    # The shards' judge cache is one folder beside their stores: a rerun of a shard hits it.
+    rerun = project.run("--eval", "--eval-run-id=ci-2", "--eval-shard=1/2", "--eval-store=shard1.db", ON)
+    rerun.stdout.fnmatch_lines(["eval judge cache: [1-9] hits, 0 scored"])
+    assert calls(project) == 0
