@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import NEEDS_RECORD, Project, items
+from opik_server import OpikTestServer
 
 # A judge (judge = True) that gives an output the votes its item lists, one per call in turn
 # (the calls of an output counted in a file of its own, through os.open: a judge that calls
@@ -425,3 +426,32 @@ def test_shards_sample_their_share_and_the_fan_in_reports_them_all(project: Proj
     rerun = project.run("--eval", "--eval-run-id=ci-2", "--eval-shard=1/2", "--eval-store=shard1.db", ON)
     rerun.stdout.fnmatch_lines(["eval judge cache: [1-9] hits, 0 scored"])
     assert calls(project) == 0
+
+
+def test_the_opik_server_keeps_the_samples_with_the_trace(project: Project, opik: OpikTestServer) -> None:
+    from pytest_opik_eval.cli import main as opik_eval
+
+    sampled_project(project, "judge_samples=3,")
+    result = project.run("--eval")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["  judge samples: judge (3 samples x 3 trials, threshold 0.5): *"])
+    experiment_id = project.last_experiment_id()
+    by_item = {
+        trace["metadata"]["dataset_item_id"]: trace["metadata"].get("score_samples")
+        for trace in opik.traces.values()
+    }
+    assert by_item == {item: {"judge": [float(v) for v in votes]} for item, votes in VOTES.items()}
+    # The feedback score is the trial's score: the majority.
+    assert sorted((s["name"], s["value"]) for s in opik.feedback_scores if s["name"] == "judge") == [
+        ("judge", 0.0),
+        ("judge", 1.0),
+        ("judge", 1.0),
+    ]
+    # Read back from the server, by a machine without the spool.
+    project.store_path.unlink()
+    assert opik_eval(["--backend", "opik", "--store", str(project.store_path), "show", experiment_id]) == 0
+    stored = {
+        t.dataset_item_id: [s.samples for s in t.scores if s.name == "judge"]
+        for t in project.trials(experiment_id)
+    }
+    assert stored == {item: [[float(v) for v in votes]] for item, votes in VOTES.items()}
