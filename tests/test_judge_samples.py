@@ -330,14 +330,21 @@ def test_a_calibration_judges_by_the_samples_mean(project: Project) -> None:
     project.write("judges.py", JUDGES)
     project.eval_test(metrics="[Judge(), Heuristic()]", imports="from judges import Judge, Heuristic")
 
-    def calibration(*args: str) -> dict[str, Any]:
+    def calibration(*args: str) -> tuple[dict[str, Any], str]:
         _, report = project.run_report("--eval-calibrate", *args)
         calls(project)
         [found] = report["experiments"][0]["calibrations"]
-        return {figure: found[figure]["estimate"] for figure in ("sensitivity", "specificity")}
+        return {figure: found[figure]["estimate"] for figure in ("sensitivity", "specificity")}, found[
+            "judge"
+        ]
 
-    assert calibration() == {"sensitivity": 0.5, "specificity": 1.0}
-    assert calibration("--eval-judge-samples=3") == {"sensitivity": 1.0, "specificity": 1.0}
+    once, judge_once = calibration()
+    assert once == {"sensitivity": 0.5, "specificity": 1.0}
+    sampled, judge_sampled = calibration("--eval-judge-samples=3")
+    assert sampled == {"sensitivity": 1.0, "specificity": 1.0}
+    # The majority of three errs otherwise than one call: another judge to its calibration.
+    assert judge_once != judge_sampled
+    assert calibration("--eval-judge-samples=3")[1] == judge_sampled
     # The majority keeps the judge pass/fail: strict mode gates on its corrected pass rate (too few
     # items to meet the gate), where it would refuse a mean as a graded score.
     result = project.run(
