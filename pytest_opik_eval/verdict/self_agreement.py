@@ -1,7 +1,6 @@
 """How far an LLM judge agrees with itself: with ``judge_samples``, a judge scores each output
 several times, the trial's score is their mean (a pass/fail judge's majority) and the samples are
-kept with it
-(``ScoreRecord.samples``). Pure functions, standard library only.
+kept with it (``ScoreRecord.samples``). Pure functions, standard library only.
 
 For each score with samples, over the completed trials whose score was sampled (a failed scoring
 has none): the share of trials whose samples all give the same verdict (each sample against the
