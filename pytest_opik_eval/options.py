@@ -99,6 +99,14 @@ def add_options(parser: pytest.Parser) -> None:
         "the marker's task_threads wins; default: 1)",
     )
     group.addoption(
+        "--eval-judge-samples",
+        metavar="N",
+        dest="eval_judge_samples",
+        type=judge_samples_count,
+        help="Score each output N times with each LLM judge: the score is their mean, a pass/fail "
+        "judge's majority (ini eval_judge_samples; the marker's judge_samples wins; default: 1)",
+    )
+    group.addoption(
         "--eval-run-id",
         metavar="NAME",
         dest="eval_run_id",
@@ -287,6 +295,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "eval_labels_field", "The item key of human labels by score name (default: labels)", type="string"
     )
+    parser.addini("eval_judge_samples", "How many times each LLM judge scores an output", type="string")
     parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
     parser.addini(
         "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"
@@ -530,6 +539,19 @@ def threads_count(value: str) -> int:
     if threads < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, such as 16; got {value!r}")
     return threads
+
+
+def judge_samples_count(value: str) -> int:
+    try:
+        samples = int(value)
+    except ValueError:
+        samples = 0
+    if samples < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected how many times each LLM judge scores an output, a whole number of at least 1 "
+            f"such as 3; got {value!r}"
+        )
+    return samples
 
 
 def rate(value: str) -> float:

@@ -29,6 +29,7 @@ from pytest_opik_eval.options import (
     confidence,
     cost_limit,
     judge_floor,
+    judge_samples_count,
     latency_limit,
     metric_bound,
     one_of,
@@ -87,6 +88,7 @@ class EvalOptions:
     calibrate: bool = False  # --eval-calibrate: only the labelled items, the judge cache off
     # --eval-max-judge-drift: the share of a calibration's labelled items whose verdicts may change
     max_judge_drift: float | None = None
+    judge_samples: int = 1  # --eval-judge-samples, else ini: times each LLM judge scores an output
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -136,6 +138,7 @@ class EvalOptions:
             labels_field=str(config.getini("eval_labels_field") or "").strip() or LABELS_FIELD,
             calibrate=bool(config.getoption("eval_calibrate")),
             max_judge_drift=_max_judge_drift(config),
+            judge_samples=_judge_samples_option(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -188,6 +191,17 @@ def _threads_option(config: pytest.Config) -> int:
         return threads_count(ini) if ini else 1
     except argparse.ArgumentTypeError as error:
         raise pytest.UsageError(f"ini eval_threads: {error}") from None
+
+
+def _judge_samples_option(config: pytest.Config) -> int:
+    given: int | None = config.getoption("eval_judge_samples")
+    if given is not None:
+        return given
+    ini = str(config.getini("eval_judge_samples") or "").strip()
+    try:
+        return judge_samples_count(ini) if ini else 1
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_judge_samples: {error}") from None
 
 
 def _budget(config: pytest.Config) -> BudgetSetting | None:

@@ -77,6 +77,7 @@ def test_a_score_that_is_not_a_finite_number_fails_its_trial_naming_the_metric_a
         "reason": None,
         "scoring_failed": False,
         "metadata": None,
+        "samples": None,
     }
     assert all(scores[k]["scoring_failed"] for k in ("nan", "inf", "none", "text", "raise"))
 

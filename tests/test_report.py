@@ -62,7 +62,14 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
         "output": {"output": "a"},
         "passed": True,
         "scores": [
-            {"name": "equals_metric", "value": 1.0, "reason": None, "scoring_failed": False, "metadata": None}
+            {
+                "name": "equals_metric",
+                "value": 1.0,
+                "reason": None,
+                "scoring_failed": False,
+                "metadata": None,
+                "samples": None,
+            }
         ],
         "soft_failed": False,
     }

@@ -291,6 +291,7 @@ def test_exception_in_a_metric_completes_the_trial_and_is_not_replayed(project: 
             "reason": "RuntimeError: scoring crash on item-1",
             "scoring_failed": True,
             "metadata": None,
+            "samples": None,
         }
     ]
     assert report["experiments"][0]["summary"]["metrics"]["raising"]["failed"] == 1

@@ -303,7 +303,14 @@ def test_a_scores_metadata_is_kept_in_the_store_and_the_reports(project: Project
 
     trials = {t["dataset_item_id"]: t for t in report["experiments"][0]["trials"]}
     assert trials["a"]["scores"] == [
-        {"name": "judge", "value": 1.0, "reason": None, "scoring_failed": False, "metadata": metadata}
+        {
+            "name": "judge",
+            "value": 1.0,
+            "reason": None,
+            "scoring_failed": False,
+            "metadata": metadata,
+            "samples": None,
+        }
     ]
     assert trials["b"]["scores"][0]["metadata"] is None
 

@@ -20,7 +20,7 @@ MARKER_HELP = (
     "eval(dataset, *, metrics=(), scoring_key_mapping=None, trial_count=1, filter=None, "
     "item_ids=None, sampler=None, nb_samples=None, experiment_name=None, thresholds=None, "
     "fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, task_threads=None, "
-    "max_cost=None, max_latency=None, labels_field=None): "
+    "max_cost=None, max_latency=None, labels_field=None, judge_samples=None): "
     "run the test as an evaluation with --eval: one test case per dataset item and trial; the "
     "test function is the task, its return value the output, and the metrics' scores its "
     "assertions. dataset: a .jsonl/.json/.csv path relative to the test file, a list of dicts, "
@@ -31,7 +31,9 @@ MARKER_HELP = (
     "Opik server dataset a file dataset is uploaded to (default: the file's name). task_threads: "
     "how many trials may run at once (wins over --eval-threads). labels_field: the item key "
     "holding human labels by score name, kept from the task and the metrics (wins over ini "
-    "eval_labels_field; default: labels)."
+    "eval_labels_field; default: labels). judge_samples=N: each LLM judge scores each output N "
+    "times, the score their mean, a pass/fail judge's majority (wins over --eval-judge-samples; "
+    "default: 1)."
 )
 
 
@@ -55,6 +57,7 @@ def _signature(
     max_cost: float | str | Sequence[str] | None = None,
     max_latency: float | str | None = None,
     labels_field: str | None = None,
+    judge_samples: int | None = None,
 ) -> None:
     """The marker's signature; binding the marker's arguments to it reports unknown ones."""
 
@@ -88,6 +91,7 @@ class EvalSpec:
     max_cost: Mapping[str, float] = field(default_factory=dict)  # "item" / "run" -> USD
     max_latency: tuple[float, float] | None = None  # (seconds, percentile)
     labels_field: str | None = None  # the item key of human labels; None: the ini's, else "labels"
+    judge_samples: int | None = None  # times each LLM judge scores an output; None: the option's
 
     def threshold(self, score_name: str, metric: Any) -> float | None:
         """The threshold a score named ``score_name`` is judged against (``metric``: the metric
@@ -144,6 +148,7 @@ def read_spec(marker: pytest.Mark, where: str) -> EvalSpec:
         max_cost=_max_cost(args["max_cost"], where),
         max_latency=_max_latency(args["max_latency"], where),
         labels_field=_name(args["labels_field"], where, "labels_field"),
+        judge_samples=_judge_samples(args["judge_samples"], where),
     )
 
 
@@ -197,6 +202,16 @@ def _count(value: object, name: str, where: str, *, default: int | None) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         _fail(where, f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _judge_samples(value: object, where: str) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        _fail(
+            where,
+            f"judge_samples must be a whole number of at least 1 (the times each LLM judge scores "
+            f"an output, such as 3), got {value!r}",
+        )
     return value
 
 

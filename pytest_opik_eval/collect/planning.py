@@ -72,6 +72,7 @@ def plan_new(
         items=items,
         gates=settings_for_new(spec, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
+        judge_samples=spec.judge_samples or options.judge_samples,
         where=where,
         labels_field=labels,
         rejected=[
@@ -105,6 +106,7 @@ def plan_resumed(
         items=stored.items,
         gates=settings_for_resume(stored.gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
+        judge_samples=spec.judge_samples or options.judge_samples,
         resumed={e.params: e for e in experiments},
         where=where or definition.nodeid,
         labels_field=stored.labels_field,
@@ -139,6 +141,7 @@ def plan_rescored(
         # gates (the original run's to meet) would fail as such. The run's spend, the judges', counts.
         gates=gates.model_copy(update={"max_latency": None, "max_cost_per_item": None}),
         threads=spec.task_threads or options.threads,
+        judge_samples=spec.judge_samples or options.judge_samples,
         rescore_of={e.params: e.id for e in experiments},
         where=where,
         labels_field=stored.labels_field,

@@ -55,6 +55,8 @@ class TestPlan:
     rejected: list[RejectedItem] = field(default_factory=list)
     # The item key of human labels (the marker's, the ini's, or a resumed experiment's).
     labels_field: str = LABELS_FIELD
+    # Times each LLM judge scores a trial's output (the marker's, else the option's).
+    judge_samples: int = 1
     # What the phases after collection keep for the whole test, as pytest's nodes have a stash:
     # the run keeps its scorer there (see ``run.scoring.scorer_of``).
     stash: pytest.Stash = field(default_factory=pytest.Stash)

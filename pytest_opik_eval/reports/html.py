@@ -159,6 +159,7 @@ def _experiment_html(e: ExperimentReport, resumed: bool, resume_command: Callabl
 {_aggregates_html(e)}
 {_gates_html(e)}
 {_judges_html(e)}
+{_self_agreement_html(e)}
 {_baseline_html(e)}
 <div class="panel"><h3>Score distributions</h3>
 <div class="histograms">{"".join(_histogram_svg(e, name) for name in s.metrics)}</div></div>
@@ -285,6 +286,21 @@ def _gates_html(e: ExperimentReport) -> str:
     return (
         f'<div class="panel"><h3>Gates</h3><ul class="gates">{"".join(map(_gate_html, e.gates))}</ul></div>'
     )
+
+
+def _self_agreement_html(e: ExperimentReport) -> str:
+    """Each judge sampled several times (judge_samples) against itself."""
+    if not e.self_agreement:
+        return ""
+    rows = "".join(
+        f'<tr data-score="{escape(a.score)}"><td>{escape(a.score)}</td><td>{a.samples}</td>'
+        f"<td>{a.trials:,}</td><td>{'pass/fail' if a.threshold is None else f'{a.threshold:g}'}</td>"
+        f"<td>{score(a.unanimous)}</td><td>{a.split:,}</td><td>{score(a.sd)}</td></tr>"
+        for a in e.self_agreement
+    )
+    return f"""<div class="panel judge-samples"><h3>Judges against themselves</h3>
+<table><thead><tr><th>score</th><th>samples</th><th>trials</th><th>threshold</th>
+<th>unanimous</th><th>split</th><th>sd within a trial</th></tr></thead><tbody>{rows}</tbody></table></div>"""
 
 
 def _judges_html(e: ExperimentReport) -> str:

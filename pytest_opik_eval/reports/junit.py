@@ -25,6 +25,7 @@ from pytest_opik_eval.verdict.model import (
     ExperimentSummary,
     JudgeCalibration,
     JudgeDrift,
+    JudgeSelfAgreement,
     KappaEstimate,
     Report,
 )
@@ -79,6 +80,7 @@ def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str,
             value = ("met: " if gate.met else "not met: ") + "; ".join([gate.detail, *gate.notes])
             properties.append((name, value))
         properties += _calibration_properties(base, e.calibrations)
+        properties += _self_agreement_properties(base, e.self_agreement)
         if e.baseline is not None:
             b = e.baseline
             properties += [
@@ -187,6 +189,21 @@ def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration])
             if found is not None:
                 properties.append((f"{name}.{figure}", plain_number(found.estimate)))
                 properties += _interval(f"{name}.{figure}", found)
+    return properties
+
+
+def _self_agreement_properties(base: str, agreements: Sequence[JudgeSelfAgreement]) -> list[tuple[str, str]]:
+    """Each judge sampled several times against itself (``eval.qa.judge_samples.correctness.sd``)."""
+    properties = []
+    for a in agreements:
+        name = f"{base}judge_samples.{a.score}"
+        properties += [
+            (name + ".samples", str(a.samples)),
+            (name + ".trials", str(a.trials)),
+            (name + ".unanimous", plain_number(a.unanimous)),
+            (name + ".split", str(a.split)),
+            (name + ".sd", plain_number(a.sd)),
+        ]
     return properties
 
 

@@ -29,6 +29,7 @@ from pytest_opik_eval.reports.terminal import (
     judge_drift_failure,
     judge_drift_line,
     recording_line,
+    self_agreement_line,
     sentence,
     trial_verdicts,
 )
@@ -96,6 +97,7 @@ def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> li
         + ", ".join(f"{len(ids)} {verdict}" for verdict, ids in items.items()),
     ]
     lines += _usage_lines(e) + _metric_table(e) + _pass_at_k(e) + _gate_lines(e) + _calibration_lines(e)
+    lines += _self_agreement_lines(e)
     if items["failed"]:
         lines += ["", f"**Failed items ({len(items['failed'])}):** {_ids(items['failed'])}"]
     if s.soft_failed:
@@ -214,6 +216,14 @@ def _calibration_lines(e: ExperimentReport) -> list[str]:
         return []
     found = [f"- {_inline(calibration_line(c, e.trial_count))}" for c in e.calibrations]
     return ["", "**Judges against human labels:**", "", *found]
+
+
+def _self_agreement_lines(e: ExperimentReport) -> list[str]:
+    """Each judge sampled several times against itself, as the terminal words it."""
+    if not e.self_agreement:
+        return []
+    found = [f"- {_inline(self_agreement_line(a))}" for a in e.self_agreement]
+    return ["", "**Judges against themselves (judge samples):**", "", *found]
 
 
 def _gate_figure(g: GateVerdict) -> Callable[[float | None], str]:

@@ -35,6 +35,7 @@ from pytest_opik_eval.verdict.model import (
     JudgeCacheReport,
     JudgeCalibration,
     JudgeDrift,
+    JudgeSelfAgreement,
     RecordingReport,
     Report,
     TrialReport,
@@ -88,6 +89,7 @@ def experiment_lines(
     lines += _metric_table(experiment)
     lines += _item_lines(experiment)
     lines += calibration_lines(experiment)
+    lines += [f"  judge samples: {self_agreement_line(a)}" for a in experiment.self_agreement]
     lines += baseline_lines(experiment)
     failed = [t for t in experiment.trials if t.passed is False]
     earlier_failures = [t.node_id for t in failed if not t.ran_this_session]
@@ -137,6 +139,17 @@ def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
         return f"{line}; {rates}, {_figure(found.corrected)} corrected"
     why = next((n for n in found.notes if n.startswith("not corrected: ")), "not corrected")
     return f"{line}; {rates}, {why}"
+
+
+def self_agreement_line(found: JudgeSelfAgreement) -> str:
+    """``judge (3 samples x 20 trials, threshold 0.5): unanimous in 0.850 of trials (3 split),
+    sd within a trial 0.120``: the judge against itself."""
+    threshold = "pass/fail" if found.threshold is None else f"threshold {found.threshold:g}"
+    trials = f"{found.trials} trial{'s' if found.trials != 1 else ''}"
+    return (
+        f"{found.score} ({found.samples} samples x {trials}, {threshold}): unanimous in "
+        f"{score(found.unanimous)} of trials ({found.split} split), sd within a trial {score(found.sd)}"
+    )
 
 
 def _figure(interval: ConfidenceInterval | None, undefined: str = "") -> str:

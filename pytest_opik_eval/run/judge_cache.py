@@ -4,8 +4,9 @@ them, so a rerun (a replay of recorded app calls, above all) does not pay for th
 Which metrics are judges, and a judge's identity (its class, library version, code and
 configuration, secrets masked), are ``run/judges.py``'s. The key is the sha256 of a canonical
 JSON of: the judge's identity, the inputs of ``score()``, the item id and the trial index (so
-repeated trials keep their own judge samples). Whatever changes one of them is scored again: an
-edited prompt never gets a stale score. Secrets (the values of the environment's
+repeated trials keep their own judge samples), and with ``judge_samples`` the sample's index from
+the second sample on (the first keeps the key of a judge scored once). Whatever changes one of
+them is scored again: an edited prompt never gets a stale score. Secrets (the values of the environment's
 ``*_KEY``/``*_TOKEN``/``*_SECRET``/``*_PASSWORD`` variables, and attributes named like an API
 key) are replaced by a placeholder first, so a key rotated or set differently in CI keeps the
 cache.
@@ -89,9 +90,13 @@ class JudgeCache:
         item_id: str,
         trial: int,
         score: Callable[[], list[ScoreRecord]],
+        *,
+        sample: int = 0,
     ) -> list[ScoreRecord]:
         """``score()``'s records: the cached ones of a judge, else those of calling it (kept when
         none failed: a judge that failed, a rate limit or a timeout, is called again next time).
+        ``sample``: which of a judge's samples of this output (``judge_samples``), each cached
+        apart; sample 0's key is the key of a judge scored once.
         When strict, a judge's score not in the cache fails the trial (``pytest.fail``, which
         leaves it pending) instead of calling the judge. A judge whose key cannot see all that
         decides its score is never cached: called every time, and in strict replay, never."""
@@ -102,7 +107,10 @@ class JudgeCache:
         if seen.unknown:  # an object among the inputs whose state cannot be read
             judge = dataclasses.replace(judge, unknown=judge.unknown + seen.unknown)
             self._tell(_uncached_notice(judge))
-        key = digest({"judge": judge.digest, "inputs": seen.data, "item_id": item_id, "trial": trial})
+        parts = {"judge": judge.digest, "inputs": seen.data, "item_id": item_id, "trial": trial}
+        if sample:  # sample 0 keeps the key a judge scored once has always had
+            parts["sample"] = sample
+        key = digest(parts)
         path = self.folder / key[:2] / f"{key}.json"
         cached = None if judge.unknown else _read(path, key)
         if cached is not None:
@@ -112,19 +120,28 @@ class JudgeCache:
         if self.strict:
             with self._lock:
                 self.counts.missed += 1
-            pytest.fail(_miss_message(judge, item_id, trial), pytrace=False)
+            pytest.fail(_miss_message(judge, item_id, trial, sample), pytrace=False)
         records = score()
         with self._lock:
             self.counts.scored += 1
         if not judge.unknown and not any(record.scoring_failed for record in records):
-            self._write(path, key, judge, item_id, trial, records)
+            self._write(path, key, judge, item_id, trial, sample, records)
         return records
 
     def _write(
-        self, path: Path, key: str, judge: Judge, item_id: str, trial: int, records: list[ScoreRecord]
+        self,
+        path: Path,
+        key: str,
+        judge: Judge,
+        item_id: str,
+        trial: int,
+        sample: int,
+        records: list[ScoreRecord],
     ) -> None:
         results = [r.model_dump(mode="json", exclude_none=True) for r in records]
         entry = {"format": FORMAT, "key": key, **judge.about, "item_id": item_id, "trial": trial}
+        if sample:
+            entry["sample"] = sample
         # Scrubbed as it is written, with the environment as it is now.
         text = json.dumps(
             self.judges.masked({**entry, "results": results}), indent=2, sort_keys=True, ensure_ascii=False
@@ -159,9 +176,10 @@ class JudgeCache:
             self._notify(message)
 
 
-def _miss_message(judge: Judge, item_id: str, trial: int) -> str:
+def _miss_message(judge: Judge, item_id: str, trial: int, sample: int = 0) -> str:
     # The item id is data, the metric's name its author's: escaped, as any text shown.
-    where = f"item {escape_control(item_id)} (trial {trial}): judge {_named(judge)}"
+    of = f", judge sample {sample + 1}" if sample else ""
+    where = f"item {escape_control(item_id)} (trial {trial}{of}): judge {_named(judge)}"
     if judge.unknown:
         return (
             f"{where} cannot be cached: {_unseen(judge)}; and strict replay (--eval-record=none) "

@@ -80,15 +80,22 @@ class Judges:
                     self._judges[id(metric)] = (metric, judge)
         return self._judges[id(metric)][1]
 
-    def digests(self, metrics: Iterable[Any]) -> dict[str, str]:
+    def digests(self, metrics: Iterable[Any], samples: int = 1) -> dict[str, str]:
         """The judges among ``metrics`` by their ``name``, each one's identity's digest. A
         metric's name is taken as the name of the score it gives, as labels and gates name it
-        (true of this package's metrics and the Opik SDK's)."""
+        (true of this package's metrics and the Opik SDK's). A judge whose score is the mean or
+        majority of ``samples`` calls (``judge_samples``) errs otherwise than one called once:
+        it is another judge to its calibration, its drift and a comparison with a baseline."""
+        from pytest_opik_eval.run.fingerprint import digest
+
         found = {}
         for metric in metrics:
             judge = self.of(metric)
             if judge is not None:
-                found[str(judge.about["name"])] = judge.digest
+                identity = (
+                    judge.digest if samples == 1 else digest({"judge": judge.digest, "samples": samples})
+                )
+                found[str(judge.about["name"])] = identity
         return found
 
     def masked(self, value: Any) -> Any:

@@ -18,6 +18,7 @@ from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
+from pytest_opik_eval.run.judges import is_judge
 from pytest_opik_eval.store.records import ScoreRecord
 
 if TYPE_CHECKING:
@@ -91,8 +92,16 @@ class Judged:
 class Scorer:
     """Scores the trials of one experiment; built once, so signatures are inspected once."""
 
-    def __init__(self, spec: EvalSpec, stored_thresholds: Mapping[str, float | None] | None = None) -> None:
-        """``stored_thresholds``: those in force when a resumed experiment was created; they win."""
+    def __init__(
+        self,
+        spec: EvalSpec,
+        stored_thresholds: Mapping[str, float | None] | None = None,
+        *,
+        judge_samples: int = 1,
+    ) -> None:
+        """``stored_thresholds``: those in force when a resumed experiment was created; they win.
+        ``judge_samples``: the times each LLM judge (``run.judges.is_judge``) scores an output;
+        any other metric scores it once."""
         self._spec = spec
         self.metrics = spec.metrics
         self.mapping = spec.scoring_key_mapping
@@ -101,6 +110,9 @@ class Scorer:
         self._parameters = [_Parameters.of(metric) for metric in spec.metrics]
         self._by_name = {metric.name: metric for metric in spec.metrics}
         self._tracked = [bool(getattr(metric.score, "opik_tracked", False)) for metric in spec.metrics]
+        self._samples = [
+            judge_samples if judge_samples > 1 and is_judge(metric) else 1 for metric in spec.metrics
+        ]
 
     def score(
         self,
@@ -114,10 +126,14 @@ class Scorer:
         others still run; a missing argument raises ``MissingScoreArguments``; a
         ``BaseException`` propagates. With ``trace``, each metric runs in a span of its own
         (see ``TrialTrace.metric``); ``seconds`` gets each metric's wall time, by its name; with
-        ``judged``, a judge's scores come from the judge cache when it has them."""
+        ``judged``, a judge's scores come from the judge cache when it has them. A judge sampled
+        several times (``judge_samples``) gives each score once: its samples' mean, or a pass/fail
+        judge's majority (``sampled_value``)."""
         inputs = scoring_inputs(item, output, self.mapping)
         scores: list[ScoreRecord] = []
-        for metric, parameters, tracked in zip(self.metrics, self._parameters, self._tracked, strict=True):
+        for metric, parameters, tracked, samples in zip(
+            self.metrics, self._parameters, self._tracked, self._samples, strict=True
+        ):
             missing = [name for name in parameters.required if name not in inputs]
             if missing:
                 raise MissingScoreArguments(self._missing_message(metric, missing, inputs))
@@ -129,10 +145,10 @@ class Scorer:
             started = time.perf_counter()
             if trace is None or tracked:
                 # An Opik SDK metric's score() is an @opik.track of its own: its span is there.
-                records = self._scored(metric, kwargs, judged)
+                records = self._scored(metric, kwargs, judged, samples)
             else:
                 with trace.metric(metric.name, kwargs) as span:
-                    records = self._scored(metric, kwargs, judged)
+                    records = self._scored(metric, kwargs, judged, samples)
                     span.scores = records  # its output, made only if the trial stores spans
                     if any(r.scoring_failed for r in records):
                         span.error = {"exception_type": "ScoringFailed", "message": records[0].reason or ""}
@@ -143,11 +159,22 @@ class Scorer:
         return scores
 
     @classmethod
-    def _scored(cls, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None) -> list[ScoreRecord]:
+    def _scored(
+        cls, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, samples: int
+    ) -> list[ScoreRecord]:
+        # Every sample is taken, even after one failed: the score fails then, but the samples
+        # that did not are cached, and a rerun pays only for the one that failed.
+        runs = [cls._sample(metric, kwargs, judged, sample) for sample in range(samples)]
+        return runs[0] if samples == 1 else _sampled(runs)
+
+    @classmethod
+    def _sample(
+        cls, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, sample: int
+    ) -> list[ScoreRecord]:
         if judged is None:  # the cache is off: nothing computed
             return cls._run(metric, kwargs)
         return judged.cache.score(
-            metric, kwargs, judged.item_id, judged.trial, lambda: cls._run(metric, kwargs)
+            metric, kwargs, judged.item_id, judged.trial, lambda: cls._run(metric, kwargs), sample=sample
         )
 
     @staticmethod
@@ -203,7 +230,8 @@ class Scorer:
             miss = threshold is not None and score.value < threshold
             bound = "(no threshold)" if threshold is None else f"{'<' if miss else '>='} {threshold:g}"
             reason = f"  {score.reason}" if score.reason else ""
-            lines.append(f"{score.name:<{width}}  {score.value:.3g} {bound}{reason}")
+            sampled = "" if score.samples is None else f" ({_listed(score.samples)})"
+            lines.append(f"{score.name:<{width}}  {score.value:.3g}{sampled} {bound}{reason}")
         lines += [f"{name}  no metric returned a score named {name!r} (see thresholds)" for name in unscored]
         return Verdict(False, tuple(lines))
 
@@ -219,8 +247,60 @@ def scorer_of(plan: TestPlan) -> Scorer:
     scorer = plan.stash.get(SCORER, None)
     if scorer is None:
         stored = plan.gates.thresholds if plan.resumed else None
-        scorer = plan.stash[SCORER] = Scorer(plan.spec, stored_thresholds=stored)
+        scorer = plan.stash[SCORER] = Scorer(
+            plan.spec, stored_thresholds=stored, judge_samples=plan.judge_samples
+        )
     return scorer
+
+
+def sampled_value(samples: list[float]) -> float:
+    """A score from a judge's samples of one output: a pass/fail judge's (every sample 0 or 1)
+    is their majority, a tie passing, so that it stays pass/fail for its calibration, its
+    corrected pass rate and its intervals; any other judge's is their mean."""
+    if all(value in (0.0, 1.0) for value in samples):
+        return float(2 * sum(samples) >= len(samples))
+    # Samples that agree give their value as it is: a mean can round below a threshold it meets.
+    return samples[0] if min(samples) == max(samples) else math.fsum(samples) / len(samples)
+
+
+def _listed(samples: list[float]) -> str:
+    kind = "majority" if all(value in (0.0, 1.0) for value in samples) else "mean"
+    return f"{kind} of " + ", ".join(f"{value:.3g}" for value in samples)
+
+
+def _sampled(runs: list[list[ScoreRecord]]) -> list[ScoreRecord]:
+    """A judge's samples of one output as one record per score, in the order of the first:
+    ``sampled_value`` of its values with all of them kept (``samples``), the first sample's reason
+    and metadata; or, when a sample failed (or did not give that score), a failed score that says so."""
+    found: dict[str, list[ScoreRecord | None]] = {}
+    for sample, records in enumerate(runs):
+        for given in records:
+            found.setdefault(given.name, [None] * len(runs))[sample] = given
+    combined = []
+    for name, sampled in found.items():
+        problem = next(
+            (
+                (sample, record)
+                for sample, record in enumerate(sampled)
+                if record is None or record.scoring_failed
+            ),
+            None,
+        )
+        if problem is not None:
+            sample, record = problem
+            where = f"judge sample {sample + 1} of {len(runs)}"
+            reason = (
+                f"{where} gave no score named {name!r}; a judge must give the same scores each time"
+                if record is None
+                else f"{where}: {record.reason}"
+            )
+            combined.append(ScoreRecord(name=name, value=0.0, reason=reason, scoring_failed=True))
+            continue
+        values = [record.value for record in sampled if record is not None]
+        first = sampled[0]
+        assert first is not None
+        combined.append(first.model_copy(update={"value": sampled_value(values), "samples": values}))
+    return combined
 
 
 def _records(metric: Any, result: Any) -> list[ScoreRecord]:

@@ -103,12 +103,14 @@ class Running:
         """The experiments with the identities of their LLM judges, which a calibration against
         human labels holds for (none are looked for without one: a heuristic metric costs
         nothing)."""
-        metrics = {trial.case.plan.test: trial.case.plan.spec.metrics for _, trial in trials}
-        if not any(map(is_judge, itertools.chain.from_iterable(metrics.values()))):
+        plans = {trial.case.plan.test: trial.case.plan for _, trial in trials}
+        if not any(map(is_judge, itertools.chain.from_iterable(p.spec.metrics for p in plans.values()))):
             return experiments
         judges = self.state.resources.judges()
         return [
-            e.model_copy(update={"judges": found}) if (found := judges.digests(metrics[e.test])) else e
+            e.model_copy(update={"judges": found})
+            if (found := judges.digests(plans[e.test].spec.metrics, plans[e.test].judge_samples))
+            else e
             for e in experiments
         ]
 

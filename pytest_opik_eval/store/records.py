@@ -32,6 +32,10 @@ class ScoreRecord(_Written):
     # The metric's ScoreResult.metadata, made JSON-safe by the scorer. Last, and left out of the
     # store when None (see local/rows.scores_text), so a score without it is stored as before.
     metadata: dict[str, Any] | None = None
+    # judge_samples > 1: the values of an LLM judge's samples of this score, in order; ``value``
+    # is their mean, or their majority when each is 0 or 1 (``reason`` and ``metadata`` are the
+    # first sample's). None: scored once. Left out of the store when None, as ``metadata`` is.
+    samples: list[float] | None = None
 
 
 class SpanRecord(_Written):

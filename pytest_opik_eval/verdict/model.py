@@ -299,6 +299,21 @@ class JudgeCalibration(_Report):
     corrected: ConfidenceInterval | None = None
 
 
+class JudgeSelfAgreement(_Report):
+    """An LLM judge scored each output several times (``judge_samples``): how far its samples of
+    one output agree, over the completed trials whose score it sampled (``verdict.self_agreement``).
+    Each trial's score is its samples' mean (a pass/fail judge's majority), so what they disagree
+    by is in the spread of the trials' scores, which the gates' intervals rest on."""
+
+    score: str
+    samples: int  # samples per trial (the most any trial has)
+    trials: int  # completed trials with sampled scores
+    threshold: float | None  # the verdict's cut: the score's threshold; None: pass/fail, passing at 1
+    unanimous: float  # the share of those trials whose samples all gave the same verdict
+    split: int  # trials whose samples gave both verdicts
+    sd: float  # the mean over those trials of their samples' standard deviation (n - 1)
+
+
 class DatasetReport(_Report):
     source: str
     version: str
@@ -323,6 +338,8 @@ class ExperimentReport(_Report):
     rescore_of: str | None = None  # a rescore's: the experiment whose stored outputs it scored again
     # Each score the items have human labels for, the judge's verdicts against them.
     calibrations: list[JudgeCalibration] = []
+    # Each score an LLM judge sampled several times (judge_samples), the judge against itself.
+    self_agreement: list[JudgeSelfAgreement] = []
 
 
 class BudgetReport(_Report):

@@ -34,6 +34,7 @@ from pytest_opik_eval.verdict.model import (
     TrialReport,
 )
 from pytest_opik_eval.verdict.pass_at_k import pass_at_k_interval, pass_hat_k_interval
+from pytest_opik_eval.verdict.self_agreement import self_agreements
 from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, usage_of, usage_summary
 
 
@@ -180,6 +181,9 @@ class ExperimentResult(_OfExperiment):
             baseline_note=self.baseline_note,
             rescore_of=experiment.rescore_of,
             calibrations=self.calibrations(),
+            self_agreement=self_agreements(
+                (t.scores for t in self.trials if t.status == "completed"), self.settings.thresholds
+            ),
         )
 
     @cached_property

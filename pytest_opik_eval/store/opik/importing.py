@@ -6,6 +6,7 @@ experiment recorded elsewhere (by this plugin on another machine, or started by 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -223,6 +224,9 @@ class Importer:
                 s.model_copy(update={"metadata": kept[s.name]}) if isinstance(kept.get(s.name), dict) else s
                 for s in scores
             ]
+        samples = metadata.get("score_samples")
+        if isinstance(samples, dict):
+            scores = [_with_samples(s, samples.get(s.name)) for s in scores]
         passed = metadata.get("passed")
         self.spool.import_attempt(
             experiment.id,
@@ -234,3 +238,12 @@ class Importer:
             passed if isinstance(passed, bool) else None,
             completed,
         )
+
+
+def _with_samples(score: ScoreRecord, samples: object) -> ScoreRecord:
+    """The score with the judge samples its trace keeps, if they are a list of finite numbers."""
+    if score.scoring_failed or not isinstance(samples, list) or len(samples) < 2:
+        return score
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in samples):
+        return score
+    return score.model_copy(update={"samples": [float(v) for v in samples]})

@@ -53,6 +53,7 @@ class AttemptInfo:
     output: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     score_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)  # score name -> metadata
+    score_samples: dict[str, list[float]] = field(default_factory=dict)  # score name -> judge samples
     passed: bool | None = None
     task_span: SpanRecord | None = None  # sent again with its output, once the output is known
 
@@ -173,6 +174,8 @@ def trace(
         metadata["scoring_errors"] = attempt.errors
     if attempt.score_metadata:
         metadata["score_metadata"] = attempt.score_metadata
+    if attempt.score_samples:
+        metadata["score_samples"] = attempt.score_samples
     if completed:
         metadata["passed"] = attempt.passed  # the verdict, which Opik does not otherwise keep
     payload = {

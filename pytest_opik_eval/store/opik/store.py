@@ -252,6 +252,8 @@ class OpikStore:
         # The Opik SDK sends a ScoreResult's metadata in the output of the metric's span, never
         # with the feedback score (which has no such field); with no spans here, the trace keeps it.
         attempt.score_metadata = {s.name: s.metadata for s in scores if s.metadata is not None}
+        # A judge's samples (judge_samples) likewise: the feedback score is their mean or majority.
+        attempt.score_samples = {s.name: s.samples for s in scores if s.samples is not None}
         outbox = payloads.feedback_scores(attempt_id, scores, self.settings.project)
         self.spool.record_scores(attempt_id, scores, passed, outbox=outbox)
 
