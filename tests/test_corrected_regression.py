@@ -204,4 +204,3 @@ def test_a_baseline_judged_by_another_judge_without_labels_is_not_corrected(proj
         f"(opik-eval rescore {baseline}) and compare with that"
     )
     assert gate["interval"]["method"] == "score"
-

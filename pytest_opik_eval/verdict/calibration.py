@@ -340,7 +340,9 @@ def _weighted(
     expected = squares / n + label_squares / n - 2.0 * (means / n) * (labels / n)
     if expected <= _EPSILON:
         return None
-    return 1.0 - observed / expected
+    kappa = 1.0 - observed / expected
+    # Constant labels give exactly 0 (observed = expected), bar the rounding: not "-0.000".
+    return 0.0 if abs(kappa) < _EPSILON else kappa
 
 
 def weighted_kappa(items: Sequence[GradedItem], level: float = stats.LEVEL) -> Kappa | None:
