@@ -40,9 +40,11 @@ from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_lines, sentenc
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
+    CorrelationEstimate,
     ExperimentReport,
     FigureChange,
     GateVerdict,
+    JudgeCalibration,
     KappaEstimate,
     Report,
 )
@@ -309,26 +311,40 @@ def _judges_html(e: ExperimentReport) -> str:
     if not e.calibrations:
         return ""
 
-    def cell(interval: ConfidenceInterval | KappaEstimate | None) -> str:
+    def cell(
+        interval: ConfidenceInterval | KappaEstimate | CorrelationEstimate | None,
+        show: Callable[[float | None], str] = score,
+    ) -> str:
         if interval is None:
             return "-"
         if interval.low is None or interval.high is None:  # a kappa without its jackknife
-            return f"{score(interval.estimate)} (no interval)"
-        return f"{score(interval.estimate)} [{score(interval.low)}, {score(interval.high)}]"
+            return f"{show(interval.estimate)} (no interval)"
+        return f"{show(interval.estimate)} [{show(interval.low)}, {show(interval.high)}]"
+
+    # A graded judge's figures against human scores, in columns of their own when one has them.
+    graded = any(c.graded for c in e.calibrations)
+
+    def graded_cells(c: JudgeCalibration) -> str:
+        if not graded:
+            return ""
+        return (
+            f"<td>{cell(c.weighted_kappa)}</td><td>{cell(c.correlation)}</td><td>{cell(c.bias, signed)}</td>"
+        )
 
     rows = "".join(
         f'<tr data-score="{escape(c.score)}"><td>{escape(c.score)}</td>'
         f"<td>{_code(c.judge[:12]) if c.judge else 'not a judge'}</td><td>{c.items:,}</td>"
         f"<td>{cell(c.agreement)}</td><td>{cell(c.sensitivity)}</td><td>{cell(c.specificity)}</td>"
-        f"<td>{cell(c.kappa)}</td><td>{cell(c.judged)}</td><td>{cell(c.corrected)}</td></tr>"
+        f"<td>{cell(c.kappa)}</td><td>{cell(c.judged)}</td><td>{cell(c.corrected)}</td>{graded_cells(c)}</tr>"
         for c in e.calibrations
     )
+    headings = "<th>weighted kappa</th><th>correlation</th><th>bias</th>" if graded else ""
     notes = "".join(f"<li>{escape(c.score)}: {escape(n)}</li>" for c in e.calibrations for n in c.notes)
     notes = f'<ul class="notes">{notes}</ul>' if notes else ""
     return f"""<div class="panel judges"><h3>Judges against human labels</h3>
 <table><thead><tr><th>score</th><th>judge</th><th>labelled items</th><th>agreement</th>
 <th>sensitivity</th><th>specificity</th><th>kappa</th><th>pass rate as judged</th>
-<th>corrected</th></tr></thead><tbody>{rows}</tbody></table>{notes}</div>"""
+<th>corrected</th>{headings}</tr></thead><tbody>{rows}</tbody></table>{notes}</div>"""
 
 
 def _gate_html(g: GateVerdict) -> str:

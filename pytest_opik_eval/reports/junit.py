@@ -21,6 +21,7 @@ from pytest_opik_eval.formatting import level, plain_number
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
+    CorrelationEstimate,
     ExperimentReport,
     ExperimentSummary,
     JudgeCalibration,
@@ -173,7 +174,8 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
 def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration]) -> list[tuple[str, str]]:
     """Each judge against the items' human labels: its items and trials, and each figure it has
     (``eval.qa.labels.correctness.kappa`` and ``.kappa.ci``), the experiment's pass rate as
-    judged and corrected among them."""
+    judged and corrected among them, and a graded judge's ``weighted_kappa``, ``correlation``
+    and ``bias`` against human scores."""
     properties = []
     for c in calibrations:
         name = f"{base}labels.{c.score}"
@@ -185,6 +187,9 @@ def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration])
             ("kappa", c.kappa),
             ("judged", c.judged),
             ("corrected", c.corrected),
+            ("weighted_kappa", c.weighted_kappa),
+            ("correlation", c.correlation),
+            ("bias", c.bias),
         ):
             if found is not None:
                 properties.append((f"{name}.{figure}", plain_number(found.estimate)))
@@ -207,7 +212,9 @@ def _self_agreement_properties(base: str, agreements: Sequence[JudgeSelfAgreemen
     return properties
 
 
-def _interval(name: str, interval: ConfidenceInterval | KappaEstimate | None) -> list[tuple[str, str]]:
+def _interval(
+    name: str, interval: ConfidenceInterval | KappaEstimate | CorrelationEstimate | None
+) -> list[tuple[str, str]]:
     if interval is None or interval.low is None or interval.high is None:
         return []
     return [

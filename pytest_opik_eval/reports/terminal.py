@@ -131,6 +131,8 @@ def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
         else f"kappa {score(kappa.estimate)} "
         + ("(no interval)" if kappa.low is None else f"[{score(kappa.low)}, {score(kappa.high)}]"),
     ]
+    if found.graded:
+        parts += _graded_parts(found)
     line = f"{head}: {', '.join(parts)}"
     if found.judged is None:
         return line
@@ -150,6 +152,29 @@ def self_agreement_line(found: JudgeSelfAgreement) -> str:
         f"{found.score} ({found.samples} samples x {trials}, {threshold}): unanimous in "
         f"{score(found.unanimous)} of trials ({found.split} split), sd within a trial {score(found.sd)}"
     )
+
+
+def _graded_parts(found: JudgeCalibration) -> list[str]:
+    """A graded judge's weighted kappa, correlation and bias against the human scores, or why
+    they are undefined (``correlation undefined (every item has the same human score)``)."""
+
+    def why(figure: str) -> str:
+        start = f"{figure} undefined: "
+        return next((n.removeprefix(start) for n in found.notes if n.startswith(start)), "undefined")
+
+    every = "weighted kappa, correlation and bias"
+    if (found.weighted_kappa, found.correlation, found.bias) == (None, None, None):
+        return [f"{every} undefined ({why(every)})"]
+    parts = []
+    for figure, value in (("weighted kappa", found.weighted_kappa), ("correlation", found.correlation)):
+        if value is None:
+            parts.append(f"{figure} undefined ({why(figure)})")
+        else:
+            ends = "(no interval)" if value.low is None else f"[{score(value.low)}, {score(value.high)}]"
+            parts.append(f"{figure} {score(value.estimate)} {ends}")
+    if found.bias is not None:
+        parts.append(f"bias {signed(found.bias.estimate)} {bounds(found.bias, signed)}")
+    return parts
 
 
 def _figure(interval: ConfidenceInterval | None, undefined: str = "") -> str:

@@ -66,7 +66,8 @@ class ConfidenceInterval(_Report):
     # reject, with Student's t on n - 1 degrees of freedom (Wilson's bound for pass/fail items,
     # Tango's for pass/fail differences). "corrected": a pass rate corrected for a judge's errors
     # against human labels, its bounds carrying the labels' sampling error (verdict/correction.py).
-    method: Literal["score", "corrected"] = "score"
+    # "t": Student's t interval over items (a graded judge's bias against human scores).
+    method: Literal["score", "corrected", "t"] = "score"
     one_sided: bool = False
 
     def straddles(self, bound: float) -> bool:
@@ -275,6 +276,18 @@ class KappaEstimate(_Report):
     method: Literal["jackknife"] = "jackknife"
 
 
+class CorrelationEstimate(_Report):
+    """Pearson's correlation of the items' mean judge scores with their human scores, with its
+    Fisher z interval over items; ``low`` and ``high`` are None with three items (it needs four)."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+    level: float
+    items: int
+    method: Literal["fisher_z"] = "fisher_z"
+
+
 class JudgeCalibration(_Report):
     """A score against the human labels of the experiment's items (see ``verdict.calibration``):
     over the labelled items with completed trials, the judge's verdict (its score at
@@ -297,6 +310,13 @@ class JudgeCalibration(_Report):
     # errors on these labels (None: they cannot correct it, the notes say why).
     judged: ConfidenceInterval | None = None
     corrected: ConfidenceInterval | None = None
+    # ``graded``: the labels are human scores and the judge's values graded, so its scores are
+    # compared with them as well, over the labelled items (None where undefined: fewer than three
+    # items, or a constant side for the correlation; the notes say why).
+    graded: bool = False
+    weighted_kappa: KappaEstimate | None = None  # quadratic weights, on the [0, 1] scale
+    correlation: CorrelationEstimate | None = None  # of the items' mean judge scores
+    bias: ConfidenceInterval | None = None  # the mean of judge less human score (method "t")
 
 
 class JudgeSelfAgreement(_Report):

@@ -21,6 +21,7 @@ from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     ConfidenceInterval,
+    CorrelationEstimate,
     DatasetReport,
     ExperimentReport,
     ExperimentSummary,
@@ -503,7 +504,15 @@ def judge_calibration(found: calibration.Calibration) -> JudgeCalibration:
     def interval(given: stats.Interval | None) -> ConfidenceInterval | None:
         return None if given is None else confidence_interval(given)
 
-    kappa = found.kappa
+    def kappa_estimate(kappa: calibration.Kappa | None) -> KappaEstimate | None:
+        if kappa is None:
+            return None
+        return KappaEstimate(
+            estimate=kappa.estimate, low=kappa.low, high=kappa.high, level=kappa.level, items=kappa.n
+        )
+
+    graded = found.graded
+    r = None if graded is None else graded.correlation
     return JudgeCalibration(
         score=found.score,
         threshold=found.threshold,
@@ -514,17 +523,19 @@ def judge_calibration(found: calibration.Calibration) -> JudgeCalibration:
         agreement=interval(found.agreement),
         sensitivity=interval(found.sensitivity),
         specificity=interval(found.specificity),
-        kappa=None
-        if kappa is None
-        else KappaEstimate(
-            estimate=kappa.estimate, low=kappa.low, high=kappa.high, level=kappa.level, items=kappa.n
-        ),
+        kappa=kappa_estimate(found.kappa),
         notes=list(found.notes),
+        graded=graded is not None,
+        weighted_kappa=None if graded is None else kappa_estimate(graded.weighted_kappa),
+        correlation=None
+        if r is None
+        else CorrelationEstimate(estimate=r.estimate, low=r.low, high=r.high, level=r.level, items=r.n),
+        bias=None if graded is None or graded.bias is None else confidence_interval(graded.bias, "t"),
     )
 
 
 def confidence_interval(
-    interval: stats.Interval, method: Literal["score", "corrected"] = "score"
+    interval: stats.Interval, method: Literal["score", "corrected", "t"] = "score"
 ) -> ConfidenceInterval:
     return ConfidenceInterval.model_construct(
         estimate=interval.estimate,
