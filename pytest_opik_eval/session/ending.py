@@ -30,7 +30,7 @@ from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
-from pytest_opik_eval.store.base import end_begins
+from pytest_opik_eval.store.base import end_begins, record_calibrations
 from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations, StoredCalibration
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -207,11 +207,17 @@ class Ending:
     def _record_verdicts(self, report: Report) -> None:
         finished = self.config.hook.pytest_opik_eval_experiment_finished
         unrecorded: StoreError | None = None
+        store = self.state.store.get()
         for result, experiment in zip(self.results, report.experiments, strict=True):
             try:
-                self.state.store.get().record_verdict(
+                store.record_verdict(
                     result.id, passed(result) and not result.summary.pending, aggregates(result)
                 )
+                # A shard's labelled items are some of the experiment's: the whole run's calibration
+                # is not its to record (see _finish).
+                if experiment.calibrations and not self.options.shard:
+                    found = [c.model_dump(mode="json") for c in experiment.calibrations]
+                    record_calibrations(store, result.id, found)
             except StoreError as error:
                 unrecorded = error  # only last-passing baselines miss it: the rest goes on
             finished(config=self.config, experiment=experiment)

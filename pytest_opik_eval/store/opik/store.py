@@ -277,6 +277,12 @@ class OpikStore:
         if outbox:
             self.spool.enqueue(outbox)
 
+    def record_calibrations(self, experiment_id: str, calibrations: Sequence[Mapping[str, Any]]) -> None:
+        """The judges' calibrations into the experiment's metadata (``payloads.CALIBRATIONS_KEY``)."""
+        self.spool.enqueue(
+            payloads.experiment_metadata(experiment_id, payloads.CALIBRATIONS_KEY, list(calibrations))
+        )
+
     def end_begins(self) -> None:
         """The end of the session starts now: its budget (``sync_timeout``) runs from here, for
         every request that follows, the drain in :meth:`flush` included. The pytest-xdist
