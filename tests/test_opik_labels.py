@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 from conftest import Project
 from opik_server import OpikTestServer
+
+from pytest_opik_eval.store.opik.annotations import human_value
 
 # A task that says what it was given, and a judge whose score is the item's "judge" field.
 LABELLED_TEST = """
@@ -53,7 +56,7 @@ def row(item_id: str, judge: float, label: object = None) -> dict[str, Any]:
 FOUR = [row("p1", 1, True), row("p2", 1, True), row("p3", 0, True), row("f1", 1, False)]
 
 
-def metadata_calibrations(opik: OpikTestServer) -> list[Any] | None:
+def metadata_calibrations(opik: OpikTestServer) -> object:
     [experiment] = opik.experiments.values()
     return experiment["metadata"].get("judge_calibrations")
 
@@ -103,3 +106,101 @@ def test_an_opik_datasets_labels_are_kept_from_the_task_and_calibrate_the_judge(
     [found] = report["experiments"][0]["calibrations"]
     assert (found["items"], found["label_pass"], found["label_fail"]) == (4, 3, 1)
     assert metadata_calibrations(opik) == [found]
+
+
+def annotate(
+    opik: OpikTestServer, experiment_id: str, scores: dict[str, float], name: str = "correctness"
+) -> None:
+    """As a person does in the Opik UI: a feedback score on the trace of each item named, through
+    the Opik SDK's REST client (the UI's own endpoint, source "ui")."""
+    from opik.rest_api import OpikApi
+
+    with httpx.Client(timeout=10) as http:
+        api = OpikApi(
+            base_url=opik.url.rstrip("/"),
+            api_key=opik.api_key,
+            workspace_name=opik.workspace,
+            httpx_client=http,
+        )
+        for link in opik.experiment_items:
+            trace = opik.traces[link["trace_id"]]
+            item = trace["metadata"]["dataset_item_id"]
+            if link["experiment_id"] == experiment_id and item in scores:
+                api.traces.add_trace_feedback_score(trace["id"], name=name, value=scores[item], source="ui")
+
+
+def test_scores_people_gave_in_the_opik_ui_are_labels(project: Project, opik: OpikTestServer) -> None:
+    # The judge passes p1, p2 and f1 (and u, which nobody labels).
+    project.dataset([row("p1", 1), row("p2", 1), row("p3", 0), row("f1", 1), row("u", 1)])
+    judged(project)
+    project.run("--eval").assert_outcomes(passed=4, failed=1)
+    [first] = opik.experiments
+    # p3 labelled pass against the judge, f1 fail against it; p2 given again (the server keeps the
+    # newer); the judge's own score on u (source "sdk") is no label.
+    annotate(opik, first, {"p1": 1, "p2": 0, "p3": 1.0, "f1": 0})
+    annotate(opik, first, {"p2": 0.75})
+    result, report = project.run_report("--eval", "--eval-labels-from=opik-feedback")
+    result.assert_outcomes(passed=4, failed=1)
+    for line in (project.path / "task.log").read_text().splitlines():
+        assert json.loads(line) == ["id", "judge"]
+    [experiment] = report["experiments"]
+    [found] = experiment["calibrations"]
+    assert (found["score"], found["items"], found["label_pass"], found["label_fail"]) == (
+        "correctness",
+        4,
+        3,
+        1,
+    )
+    assert found["sensitivity"]["estimate"] == 2 / 3
+    assert found["specificity"]["estimate"] == 0.0
+    assert opik.experiments[experiment["id"]]["metadata"]["judge_calibrations"] == [found]
+    # Without the option, the dataset's labels alone: it has none.
+    assert project.run_report("--eval")[1]["experiments"][0]["calibrations"] == []
+    assert opik.invalid_requests == []
+
+
+def test_the_datasets_own_label_wins_and_a_ui_score_outside_0_to_1_is_said(
+    project: Project, opik: OpikTestServer
+) -> None:
+    rows = [row("p1", 1, True), row("f1", 1)]
+    project.dataset(rows)
+    judged(project)
+    project.run("--eval").assert_outcomes(passed=2)
+    [first] = opik.experiments
+    annotate(opik, first, {"p1": 0, "f1": 4})
+    result, report = project.run_report("--eval", "--eval-labels-from=opik-feedback")
+    [found] = report["experiments"][0]["calibrations"]
+    assert (found["items"], found["label_pass"], found["label_fail"]) == (1, 1, 0)
+    result.stdout.fnmatch_lines(
+        [
+            "*--eval-labels-from=opik-feedback: item f1: the score 'correctness' given in the Opik UI on "
+            "trace * is 4, not a label (true, false or a number from 0 to 1)*"
+        ]
+    )
+
+
+def test_labels_from_opik_feedback_need_the_opik_backend(project: Project) -> None:
+    project.dataset(FOUR)
+    judged(project)
+    result = project.run("--eval", "--eval-labels-from=opik-feedback")
+    assert result.ret == 4
+    result.stderr.fnmatch_lines(
+        [
+            "*--eval-labels-from=opik-feedback reads the scores people gave in the Opik UI from the Opik "
+            "server: run with --eval-backend=opik*"
+        ]
+    )
+
+
+def test_a_servers_scores_by_author_give_the_mean_of_the_ui_ones() -> None:
+    # A server that keeps each author's score apart sends their mean, with one of their sources.
+    by_author = {
+        "judge": {"value": 0.0, "source": "sdk", "last_updated_at": "2026-01-03T00:00:00Z"},
+        "ann": {"value": 1.0, "source": "ui", "last_updated_at": "2026-01-01T00:00:00Z"},
+        "bob": {"value": 0.5, "source": "ui", "last_updated_at": "2026-01-02T00:00:00Z"},
+    }
+    score = {"name": "correctness", "value": 0.5, "source": "sdk", "value_by_author": by_author}
+    assert human_value(score) == (0.75, "2026-01-02T00:00:00Z")
+    assert human_value({**score, "value_by_author": {"judge": by_author["judge"]}}) is None
+    assert human_value({"name": "correctness", "value": 1, "source": "ui"}) == (1.0, "")
+    assert human_value({"name": "correctness", "value": 1, "source": "online_scoring"}) is None
