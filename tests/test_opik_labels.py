@@ -204,3 +204,51 @@ def test_a_servers_scores_by_author_give_the_mean_of_the_ui_ones() -> None:
     assert human_value({**score, "value_by_author": {"judge": by_author["judge"]}}) is None
     assert human_value({"name": "correctness", "value": 1, "source": "ui"}) == (1.0, "")
     assert human_value({"name": "correctness", "value": 1, "source": "online_scoring"}) is None
+
+
+# An Opik SDK LLM judge as it is, its model a local OpikBaseModel: it finds no hallucination.
+OPIK_JUDGE_TEST = """
+import json
+import pytest
+from opik.evaluation.metrics import Hallucination
+from opik.evaluation.models import OpikBaseModel
+
+
+class LocalModel(OpikBaseModel):
+    def generate_chat_completion(self, messages, response_format=None, **kwargs):
+        return {"role": "assistant", "content": json.dumps({"score": 0.0, "reason": ["grounded"]})}
+
+    def generate_string(self, input, response_format=None, **kwargs):
+        raise NotImplementedError
+
+    def generate_provider_response(self, messages, **kwargs):
+        raise NotImplementedError
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Hallucination(model=LocalModel("local-1"), track=False)])
+def test_qa(eval_item):
+    return {"output": eval_item["input"], "input": eval_item["input"], "context": ["Paris"]}
+"""
+
+
+def test_an_opik_sdk_judges_calibration_names_the_judge_in_the_metadata(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset(
+        [
+            {"id": "a", "input": "Paris", "labels": {"hallucination_metric": False}},
+            {"id": "b", "input": "Lyon", "labels": {"hallucination_metric": True}},
+        ]
+    )
+    project.write("test_eval.py", OPIK_JUDGE_TEST)
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=2)
+    [found] = report["experiments"][0]["calibrations"]
+    assert (found["score"], found["items"], found["label_pass"], found["label_fail"]) == (
+        "hallucination_metric",
+        2,
+        1,
+        1,
+    )
+    assert found["judge"]  # its identity: the model's name and the prompt
+    assert metadata_calibrations(opik) == [found]
