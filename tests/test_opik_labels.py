@@ -252,3 +252,20 @@ def test_an_opik_sdk_judges_calibration_names_the_judge_in_the_metadata(
     )
     assert found["judge"]  # its identity: the model's name and the prompt
     assert metadata_calibrations(opik) == [found]
+
+
+def test_a_rescore_judges_the_outputs_people_labelled_against_their_labels(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset([row("p1", 1), row("f1", 1)])
+    judged(project)
+    project.run("--eval").assert_outcomes(passed=2)
+    [first] = opik.experiments
+    annotate(opik, first, {"p1": 1, "f1": 0})
+    result, report = project.run_report(f"--eval-rescore={first}", "--eval-labels-from=opik-feedback")
+    result.assert_outcomes(passed=2)
+    [experiment] = report["experiments"]
+    assert experiment["rescore_of"] == first
+    [found] = experiment["calibrations"]
+    assert (found["items"], found["label_pass"], found["label_fail"]) == (2, 1, 1)
+    assert opik.experiments[experiment["id"]]["metadata"]["judge_calibrations"] == [found]
