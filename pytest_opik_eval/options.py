@@ -34,6 +34,8 @@ Host = tuple[str, "int | None"]
 
 # The item key of human labels, unless ini eval_labels_field or the marker's labels_field names another.
 LABELS_FIELD = "labels"
+# Where human labels come from, besides the items' labels field: --eval-labels-from.
+LABEL_SOURCES = ("dataset", "opik-feedback")
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -66,6 +68,16 @@ def add_options(parser: pytest.Parser) -> None:
         help="Run only the dataset items with human labels, with the judge cache off: today's "
         "judges against the labels, kept as their calibration; with --eval-rescore, their stored "
         "outputs judged again; implies --eval",
+    )
+    group.addoption(
+        "--eval-labels-from",
+        metavar="SOURCE",
+        dest="eval_labels_from",
+        type=one_of(LABEL_SOURCES),
+        help="Where human labels come from: dataset (the items' labels field, the default) or "
+        "opik-feedback (also the feedback scores people gave in the Opik UI to the traces of "
+        "earlier experiments on the dataset, read when the session ends; needs --eval-backend=opik; "
+        "ini eval_labels_from)",
     )
     group.addoption(
         "--eval-metric",
@@ -295,6 +307,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "eval_labels_field", "The item key of human labels by score name (default: labels)", type="string"
     )
+    parser.addini("eval_labels_from", "Where human labels come from: dataset or opik-feedback", type="string")
     parser.addini("eval_judge_samples", "How many times each LLM judge scores an output", type="string")
     parser.addini("eval_judge_cache", "Keep the LLM judges' scores: auto, on or off", type="string")
     parser.addini(

@@ -18,6 +18,7 @@ from pytest_opik_eval.options import (
     GATE_MODES,
     JUDGE_CACHE_ENV,
     JUDGE_CACHE_SETTINGS,
+    LABEL_SOURCES,
     LABELS_FIELD,
     RECORD_ENV,
     STORE_ENV,
@@ -85,6 +86,7 @@ class EvalOptions:
     record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
     record_allowed: tuple[Host, ...]  # --eval-record-allow-host and ini eval_record_allow_host
     labels_field: str = LABELS_FIELD  # ini eval_labels_field: the item key of human labels
+    labels_from: str = "dataset"  # --eval-labels-from: "opik-feedback" adds the Opik UI's scores
     calibrate: bool = False  # --eval-calibrate: only the labelled items, the judge cache off
     # --eval-max-judge-drift: the share of a calibration's labelled items whose verdicts may change
     max_judge_drift: float | None = None
@@ -136,6 +138,7 @@ class EvalOptions:
             record_source=record_source,
             record_allowed=_record_allowed(config),
             labels_field=str(config.getini("eval_labels_field") or "").strip() or LABELS_FIELD,
+            labels_from=_labels_from(config, backend),
             calibrate=bool(config.getoption("eval_calibrate")),
             max_judge_drift=_max_judge_drift(config),
             judge_samples=_judge_samples_option(config),
@@ -166,6 +169,20 @@ def judge_cache_enabled(setting: str, record_mode: str) -> bool:
 def _judge_cache(config: pytest.Config) -> str:
     given = _layered(config, "eval_judge_cache", JUDGE_CACHE_ENV, one_of(JUDGE_CACHE_SETTINGS))
     return "auto" if given is None else given[0]
+
+
+def _labels_from(config: pytest.Config, backend: str) -> str:
+    cli: str | None = config.getoption("eval_labels_from")
+    source = "--eval-labels-from"
+    given = cli
+    if given is None:
+        given, source = _ini_value(config, "eval_labels_from", one_of(LABEL_SOURCES)), "ini eval_labels_from"
+    if given == "opik-feedback" and backend != "opik":
+        raise pytest.UsageError(
+            f"{source}=opik-feedback reads the scores people gave in the Opik UI from the Opik server: "
+            "run with --eval-backend=opik (or PYTEST_OPIK_EVAL_BACKEND=opik) and the OPIK_* settings"
+        )
+    return given or "dataset"
 
 
 def _check_rescore(resume: str | None, rescore: str | None, metric_specs: tuple[str, ...]) -> None:

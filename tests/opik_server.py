@@ -1772,7 +1772,8 @@ class OpikTestServer:
 
     def _list_experiments(self, body: Any, query: dict[str, str]) -> _Response:
         page, size = self._page_params(query)
-        found = self._matching_experiments(query.get("name"), query.get("dataset_id"))
+        # The backend's query parameter is camel-cased, as the SDK sends it (an unknown one is ignored).
+        found = self._matching_experiments(query.get("name"), query.get("datasetId"))
         if query.get("project_id"):
             found = [e for e in found if e.get("project_id") == query["project_id"]]
         if query.get("experiment_ids"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_opik_eval.escaping import shorten
@@ -43,6 +43,21 @@ def for_task(item: dict[str, Any], field: str) -> dict[str, Any]:
     if field not in item:
         return item
     return {k: v for k, v in item.items() if k != field}
+
+
+def with_labels(
+    items: Sequence[dict[str, Any]], field: str, found: Mapping[str, Mapping[str, float]]
+) -> list[dict[str, Any]]:
+    """The items with the labels ``found`` (by item id, then score name) added under ``field``;
+    a label an item has for a score already wins (the dataset's own, reviewed with it)."""
+    return [_labelled(item, field, found.get(str(item["id"]))) for item in items]
+
+
+def _labelled(item: dict[str, Any], field: str, found: Mapping[str, float] | None) -> dict[str, Any]:
+    if not found:
+        return item
+    own = item.get(field)
+    return {**item, field: {**found, **(own if isinstance(own, Mapping) else {})}}
 
 
 def _show(value: object) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_opik_eval.collect.labels import with_labels
 from pytest_opik_eval.collect.planning import settings_for_resume
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
@@ -30,7 +31,7 @@ from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
-from pytest_opik_eval.store.base import end_begins
+from pytest_opik_eval.store.base import end_begins, human_labels, record_calibrations
 from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations, StoredCalibration
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -99,6 +100,8 @@ class Ending:
             self.experiments = self._experiments()
             if not self.experiments:
                 return
+            if self.options.labels_from == "opik-feedback":
+                self.experiments = [self._with_human_labels(e) for e in self.experiments]
             self._finish(session)
         except StoreError as error:
             # The store cannot be read or written any more: say so in one line; what it held
@@ -156,6 +159,22 @@ class Ending:
         except ExperimentNotFound:
             return []  # no eval test ran
 
+    def _with_human_labels(self, experiment: ExperimentRecord) -> ExperimentRecord:
+        """--eval-labels-from=opik-feedback: the experiment with the labels people gave in the
+        Opik UI added to its items. Read here, once, on the process that reports: after every task
+        ran (no label can reach one), and with what people labelled while the session ran."""
+        self._end_begins()
+        found = human_labels(self.state.store.get(), experiment.id)
+        if found is None:
+            notice(
+                self.config,
+                f"--eval-labels-from=opik-feedback: the store {self.state.store.get().location} holds no "
+                "human labels apart from the dataset's",
+            )
+            return experiment
+        items = with_labels(experiment.items, experiment.labels_field, found)
+        return experiment.model_copy(update={"items": items})
+
     def _end_begins(self) -> None:
         # Reading back from the server spends the end's budget (--eval-sync-timeout), which the
         # drain in flush() then shares.
@@ -207,11 +226,17 @@ class Ending:
     def _record_verdicts(self, report: Report) -> None:
         finished = self.config.hook.pytest_opik_eval_experiment_finished
         unrecorded: StoreError | None = None
+        store = self.state.store.get()
         for result, experiment in zip(self.results, report.experiments, strict=True):
             try:
-                self.state.store.get().record_verdict(
+                store.record_verdict(
                     result.id, passed(result) and not result.summary.pending, aggregates(result)
                 )
+                # A shard's labelled items are some of the experiment's: the whole run's calibration
+                # is not its to record (see _finish).
+                if experiment.calibrations and not self.options.shard:
+                    found = [c.model_dump(mode="json") for c in experiment.calibrations]
+                    record_calibrations(store, result.id, found)
             except StoreError as error:
                 unrecorded = error  # only last-passing baselines miss it: the rest goes on
             finished(config=self.config, experiment=experiment)

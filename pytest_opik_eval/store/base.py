@@ -116,6 +116,18 @@ class StoreExtras(Protocol):
         its workers' run back. Without it, nothing happens."""
         ...
 
+    def record_calibrations(self, experiment_id: str, calibrations: Sequence[Mapping[str, Any]]) -> None:
+        """The calibrations of the experiment's judges against human labels, as the JSON report
+        has them (each a ``JudgeCalibration``), kept with the experiment when its session ends.
+        Without it, they are kept in the calibrations folder only (``store/calibrations.py``)."""
+        ...
+
+    def human_labels(self, experiment_id: str) -> dict[str, dict[str, float]]:
+        """Human labels the store holds apart from the dataset (with the Opik backend, the feedback
+        scores people gave in the Opik UI), by the experiment's item id, then score name, each a
+        number from 0 to 1. Without it, ``--eval-labels-from=opik-feedback`` finds none."""
+        ...
+
     def load_dataset(self, name: str, filters: list[dict[str, str]] | None) -> list[dict[str, Any]]:
         """The items of the dataset ``name`` that the store holds itself (``dataset="opik:NAME"``),
         with the filter (Opik's wire format) applied, each with its ``id``; raises ``StoreError``.
@@ -202,6 +214,23 @@ def experiments_with_trial(store: Store, node_id: str) -> list[ExperimentRecord]
     :meth:`StoreExtras.experiments_with_trial`); none when it cannot tell."""
     method: Callable[[str], list[ExperimentRecord]] | None = getattr(store, "experiments_with_trial", None)
     return [] if method is None else method(node_id)
+
+
+def record_calibrations(store: Store, experiment_id: str, calibrations: Sequence[Mapping[str, Any]]) -> None:
+    """Keep the experiment's calibrations with it (see :meth:`StoreExtras.record_calibrations`),
+    if the store can."""
+    method: Callable[[str, Sequence[Mapping[str, Any]]], None] | None = getattr(
+        store, "record_calibrations", None
+    )
+    if method is not None:
+        method(experiment_id, calibrations)
+
+
+def human_labels(store: Store, experiment_id: str) -> dict[str, dict[str, float]] | None:
+    """The human labels ``store`` holds for the experiment's items (see
+    :meth:`StoreExtras.human_labels`); None when it cannot hold any."""
+    method: Callable[[str], dict[str, dict[str, float]]] | None = getattr(store, "human_labels", None)
+    return None if method is None else method(experiment_id)
 
 
 def end_begins(store: Store) -> None:

@@ -30,6 +30,9 @@ PENDING_KEY = "_opik_evaluation_pending"
 RESUME_KEY = "_opik_resume"  # the Opik SDK's resume state, so opik.evaluate_resume() works too
 OURS_KEY = "_pytest_opik_eval"  # what this plugin needs beyond it: the plan, the item id mapping
 RESCORE_KEY = "rescore_of"  # a rescore's experiment: the experiment whose outputs it scored again
+# The judges' calibrations against human labels, as the JSON report's: a key without a dot, so
+# that the Opik UI's filters on the experiment's metadata can name it.
+CALIBRATIONS_KEY = "judge_calibrations"
 
 
 @dataclass
@@ -128,6 +131,12 @@ def experiment_scores(experiment_id: str, aggregates: Mapping[str, float]) -> li
     if not scores:
         return []
     return [("experiment_scores", json.dumps({"id": experiment_id, "scores": scores}))]
+
+
+def experiment_metadata(experiment_id: str, key: str, value: Any) -> list[Message]:
+    """One key of the experiment's metadata set, the others kept (the sender reads them first: the
+    server replaces the whole metadata)."""
+    return [("experiment_metadata", json.dumps({"id": experiment_id, "key": key, "value": value}))]
 
 
 # -- each trial attempt -----------------------------------------------------------------------

@@ -50,6 +50,12 @@ def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: 
         client.request("PUT", "traces/feedback-scores", body={"scores": scores})
     for update in by_kind.get("experiment_scores", []):
         client.request("PATCH", f"experiments/{update['id']}", body={"experiment_scores": update["scores"]})
+    for update in by_kind.get("experiment_metadata", []):
+        # The server replaces the whole metadata: the keys set at creation (the resume state,
+        # this plugin's plan) are read back and sent with the new one.
+        found = client.json("GET", f"experiments/{update['id']}") or {}
+        metadata = {**(found.get("metadata") or {}), update["key"]: update["value"]}
+        client.request("PATCH", f"experiments/{update['id']}", body={"metadata": metadata})
 
 
 def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool) -> None:

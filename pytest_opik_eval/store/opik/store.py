@@ -14,7 +14,8 @@ nothing: what could not be sent is sent later, at session end, or by ``opik-eval
 
 Its parts: ``spool`` (the local store and its outbox), ``payloads`` (what is sent, in the Opik
 SDK's formats), ``datasets`` (the server's datasets), ``sender`` (the background sender),
-``importing`` (what the server holds and the spool does not, read back) and ``client`` (HTTP).
+``importing`` (what the server holds and the spool does not, read back), ``annotations`` (the
+scores people gave in the Opik UI, as labels) and ``client`` (HTTP).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.ids import node_id, uuid7
 from pytest_opik_eval.store.opik import payloads
+from pytest_opik_eval.store.opik.annotations import Annotations
 from pytest_opik_eval.store.opik.client import (
     OpikBadAnswer,
     OpikClient,
@@ -276,6 +278,29 @@ class OpikStore:
         outbox = payloads.experiment_scores(experiment_id, aggregates)
         if outbox:
             self.spool.enqueue(outbox)
+
+    def record_calibrations(self, experiment_id: str, calibrations: Sequence[Mapping[str, Any]]) -> None:
+        """The judges' calibrations into the experiment's metadata (``payloads.CALIBRATIONS_KEY``)."""
+        self.spool.enqueue(
+            payloads.experiment_metadata(experiment_id, payloads.CALIBRATIONS_KEY, list(calibrations))
+        )
+
+    def human_labels(self, experiment_id: str) -> dict[str, dict[str, float]]:
+        """The feedback scores people gave in the Opik UI to the traces of the experiments on this
+        experiment's server dataset, as labels by item id, then score name (``annotations``);
+        none when the server cannot be read (a notice says why)."""
+        remote = self._remote(experiment_id)
+        try:
+            labels, refused = Annotations(self.client).labels(remote)
+        except OpikError as error:
+            self._notices.append(
+                f"--eval-labels-from=opik-feedback: could not read the scores people gave in the Opik UI "
+                f"to the experiments on dataset {remote.dataset_name!r}: {error}; the dataset's labels "
+                "alone are used"
+            )
+            return {}
+        self._notices.extend(f"--eval-labels-from=opik-feedback: {line}" for line in refused)
+        return labels
 
     def end_begins(self) -> None:
         """The end of the session starts now: its budget (``sync_timeout``) runs from here, for
