@@ -57,16 +57,25 @@ def test_xdist_workers_calibrate_as_one_process(project: Project, serial: tuple[
 def test_shards_merged_are_calibrated_and_gated_as_one_run(project: Project, serial: tuple[Any, ...]) -> None:
     for k in (1, 2):
         project.run(
-            "--eval", "--eval-soft", "--eval-run-id=ci-1", f"--eval-shard={k}/2", f"--eval-store=shard{k}.db"
+            "--eval",
+            "--eval-soft",
+            "--eval-run-id=ci-1",
+            f"--eval-shard={k}/2",
+            f"--eval-store=ci/shard{k}.db",
         )
-    merged = str(project.path / "merged.db")
-    shards = [str(project.path / f"shard{k}.db") for k in (1, 2)]
+    merged = str(project.path / "ci" / "merged.db")
+    shards = [str(project.path / "ci" / f"shard{k}.db") for k in (1, 2)]
     assert opik_eval(["--store", merged, "merge", *shards]) == 0
     exported = project.path / "merged.json"
     assert opik_eval(["--store", merged, "export", "ci-1", "-o", str(exported)]) == 0
     assert figures(json.loads(exported.read_text())) == serial
-    # The gate on the whole run: the corrected rate 0.5 is below 0.52.
+    kept = project.path / "ci" / "calibrations"  # beside the stores
+    assert not kept.exists()  # a shard has a part of the labelled items: it keeps none
+    # The gate on the whole run: the corrected rate 0.5 is below 0.52; and the fan-in keeps the
+    # judge's calibration of the whole run.
     assert opik_eval(["--store", merged, "gate", "ci-1"]) == 1
+    (calibration,) = kept.glob("*/*.json")
+    assert len(json.loads(calibration.read_text())["items"]) == 20
 
 
 def test_a_replay_offline_calibrates_from_the_judge_cache(project: Project, serial: tuple[Any, ...]) -> None:

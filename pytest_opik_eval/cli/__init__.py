@@ -38,14 +38,27 @@ from pytest_opik_eval.options import (
     resume_command,
     seconds,
 )
-from pytest_opik_eval.reports.terminal import baseline_lines, gate_lines, summary_lines, trial_verdict
+from pytest_opik_eval.reports.terminal import (
+    baseline_lines,
+    gate_lines,
+    judge_drift_line,
+    summary_lines,
+    trial_verdict,
+)
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import ExperimentRecord, RunRecord, Store
 from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.verdict.model import Report
 from pytest_opik_eval.verdict.results import ExperimentResult
-from pytest_opik_eval.verdict.summary import Baselines, judge_experiments, passed, rest_of_session
+from pytest_opik_eval.verdict.summary import (
+    Baselines,
+    calibrations_of,
+    judge_experiments,
+    keep_calibrations,
+    passed,
+    rest_of_session,
+)
 
 if TYPE_CHECKING:
     from pytest_opik_eval.verdict.design import Design, PlanRow
@@ -537,8 +550,12 @@ def _gate(store: Store, stored: Calibrations, args: argparse.Namespace, resume: 
         stored=stored,
     )
     reports = [r.report() for r in results]
+    # The fan-in of CI shards keeps the judges' calibrations that no shard could (each had a part).
+    drift = keep_calibrations(calibrations_of(results), stored)
     for line in summary_lines(reports, resume, False) + gate_lines(reports):
         print(line)
+    for found in drift:
+        print(judge_drift_line(found))
     failed = [r.name for r in results if not passed(r) or r.summary.pending]
     print(escape_control(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}"))
     return 1 if failed else 0

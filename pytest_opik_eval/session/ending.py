@@ -39,8 +39,8 @@ from pytest_opik_eval.verdict.summary import (
     Baselines,
     aggregates,
     calibrations_of,
-    judge_drift,
     judge_experiments,
+    keep_calibrations,
     passed,
     rest_of_session,
     unchecked_metrics,
@@ -197,6 +197,7 @@ class Ending:
             )
             # A shard's labelled items are some of them: it keeps no calibration.
             kept = [] if self.options.shard else calibrations_of(self.results)
+            self._notice_uncompared(kept, calibrations)
             resume = target.resume
             # Built once, before anything that may fail: every report renders it, the terminal's too.
             self.report = report = Report(
@@ -206,15 +207,8 @@ class Ending:
                 budget=self._budget_report(),
                 judge_cache=self._judge_cache_report(),
                 recordings=self.recordings,
-                judge_drift=judge_drift(kept, calibrations, self.options.max_judge_drift),
+                judge_drift=keep_calibrations(kept, calibrations, self.options.max_judge_drift),
             )
-            self._notice_uncompared(kept, calibrations)
-            drifted = {(d.judge, d.score) for d in report.judge_drift if d.failed}
-            for found in kept:
-                # A drift beyond the bound keeps the calibration it drifted from: the next
-                # session fails too, until the judge is pinned or its new verdicts accepted.
-                if (found.judge, found.score) not in drifted:
-                    calibrations.save(found)
         self._notice_unseen_spend()
         self._notice_unchecked_metrics()
         self._write_reports(report)

@@ -300,6 +300,21 @@ def _from_store(kept: StoredCalibration) -> CalibrationSet:
     return CalibrationSet(f"{kept.experiment} (run {kept.run_id}, {kept.created_at[:10]})", items)
 
 
+def keep_calibrations(
+    found: Sequence[StoredCalibration], stored: Calibrations, bound: float | None = None
+) -> list[JudgeDrift]:
+    """Each of ``found`` (``calibrations_of``) kept as its judge's calibration, and how its
+    verdicts drifted from the one it replaces (``judge_drift``); but one that drifted beyond
+    ``bound`` keeps the calibration it drifted from: the next session fails too, until the judge
+    is pinned or its new verdicts accepted."""
+    drift = judge_drift(found, stored, bound)
+    drifted = {(d.judge, d.score) for d in drift if d.failed}
+    for calibration in found:
+        if (calibration.judge, calibration.score) not in drifted:
+            stored.save(calibration)
+    return drift
+
+
 def judge_drift(
     found: Sequence[StoredCalibration], stored: Calibrations, bound: float | None = None
 ) -> list[JudgeDrift]:
