@@ -4,12 +4,14 @@ app; a run whose judge nobody calibrated said so, and refused in strict mode."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.correction import CorrectedChange, corrected_change
 
@@ -99,7 +101,9 @@ def labelled(verdict: str) -> list[LabelledItem]:
     return [LabelledItem(r["id"], r["verdicts"][verdict], 1, r["labels"]["correctness"]) for r in LABELLED]
 
 
-def test_a_change_of_the_judge_alone_is_drift_not_a_regression(project: Project) -> None:
+def test_a_change_of_the_judge_alone_is_drift_not_a_regression(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
     setup(project)
     project.run("--eval", "--eval-soft", "--eval-judge-cache=off")
     (project.path / "drifted.txt").write_text("")  # the app unchanged, the judge's errors changed
@@ -127,6 +131,18 @@ def test_a_change_of_the_judge_alone_is_drift_not_a_regression(project: Project)
     assert (drift["changed"], drift["now_fail"]) == (8, 8)
     assert any(line.startswith("judge drift: correctness") for line in result.outlines)
     assert result.ret == pytest.ExitCode.OK
+    # Gated again later, once this session's calibration replaced the baseline's as the judge's
+    # newest: the baseline is still corrected by its own day's, and the verdict is the same.
+    again = ["--store", str(project.store_path), "gate", "last", "--eval-soft", "--eval-baseline=last"]
+    assert opik_eval([*again, "--eval-max-regression=correctness=0.05"]) == 0
+    # Gating the first run again keeps its own calibration, replaces no newer one, and is no drift.
+    newest = list((project.store_path.parent / "calibrations").glob("*/*.json"))
+    assert [json.loads(p.read_text())["run_id"] for p in newest] == [report["run_id"]]
+    first = report["experiments"][0]["baseline"]["run_id"]
+    capsys.readouterr()
+    assert opik_eval(["--store", str(project.store_path), "gate", first, "--eval-soft"]) == 0
+    assert "judge drift" not in capsys.readouterr().out
+    assert [json.loads(p.read_text())["run_id"] for p in newest] == [report["run_id"]]
 
 
 def test_a_regression_of_the_app_is_corrected_for_the_judge(project: Project) -> None:
@@ -290,3 +306,16 @@ def test_a_regression_of_the_app_is_caught_as_often_as_the_benchmark_says(projec
     print(f"caught {caught} of {RUNS}; the benchmark: {POWER:.1%} corrected, {RAW_POWER:.1%} raw")
     spread = 3.0 * math.sqrt(RUNS * POWER * (1.0 - POWER))
     assert abs(caught - POWER * RUNS) <= spread
+
+
+def test_strict_mode_refuses_a_corrected_regression_gate_below_the_judge_floor(project: Project) -> None:
+    setup(project)
+    project.run("--eval", "--eval-soft", "--eval-judge-cache=off")
+    _, report = project.run_report(*GATE, "--eval-gate-mode=strict", "--eval-judge-floor=sensitivity=0.95")
+    gate = app_gate(report)
+    assert not gate["met"]
+    assert gate["interval"]["method"] == "corrected"
+    assert gate["detail"].endswith(
+        "; strict mode refuses it: the judge's calibration is below its floor: sensitivity 0.900 < 0.95 "
+        "(--eval-judge-floor)"
+    )

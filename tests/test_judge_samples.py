@@ -301,6 +301,20 @@ def test_xdist_workers_sample_cache_and_report_the_agreement(project: Project) -
     assert judged(replayed) == judged(report)
 
 
+def test_a_resume_samples_as_many_times_as_the_run_did(project: Project) -> None:
+    # c fails first, and -x leaves a and b pending.
+    sampled_project(project, votes={"c": VOTES["c"], "a": VOTES["a"], "b": VOTES["b"]})
+    project.run("--eval", "--eval-judge-samples=3", "-x").assert_outcomes(failed=1)
+    assert calls(project) == 3
+    # Resumed as printed, without the option: the judge still samples each output 3 times.
+    result, report = project.run_report("--eval-resume=last")
+    result.assert_outcomes(passed=2)
+    assert calls(project) == 6
+    assert {item: score[2] for item, score in judged(report).items()} == {
+        item: [float(v) for v in votes] for item, votes in VOTES.items()
+    }
+
+
 def test_a_rescore_samples_the_stored_outputs(project: Project) -> None:
     sampled_project(project)
     project.run("--eval").assert_outcomes(passed=2, failed=1)

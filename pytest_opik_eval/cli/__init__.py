@@ -184,7 +184,8 @@ def _parser() -> argparse.ArgumentParser:
         "calibrate",
         help="judge the stored outputs of the labelled items of an experiment or run again with "
         "today's judges, against the human labels, and keep that as their calibration: runs pytest "
-        "--eval-rescore=ID --eval-calibrate on the run's tests; the other arguments go to pytest",
+        "--eval-rescore=ID --eval-calibrate --eval-soft --eval-max-judge-drift=1 on the run's tests, which "
+        "accepts today's verdicts as the judges' calibrations; the other arguments go to pytest",
         usage="opik-eval calibrate [-h] ID [PYTEST ARGS...]",
         allow_abbrev=False,
     )
@@ -360,8 +361,11 @@ def _rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str])
 
 
 def _drift_options(args: argparse.Namespace) -> list[str]:
-    """judge-drift: the judge's misses do not fail the check (on an item labelled fail, a miss
-    is the judge right), and its bound, if given."""
+    """calibrate and judge-drift: the judge's misses do not fail the session (on an item labelled
+    fail, a miss is the judge right); judge-drift's bound, if given; calibrate accepts today's
+    verdicts as the judge's calibration, however far they drifted (an ini bound aside)."""
+    if args.command == "calibrate":
+        return ["--eval-soft", "--eval-max-judge-drift=1"]
     if args.command != "judge-drift":
         return []
     bound = [] if args.max_drift is None else [f"--eval-max-judge-drift={args.max_drift:g}"]

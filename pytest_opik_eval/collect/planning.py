@@ -106,7 +106,7 @@ def plan_resumed(
         items=stored.items,
         gates=settings_for_resume(stored.gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
-        judge_samples=spec.judge_samples or options.judge_samples,
+        judge_samples=stored.judge_samples,  # as the experiment sampled its first trials
         resumed={e.params: e for e in experiments},
         where=where or definition.nodeid,
         labels_field=stored.labels_field,
@@ -218,6 +218,7 @@ def plan_run(
                 gates=plan.gates,
                 rescore_of=plan.rescore_of.get(trial.params),
                 labels_field=plan.labels_field,
+                judge_samples=plan.judge_samples,
                 # The plan's items as they are, loaded and checked: validated here, each would be
                 # copied, and the session would keep a second dict per item to its end.
             ).model_copy(update={"items": plan.items})

@@ -1,8 +1,10 @@
 """Judges' calibrations against human labels, kept by the judge's identity (``run/judges.py``):
 ``<store folder>/calibrations/<identity>/<score>.json``, one file per judge and score, the newest
-session's. A later session whose gate reads that judge's score, with no labelled test of its own,
-is corrected by them; a judge whose prompt, model or code changed has another identity, so its
-old calibration is found stale, not used.
+session's; and each run's, under ``<identity>/runs/<run>/``, which a regression gate corrects its
+baseline by (the judge's errors of the baseline's day). A later session whose gate reads that
+judge's score, with no labelled test of its own, is corrected by the newest; a judge whose
+prompt, model or code changed has another identity, so its old calibration is found stale, not
+used.
 
 Each file holds the labelled items' verdicts (how many trials the judge passed, of how many, and
 the label), never their inputs or outputs: no dataset content, so no secret, is copied here. It is
@@ -22,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pytest_opik_eval.files import write_atomically
 
 CALIBRATIONS = "calibrations"  # the folder under the store folder
+RUNS = "runs"  # under a judge's folder: each run's calibrations, by the run's id
 # A judge's identity: a sha256, which names its folder (a record read from a server that held
 # anything else must not name a path).
 IDENTITY = "^[0-9a-f]{64}$"
@@ -62,14 +65,32 @@ class Calibrations:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    def save(self, calibration: StoredCalibration) -> None:
-        """Kept as the judge's calibration for its score (a read-only or full folder keeps none:
-        the session's own gates have it already)."""
-        path = self.folder / calibration.judge / _file(calibration.score)  # the model checked it
-        try:
-            write_atomically(path, calibration.model_dump_json(indent=2) + "\n")
-        except OSError:
-            pass
+    def save(self, calibration: StoredCalibration, *, newest: bool = True) -> None:
+        """Kept as its run's calibration of the judge's score, and (``newest``) as the judge's
+        calibration for it; a read-only or full folder keeps none: the session's own gates have
+        it already."""
+        text = calibration.model_dump_json(indent=2) + "\n"
+        folder = self.folder / calibration.judge  # the model checked the identity
+        paths = [folder / RUNS / _digest(calibration.run_id) / _file(calibration.score)]
+        if newest:
+            paths.append(folder / _file(calibration.score))
+        for path in paths:
+            try:
+                write_atomically(path, text)
+            except OSError:
+                pass
+
+    def of_run(self, judge: str, score: str, run_id: str) -> StoredCalibration | None:
+        """The calibration of ``score`` the run ``run_id`` kept for the judge: the judge's errors
+        on that day, which a later calibration does not replace."""
+        if not re.match(IDENTITY, judge):
+            return None
+        found = _read(self.folder / judge / RUNS / _digest(run_id) / _file(score))
+        return (
+            found
+            if found is not None and (found.judge, found.score, found.run_id) == (judge, score, run_id)
+            else None
+        )
 
     def of(self, judge: str, score: str) -> StoredCalibration | None:
         if not re.match(IDENTITY, judge):
@@ -90,8 +111,12 @@ class Calibrations:
 
 
 def _file(score: str) -> str:
-    # A score's name is any text: its digest makes a file name on every file system.
-    return hashlib.sha256(score.encode()).hexdigest()[:32] + ".json"
+    return _digest(score) + ".json"
+
+
+def _digest(name: str) -> str:
+    # A score's name, a run's id, is any text: its digest makes a file name on every file system.
+    return hashlib.sha256(name.encode()).hexdigest()[:32]
 
 
 def _read(path: Path) -> StoredCalibration | None:

@@ -213,12 +213,16 @@ class ExperimentRecord(_Written):
     # The LLM judges among its metrics, by the name of the scores they give: each one's identity
     # (run/judges.py), which a calibration against human labels holds for.
     judges: dict[str, str] = {}
+    # The times each LLM judge scored an output (judge_samples): a resume samples as many.
+    judge_samples: int = Field(default=1, ge=1)
 
     @model_serializer(mode="wrap")
     def _without_rescore_of(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Every experiment that is not a rescore, labelled under another key or judged by an
-        # LLM judge reads as before.
-        return _left_out_at_default(self, handler(self), "rescore_of", "labels_field", "judges")
+        # Every experiment that is not a rescore, labelled under another key, judged by an LLM
+        # judge or sampling its judges reads as before.
+        return _left_out_at_default(
+            self, handler(self), "rescore_of", "labels_field", "judges", "judge_samples"
+        )
 
 
 BudgetUnit = Literal["usd", "tokens"]

@@ -54,6 +54,8 @@ from pytest_opik_eval.verdict.distributions import normal_quantile, t_sf
 # items: in effective items, 3 trials an item diluted them threefold, and the lower bound's error
 # reached 6-7% at 30 labels and a true rate of 0.3 (2% in items).
 PSEUDO = 2.0
+# The ids of those items among a corrected change's influences (``_pseudo``): no item's id.
+PSEUDO_ID = "\0pseudo-"
 
 
 @dataclass(frozen=True)
@@ -212,8 +214,10 @@ class CorrectedChange:
 
     @property
     def change(self) -> float:
-        """The corrected pass rate's change, current minus baseline."""
-        return self.current.estimate - self.baseline.estimate
+        """The corrected pass rate's change, current minus baseline: of the rates before they are
+        bounded to [0, 1] (F's root), as its bounds are; bounded, two rates past 1 would show no
+        change between bounds that exclude none."""
+        return self.current.unbounded - self.baseline.unbounded
 
     @property
     def judged(self) -> float:
@@ -287,7 +291,9 @@ class Influence:
 
 def _turn(shown: Callable[[float], bool], lower: bool) -> float:
     """Where ``shown`` turns over [-1, 1] (it holds below the point for a lower bound, above it
-    for an upper one), by bisection: F's z is monotone there for any judge better than chance."""
+    for an upper one), by bisection. F's z rises with the drop tested wherever the judge is
+    clearly better than chance; where it does not (a handful of labels), the bisection finds one
+    of its turns, and the test at DELTA, which decides the gate, is exact either way."""
     low, high = -1.0, 1.0
     if shown(high if lower else low):
         return high if lower else low
@@ -333,10 +339,16 @@ def corrected_change(
     # weighed too little when the drop is far from DELTA, and strict mode passed 9% of runs at a
     # drop of DELTA (30 labels, 1,000 items). As (a, b), the derivative a + d b.
     mean = (_unit(now.unbounded) + _unit(before.unbounded)) / 2.0
+    # The pseudo items of one calibration for both runs (or of two with the same verdicts on the
+    # same items: a deterministic judge's) are one set, which cancels as their real items do;
+    # two calibrations' are two, each the floor of its own spread.
+    one = labelled is baseline_labelled or set(labelled) == set(baseline_labelled)
+    runs = ("both",) if one else ("current", "baseline")
     j_now, j_before = now.youden, before.youden
     _add_labelled(
         influence,
         labelled,
+        runs[0],
         now,
         (-j_before * mean, j_before / 2.0),
         (j_before * (1.0 - mean), j_before / 2.0),
@@ -344,12 +356,16 @@ def corrected_change(
     _add_labelled(
         influence,
         baseline_labelled,
+        runs[-1],
         before,
         (j_now * mean, j_now / 2.0),
         (-j_now * (1.0 - mean), j_now / 2.0),
     )
     n_now, n_before = now.observed + now.specificity - 1.0, before.observed + before.specificity - 1.0
     labelled_ids = {i.item_id for i in (*labelled, *baseline_labelled)}
+    labelled_ids.update(
+        item_id for run in runs for label in (True, False) for item_id, _, _ in _pseudo(label, run)
+    )
     return CorrectedChange(
         now,
         before,
@@ -367,25 +383,40 @@ def corrected_change(
 def _add_labelled(
     influence: defaultdict[str, list[float]],
     labelled: Sequence[LabelledItem],
+    pseudo: str,
     run: Correction,
     by_sensitivity: tuple[float, float],
     by_specificity: tuple[float, float],
 ) -> None:
     """Adds each labelled item's influence on F through the run's sensitivity (items labelled
-    pass) and specificity (labelled fail): its share got right, less the mean, over the items,
-    times F's derivative in that figure (a + d b)."""
+    pass) and specificity (labelled fail): the share of its trials it got right, less the mean,
+    over the items, times F's derivative in that figure (a + d b). As for ``Correction``, the
+    spread is Agresti and Coull's: ``PSEUDO`` items' worth of right verdicts and as many wrong
+    ones join each group, under ids of their own (``pseudo``'s: the same for both runs where
+    they share one calibration, so that they cancel as its items do). A judge right on all 30
+    labels has no spread of its own: without them, strict mode passed 9-11% of runs at a drop
+    of DELTA (a judge of 0.95/0.95, 10,000 items)."""
     for label, mean, (a, b) in (
         (True, run.sensitivity, by_sensitivity),
         (False, run.specificity, by_specificity),
     ):
         group = [i for i in labelled if i.label is label]
-        m = len(group)
-        scale = math.sqrt(m / (m - 1)) / m if m > 1 else 1.0
-        for item in group:
-            right = item.share if label else 1.0 - item.share  # the share of its trials got right
-            found = influence[item.item_id]
-            found[0] += scale * a * (right - mean)
-            found[1] += scale * b * (right - mean)
+        total = len(group) + 2.0 * PSEUDO
+        adjusted = (mean * len(group) + PSEUDO) / total  # as Share.adjusted
+        weighed = [(i.item_id, i.share if label else 1.0 - i.share, 1.0) for i in group]
+        for item_id, right, weight in (*weighed, *_pseudo(label, pseudo)):
+            deviation = math.sqrt(weight) * (right - adjusted) / total
+            found = influence[item_id]
+            found[0] += a * deviation
+            found[1] += b * deviation
+
+
+def _pseudo(label: bool, run: str) -> tuple[tuple[str, float, float], ...]:
+    """A label group's ``PSEUDO`` items' worth of right and of wrong verdicts: (id, right, weight)."""
+    return (
+        (f"{PSEUDO_ID}{run}-{label}-right", 1.0, PSEUDO),
+        (f"{PSEUDO_ID}{run}-{label}-wrong", 0.0, PSEUDO),
+    )
 
 
 def share(shares: Sequence[float]) -> Share:

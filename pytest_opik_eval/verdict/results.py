@@ -266,6 +266,7 @@ class CalibrationSet:
 
     source: str  # that experiment's name
     items: list[calibration.LabelledItem]
+    own: bool = False  # the experiment's own items (not another's, nor a stored calibration's)
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,9 @@ class CorrectedRegression:
     test: correction.CorrectedChange
     source: str  # the experiment whose labels corrected the current run
     baseline_source: str  # the baseline's
+    shared: bool  # one calibration corrected both: the current run's
+    labelled: list[calibration.LabelledItem]  # the current run's labelled items, and the baseline's
+    baseline_labelled: list[calibration.LabelledItem]
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,7 @@ def _change_note(corrected: CorrectedRegression) -> str:
     now, before = test.current, test.baseline
     runs = (
         f"both runs by {now.labelled} labelled item(s) of {corrected.source}"
-        if corrected.source == corrected.baseline_source and now.labelled == before.labelled
+        if corrected.shared
         else f"this run by {now.labelled} labelled item(s) of {corrected.source} (sensitivity "
         f"{score(now.sensitivity)}, specificity {score(now.specificity)}), the baseline by "
         f"{before.labelled} of {corrected.baseline_source}"
@@ -325,13 +325,18 @@ def _regression(
     )
     notes = [_bounds_note(interval, signed, bound=-delta, what="change")]
     refused = False
-    scale = 1.0  # a judged drop is the true drop times the judge's Se + Sp - 1
+    scale = None  # a corrected gate's: a judged drop is the true drop times the judge's Se + Sp - 1
+    problem = None if isinstance(corrected, CorrectedRegression) else corrected
     if fixed is not None:
         notes.append(_change_note(fixed))
         scale = fixed.test.current.youden
-    elif corrected is not None:  # as fail_under says it: on the gate's line
+        floor = settings.judge_floor
+        problem = _below_floor(fixed.test.current, fixed.labelled, floor) or _below_floor(
+            fixed.test.baseline, fixed.baseline_labelled, floor
+        )
+    if problem is not None:  # as fail_under says it: on the gate's line
         refused = strict
-        detail += f"; strict mode refuses it: {corrected}" if refused else f"; {corrected}"
+        detail += f"; strict mode refuses it: {problem}" if refused else f"; {problem}"
     if result.baseline_failed and baseline is not None:
         notes.append(
             f"the baseline, experiment {baseline.experiment_id} of run {baseline.run_id}, did not pass "
@@ -426,19 +431,28 @@ def _trials(result: ExperimentResult, metric: str) -> int:
 
 
 def _design_notes(
-    design: plan.Design, delta: float, alpha: float, strict: bool, cleared: bool, scale: float = 1.0
+    design: plan.Design,
+    delta: float,
+    alpha: float,
+    strict: bool,
+    cleared: bool,
+    scale: float | None = None,
 ) -> tuple[float | None, int | None, list[str]]:
     """What the design can detect, and, when that falls short, how many items would do. A
     corrected gate's design is the judged scores', whose drops are the true ones times
-    ``scale`` (the judge's Se + Sp - 1): its drops are scaled back."""
+    ``scale`` (the judge's Se + Sp - 1; None for a gate on the scores): its drops are scaled
+    back, and its figures leave the labels' sampling error out (with few labels, the power is
+    lower than they say)."""
     size = f"{_count(design.items, 'item')} x {_count(design.trials, 'trial')}"
+    aside = "" if scale is None else ", the labels' error aside"
+    scale = 1.0 if scale is None else scale
     tolerated = delta * scale  # the gate's delta as the judge sees it
     judged = plan.minimum_detectable_drop(design, tolerated, alpha)
     detectable = None if judged is None else min(1.0, judged / scale)
     if detectable is None:
         notes = [f"at {size} no drop is caught with 80% power (see opik-eval plan)"]
     else:
-        notes = [f"catches a drop of {score(detectable)} or more with 80% power at {size}"]
+        notes = [f"catches a drop of {score(detectable)} or more with 80% power at {size}{aside}"]
     needed = None
     if strict and not cleared:
         needed = plan.items_needed(design, lambda d: plan.clearance_power(d, tolerated, alpha))

@@ -227,17 +227,30 @@ def _change(
         return before
     test = result.tests[score]
     shared = result.paired[score].shared
+    now_items = _keyed(labelled)
     change = correction.corrected_change(
         dict(zip(shared, stats.item_means(by_item[i] for i in shared), strict=True)),
         dict(zip(shared, stats.item_means(before_by_item[i] for i in shared), strict=True)),
-        labelled.items,
-        before.items,
+        now_items,
+        now_items if before is labelled else _keyed(before),
         test.delta,
         test.p_chance,
     )
     if isinstance(change, str):
         return f"not corrected by the labels of {labelled.source}: {change}"
-    return CorrectedRegression(change, labelled.source, before.source)
+    return CorrectedRegression(
+        change, labelled.source, before.source, before is labelled, labelled.items, before.items
+    )
+
+
+def _keyed(labelled: CalibrationSet) -> list[LabelledItem]:
+    """The labelled items as ``correction.corrected_change`` weighs them, by item id: an
+    experiment's own are its run items too (one unit each); those of another experiment or of a
+    stored calibration are kept apart from the run's items (an id such as "1" may be another
+    dataset's item), yet the same in both runs' calibrations."""
+    if labelled.own:
+        return labelled.items
+    return [replace(item, item_id=f"labelled {item.item_id}") for item in labelled.items]
 
 
 def _baseline_calibration(
@@ -251,10 +264,10 @@ def _baseline_calibration(
     assert baseline is not None, "a regression gate's test has a baseline"
     own = result.baseline_labelled.get(score)
     if own:
-        return CalibrationSet(baseline.name, own)
+        return CalibrationSet(baseline.name, own, own=True)
     judge = result.baseline_judges.get(score)
-    kept = None if stored is None or judge is None else stored.of(judge, score)
-    if kept is not None and kept.run_id == baseline.run_id:
+    kept = None if stored is None or judge is None else stored.of_run(judge, score, baseline.run_id)
+    if kept is not None:
         return _from_store(kept)
     if judge == result.experiment.judges.get(score):
         return result.calibration_sets[score]
@@ -276,7 +289,7 @@ def _calibration(
     own = result.labelled(score)
     judge = result.experiment.judges.get(score)
     if own:
-        return CalibrationSet(result.name, own)
+        return CalibrationSet(result.name, own, own=True)
     if judge is None:
         return None
     if (score, judge) in session:
@@ -303,15 +316,22 @@ def _from_store(kept: StoredCalibration) -> CalibrationSet:
 def keep_calibrations(
     found: Sequence[StoredCalibration], stored: Calibrations, bound: float | None = None
 ) -> list[JudgeDrift]:
-    """Each of ``found`` (``calibrations_of``) kept as its judge's calibration, and how its
-    verdicts drifted from the one it replaces (``judge_drift``); but one that drifted beyond
-    ``bound`` keeps the calibration it drifted from: the next session fails too, until the judge
-    is pinned or its new verdicts accepted."""
-    drift = judge_drift(found, stored, bound)
+    """Each of ``found`` (``calibrations_of``) kept as its run's calibration and as its judge's,
+    and how its verdicts drifted from the one it replaces (``judge_drift``); but one that drifted
+    beyond ``bound`` keeps the judge's calibration it drifted from (the next session fails too,
+    until the judge is pinned or its new verdicts accepted), and one older than the judge's
+    replaces nothing."""
+    # A calibration older than the one kept (opik-eval gate on an earlier run) replaces none,
+    # and is no drift: it is only its run's.
+    newer = [
+        c for c in found if (kept := stored.of(c.judge, c.score)) is None or kept.created_at <= c.created_at
+    ]
+    drift = judge_drift(newer, stored, bound)
     drifted = {(d.judge, d.score) for d in drift if d.failed}
     for calibration in found:
-        if (calibration.judge, calibration.score) not in drifted:
-            stored.save(calibration)
+        stored.save(
+            calibration, newest=calibration in newer and (calibration.judge, calibration.score) not in drifted
+        )
     return drift
 
 
