@@ -165,6 +165,14 @@ def test_the_bound_says_when_there_is_no_calibration_to_check(judged: Project) -
         ]
     )
     assert calibration["name"] == "test_calibration"
+    # A shard has a part of the labelled items: the fan-in checks them.
+    result = judged.run("--eval", "--eval-max-judge-drift=0.1", "--eval-shard=1/2")
+    result.stdout.fnmatch_lines(
+        [
+            "--eval-max-judge-drift=0.1: a shard has a part of the labelled items and checks no judge's "
+            "drift: opik-eval gate on the merged store keeps the run's calibrations and shows their drift"
+        ]
+    )
 
 
 @pytest.mark.parametrize("value", ["1.5", "-0.1", "ten percent"])

@@ -245,7 +245,13 @@ class Ending:
         if bound is None:
             return
         option = f"--eval-max-judge-drift={bound:g}"
-        if not kept:
+        if self.options.shard:
+            notice(
+                self.config,
+                f"{option}: a shard has a part of the labelled items and checks no judge's drift: "
+                "opik-eval gate on the merged store keeps the run's calibrations and shows their drift",
+            )
+        elif not kept:
             notice(
                 self.config,
                 f"{option}: no judge's calibration to check: no experiment of this session judged "
