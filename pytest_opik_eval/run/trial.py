@@ -467,10 +467,15 @@ class _Capture:
 _NOTHING = contextlib.nullcontext()
 
 
+def is_async_task(item: pytest.Function) -> bool:
+    """Whether the test is an ``async def`` one, whose call phase needs ``capturing``."""
+    return inspect.iscoroutinefunction(item.obj)
+
+
 def capturing(item: pytest.Function) -> contextlib.AbstractContextManager[None]:
     """Around the test case's call phase (``item.runtest()``, where such plugins step in): an
     ``async def`` test is seen by them as a coroutine function that keeps its return value."""
-    if not inspect.iscoroutinefunction(item.obj):
+    if not is_async_task(item):
         return _NOTHING  # a sync test, as nearly all are: no generator made for every trial
     return _capturing(item)
 

@@ -27,6 +27,8 @@ from pytest_opik_eval.session.ending import Ending, WorkerEnding
 from pytest_opik_eval.session.running import Running, TrialStatus
 from pytest_opik_eval.session.start import Start
 from pytest_opik_eval.session.state import (
+    ASYNC_CAPTURE_PLUGIN,
+    CALL_REPORTS_PLUGIN,
     COLLECTION_PLUGIN,
     CONTROLLER_PLUGIN,
     ENDING_PLUGIN,
@@ -49,6 +51,8 @@ _PLUGINS = (
     START_PLUGIN,
     COLLECTION_PLUGIN,
     RUNNING_PLUGIN,
+    ASYNC_CAPTURE_PLUGIN,
+    CALL_REPORTS_PLUGIN,
     STATUS_PLUGIN,
     ENDING_PLUGIN,
     WORKER_ENDING_PLUGIN,

@@ -35,11 +35,12 @@ from pytest_opik_eval.run.trial import (
     TrialContext,
     capturing,
     clear_marker,
+    is_async_task,
     run,
     stored_task,
     threaded_task,
 )
-from pytest_opik_eval.session.state import SessionState
+from pytest_opik_eval.session.state import ASYNC_CAPTURE_PLUGIN, CALL_REPORTS_PLUGIN, SessionState
 from pytest_opik_eval.store.records import ExperimentRecord
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
@@ -68,6 +69,7 @@ class Running:
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
         self.state.resources.start_recording()
+        self._register_call_plugins(session.items)
         if any(plan.threads > 1 for plan in self.state.plans_seen):
             prepare_threads()
         if self.state.target.resume is not None:
@@ -77,6 +79,24 @@ class Running:
         trials = [t for t in _trials(planned)]
         if trials:
             self._create_run(trials)
+
+    def _register_call_plugins(self, items: list[pytest.Item]) -> None:
+        """The wrappers of a trial's call phase and report, only where they have something to
+        do: pluggy calls a wrapper on every test case, three times for the report, which costs
+        a trivial trial more than it does itself."""
+        manager = self.config.pluginmanager
+        if any(
+            TRIAL_KEY in item.stash and isinstance(item, pytest.Function) and is_async_task(item)
+            for item in items
+        ):
+            manager.register(AsyncCapture(), ASYNC_CAPTURE_PLUGIN)
+        state = self.state
+        if (
+            state.options.record_mode != "off"
+            or state.resources.budget is not None
+            or any(plan.gates.soft_trials() for plan in state.plans_seen)
+        ):
+            manager.register(CallReports(state), CALL_REPORTS_PLUGIN)
 
     def _create_run(self, trials: list[tuple[pytest.Item, Trial]]) -> None:
         state = self.state
@@ -217,12 +237,42 @@ class Running:
             )
         return self._trial_context
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        # tryfirst: before pytest tears down the fixtures, so a failing fixture teardown
+        # cannot leave a scored trial pending.
+        trial = item.stash.get(TRIAL_KEY, None)
+        if trial is not None:
+            try:
+                clear_marker(item, trial, self._context())
+            except StoreError as error:
+                failure = error
+            else:
+                return
+            self._stop(item, failure)
+
+
+class AsyncCapture:
+    """Around the call phase of an ``async def`` eval test, for the plugins that run it (see
+    ``run.trial.capturing``). Registered by ``Running`` as the trials start, only when an eval
+    test is one."""
+
     @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside any plugin that replaces item.obj
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None]:
         if not isinstance(item, pytest.Function) or TRIAL_KEY not in item.stash:
             return (yield)
         with capturing(item):
             return (yield)
+
+
+class CallReports:
+    """What a trial's call report carries to the process that reports (plain values: JSON-safe
+    for pytest-xdist): a soft failure, a request that had no recording, a trial the budget kept
+    from starting. Registered by ``Running`` as the trials start, only when one of them can
+    happen: a test with soft trials, --eval-record, --eval-budget."""
+
+    def __init__(self, state: SessionState) -> None:
+        self.state = state
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -246,20 +296,6 @@ class Running:
             path, line = item.reportinfo()[:2]
             report.longrepr = (os.fspath(path), (line or 0) + 1, f"Skipped: {budget.reason}")
         return report
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        # tryfirst: before pytest tears down the fixtures, so a failing fixture teardown
-        # cannot leave a scored trial pending.
-        trial = item.stash.get(TRIAL_KEY, None)
-        if trial is not None:
-            try:
-                clear_marker(item, trial, self._context())
-            except StoreError as error:
-                failure = error
-            else:
-                return
-            self._stop(item, failure)
 
 
 class TrialStatus:
