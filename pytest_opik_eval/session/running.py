@@ -40,7 +40,13 @@ from pytest_opik_eval.run.trial import (
     stored_task,
     threaded_task,
 )
-from pytest_opik_eval.session.state import ASYNC_CAPTURE_PLUGIN, CALL_REPORTS_PLUGIN, SessionState
+from pytest_opik_eval.session.state import (
+    ASYNC_CAPTURE_PLUGIN,
+    CALL_REPORTS_PLUGIN,
+    REJECTED_ITEMS_PLUGIN,
+    STATUS_PLUGIN,
+    SessionState,
+)
 from pytest_opik_eval.store.records import ExperimentRecord
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
@@ -81,10 +87,18 @@ class Running:
             self._create_run(trials)
 
     def _register_call_plugins(self, items: list[pytest.Item]) -> None:
-        """The wrappers of a trial's call phase and report, only where they have something to
-        do: pluggy calls a wrapper on every test case, three times for the report, which costs
-        a trivial trial more than it does itself."""
+        """The hooks around a trial's test case, only where they have something to do: pluggy
+        calls each on every test case (a report hook three times), which costs a trivial trial
+        more than it does itself."""
         manager = self.config.pluginmanager
+        if any(plan.rejected for plan in self.state.plans_seen):
+            manager.register(RejectedItems(), REJECTED_ITEMS_PLUGIN)
+        if not any(plan.gates.soft_trials() for plan in self.state.plans_seen):
+            # No trial of this process can be soft-failed: nothing for TrialStatus to show (on a
+            # pytest-xdist controller, which runs no trial, it shows its workers').
+            status = manager.get_plugin(STATUS_PLUGIN)
+            if status is not None:
+                manager.unregister(status, STATUS_PLUGIN)
         if any(
             TRIAL_KEY in item.stash and isinstance(item, pytest.Function) and is_async_task(item)
             for item in items
@@ -135,14 +149,6 @@ class Running:
         ]
 
     # -- each trial ----------------------------------------------------------------------
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        # A dataset item that could not be processed: its message, before any fixture is set up.
-        callspec = getattr(item, "callspec", None)
-        rejected = callspec.params.get(CASE_ARG) if callspec is not None else None
-        if isinstance(rejected, RejectedItem):
-            pytest.fail(rejected.message, pytrace=False)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_pyfunc_call(self, pyfuncitem: pytest.Function) -> bool | None:
@@ -250,6 +256,19 @@ class Running:
             else:
                 return
             self._stop(item, failure)
+
+
+class RejectedItems:
+    """Fails the test case of a dataset item that could not be processed with its message,
+    before any fixture is set up. Registered by ``Running`` as the trials start, only when an
+    eval test has such items."""
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        callspec = getattr(item, "callspec", None)
+        rejected = callspec.params.get(CASE_ARG) if callspec is not None else None
+        if isinstance(rejected, RejectedItem):
+            pytest.fail(rejected.message, pytrace=False)
 
 
 class AsyncCapture:

@@ -32,6 +32,7 @@ COLLECTION_PLUGIN = "opik_eval_collection"
 RUNNING_PLUGIN = "opik_eval_running"
 STATUS_PLUGIN = "opik_eval_status"
 # Registered by the running phase as the trials start, only when they have something to do.
+REJECTED_ITEMS_PLUGIN = "opik_eval_rejected_items"
 ASYNC_CAPTURE_PLUGIN = "opik_eval_async_capture"
 CALL_REPORTS_PLUGIN = "opik_eval_call_reports"
 ENDING_PLUGIN = "opik_eval_ending"
