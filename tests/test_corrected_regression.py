@@ -84,7 +84,7 @@ GATE = (
 )
 
 
-def setup(project: Project, app: list[dict[str, Any]] = APP, prompt: str = "") -> None:
+def prepare(project: Project, app: list[dict[str, Any]] = APP, prompt: str = "") -> None:
     project.dataset(LABELLED, "labelled.jsonl")
     project.dataset(app, "app.jsonl")
     project.write("test_eval.py", JUDGED.format(prompt=prompt))
@@ -104,7 +104,7 @@ def labelled(verdict: str) -> list[LabelledItem]:
 def test_a_change_of_the_judge_alone_is_drift_not_a_regression(
     project: Project, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    setup(project)
+    prepare(project)
     project.run("--eval", "--eval-soft", "--eval-judge-cache=off")
     (project.path / "drifted.txt").write_text("")  # the app unchanged, the judge's errors changed
     result, report = project.run_report(*GATE)
@@ -146,7 +146,7 @@ def test_a_change_of_the_judge_alone_is_drift_not_a_regression(
 
 
 def test_a_regression_of_the_app_is_corrected_for_the_judge(project: Project) -> None:
-    setup(project)
+    prepare(project)
     project.run("--eval", "--eval-soft", "--eval-judge-cache=off")
     # The app breaks 21 of its right answers: the judge (unchanged) fails 21 * 0.9 - ... of them.
     broken = items("r", [(42, 0, 0), (21, 1, 1), (7, 0, 0)], None)[:21] + APP[21:]
@@ -209,9 +209,9 @@ def test_a_regression_gate_on_an_uncalibrated_judge_says_so(project: Project, mo
 
 
 def test_a_baseline_judged_by_another_judge_without_labels_is_not_corrected(project: Project) -> None:
-    setup(project, prompt='"Is it right?"')  # the app's judge is not the calibration test's
+    prepare(project, prompt='"Is it right?"')  # the app's judge is not the calibration test's
     project.run("--eval", "--eval-soft")
-    setup(project)  # now it is: this run is calibrated, its baseline is not
+    prepare(project)  # now it is: this run is calibrated, its baseline is not
     _, report = project.run_report(*GATE)
     gate = app_gate(report)
     baseline = report["experiments"][1]["baseline"]["experiment_id"]
@@ -309,7 +309,7 @@ def test_a_regression_of_the_app_is_caught_as_often_as_the_benchmark_says(projec
 
 
 def test_strict_mode_refuses_a_corrected_regression_gate_below_the_judge_floor(project: Project) -> None:
-    setup(project)
+    prepare(project)
     project.run("--eval", "--eval-soft", "--eval-judge-cache=off")
     _, report = project.run_report(*GATE, "--eval-gate-mode=strict", "--eval-judge-floor=sensitivity=0.95")
     gate = app_gate(report)
