@@ -535,9 +535,10 @@ def test_ten_thousand_trials_load_without_freezing(page: Any, tmp_path: Path) ->
     # A guard against a page whose work grows faster than its rows (the freeze of a quadratic
     # render), as a ratio, not a time: ten times the rows load in less than ten times as long,
     # which work proportional to the rows cannot exceed (1.3 times here, the page's fixed costs
-    # included); a quadratic render takes up to 100 times as long.
+    # included); a quadratic render takes up to 100 times as long. Each size's best of two: a
+    # pause of the machine during one load (a loaded CI runner) is no property of the page.
     small = min(load(200) for _ in range(2))
-    large = load(2000)
+    large = min(load(2000) for _ in range(2))
     assert large < 10 * small, (large, small)
     assert page.locator("tr.item-row").count() == 2000
     page.click("#failures-only")
