@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from conftest import Project
+from conftest import NEEDS_RECORD, Project
 from test_corrected_gates import CALIBRATION, gate_lines, write
 
 from pytest_opik_eval.cli import main as opik_eval
@@ -78,6 +78,7 @@ def test_shards_merged_are_calibrated_and_gated_as_one_run(project: Project, ser
     assert len(json.loads(calibration.read_text())["items"]) == 20
 
 
+@NEEDS_RECORD
 def test_a_replay_offline_calibrates_from_the_judge_cache(project: Project, serial: tuple[Any, ...]) -> None:
     recorded = project.run("--eval", "--eval-soft", "--eval-record=once")
     recorded.stdout.fnmatch_lines(["eval judge cache: 0 hits, 20 scored"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -164,9 +165,17 @@ def test_a_killed_worker_with_threads_leaves_only_its_trials_in_flight_pending(p
     crash = "if item['id'] == 'item-5' and trial == 1 and (HERE / 'crash').exists():\n"
     crash += "        (HERE / 'crash').unlink()\n        os._exit(1)"
     project.eval_test(f"trial_count={TRIALS},", imports="import os", behaviour=crash)
-    (project.path / "crash").touch()
     args = ["-p", "xdist", "-n", "2", "--eval-threads=4", "--max-worker-restart=2"]
-    result = project.run("--eval", *args)
+    for _ in range(3):
+        (project.path / "crash").touch()
+        result = project.run("--eval", *args)
+        # pytest-xdist's own race (pytest-dev/pytest-xdist#204): its scheduler may send tests to
+        # the worker that has just died, and stop on an INTERNALERROR before it reports the crash.
+        # Not this plugin's to fix: the scenario runs again from a fresh store.
+        if "cannot send (already closed?)" not in result.stdout.str():
+            break
+        shutil.rmtree(project.store_path.parent)
+        project.calls()
     result.stdout.fnmatch_lines(["*worker*crashed while running*"])
     outcomes = result.parseoutcomes()
     # Only the crashed test case fails. The worker may die (another thread's os._exit) after that
