@@ -233,6 +233,52 @@ def test_opik_eval_judge_drift_without_a_calibration_or_labels(judged: Project) 
     assert "has items with human labels, so there is no judge to calibrate or check for drift" in done.stderr
 
 
+def test_opik_eval_gate_fails_on_the_drift_of_shards_merged(judged: Project) -> None:
+    judged.run(*CALIBRATE, "--eval-store=ci/base.db")  # the judge's calibration, beside the stores
+    drift(judged, "p0", "p1", "p2", "f0")  # 4 of 20: 0.2
+    shards = []
+    for k in (1, 2):  # each shard has a part of the labelled items: it checks no drift
+        shard = f"ci/shard{k}.db"
+        result = judged.run(*CALIBRATE, "--eval-run-id=ci-2", f"--eval-shard={k}/2", f"--eval-store={shard}")
+        assert result.ret == pytest.ExitCode.OK
+        shards.append(shard)
+    assert opik_eval(judged, "--store", "ci/merged.db", "merge", *shards).returncode == 0
+    calibrations = judged.path / "ci" / "calibrations"
+    (kept,) = calibrations.glob("*/*.json")
+    before = kept.read_text()
+    # The fan-in checks the whole run's verdicts against the stored calibration.
+    done = opik_eval(judged, "--store", "ci/merged.db", "gate", "ci-2", "--eval-max-judge-drift=0.1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    (failure,) = starting(lines, "NOT MET: judge drift of correctness")
+    assert "4 of 20 labelled items (0.200) judged otherwise than in test_calibration (run " in failure
+    # Its advice accepts the run's verdicts from the merged store.
+    run_id = failure.rsplit(" ", 1)[1]
+    assert failure.endswith(f"opik-eval --store {judged.path / 'ci' / 'merged.db'} calibrate {run_id}")
+    assert lines[-1] == "eval gate: FAILED: judge drift of correctness"
+    assert kept.read_text() == before  # the calibration it drifted from is kept
+    # Its advice, taken, accepts the run's verdicts: the gate passes from then on.
+    accept = failure.rsplit(": ", 1)[1].split()
+    assert opik_eval(judged, *accept[1:]).returncode == 0
+    assert kept.read_text() != before
+    done = opik_eval(judged, "--store", "ci/merged.db", "gate", "ci-2", "--eval-max-judge-drift=0.1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not starting(done.stdout.splitlines(), "judge drift:")
+
+
+def test_opik_eval_gate_says_when_no_judge_drift_can_be_checked(judged: Project) -> None:
+    judged.run("--eval", "-k", "test_app")  # no labelled item: no calibration
+    done = opik_eval(judged, "gate", "last", "--eval-max-judge-drift=0.1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "--eval-max-judge-drift=0.1: no judge's calibration to check: no experiment judged every one "
+        "of its items with human labels" in done.stdout
+    )
+    done = opik_eval(judged, "gate", "last", "--eval-max-judge-drift=2")
+    assert done.returncode == 2
+    assert "expected a share from 0 to 1, such as 0.9; got '2'" in done.stderr
+
+
 @pytest.mark.parametrize("value", ["2", "x"])
 def test_opik_eval_judge_drift_refuses_a_bad_bound(judged: Project, value: str) -> None:
     done = opik_eval(judged, "judge-drift", "last", "--max-drift", value)

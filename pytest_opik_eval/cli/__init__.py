@@ -41,6 +41,7 @@ from pytest_opik_eval.options import (
 from pytest_opik_eval.reports.terminal import (
     baseline_lines,
     gate_lines,
+    judge_drift_failure,
     judge_drift_line,
     summary_lines,
     trial_verdict,
@@ -90,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "diff": lambda: _diff(store, stored, args, resume),
         "report": lambda: _html(store, stored, args, resume),
         "merge": lambda: _merge(store, args),
-        "gate": lambda: _gate(store, stored, args, resume),
+        "gate": lambda: _gate(store, stored, args, resume, named),
         "export": lambda: _export(store, stored, args, resume),
         "plan": lambda: _plan(store, args),
     }
@@ -237,6 +238,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     gate.add_argument("--eval-gate-mode", choices=GATE_MODES)
     gate.add_argument("--eval-confidence", metavar="LEVEL", type=confidence)
+    gate.add_argument(
+        "--eval-max-judge-drift",
+        metavar="SHARE",
+        type=rate,
+        help="fail when a judge's verdicts on the labelled items of the run (all its shards) changed "
+        "on more than SHARE (0 to 1) of those of its stored calibration; that calibration is kept",
+    )
     plan = commands.add_parser(
         "plan",
         help="how many items and trials a regression gate needs, from the scores of a stored run",
@@ -529,7 +537,13 @@ def _merge_recordings(target_folder: Path, source_folder: Path) -> None:
     print(f"merged {added} recorded call(s) from {source} into {target}")
 
 
-def _gate(store: Store, stored: Calibrations, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
+def _gate(
+    store: Store,
+    stored: Calibrations,
+    args: argparse.Namespace,
+    resume: Callable[[str], str],
+    store_path: Path | None,
+) -> int:
     """The combined verdict of a run's shards: the summary, one line per gate, the exit code."""
     given = GateOptions(
         fail_under=dict(args.eval_fail_under),
@@ -555,12 +569,21 @@ def _gate(store: Store, stored: Calibrations, args: argparse.Namespace, resume: 
     )
     reports = [r.report() for r in results]
     # The fan-in of CI shards keeps the judges' calibrations that no shard could (each had a part).
-    drift = keep_calibrations(calibrations_of(results), stored)
+    kept = calibrations_of(results)
+    drift = keep_calibrations(kept, stored, args.eval_max_judge_drift)
     for line in summary_lines(reports, resume, False) + gate_lines(reports):
         print(line)
     for found in drift:
         print(judge_drift_line(found))
+        if found.failed:
+            print(judge_drift_failure(found, run.id, store_path))
+    if args.eval_max_judge_drift is not None and not kept:
+        print(
+            f"--eval-max-judge-drift={args.eval_max_judge_drift:g}: no judge's calibration to check: "
+            "no experiment judged every one of its items with human labels"
+        )
     failed = [r.name for r in results if not passed(r) or r.summary.pending]
+    failed += [f"judge drift of {d.score}" for d in drift if d.failed]
     print(escape_control(f"eval gate: {'FAILED: ' + ', '.join(failed) if failed else 'passed'}"))
     return 1 if failed else 0
 

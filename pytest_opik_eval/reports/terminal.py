@@ -7,7 +7,9 @@ copied whole.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 import pytest
@@ -200,10 +202,15 @@ def judge_drift_line(drift: JudgeDrift) -> str:
     )
 
 
-def judge_drift_failure(drift: JudgeDrift, run_id: str | None) -> str:
+def judge_drift_failure(drift: JudgeDrift, run_id: str | None, store: Path | None = None) -> str:
     """Why a judge's drift failed the session, and what to do: ``NOT MET: judge drift of
-    correctness (judge 1a2b3c4d5e6f): 4 of 20 labelled items (0.200) changed ...``."""
-    accept = f"opik-eval calibrate {run_id}" if run_id else "pytest --eval-calibrate"
+    correctness (judge 1a2b3c4d5e6f): 4 of 20 labelled items (0.200) changed ...``; the command
+    that accepts the verdicts names ``store`` when it is not the one found by default."""
+    accept = (
+        shlex.join(["opik-eval", *(["--store", str(store)] if store else []), "calibrate", run_id])
+        if run_id
+        else "pytest --eval-calibrate"
+    )
     return escape_control(
         f"NOT MET: judge drift of {drift.score} (judge {drift.judge[:12]}): {drift.changed} of "
         f"{drift.items} labelled items ({drift.changed / drift.items:.3f}) judged otherwise than in "
