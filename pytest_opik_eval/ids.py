@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 _lock = threading.Lock()
@@ -35,6 +36,12 @@ def uuid7() -> str:
     # Formatted directly: uuid.UUID(int=...) and its str() cost twice as much, on every trial.
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+def now() -> datetime:
+    """The time of the clock ids carry (``_clock``), in UTC: the session's clock, which the age
+    of what it reads (a stored calibration) is measured against, and which a test may set."""
+    return datetime.fromtimestamp(_clock() / 1e9, timezone.utc)
 
 
 def uuid7_for(parent: str, key: str) -> str:

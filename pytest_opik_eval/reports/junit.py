@@ -177,11 +177,24 @@ def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration])
     """Each judge against the items' human labels: its items and trials, and each figure it has
     (``eval.qa.labels.correctness.kappa`` and ``.kappa.ci``), the experiment's pass rate as
     judged and corrected among them, and a graded judge's ``weighted_kappa``, ``correlation``
-    and ``bias`` against human scores."""
+    and ``bias`` against human scores; where its labels came from (``.origin``: own, session or
+    stored, ``.experiment``, ``.run_id``), and a stored calibration's ``.created_at`` and
+    ``.age_days`` at the session's clock."""
     properties = []
     for c in calibrations:
         name = f"{base}labels.{property_key(c.score)}"
         properties += [(name + ".items", str(c.items)), (name + ".trials", str(c.trials))]
+        origin = c.origin
+        if origin is not None:
+            properties += [
+                (name + ".origin", origin.kind),
+                (name + ".experiment", origin.experiment),
+                (name + ".run_id", origin.run_id),
+            ]
+            if origin.created_at is not None:
+                properties.append((name + ".created_at", origin.created_at))
+            if origin.age_days is not None:
+                properties.append((name + ".age_days", plain_number(origin.age_days)))
         for figure, found in (
             ("agreement", c.agreement),
             ("sensitivity", c.sensitivity),

@@ -20,6 +20,7 @@ from pytest_opik_eval.verdict import calibration, correction
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
+    CalibrationOrigin,
     ConfidenceInterval,
     CorrelationEstimate,
     DatasetReport,
@@ -206,25 +207,36 @@ class ExperimentResult(_OfExperiment):
         return calibration.labelled_items(labels, values, self.settings.thresholds.get(score))
 
     def calibrations(self) -> list[JudgeCalibration]:
-        """Each labelled score's judge against the items' human labels, over the completed trials."""
+        """Each labelled score's judge against the items' human labels, over the completed
+        trials; then each score the experiment has no labels for whose judge another
+        experiment's labels or a stored calibration calibrate (``summary.calibrated``), against
+        those, with where they came from."""
+        level = self.settings.confidence
         found = calibration.calibrations(
-            self.experiment.items,
-            self.experiment.labels_field,
-            self.values,
-            self.settings.thresholds,
-            self.settings.confidence,
+            self.experiment.items, self.experiment.labels_field, self.values, self.settings.thresholds, level
         )
-        return [self._side_by_side(judge_calibration(c)) for c in found]
+        own = own_labels(self.name, self.run_id)
+        reports = [self._side_by_side(judge_calibration(c), self.labelled(c.score), own) for c in found]
+        for score, labelled in self.calibration_sets.items():
+            if not labelled.own:
+                threshold = self.settings.thresholds.get(score)
+                other = calibration.calibrate(score, threshold, labelled.items, level)
+                reports.append(self._side_by_side(judge_calibration(other), labelled.items, labelled.origin))
+        return reports
 
-    def _side_by_side(self, found: JudgeCalibration) -> JudgeCalibration:
-        """The calibration with the experiment's pass rate as judged and as corrected by it."""
+    def _side_by_side(
+        self, found: JudgeCalibration, labelled: list[calibration.LabelledItem], origin: CalibrationOrigin
+    ) -> JudgeCalibration:
+        """The calibration with where its labels came from, and the experiment's pass rate as
+        judged and as corrected by them."""
         by_item = self.values.get(found.score)
         if not found.items or not by_item:
-            return found
+            return found.model_copy(update={"origin": origin})
         level = self.settings.confidence
         shares = calibration.passed_shares(by_item.values(), found.threshold)
-        corrected = correction.correction(shares, self.labelled(found.score))
+        corrected = correction.correction(shares, labelled)
         update: dict[str, Any] = {
+            "origin": origin,
             "judge": self.experiment.judges.get(found.score),
             "judged": confidence_interval(stats.interval(stats.sample(shares, pass_fail=True), level)),
         }
@@ -260,13 +272,23 @@ class ExperimentResult(_OfExperiment):
         return baseline.model_copy(update={"items": rows})
 
 
+def own_labels(experiment: str, run_id: str) -> CalibrationOrigin:
+    """The origin of an experiment's calibration by its own labelled items."""
+    return CalibrationOrigin(kind="own", experiment=experiment, run_id=run_id)
+
+
 @dataclass(frozen=True)
 class CalibrationSet:
-    """The labelled items a judge's score is corrected by, and the experiment they are of."""
+    """The labelled items a judge's score is corrected by, and where they came from."""
 
-    source: str  # that experiment's name
+    source: str  # as the gates name it: the experiment (a stored calibration's run and date too)
     items: list[calibration.LabelledItem]
-    own: bool = False  # the experiment's own items (not another's, nor a stored calibration's)
+    origin: CalibrationOrigin
+
+    @property
+    def own(self) -> bool:
+        """The experiment's own items (not another's, nor a stored calibration's)."""
+        return self.origin.kind == "own"
 
 
 @dataclass(frozen=True)
