@@ -65,6 +65,16 @@ def uuid7_from_name(name: str) -> str:
     return uuid7_for(parent, name)
 
 
+def sampled_judge(identity: str, samples: int) -> str:
+    """The identity of a judge whose score is the mean or majority of ``samples`` calls
+    (``judge_samples``), from its identity called once (``run/judges.py``): another judge to its
+    calibration, as it errs otherwise; called once, the same."""
+    if samples == 1:
+        return identity
+    text = canonical_json({"judge": identity, "samples": samples})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def case_id(item_id: str, trial: int) -> str:
     """A trial's part of its test case's id: test_qa[<item id>-t<trial>]. It is the resume key,
     so it must stay stable."""

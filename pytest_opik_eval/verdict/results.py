@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, NamedTuple, Protocol
 
+from pytest_opik_eval.ids import sampled_judge
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 from pytest_opik_eval.verdict import calibration, correction
 from pytest_opik_eval.verdict import statistics as stats
@@ -98,6 +99,7 @@ class ExperimentResult(_OfExperiment):
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
     baseline_judges: dict[str, str] = field(default_factory=dict)  # the baseline's judges' identities
+    baseline_judge_samples: int = 1  # and the times each scored an output
     # Each metric's computed scores by item id (``scores_by_item``), computed once; with the
     # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
@@ -270,6 +272,25 @@ class ExperimentResult(_OfExperiment):
         first = next(iter(self.paired), None)
         rows.sort(key=lambda row: (first not in row.changes, row.changes.get(first or "", 0.0)))
         return baseline.model_copy(update={"items": rows})
+
+
+def samples_change(before: str, before_samples: int | None, now: str, now_samples: int) -> str | None:
+    """What changed between two identities of a judge (``run/judges.py``) whose
+    ``judge_samples`` differ: ``judge_samples changed (1 -> 3)`` when that alone tells them
+    apart, else that and its prompt, model or code; None when the counts are the same (or the
+    earlier one unknown): then its prompt, model or code changed. The identity of a judge sampled
+    N times is derived from its identity called once (``ids.sampled_judge``): with one side called
+    once, the other's is checked; with both sampled, what else changed cannot be told."""
+    if before_samples is None or before_samples == now_samples:
+        return None
+    samples = f"judge_samples changed ({before_samples} -> {now_samples})"
+    if before_samples == 1:
+        alone = sampled_judge(before, now_samples) == now
+    elif now_samples == 1:
+        alone = sampled_judge(now, before_samples) == before
+    else:
+        return f"{samples}; its prompt, model or code may have too"
+    return samples if alone else f"its prompt, model or code and {samples}"
 
 
 def own_labels(experiment: str, run_id: str) -> CalibrationOrigin:

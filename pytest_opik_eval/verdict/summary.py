@@ -24,6 +24,7 @@ from pytest_opik_eval.verdict.results import (
     baseline_run,
     experiment_result,
     own_labels,
+    samples_change,
 )
 
 LAST = "last"
@@ -278,12 +279,17 @@ def _baseline_calibration(
     kept = None if stored is None or judge is None else stored.of_run(judge, score, baseline.run_id)
     if kept is not None:
         return _from_store(kept, None)  # the baseline's: no report shows its age
-    if judge == result.experiment.judges.get(score):
+    now = result.experiment.judges.get(score)
+    if judge == now:
         return result.calibration_sets[score]
+    changed = None
+    if judge is not None and now is not None:
+        changed = samples_change(judge, result.baseline_judge_samples, now, result.experiment.judge_samples)
     return (
-        f"the baseline's judge of {score} was another version of it (its prompt, model or code) and "
-        "its run kept no calibration: judge the baseline's outputs again with today's judge "
-        f"(opik-eval rescore {baseline.experiment_id}) and compare with that"
+        f"the baseline's judge of {score} was another version of it "
+        f"({changed or 'its prompt, model or code'}) and its run kept no calibration: judge the "
+        f"baseline's outputs again with today's judge (opik-eval rescore {baseline.experiment_id}) "
+        "and compare with that"
     )
 
 
@@ -312,9 +318,10 @@ def _calibration(
     old = stored.stale(judge, score)
     if old is None:
         return None
+    changed = samples_change(old.judge, old.judge_samples, judge, result.experiment.judge_samples)
     return (
-        f" (the labels of {old.experiment}, run {old.run_id}, were for another version of it: its "
-        "prompt, model or code changed since)"
+        f" (the labels of {old.experiment}, run {old.run_id}, were for another version of it: "
+        f"{changed or 'its prompt, model or code changed'} since)"
     )
 
 
@@ -432,6 +439,7 @@ def calibrations_of(results: Sequence[ExperimentResult]) -> list[StoredCalibrati
             experiment_id=result.id,
             run_id=result.run_id,
             created_at=result.experiment.created_at,
+            judge_samples=result.experiment.judge_samples,
             items=[
                 LabelledRow(item_id=i.item_id, passed=i.passed, trials=i.trials, label=i.label) for i in own
             ],
