@@ -279,12 +279,13 @@ def _baseline_calibration(
     kept = None if stored is None or judge is None else stored.of_run(judge, score, baseline.run_id)
     if kept is not None:
         return _from_store(kept, None)  # the baseline's: no report shows its age
-    now = result.experiment.judges.get(score)
-    if judge == now:
+    current = result.experiment.judges.get(score)
+    if judge == current:
         return result.calibration_sets[score]
     changed = None
-    if judge is not None and now is not None:
-        changed = samples_change(judge, result.baseline_judge_samples, now, result.experiment.judge_samples)
+    if judge is not None and current is not None:
+        before_n, now_n = result.baseline_judge_samples, result.experiment.judge_samples
+        changed = samples_change(judge, before_n, current, now_n)
     return (
         f"the baseline's judge of {score} was another version of it "
         f"({changed or 'its prompt, model or code'}) and its run kept no calibration: judge the "
