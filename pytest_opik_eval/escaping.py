@@ -5,6 +5,8 @@ could repaint or hide lines of a CI log (a BEL rings, a CR overwrites the line, 
 clears the screen); in Markdown or XML it breaks the document. Every output that shows such text
 (the terminal summary, failure messages, notices, ``opik-eval``, the Markdown job summary, the
 JUnit XML properties) passes it through :func:`escape_control`; the HTML report escapes on its own.
+A JUnit property's name built from such a name (an experiment's, a score's) takes it through
+:func:`property_key`, the one rule for every such name.
 Long text is cut by :func:`shorten`, before it is escaped (so that a cut never halves an escape).
 """
 
@@ -33,6 +35,13 @@ def escape_control(text: str, *, newlines: bool = False) -> str:
     data inside it should then already be on one line.
     """
     return (_CONTROL_BUT_NEWLINE if newlines else _CONTROL).sub(_escaped, text)
+
+
+def property_key(name: str) -> str:
+    """An experiment's or a score's name as a part of a JUnit property's name
+    (``eval.<experiment>.<score>.mean``): as it is named, spaces and dots too, so that a plain name
+    reads as itself; control characters escaped, which XML forbids (pytest escapes only values)."""
+    return escape_control(name)
 
 
 def shorten(text: str, limit: int) -> str:

@@ -50,6 +50,17 @@ def dollars(cost: float | None, *, against: Iterable[float | None] = ()) -> str:
     return f"{sign}${digits}"
 
 
+def ago(days: float) -> str:
+    """An age as people say it, in its largest whole unit: ``3 days ago``, ``1 hour ago``; under
+    a minute (or a clock behind the other), ``just now``."""
+    seconds = days * 86400
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = int(seconds // size)
+            return f"{count} {unit}{'s' if count != 1 else ''} ago"
+    return "just now"
+
+
 def plain_number(value: float | None) -> str:
     """A number for a machine to read (a JUnit property): six significant digits, never an
     exponent nor a separator (``0.000081``, ``12.3457``, ``2.5``); "" for None."""

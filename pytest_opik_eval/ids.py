@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 _lock = threading.Lock()
@@ -37,6 +38,12 @@ def uuid7() -> str:
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
+def now() -> datetime:
+    """The time of the clock ids carry (``_clock``), in UTC: the session's clock, which the age
+    of what it reads (a stored calibration) is measured against, and which a test may set."""
+    return datetime.fromtimestamp(_clock() / 1e9, timezone.utc)
+
+
 def uuid7_for(parent: str, key: str) -> str:
     """A UUID v7 derived from another and a key: the parent's time, and bits from a hash of both.
 
@@ -56,6 +63,16 @@ def uuid7_from_name(name: str) -> str:
     digest = hashlib.sha256(f"pytest-opik-eval/{name}".encode()).hexdigest()
     parent = f"{digest[:8]}-{digest[8:12]}-7000-8000-000000000000"
     return uuid7_for(parent, name)
+
+
+def sampled_judge(identity: str, samples: int) -> str:
+    """The identity of a judge whose score is the mean or majority of ``samples`` calls
+    (``judge_samples``), from its identity called once (``run/judges.py``): another judge to its
+    calibration, as it errs otherwise; called once, the same."""
+    if samples == 1:
+        return identity
+    text = canonical_json({"judge": identity, "samples": samples})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def case_id(item_id: str, trial: int) -> str:

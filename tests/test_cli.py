@@ -168,7 +168,7 @@ def test_export_prints_and_writes_a_json_report(project: Project, capsys: pytest
     code, out, err = cli(capsys, "export", report["run_id"])
     assert (code, err) == (0, "")
     exported = json.loads(out)
-    assert exported["schema_version"] == 6
+    assert exported["schema_version"] == 7
     assert exported["run_id"] == report["run_id"]
     assert set(exported) == set(report)
     assert without_session_flags(exported["experiments"]) == without_session_flags(report["experiments"])

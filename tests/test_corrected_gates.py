@@ -5,6 +5,7 @@ judge; strict mode's refusal of a judge it cannot correct."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -453,3 +454,60 @@ def test_a_part_of_a_calibration_never_replaces_the_whole(project: Project) -> N
     assert len(json.loads(kept.read_text())["items"]) == 20
     project.run("--eval", "-k", "p0 or p1")  # 2 of the 20 labelled items
     assert len(json.loads(kept.read_text())["items"]) == 20
+
+
+def test_a_calibration_stale_by_judge_samples_alone_says_so(project: Project) -> None:
+    project.dataset(CALIBRATION, "labelled.jsonl")
+    project.dataset(rows(30, 10, label=None, prefix="a"), "app.jsonl")
+    write(project, ("test_calibration", "labelled.jsonl", "", ""))
+    project.run("--eval")  # kept for the judge called once
+    (kept,) = (project.store_path.parent / "calibrations").glob("*/*.json")
+    run = json.loads(kept.read_text())["run_id"]
+    stale = "were for another version of it: {} since): its errors are not in this bound"
+    gate = 'fail_under={"correctness": 0.6}'
+
+    # The same judge, sampled three times: only judge_samples changed its identity.
+    write(project, ("test_app", "app.jsonl", "", f"judge_samples=3, {gate}"))
+    (line,) = gate_lines(project.run("--eval"))
+    assert (
+        f"the labels of test_calibration, run {run}, " + stale.format("judge_samples changed (1 -> 3)")
+        in line
+    )
+    # Another prompt as well: both are said.
+    write(project, ("test_app", "app.jsonl", '"Is it right?"', f"judge_samples=3, {gate}"))
+    (line,) = gate_lines(project.run("--eval"))
+    assert stale.format("its prompt, model or code and judge_samples changed (1 -> 3)") in line
+    # Only the prompt: as before.
+    write(project, ("test_app", "app.jsonl", '"Is it right?"', gate))
+    (line,) = gate_lines(project.run("--eval"))
+    assert stale.format("its prompt, model or code changed") in line
+
+    # Calibrated sampled three times only, gated called once: the stored count tells it apart too.
+    shutil.rmtree(project.store_path.parent / "calibrations")
+    write(project, ("test_calibration", "labelled.jsonl", "", "judge_samples=3,"))
+    project.run("--eval")
+    write(project, ("test_app", "app.jsonl", "", gate))
+    (line,) = gate_lines(project.run("--eval"))
+    assert stale.format("judge_samples changed (3 -> 1)") in line
+    # Both sampled, three and five times: what else changed cannot be told, and the line says so.
+    write(project, ("test_app", "app.jsonl", "", f"judge_samples=5, {gate}"))
+    (line,) = gate_lines(project.run("--eval"))
+    assert stale.format("judge_samples changed (3 -> 5); its prompt, model or code may have too") in line
+
+
+def test_a_regression_gate_says_when_only_judge_samples_changed_since_the_baseline(
+    project: Project,
+) -> None:
+    project.dataset(rows(30, 10, label=None, prefix="a"), "app.jsonl")
+    write(project, ("test_app", "app.jsonl", "", ""))
+    project.run("--eval")
+    gate = ("--eval", "--eval-baseline=last", "--eval-max-regression=correctness=0.05")
+    _, report = project.run_report(*gate, "--eval-judge-samples=2")
+    (changed,) = report["experiments"][0]["gates"]
+    assert any(
+        note.startswith(
+            "the judge of correctness changed since the baseline (judge_samples changed (1 -> 2)): the "
+            "change mixes the app's with the judge's;"
+        )
+        for note in changed["notes"]
+    ), changed["notes"]

@@ -223,6 +223,23 @@ def test_a_baseline_judged_by_another_judge_without_labels_is_not_corrected(proj
     assert gate["interval"]["method"] == "score"
 
 
+def test_a_baseline_judge_sampled_otherwise_without_labels_says_judge_samples_changed(
+    project: Project,
+) -> None:
+    prepare(project)
+    sampled = JUDGED.replace("metrics=[Judge({prompt})])", "metrics=[Judge({prompt})], judge_samples=2)")
+    assert sampled != JUDGED
+    project.write("test_eval.py", sampled.format(prompt=""))  # the app's judge sampled twice
+    project.run("--eval", "--eval-soft")
+    prepare(project)  # called once, as the calibration test's: this run is calibrated
+    _, report = project.run_report(*GATE)
+    gate = app_gate(report)
+    assert (
+        "; the baseline's judge of correctness was another version of it (judge_samples changed "
+        "(2 -> 1)) and its run kept no calibration: "
+    ) in gate["detail"]
+
+
 RUNS = 100
 # benchmarks/gates.py --only change --reruns 1000 --row "30 labels 100 items shared": the
 # corrected gate catches a true drop of 0.15 (3 x DELTA) in POWER of runs, the raw one in RAW_POWER.

@@ -155,6 +155,9 @@ def test_the_job_summary_junit_and_html_carry_the_graded_figures(
         assert low < float(properties[base + figure]) <= high
     page = (project.path / "report.html").read_text()
     head = page.split('<div class="panel judges">', 1)[1].split("</thead>", 1)[0]
-    assert head.endswith("<th>corrected</th><th>weighted kappa</th><th>correlation</th><th>bias</th></tr>")
+    assert head.endswith(
+        "<th>corrected</th><th>weighted kappa</th><th>correlation</th><th>bias</th><th>labels from</th></tr>"
+    )
     cells = page.split('<tr data-score="correctness">', 1)[1].split("</tr>", 1)[0].split("<td>")[1:]
-    assert [cell.removesuffix("</td>") for cell in cells[-3:]] == list(expected_figures().values())
+    assert [cell.removesuffix("</td>") for cell in cells[-4:-1]] == list(expected_figures().values())
+    assert cells[-1] == "labels of this experiment</td>"

@@ -61,3 +61,58 @@ def test_suite_properties_carry_the_evidence(project: Project) -> None:
     assert props["eval.test_qa.baseline.equals_metric.delta"] == f"{-0.5 / 7:.6g}"
     low, high = interval(props["eval.test_qa.baseline.equals_metric.delta.ci"])
     assert low < -0.5 / 7 < high
+
+
+# A judge whose score's name has a space, a dot and an ESC, sampled twice, with labels, gated, and
+# whose verdicts change once drifted.txt exists (its identity the same: a drift).
+ODD_JUDGE = """
+import pathlib
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+HERE = pathlib.Path(__file__).parent
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="answer ok.v2\\x1b[1m", threshold=0.5)
+
+    def score(self, output, id, **kwargs):
+        flipped = (HERE / "drifted.txt").exists() and id == "a"
+        return ScoreResult(name=self.name, value=1.0 - output if flipped else float(output))
+
+
+@pytest.mark.eval(
+    dataset="data.jsonl", metrics=[Judge()], judge_samples=2,
+    fail_under={"answer ok.v2\\x1b[1m": 0.1},
+)
+def test_qa(eval_item):
+    return {"output": eval_item["judge"]}
+"""
+
+
+def test_every_property_named_by_a_score_escapes_it_one_way(project: Project) -> None:
+    name = "answer ok.v2\x1b[1m"
+    project.dataset(
+        {"id": item, "judge": judge, "labels": {name: label}}
+        for item, judge, label in (("a", 1, True), ("b", 1, True), ("c", 0, False), ("d", 1, False))
+    )
+    project.write("test_eval.py", ODD_JUDGE)
+    project.run("--eval")
+    (project.path / "drifted.txt").write_text("")
+    project.run("--eval", "--junitxml=junit.xml")
+    root = ET.parse(project.path / "junit.xml").getroot()
+    names = {str(p.get("name")) for p in root.iter("property")}
+    # Spaces and dots as the score is named; the ESC escaped, in every kind of property alike.
+    key = "answer ok.v2\\x1b[1m"
+    assert {
+        f"eval.{key}",  # a trial's
+        f"eval.test_qa.{key}.mean",
+        f"eval.test_qa.gate.fail_under.{key}",
+        f"eval.test_qa.labels.{key}.kappa",
+        f"eval.test_qa.judge_samples.{key}.samples",
+        f"eval.judge_drift.{key}.changed",
+    } <= names
+    assert not any("\x1b" in n for n in names)

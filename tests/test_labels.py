@@ -137,7 +137,7 @@ def test_the_terminal_shows_the_judges_agreement_with_the_labels(project: Projec
         "  labels: correctness (threshold 0.5, 8 items x 1 trial): "
         f"agreement {agreement}, sensitivity {sensitivity}, specificity {specificity}, "
         f"kappa 0.467 [{low:.3f}, {high:.3f}]; pass rate {judged} as judged, "
-        f"0.625 [{two_sided.low:.3f}, {two_sided.high:.3f}] corrected"
+        f"0.625 [{two_sided.low:.3f}, {two_sided.high:.3f}] corrected; labels of this experiment"
     )
 
 
@@ -165,7 +165,8 @@ def test_no_item_labelled_pass_says_sensitivity_is_undefined(project: Project) -
     assert ", sensitivity undefined (no item labelled pass), specificity 0.500 [" in line
     assert line.endswith(
         ", kappa 0.000 (no interval); pass rate 0.500 [0.013, 0.987] as judged, not corrected: no "
-        "labelled item is labelled pass: the judge's sensitivity is unknown"
+        "labelled item is labelled pass: the judge's sensitivity is unknown; labels of this"
+        " experiment"
     )  # kappa: left out in turn, one item says nothing
     (found,) = report["experiments"][0]["calibrations"]
     assert found["sensitivity"] is None
@@ -187,7 +188,7 @@ def test_no_item_labelled_fail_says_specificity_is_undefined(project: Project) -
     assert line.endswith(
         ", specificity undefined (no item labelled fail), kappa undefined (one verdict only from judge "
         "and labels); pass rate 1.000 [0.158, 1.000] as judged, not corrected: no labelled item is "
-        "labelled fail: the judge's specificity is unknown"
+        "labelled fail: the judge's specificity is unknown; labels of this experiment"
     )
 
 

@@ -26,7 +26,7 @@ def test_report_describes_every_planned_trial(project: Project) -> None:
     project.fail("a#1")
     result, report = project.run_report("--eval")
     result.assert_outcomes(passed=1, failed=3)
-    assert report["schema_version"] == 6
+    assert report["schema_version"] == 7
     assert report["resumed"] is None
     [experiment] = report["experiments"]
     assert report["run_id"] == experiment["run_id"]

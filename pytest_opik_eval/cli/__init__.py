@@ -20,6 +20,7 @@ from pytest_opik_eval.collect.planning import settings_for_gate
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.files import write_atomically
+from pytest_opik_eval.ids import now
 from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
@@ -422,6 +423,7 @@ def _results(
         resume,
         family=rest_of_session(store, target, run, experiments),
         stored=stored,
+        now=now(),
     )
     return run.id, experiments, results
 
@@ -566,6 +568,7 @@ def _gate(
         resume,
         family=rest_of_session(store, args.id, run, experiments),
         stored=stored,
+        now=now(),
     )
     reports = [r.report() for r in results]
     # The fan-in of CI shards keeps the judges' calibrations that no shard could (each had a part).

@@ -36,7 +36,7 @@ from pytest_opik_eval.formatting import (
 )
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.html_data import Items, Spans, experiment_data, script_json, span_trees
-from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_lines, sentence
+from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_lines, calibration_origin, sentence
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,
@@ -335,7 +335,8 @@ def _judges_html(e: ExperimentReport) -> str:
         f'<tr data-score="{escape(c.score)}"><td>{escape(c.score)}</td>'
         f"<td>{_code(c.judge[:12]) if c.judge else 'not a judge'}</td><td>{c.items:,}</td>"
         f"<td>{cell(c.agreement)}</td><td>{cell(c.sensitivity)}</td><td>{cell(c.specificity)}</td>"
-        f"<td>{cell(c.kappa)}</td><td>{cell(c.judged)}</td><td>{cell(c.corrected)}</td>{graded_cells(c)}</tr>"
+        f"<td>{cell(c.kappa)}</td><td>{cell(c.judged)}</td><td>{cell(c.corrected)}</td>{graded_cells(c)}"
+        f"<td>{'-' if c.origin is None else escape(calibration_origin(c.origin))}</td></tr>"
         for c in e.calibrations
     )
     headings = "<th>weighted kappa</th><th>correlation</th><th>bias</th>" if graded else ""
@@ -344,7 +345,7 @@ def _judges_html(e: ExperimentReport) -> str:
     return f"""<div class="panel judges"><h3>Judges against human labels</h3>
 <table><thead><tr><th>score</th><th>judge</th><th>labelled items</th><th>agreement</th>
 <th>sensitivity</th><th>specificity</th><th>kappa</th><th>pass rate as judged</th>
-<th>corrected</th>{headings}</tr></thead><tbody>{rows}</tbody></table>{notes}</div>"""
+<th>corrected</th>{headings}<th>labels from</th></tr></thead><tbody>{rows}</tbody></table>{notes}</div>"""
 
 
 def _gate_html(g: GateVerdict) -> str:

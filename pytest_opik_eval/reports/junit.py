@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pytest
 
 from pytest_opik_eval._compat import junit_suite_property_recorder
-from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.escaping import escape_control, property_key
 from pytest_opik_eval.formatting import level, plain_number
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
@@ -46,7 +46,7 @@ def report_properties(report: Report) -> list[tuple[str, str]]:
 def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str, str]]:
     properties = []
     for e in experiments:
-        base = f"{PREFIX}{e.name}."
+        base = f"{PREFIX}{property_key(e.name)}."
         s = e.summary
         properties += [
             (base + "experiment_id", e.id),
@@ -66,7 +66,8 @@ def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str,
             if k in s.pass_hat_k:
                 properties.append((f"{base}pass_hat_{k}", plain_number(s.pass_hat_k[k])))
                 properties += _interval(f"{base}pass_hat_{k}", s.pass_hat_k_interval.get(k))
-        for name, m in s.metrics.items():
+        for metric, m in s.metrics.items():
+            name = property_key(metric)
             properties += [
                 (f"{base}{name}.mean", plain_number(m.mean)),
                 *_interval(f"{base}{name}.mean", m.interval),
@@ -76,7 +77,7 @@ def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str,
             ]
         properties += _usage_properties(base, s)
         for gate in e.gates:
-            name = f"{base}gate.{gate.kind}" + (f".{gate.metric}" if gate.metric else "")
+            name = f"{base}gate.{gate.kind}" + (f".{property_key(gate.metric)}" if gate.metric else "")
             # "met: " or "not met: " and the decision first, as before; then what it rests on.
             value = ("met: " if gate.met else "not met: ") + "; ".join([gate.detail, *gate.notes])
             properties.append((name, value))
@@ -91,15 +92,16 @@ def suite_properties(experiments: Sequence[ExperimentReport]) -> list[tuple[str,
                 (base + "baseline.fixes", str(len(b.fixes))),
                 (base + "baseline.regressions_p_value", plain_number(b.regressions_p_value)),
             ]
-            for name, delta in b.metrics.items():
-                properties.append((f"{base}baseline.{name}.delta", plain_number(delta.delta)))
-                properties += _interval(f"{base}baseline.{name}.delta", delta.interval)
+            for metric, delta in b.metrics.items():
+                name = f"{base}baseline.{property_key(metric)}.delta"
+                properties.append((name, plain_number(delta.delta)))
+                properties += _interval(name, delta.interval)
             for name, change in b.figures.items():  # cost, tokens, latency: higher is worse
                 moved = plain_number(change.delta)
                 properties.append((f"{base}baseline.{name}.delta", moved))
-    # Experiment and metric names and gate details carry data; pytest escapes only what XML
-    # forbids in values, so an ESC in a name would make the file unreadable.
-    return [(escape_control(name), escape_control(value)) for name, value in properties]
+    # Gate details carry data; pytest escapes only what XML forbids in values, so an ESC in one
+    # would make the file unreadable. The names' data went through property_key.
+    return [(name, escape_control(value)) for name, value in properties]
 
 
 def budget_properties(budget: BudgetReport | None) -> list[tuple[str, str]]:
@@ -122,7 +124,7 @@ def drift_properties(drifts: Sequence[JudgeDrift]) -> list[tuple[str, str]]:
     labelled items changed, and whether that is beyond --eval-max-judge-drift."""
     properties = []
     for drift in drifts:
-        base = f"{PREFIX}judge_drift.{escape_control(drift.score)}."
+        base = f"{PREFIX}judge_drift.{property_key(drift.score)}."
         properties += [
             (base + "changed", str(drift.changed)),
             (base + "items", str(drift.items)),
@@ -175,11 +177,24 @@ def _calibration_properties(base: str, calibrations: Sequence[JudgeCalibration])
     """Each judge against the items' human labels: its items and trials, and each figure it has
     (``eval.qa.labels.correctness.kappa`` and ``.kappa.ci``), the experiment's pass rate as
     judged and corrected among them, and a graded judge's ``weighted_kappa``, ``correlation``
-    and ``bias`` against human scores."""
+    and ``bias`` against human scores; where its labels came from (``.origin``: own, session or
+    stored, ``.experiment``, ``.run_id``), and a stored calibration's ``.created_at`` and
+    ``.age_days`` at the session's clock."""
     properties = []
     for c in calibrations:
-        name = f"{base}labels.{c.score}"
+        name = f"{base}labels.{property_key(c.score)}"
         properties += [(name + ".items", str(c.items)), (name + ".trials", str(c.trials))]
+        origin = c.origin
+        if origin is not None:
+            properties += [
+                (name + ".origin", origin.kind),
+                (name + ".experiment", origin.experiment),
+                (name + ".run_id", origin.run_id),
+            ]
+            if origin.created_at is not None:
+                properties.append((name + ".created_at", origin.created_at))
+            if origin.age_days is not None:
+                properties.append((name + ".age_days", plain_number(origin.age_days)))
         for figure, found in (
             ("agreement", c.agreement),
             ("sensitivity", c.sensitivity),
@@ -201,7 +216,7 @@ def _self_agreement_properties(base: str, agreements: Sequence[JudgeSelfAgreemen
     """Each judge sampled several times against itself (``eval.qa.judge_samples.correctness.sd``)."""
     properties = []
     for a in agreements:
-        name = f"{base}judge_samples.{a.score}"
+        name = f"{base}judge_samples.{property_key(a.score)}"
         properties += [
             (name + ".samples", str(a.samples)),
             (name + ".trials", str(a.trials)),

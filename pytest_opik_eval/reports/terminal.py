@@ -17,6 +17,7 @@ import pytest
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
+    ago,
     bounds,
     budget_amount,
     direction,
@@ -29,6 +30,7 @@ from pytest_opik_eval.formatting import (
 )
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
+    CalibrationOrigin,
     ConfidenceInterval,
     ExperimentReport,
     ExperimentSummary,
@@ -113,8 +115,27 @@ def calibration_lines(experiment: ExperimentReport) -> list[str]:
 
 
 def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
-    """``correctness (threshold 0.5, 40 items x 3 trials): agreement 0.850 [0.740, 0.930], ...``;
-    a figure that is undefined says why."""
+    """``correctness (threshold 0.5, 40 items x 3 trials): agreement 0.850 [0.740, 0.930], ...;
+    labels of this experiment``: a figure that is undefined says why, and the end where the
+    labels came from (``calibration_origin``)."""
+    line = _calibration_figures(found, trial_count)
+    return line if found.origin is None else f"{line}; {calibration_origin(found.origin)}"
+
+
+def calibration_origin(origin: CalibrationOrigin) -> str:
+    """Where a calibration's labels came from: ``labels of this experiment``, ``labels of
+    test_calibration, this session``, or ``stored calibration of test_calibration: calibrated 3
+    days ago, run R, 2026-12-02`` (its age at the session's clock)."""
+    if origin.kind == "own":
+        return "labels of this experiment"
+    if origin.kind == "session":
+        return f"labels of {origin.experiment}, this session"
+    age = "" if origin.age_days is None else f" {ago(origin.age_days)},"
+    date = "" if origin.created_at is None else f", {origin.created_at[:10]}"
+    return f"stored calibration of {origin.experiment}: calibrated{age} run {origin.run_id}{date}"
+
+
+def _calibration_figures(found: JudgeCalibration, trial_count: int) -> str:
     threshold = "pass/fail" if found.threshold is None else f"threshold {found.threshold:g}"
     if found.trials == found.items * trial_count:
         count = f"{found.items} items x {trial_count} trial{'s' if trial_count != 1 else ''}"

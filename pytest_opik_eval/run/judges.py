@@ -25,6 +25,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pytest_opik_eval.ids import sampled_judge
+
 if TYPE_CHECKING:
     from pytest_opik_eval.run.fingerprint import Fingerprint
 
@@ -86,16 +88,11 @@ class Judges:
         (true of this package's metrics and the Opik SDK's). A judge whose score is the mean or
         majority of ``samples`` calls (``judge_samples``) errs otherwise than one called once:
         it is another judge to its calibration, its drift and a comparison with a baseline."""
-        from pytest_opik_eval.run.fingerprint import digest
-
         found = {}
         for metric in metrics:
             judge = self.of(metric)
             if judge is not None:
-                identity = (
-                    judge.digest if samples == 1 else digest({"judge": judge.digest, "samples": samples})
-                )
-                found[str(judge.about["name"])] = identity
+                found[str(judge.about["name"])] = sampled_judge(judge.digest, samples)
         return found
 
     def masked(self, value: Any) -> Any:

@@ -24,7 +24,7 @@ import pytest
 from pytest_opik_eval._compat import argument_names
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS, Trial
-from pytest_opik_eval.escaping import escape_control
+from pytest_opik_eval.escaping import escape_control, property_key
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import trial_trace
 from pytest_opik_eval.run.scoring import (
@@ -154,7 +154,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
     # JUnit XML shows these as the test case's properties.
     # Score names are data (a metric may name its scores): escaped before they reach the XML.
     item.user_properties += [
-        (f"eval.{escape_control(s.name)}", s.value) for s in scores if not s.scoring_failed
+        (f"eval.{property_key(s.name)}", s.value) for s in scores if not s.scoring_failed
     ]
     item.user_properties.append(("eval.passed", verdict.passed))
 

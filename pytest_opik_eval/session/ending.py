@@ -21,6 +21,7 @@ from pytest_opik_eval.collect.labels import with_labels
 from pytest_opik_eval.collect.planning import settings_for_resume
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
+from pytest_opik_eval.ids import now
 from pytest_opik_eval.notices import WORKER_NOTICES, notice, notices_of, print_notices
 from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, report_properties
@@ -194,6 +195,7 @@ class Ending:
                 self._in_my_shard if self.options.shard else None,
                 self._rest_of_session(),
                 calibrations,
+                now=now(),
             )
             # A shard's labelled items are some of them: it keeps no calibration.
             kept = [] if self.options.shard else calibrations_of(self.results)
@@ -227,10 +229,10 @@ class Ending:
                     result.id, passed(result) and not result.summary.pending, aggregates(result)
                 )
                 # A shard's labelled items are some of the experiment's: the whole run's calibration
-                # is not its to record (see _finish).
-                if experiment.calibrations and not self.options.shard:
-                    found = [c.model_dump(mode="json") for c in experiment.calibrations]
-                    record_calibrations(store, result.id, found)
+                # is not its to record (see _finish); nor is another experiment's, or a stored one.
+                own = [c for c in experiment.calibrations if c.origin is None or c.origin.kind == "own"]
+                if own and not self.options.shard:
+                    record_calibrations(store, result.id, [c.model_dump(mode="json") for c in own])
             except StoreError as error:
                 unrecorded = error  # only last-passing baselines miss it: the rest goes on
             finished(config=self.config, experiment=experiment)

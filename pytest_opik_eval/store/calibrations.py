@@ -57,6 +57,10 @@ class StoredCalibration(BaseModel):
     run_id: str
     created_at: str  # the experiment's
     items: list[LabelledRow]
+    # The times the judge scored each output (judge_samples), which its identity holds: a change
+    # of it alone can be told from one of its prompt, model or code (None: kept by a version
+    # before it was stored, which says only that the judge changed).
+    judge_samples: int | None = Field(default=None, ge=1)
 
 
 class Calibrations:

@@ -50,6 +50,7 @@ def with_baseline(result: ExperimentResult, baseline: BaselineRun | ExperimentRe
         baseline_verdicts=baseline_verdicts,
         baseline_values=baseline.values,
         baseline_judges=baseline.experiment.judges,
+        baseline_judge_samples=baseline.experiment.judge_samples,
     )
 
 

@@ -19,7 +19,7 @@ from pytest_opik_eval.store.records import GateMode, GateSettings, ScoreRecord
 from pytest_opik_eval.store.records import Usage as Usage
 from pytest_opik_eval.store.records import UsageTotals as UsageTotals
 
-SCHEMA_VERSION: Literal[6] = 6
+SCHEMA_VERSION: Literal[7] = 7
 
 
 class _Report(BaseModel):
@@ -288,6 +288,18 @@ class CorrelationEstimate(_Report):
     method: Literal["fisher_z"] = "fisher_z"
 
 
+class CalibrationOrigin(_Report):
+    """Where a judge's calibration came from: this experiment's labelled items (``own``), those of
+    another experiment of the session scored by the same judge (``session``), or the calibration
+    an earlier session stored for that judge (``stored``: the newest, when the session has none)."""
+
+    kind: Literal["own", "session", "stored"]
+    experiment: str  # the labelled experiment's name
+    run_id: str  # its run
+    created_at: str | None = None  # stored: when the labelled experiment was created (ISO 8601)
+    age_days: float | None = None  # stored: its age at the session's clock, in days
+
+
 class JudgeCalibration(_Report):
     """A score against the human labels of the experiment's items (see ``verdict.calibration``):
     over the labelled items with completed trials, the judge's verdict (its score at
@@ -317,6 +329,7 @@ class JudgeCalibration(_Report):
     weighted_kappa: KappaEstimate | None = None  # quadratic weights, on the [0, 1] scale
     correlation: CorrelationEstimate | None = None  # of the items' mean judge scores
     bias: ConfidenceInterval | None = None  # the mean of judge less human score (method "t")
+    origin: CalibrationOrigin | None = None  # where its labels came from (set from version 7 on)
 
 
 class JudgeSelfAgreement(_Report):
@@ -423,7 +436,7 @@ class JudgeDrift(_Report):
 
 
 class Report(_Report):
-    schema_version: Literal[6] = SCHEMA_VERSION
+    schema_version: Literal[7] = SCHEMA_VERSION
     run_id: str | None
     resumed: str | None
     experiments: list[ExperimentReport]

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, NamedTuple, Protocol
 
+from pytest_opik_eval.ids import sampled_judge
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 from pytest_opik_eval.verdict import calibration, correction
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
+    CalibrationOrigin,
     ConfidenceInterval,
     CorrelationEstimate,
     DatasetReport,
@@ -97,6 +99,7 @@ class ExperimentResult(_OfExperiment):
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
     baseline_judges: dict[str, str] = field(default_factory=dict)  # the baseline's judges' identities
+    baseline_judge_samples: int = 1  # and the times each scored an output
     # Each metric's computed scores by item id (``scores_by_item``), computed once; with the
     # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
@@ -206,25 +209,36 @@ class ExperimentResult(_OfExperiment):
         return calibration.labelled_items(labels, values, self.settings.thresholds.get(score))
 
     def calibrations(self) -> list[JudgeCalibration]:
-        """Each labelled score's judge against the items' human labels, over the completed trials."""
+        """Each labelled score's judge against the items' human labels, over the completed
+        trials; then each score the experiment has no labels for whose judge another
+        experiment's labels or a stored calibration calibrate (``summary.calibrated``), against
+        those, with where they came from."""
+        level = self.settings.confidence
         found = calibration.calibrations(
-            self.experiment.items,
-            self.experiment.labels_field,
-            self.values,
-            self.settings.thresholds,
-            self.settings.confidence,
+            self.experiment.items, self.experiment.labels_field, self.values, self.settings.thresholds, level
         )
-        return [self._side_by_side(judge_calibration(c)) for c in found]
+        own = own_labels(self.name, self.run_id)
+        reports = [self._side_by_side(judge_calibration(c), self.labelled(c.score), own) for c in found]
+        for score, labelled in self.calibration_sets.items():
+            if not labelled.own:
+                threshold = self.settings.thresholds.get(score)
+                other = calibration.calibrate(score, threshold, labelled.items, level)
+                reports.append(self._side_by_side(judge_calibration(other), labelled.items, labelled.origin))
+        return reports
 
-    def _side_by_side(self, found: JudgeCalibration) -> JudgeCalibration:
-        """The calibration with the experiment's pass rate as judged and as corrected by it."""
+    def _side_by_side(
+        self, found: JudgeCalibration, labelled: list[calibration.LabelledItem], origin: CalibrationOrigin
+    ) -> JudgeCalibration:
+        """The calibration with where its labels came from, and the experiment's pass rate as
+        judged and as corrected by them."""
         by_item = self.values.get(found.score)
         if not found.items or not by_item:
-            return found
+            return found.model_copy(update={"origin": origin})
         level = self.settings.confidence
         shares = calibration.passed_shares(by_item.values(), found.threshold)
-        corrected = correction.correction(shares, self.labelled(found.score))
+        corrected = correction.correction(shares, labelled)
         update: dict[str, Any] = {
+            "origin": origin,
             "judge": self.experiment.judges.get(found.score),
             "judged": confidence_interval(stats.interval(stats.sample(shares, pass_fail=True), level)),
         }
@@ -260,13 +274,42 @@ class ExperimentResult(_OfExperiment):
         return baseline.model_copy(update={"items": rows})
 
 
+def samples_change(before: str, before_samples: int | None, now: str, now_samples: int) -> str | None:
+    """What changed between two identities of a judge (``run/judges.py``) whose
+    ``judge_samples`` differ: ``judge_samples changed (1 -> 3)`` when that alone tells them
+    apart, else that and its prompt, model or code; None when the counts are the same (or the
+    earlier one unknown): then its prompt, model or code changed. The identity of a judge sampled
+    N times is derived from its identity called once (``ids.sampled_judge``): with one side called
+    once, the other's is checked; with both sampled, what else changed cannot be told."""
+    if before_samples is None or before_samples == now_samples:
+        return None
+    samples = f"judge_samples changed ({before_samples} -> {now_samples})"
+    if before_samples == 1:
+        alone = sampled_judge(before, now_samples) == now
+    elif now_samples == 1:
+        alone = sampled_judge(now, before_samples) == before
+    else:
+        return f"{samples}; its prompt, model or code may have too"
+    return samples if alone else f"its prompt, model or code and {samples}"
+
+
+def own_labels(experiment: str, run_id: str) -> CalibrationOrigin:
+    """The origin of an experiment's calibration by its own labelled items."""
+    return CalibrationOrigin(kind="own", experiment=experiment, run_id=run_id)
+
+
 @dataclass(frozen=True)
 class CalibrationSet:
-    """The labelled items a judge's score is corrected by, and the experiment they are of."""
+    """The labelled items a judge's score is corrected by, and where they came from."""
 
-    source: str  # that experiment's name
+    source: str  # as the gates name it: the experiment (a stored calibration's run and date too)
     items: list[calibration.LabelledItem]
-    own: bool = False  # the experiment's own items (not another's, nor a stored calibration's)
+    origin: CalibrationOrigin
+
+    @property
+    def own(self) -> bool:
+        """The experiment's own items (not another's, nor a stored calibration's)."""
+        return self.origin.kind == "own"
 
 
 @dataclass(frozen=True)

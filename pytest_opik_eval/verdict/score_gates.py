@@ -39,6 +39,7 @@ from pytest_opik_eval.verdict.results import (
     confidence_interval,
     item_passes,
     pass_rates,
+    samples_change,
 )
 
 
@@ -345,9 +346,11 @@ def _regression(
         )
     before, now = result.baseline_judges.get(metric), result.experiment.judges.get(metric)
     if before is not None and now is not None and before != now and fixed is None:
+        changed = samples_change(before, result.baseline_judge_samples, now, result.experiment.judge_samples)
         notes.append(
-            f"the judge of {metric} changed since the baseline (its prompt, model or code): the change "
-            "mixes the app's with the judge's; judge the baseline's outputs again with today's judge "
+            f"the judge of {metric} changed since the baseline "
+            f"({changed or 'its prompt, model or code'}): the change mixes the app's with the judge's; "
+            "judge the baseline's outputs again with today's judge "
             f"(opik-eval rescore {baseline.experiment_id if baseline else 'BASELINE'}) "
             "and compare with that"
         )

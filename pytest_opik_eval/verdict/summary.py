@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, RunRecord, Store, TrialRecord
 from pytest_opik_eval.store.calibrations import Calibrations, LabelledRow, StoredCalibration
@@ -15,13 +16,15 @@ from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.comparison import with_baseline
 from pytest_opik_eval.verdict.distributions import sign_test
 from pytest_opik_eval.verdict.gates import judge
-from pytest_opik_eval.verdict.model import JudgeDrift
+from pytest_opik_eval.verdict.model import CalibrationOrigin, JudgeDrift
 from pytest_opik_eval.verdict.results import (
     CalibrationSet,
     CorrectedRegression,
     ExperimentResult,
     baseline_run,
     experiment_result,
+    own_labels,
+    samples_change,
 )
 
 LAST = "last"
@@ -100,11 +103,14 @@ def judge_experiments(
     keep: Callable[[ExperimentRecord, TrialRecord], bool] | None = None,
     family: Sequence[ExperimentRecord] = (),
     stored: Calibrations | None = None,
+    *,
+    now: datetime,
 ) -> list[ExperimentResult]:
     """Every experiment as the store has it now (only the trials ``keep`` keeps: a shard's
     share), with its baseline comparison and gates; ``family``: the rest of their session's
     experiments, whose regression gates join Holm's family and are not judged (see
-    ``rest_of_session``)."""
+    ``rest_of_session``); ``now``: the session's clock, which a stored calibration's age is
+    measured against."""
 
     def compared(experiment: ExperimentRecord) -> ExperimentResult:
         settings = settings_of(experiment)
@@ -119,7 +125,7 @@ def judge_experiments(
         return replace(result, baseline_note=note)
 
     results = [compared(e) for e in experiments]
-    return judge_session(results, resume_command, [compared(e) for e in family], stored)
+    return judge_session(results, resume_command, [compared(e) for e in family], stored, now)
 
 
 def rest_of_session(
@@ -139,6 +145,7 @@ def judge_session(
     resume_command: Callable[[str], str],
     others: Sequence[ExperimentResult] = (),
     stored: Calibrations | None = None,
+    now: datetime | None = None,
 ) -> list[ExperimentResult]:
     """Every result judged (a judge's score corrected by its calibration: ``calibrated``), the
     normal-mode regression gates of all of them and of ``others`` (the rest of their session,
@@ -147,7 +154,7 @@ def judge_session(
     each at 5% would fail an unchanged app's run about 23% of the time. The family is the same
     however the session is judged: at its end, after a resume of one of its experiments, or by
     ``opik-eval gate``."""
-    everyone = calibrated([*results, *others], [*results, *others], stored)
+    everyone = calibrated([*results, *others], [*results, *others], stored, now)
     results = everyone[: len(results)]
     members = [
         (position, metric, test.p_beyond)
@@ -174,23 +181,26 @@ def calibrated(
     results: Sequence[ExperimentResult],
     session: Sequence[ExperimentResult],
     stored: Calibrations | None = None,
+    now: datetime | None = None,
 ) -> list[ExperimentResult]:
     """Each result with, for each score a fail_under or regression gate reads, the human-labelled
     items its judge's errors are measured on: the result's own; else those of another experiment
     of the session scored by the same judge (the same identity: its prompt, model and code), the
     first one found; else the newest stored for that judge (``stored``: what sessions with labels
-    kept, ``calibrations_of``). A stored calibration of another version of the judge is stale:
-    the result says so. A regression gate's change is corrected too (``_change``)."""
+    kept, ``calibrations_of``), its age measured at ``now``. A stored calibration of another
+    version of the judge is stale: the result says so. A regression gate's change is corrected
+    too (``_change``)."""
     by_judge: dict[tuple[str, str], CalibrationSet] = {}
     for other in session:
         for score, identity in other.experiment.judges.items():
             if (score, identity) not in by_judge and (items := other.labelled(score)):
-                by_judge[score, identity] = CalibrationSet(other.name, items)
+                origin = CalibrationOrigin(kind="session", experiment=other.name, run_id=other.run_id)
+                by_judge[score, identity] = CalibrationSet(other.name, items, origin)
     found = []
     for result in results:
         sets, notes = {}, {}
         for score in dict.fromkeys([*result.settings.fail_under, *result.tests]):
-            got = _calibration(result, score, by_judge, stored)
+            got = _calibration(result, score, by_judge, stored, now)
             if isinstance(got, CalibrationSet):
                 sets[score] = got
             elif got is not None:
@@ -264,17 +274,23 @@ def _baseline_calibration(
     assert baseline is not None, "a regression gate's test has a baseline"
     own = result.baseline_labelled.get(score)
     if own:
-        return CalibrationSet(baseline.name, own, own=True)
+        return CalibrationSet(baseline.name, own, own_labels(baseline.name, baseline.run_id))
     judge = result.baseline_judges.get(score)
     kept = None if stored is None or judge is None else stored.of_run(judge, score, baseline.run_id)
     if kept is not None:
-        return _from_store(kept)
-    if judge == result.experiment.judges.get(score):
+        return _from_store(kept, None)  # the baseline's: no report shows its age
+    current = result.experiment.judges.get(score)
+    if judge == current:
         return result.calibration_sets[score]
+    changed = None
+    if judge is not None and current is not None:
+        before_n, now_n = result.baseline_judge_samples, result.experiment.judge_samples
+        changed = samples_change(judge, before_n, current, now_n)
     return (
-        f"the baseline's judge of {score} was another version of it (its prompt, model or code) and "
-        "its run kept no calibration: judge the baseline's outputs again with today's judge "
-        f"(opik-eval rescore {baseline.experiment_id}) and compare with that"
+        f"the baseline's judge of {score} was another version of it "
+        f"({changed or 'its prompt, model or code'}) and its run kept no calibration: judge the "
+        f"baseline's outputs again with today's judge (opik-eval rescore {baseline.experiment_id}) "
+        "and compare with that"
     )
 
 
@@ -283,13 +299,14 @@ def _calibration(
     score: str,
     session: dict[tuple[str, str], CalibrationSet],
     stored: Calibrations | None,
+    now: datetime | None,
 ) -> CalibrationSet | str | None:
     """The labelled items of the score's judge, else why there are none (a stale calibration);
     None when there are none to look for."""
     own = result.labelled(score)
     judge = result.experiment.judges.get(score)
     if own:
-        return CalibrationSet(result.name, own, own=True)
+        return CalibrationSet(result.name, own, own_labels(result.name, result.run_id))
     if judge is None:
         return None
     if (score, judge) in session:
@@ -298,19 +315,39 @@ def _calibration(
         return None
     kept = stored.of(judge, score)
     if kept is not None:
-        return _from_store(kept)
+        return _from_store(kept, now)
     old = stored.stale(judge, score)
     if old is None:
         return None
+    changed = samples_change(old.judge, old.judge_samples, judge, result.experiment.judge_samples)
     return (
-        f" (the labels of {old.experiment}, run {old.run_id}, were for another version of it: its "
-        "prompt, model or code changed since)"
+        f" (the labels of {old.experiment}, run {old.run_id}, were for another version of it: "
+        f"{changed or 'its prompt, model or code changed'} since)"
     )
 
 
-def _from_store(kept: StoredCalibration) -> CalibrationSet:
+def _from_store(kept: StoredCalibration, now: datetime | None) -> CalibrationSet:
+    """A stored calibration's items, and its origin with its age at ``now`` (None: not shown)."""
     items = [LabelledItem(r.item_id, r.passed, r.trials, r.label) for r in kept.items]
-    return CalibrationSet(f"{kept.experiment} (run {kept.run_id}, {kept.created_at[:10]})", items)
+    origin = CalibrationOrigin(
+        kind="stored",
+        experiment=kept.experiment,
+        run_id=kept.run_id,
+        created_at=kept.created_at,
+        age_days=None if now is None else _age_days(kept.created_at, now),
+    )
+    return CalibrationSet(f"{kept.experiment} (run {kept.run_id}, {kept.created_at[:10]})", items, origin)
+
+
+def _age_days(created_at: str, now: datetime) -> float | None:
+    """The days from ``created_at`` (ISO 8601, UTC when it names no zone; a server's may end
+    in Z) to ``now``; None when it cannot be read."""
+    try:
+        then = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    then = then if then.tzinfo else then.replace(tzinfo=timezone.utc)
+    return (now - then).total_seconds() / 86400
 
 
 def keep_calibrations(
@@ -403,6 +440,7 @@ def calibrations_of(results: Sequence[ExperimentResult]) -> list[StoredCalibrati
             experiment_id=result.id,
             run_id=result.run_id,
             created_at=result.experiment.created_at,
+            judge_samples=result.experiment.judge_samples,
             items=[
                 LabelledRow(item_id=i.item_id, passed=i.passed, trials=i.trials, label=i.label) for i in own
             ],
