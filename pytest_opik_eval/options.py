@@ -173,6 +173,15 @@ def add_options(parser: pytest.Parser) -> None:
         "kept (ini eval_max_judge_drift)",
     )
     group.addoption(
+        "--eval-judge-drift-since",
+        metavar="RUN",
+        dest="eval_judge_drift_since",
+        type=_run_id,
+        help="Measure a judge's drift against the calibration run RUN (a run id or name) kept, not "
+        "against the newest: a judge that moves a little every night reaches the bound "
+        "(ini eval_judge_drift_since)",
+    )
+    group.addoption(
         "--eval-min-pass-rate",
         metavar="RATE",
         dest="eval_min_pass_rate",
@@ -294,6 +303,9 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("eval_judge_floor", "FIGURE=MIN floors of a judge's calibration", type="linelist")
     parser.addini(
         "eval_max_judge_drift", "The share of labelled items a judge may change its verdict on", type="string"
+    )
+    parser.addini(
+        "eval_judge_drift_since", "The run whose calibrations judge drift is measured against", type="string"
     )
     parser.addini("eval_min_pass_rate", "The minimum share of passed trials (or items)", type="string")
     parser.addini("eval_soft", "Trials that miss their thresholds do not fail the session", type="bool")
@@ -575,6 +587,13 @@ def rate(value: str) -> float:
     if not 0.0 <= rate <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, such as 0.9; got {value!r}")
     return rate
+
+
+def _run_id(value: str) -> str:
+    value = value.strip()
+    if not value:
+        raise argparse.ArgumentTypeError("needs a run id or name (list them with: opik-eval runs)")
+    return value
 
 
 def _resume_id(value: str) -> str:

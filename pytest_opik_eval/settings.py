@@ -90,6 +90,8 @@ class EvalOptions:
     calibrate: bool = False  # --eval-calibrate: only the labelled items, the judge cache off
     # --eval-max-judge-drift: the share of a calibration's labelled items whose verdicts may change
     max_judge_drift: float | None = None
+    # --eval-judge-drift-since: the run (id or name) whose calibrations drift is measured against
+    judge_drift_since: str | None = None
     judge_samples: int = 1  # --eval-judge-samples, else ini: times each LLM judge scores an output
 
     @classmethod
@@ -141,6 +143,8 @@ class EvalOptions:
             labels_from=_labels_from(config, backend),
             calibrate=bool(config.getoption("eval_calibrate")),
             max_judge_drift=_max_judge_drift(config),
+            judge_drift_since=config.getoption("eval_judge_drift_since")
+            or (str(config.getini("eval_judge_drift_since")).strip() or None),
             judge_samples=_judge_samples_option(config),
         )
 

@@ -143,6 +143,50 @@ def test_a_drift_beyond_the_bound_fails_the_session_until_it_is_accepted(
     assert (result.ret, report["judge_drift"]) == (pytest.ExitCode.OK, [])
 
 
+def test_slow_drift_adds_up_against_a_reference_run(judged: Project) -> None:
+    _, reference = judged.run_report(*CALIBRATE)
+    since = f"--eval-judge-drift-since={reference['run_id']}"
+    drift(judged, "p0", "f0")  # 2 of 20: within the bound, and the newest calibration from now on
+    result, _ = judged.run_report(*CALIBRATE, "--eval-max-judge-drift=0.1", since)
+    assert result.ret == pytest.ExitCode.OK
+    drift(judged, "p0", "f0", "p1", "p2")  # 2 more: 2 since the newest, 4 since the reference
+    result, report = judged.run_report(*CALIBRATE, "--eval-max-judge-drift=0.1")
+    assert result.ret == pytest.ExitCode.OK
+    assert report["judge_drift"][0]["changed"] == 2
+    result, report = judged.run_report(*CALIBRATE, "--eval-max-judge-drift=0.1", since)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    (found,) = report["judge_drift"]
+    assert (found["changed"], found["failed"], found["reference"]) == (4, True, reference["run_id"])
+    assert found["since"].startswith(f"test_calibration (run {reference['run_id']}, ")
+    (line,) = starting(result.outlines, "NOT MET: judge drift")
+    # Accepting the change is taking this run as the reference; then the check passes.
+    advice = f"take this run's verdicts as the reference: --eval-judge-drift-since={report['run_id']}"
+    assert line.endswith(advice)
+    result, report = judged.run_report(*CALIBRATE, "--eval-max-judge-drift=0.1", advice.rsplit(" ", 1)[1])
+    assert (result.ret, report["judge_drift"]) == (pytest.ExitCode.OK, [])
+    # The same check from the command line, and through the ini file.
+    run = reference["run_id"]  # its stored outputs judged again by today's judge
+    done = opik_eval(judged, "judge-drift", run, "--max-drift", "0.1", "--since", run)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert starting(done.stdout.splitlines(), "NOT MET: judge drift of correctness")
+    judged.pytester.makeini(
+        f"[pytest]\nfilterwarnings = error\neval_judge_drift_since = {reference['run_id']}\n"
+    )
+    result = judged.run(*CALIBRATE, "--eval-max-judge-drift=0.1")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_a_reference_run_that_is_not_there_is_a_usage_error(judged: Project) -> None:
+    judged.run(*CALIBRATE)
+    result = judged.run("--eval", "--eval-judge-drift-since=no-such-run")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--eval-judge-drift-since=no-such-run: " in result.stderr.str()
+    assert not result.outlines or "passed" not in result.outlines[-1]  # nothing ran
+    done = opik_eval(judged, "gate", "last", "--eval-judge-drift-since=no-such-run")
+    assert done.returncode == 2
+    assert "opik-eval: " in done.stderr
+
+
 def test_the_bound_says_when_there_is_no_calibration_to_check(judged: Project) -> None:
     result, report = judged.run_report(*CALIBRATE, "--eval-max-judge-drift=0.1")
     assert result.ret == pytest.ExitCode.OK  # the first calibration of a judge is not a drift
@@ -170,7 +214,7 @@ def test_the_bound_says_when_there_is_no_calibration_to_check(judged: Project) -
     result.stdout.fnmatch_lines(
         [
             "--eval-max-judge-drift=0.1: a shard has a part of the labelled items and checks no judge's "
-            "drift: opik-eval gate on the merged store keeps the run's calibrations and shows their drift"
+            "drift: opik-eval gate --eval-max-judge-drift=0.1 on the merged store checks the whole run's"
         ]
     )
 

@@ -199,7 +199,7 @@ def _parser() -> argparse.ArgumentParser:
         "today's judges, and compare their verdicts with each judge's stored calibration: exit 1 "
         "when they changed on more than --max-drift of the items; runs pytest --eval-rescore=ID "
         "--eval-calibrate --eval-soft on the run's tests; the other arguments go to pytest",
-        usage="opik-eval judge-drift [-h] [--max-drift SHARE] ID [PYTEST ARGS...]",
+        usage="opik-eval judge-drift [-h] [--max-drift SHARE] [--since RUN] ID [PYTEST ARGS...]",
         allow_abbrev=False,
     )
     drift.add_argument("id", help="an experiment id, a run id or name, or 'last'")
@@ -210,6 +210,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the share of a calibration's labelled items (0 to 1) whose verdicts may change, such "
         "as 0.1 (pytest --eval-max-judge-drift; default: ini eval_max_judge_drift, else report the "
         "drift and never fail on it)",
+    )
+    drift.add_argument(
+        "--since",
+        metavar="RUN",
+        help="compare with the calibration run RUN (id or name) kept, not the newest (pytest "
+        "--eval-judge-drift-since; default: ini eval_judge_drift_since)",
     )
     drift.set_defaults(metric=[])
     merge = commands.add_parser(
@@ -245,6 +251,11 @@ def _parser() -> argparse.ArgumentParser:
         type=rate,
         help="fail when a judge's verdicts on the labelled items of the run (all its shards) changed "
         "on more than SHARE (0 to 1) of those of its stored calibration; that calibration is kept",
+    )
+    gate.add_argument(
+        "--eval-judge-drift-since",
+        metavar="RUN",
+        help="measure the drift against the calibration run RUN (id or name) kept, not the newest",
     )
     plan = commands.add_parser(
         "plan",
@@ -378,7 +389,8 @@ def _drift_options(args: argparse.Namespace) -> list[str]:
     if args.command != "judge-drift":
         return []
     bound = [] if args.max_drift is None else [f"--eval-max-judge-drift={args.max_drift:g}"]
-    return ["--eval-soft", *bound]
+    since = [] if args.since is None else [f"--eval-judge-drift-since={args.since}"]
+    return ["--eval-soft", *bound, *since]
 
 
 def _tests_of(run: RunRecord, experiments: Sequence[ExperimentRecord]) -> list[str]:
@@ -559,6 +571,7 @@ def _gate(
         judge_floor=dict(args.eval_judge_floor),
     )
     run, experiments = store.find(args.id)
+    since = None if args.eval_judge_drift_since is None else store.find(args.eval_judge_drift_since)[0].id
     results = judge_experiments(
         store,
         experiments,
@@ -573,7 +586,7 @@ def _gate(
     reports = [r.report() for r in results]
     # The fan-in of CI shards keeps the judges' calibrations that no shard could (each had a part).
     kept = calibrations_of(results)
-    drift = keep_calibrations(kept, stored, args.eval_max_judge_drift)
+    drift = keep_calibrations(kept, stored, args.eval_max_judge_drift, since)
     for line in summary_lines(reports, resume, False) + gate_lines(reports):
         print(line)
     for found in drift:

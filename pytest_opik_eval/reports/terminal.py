@@ -226,18 +226,23 @@ def judge_drift_line(drift: JudgeDrift) -> str:
 def judge_drift_failure(drift: JudgeDrift, run_id: str | None, store: Path | None = None) -> str:
     """Why a judge's drift failed the session, and what to do: ``NOT MET: judge drift of
     correctness (judge 1a2b3c4d5e6f): 4 of 20 labelled items (0.200) changed ...``; the command
-    that accepts the verdicts names ``store`` when it is not the one found by default."""
-    accept = (
-        shlex.join(["opik-eval", *(["--store", str(store)] if store else []), "calibrate", run_id])
-        if run_id
-        else "pytest --eval-calibrate"
-    )
+    that accepts the verdicts names ``store`` when it is not the one found by default. Against a
+    reference (--eval-judge-drift-since), accepting them is taking run ``run_id`` as the next one."""
+    if drift.reference is not None and run_id:
+        accept = f"take this run's verdicts as the reference: --eval-judge-drift-since={run_id}"
+    else:
+        command = (
+            shlex.join(["opik-eval", *(["--store", str(store)] if store else []), "calibrate", run_id])
+            if run_id
+            else "pytest --eval-calibrate"
+        )
+        accept = f"accept today's verdicts as its calibration: {command}"
     return escape_control(
         f"NOT MET: judge drift of {drift.score} (judge {drift.judge[:12]}): {drift.changed} of "
         f"{drift.items} labelled items ({drift.changed / drift.items:.3f}) judged otherwise than in "
         f"{drift.since}, above --eval-max-judge-drift={drift.bound:g}; that calibration is kept. "
         "Pin the judge's model to a dated version; or, if the change is wanted, review the items "
-        f"that changed and accept today's verdicts as its calibration: {accept}"
+        f"that changed and {accept}"
     )
 
 

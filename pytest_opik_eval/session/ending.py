@@ -209,7 +209,9 @@ class Ending:
                 budget=self._budget_report(),
                 judge_cache=self._judge_cache_report(),
                 recordings=self.recordings,
-                judge_drift=keep_calibrations(kept, calibrations, self.options.max_judge_drift),
+                judge_drift=keep_calibrations(
+                    kept, calibrations, self.options.max_judge_drift, target.drift_since
+                ),
             )
         self._notice_unseen_spend()
         self._notice_unchecked_metrics()
@@ -251,7 +253,7 @@ class Ending:
             notice(
                 self.config,
                 f"{option}: a shard has a part of the labelled items and checks no judge's drift: "
-                "opik-eval gate on the merged store keeps the run's calibrations and shows their drift",
+                f"opik-eval gate {option} on the merged store checks the whole run's",
             )
         elif not kept:
             notice(
@@ -259,10 +261,14 @@ class Ending:
                 f"{option}: no judge's calibration to check: no experiment of this session judged "
                 "every one of its items with human labels (see docs/how-to/judge-labels.md)",
             )
-        for found in uncompared(kept, calibrations):
+        since = self.state.target.drift_since
+        for found in uncompared(kept, calibrations, since):
+            earlier = (
+                "earlier calibration" if since is None else f"calibration kept by run {since} (the reference)"
+            )
             notice(
                 self.config,
-                f"{option}: no earlier calibration of {found.score} (judge {found.judge[:12]}) to "
+                f"{option}: no {earlier} of {found.score} (judge {found.judge[:12]}) to "
                 f"compare with; this session's, {found.experiment} (run {found.run_id}), is kept as "
                 "its calibration, which the next session checks against",
             )

@@ -74,6 +74,7 @@ class Start:
             rescore=self._load_rescore_target(),
             baselines=self._load_baseline(),
             budget=self._budget_setting(resume),
+            drift_since=self._load_drift_since(),
         )
         controller = is_controller(self.config)
         self.state.begin(target, controller=controller)
@@ -149,6 +150,17 @@ class Start:
             return Baselines(self.state.store.existing(), self.options.baseline)
         except (ExperimentNotFound, StoreError) as error:
             raise pytest.UsageError(f"--eval-baseline={self.options.baseline}: {error}") from None
+
+    def _load_drift_since(self) -> str | None:
+        """--eval-judge-drift-since: the run's id (given by its id or name)."""
+        given = self.options.judge_drift_since
+        if given is None:
+            return None
+        try:
+            run, _ = self.state.store.existing().find(given)
+        except (ExperimentNotFound, StoreError) as error:
+            raise pytest.UsageError(f"--eval-judge-drift-since={given}: {error}") from None
+        return run.id
 
     def _start_controller(self) -> None:
         # The controller writes nothing itself, and its workers would each find a store that

@@ -18,8 +18,9 @@ from pytest_opik_eval.verdict.summary import Baselines
 class Target:
     """The session's id and its run's; the run it resumes (``--eval-resume``) or the experiments
     it rescores (``--eval-rescore``); the baselines its regression gates compare with
-    (``--eval-baseline``, only where the session is judged); and the budget it decided on (this
-    command line's, or the resumed run's, counted afresh)."""
+    (``--eval-baseline``, only where the session is judged), and the run whose calibrations its
+    judges' drift is measured against (``--eval-judge-drift-since``, likewise); and the budget it
+    decided on (this command line's, or the resumed run's, counted afresh)."""
 
     session_id: str
     run_id: str
@@ -27,6 +28,7 @@ class Target:
     rescore: RescoreTarget | None = None
     baselines: Baselines | None = None
     budget: BudgetSetting | None = None
+    drift_since: str | None = None  # a run's id
 
     @classmethod
     def new(
@@ -37,6 +39,7 @@ class Target:
         rescore: RescoreTarget | None,
         baselines: Baselines | None,
         budget: BudgetSetting | None,
+        drift_since: str | None = None,
     ) -> Target:
         """This session's target: a fresh session id; the resumed run's id, else one named after
         ``run_name`` (--eval-run-name), else a fresh one."""
@@ -44,11 +47,11 @@ class Target:
             run_id = resume.run.id
         else:
             run_id = uuid7_from_name(run_name) if run_name else uuid7()
-        return cls(uuid7(), run_id, resume, rescore, baselines, budget)
+        return cls(uuid7(), run_id, resume, rescore, baselines, budget, drift_since)
 
     def handoff(self) -> dict[str, Any]:
         """What the pytest-xdist controller hands its workers (JSON-safe: it crosses to them). Not
-        the baselines: a worker judges nothing."""
+        the baselines or the drift's reference: a worker judges nothing."""
         return {
             "run_id": self.run_id,
             "session_id": self.session_id,

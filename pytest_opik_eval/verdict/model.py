@@ -433,6 +433,9 @@ class JudgeDrift(_Report):
     # not enter: the bound is the team's tolerance, whatever the direction of the changes).
     bound: float | None = None
     failed: bool = False
+    # --eval-judge-drift-since: the run whose calibration ``since`` is, kept as the reference
+    # (drift within the bound does not replace it); None: the newest calibration.
+    reference: str | None = None
 
 
 class Report(_Report):

@@ -351,19 +351,22 @@ def _age_days(created_at: str, now: datetime) -> float | None:
 
 
 def keep_calibrations(
-    found: Sequence[StoredCalibration], stored: Calibrations, bound: float | None = None
+    found: Sequence[StoredCalibration],
+    stored: Calibrations,
+    bound: float | None = None,
+    since: str | None = None,
 ) -> list[JudgeDrift]:
     """Each of ``found`` (``calibrations_of``) kept as its run's calibration and as its judge's,
-    and how its verdicts drifted from the one it replaces (``judge_drift``); but one that drifted
-    beyond ``bound`` keeps the judge's calibration it drifted from (the next session fails too,
-    until the judge is pinned or its new verdicts accepted), and one older than the judge's
-    replaces nothing."""
+    and how its verdicts drifted from the one it replaces, or from the one the run ``since`` kept
+    (``judge_drift``); but one that drifted beyond ``bound`` keeps the judge's calibration (the
+    next session fails too, until the judge is pinned or its new verdicts accepted), and one
+    older than the judge's replaces nothing."""
     # A calibration older than the one kept (opik-eval gate on an earlier run) replaces none,
     # and is no drift: it is only its run's.
     newer = [
         c for c in found if (kept := stored.of(c.judge, c.score)) is None or kept.created_at <= c.created_at
     ]
-    drift = judge_drift(newer, stored, bound)
+    drift = judge_drift(newer, stored, bound, since)
     drifted = {(d.judge, d.score) for d in drift if d.failed}
     for calibration in found:
         stored.save(
@@ -373,15 +376,20 @@ def keep_calibrations(
 
 
 def judge_drift(
-    found: Sequence[StoredCalibration], stored: Calibrations, bound: float | None = None
+    found: Sequence[StoredCalibration],
+    stored: Calibrations,
+    bound: float | None = None,
+    since: str | None = None,
 ) -> list[JudgeDrift]:
     """Each of a session's calibrations against the one an earlier experiment stored for the same
-    judge and score, over the labelled items both scored: those whose verdicts changed (none
-    changed: no drift), failed when the share changed is above ``bound``. The judge cache serves
+    judge and score (the newest, or the one the run ``since`` kept: a reference that drift
+    within the bound does not replace, so that slow drift adds up), over the labelled items both
+    scored: those whose verdicts changed (none changed: no drift), failed when the share changed
+    is above ``bound``. The judge cache serves
     a judge the scores it gave before: a drift shows only with it off."""
     drifts = []
     for now in found:
-        before = _earlier(now, stored)
+        before = _earlier(now, stored, since)
         if before is None:
             continue
         earlier = {row.item_id: row for row in before.items}
@@ -404,20 +412,23 @@ def judge_drift(
                 specificity=(_rate([o for o, _ in pairs], False), _rate([n for _, n in pairs], False)),
                 bound=bound,
                 failed=bound is not None and len(moved) / len(pairs) > bound,
+                reference=since,
             )
         )
     return drifts
 
 
-def uncompared(found: Sequence[StoredCalibration], stored: Calibrations) -> list[StoredCalibration]:
+def uncompared(
+    found: Sequence[StoredCalibration], stored: Calibrations, since: str | None = None
+) -> list[StoredCalibration]:
     """The session's calibrations that no earlier one of the same judge and score was stored
-    for: their drift cannot be measured (the first calibration of a judge, or one whose prompt,
-    model or code changed: another identity)."""
-    return [now for now in found if _earlier(now, stored) is None]
+    for (by the run ``since``, when given): their drift cannot be measured (the first
+    calibration of a judge, or one whose prompt, model or code changed: another identity)."""
+    return [now for now in found if _earlier(now, stored, since) is None]
 
 
-def _earlier(now: StoredCalibration, stored: Calibrations) -> StoredCalibration | None:
-    before = stored.of(now.judge, now.score)
+def _earlier(now: StoredCalibration, stored: Calibrations, since: str | None) -> StoredCalibration | None:
+    before = stored.of(now.judge, now.score) if since is None else stored.of_run(now.judge, now.score, since)
     return None if before is None or before.experiment_id == now.experiment_id else before
 
 
