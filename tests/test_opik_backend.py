@@ -464,6 +464,14 @@ def test_an_sdk_experiment_finished_by_pytest_is_gated_and_compared_as_one(
     [gate] = experiment["gates"]
     assert (gate["met"], gate["value"], gate["interval"]["items"]) == (False, pytest.approx(5 / 6), 6)
     result.stdout.fnmatch_lines(["NOT MET: sdk-letters: fail_under equals_metric: mean 0.833 is below 0.9"])
+    # The SDK's trials have no verdict: they are judged by the test's thresholds, as its own is.
+    summary = experiment["summary"]
+    assert (summary["passed"], summary["failed"]) == (5, 1)
+    letters = opik.dataset_by_name("letters")
+    assert letters is not None
+    text_of = {item_id: item["data"]["input"]["text"] for item_id, item in letters["items"].items()}
+    verdicts = {text_of[item["dataset_item_id"]]: item["verdict"] for item in experiment["items"]}
+    assert verdicts == {"a": "passed", "b": "failed", "c": "passed", "d": "passed", "e": "passed", "f": "passed"}
 
     (project.path / "wrong.txt").write_text("ac")
     result, report = project.run_report(
@@ -474,6 +482,10 @@ def test_an_sdk_experiment_finished_by_pytest_is_gated_and_compared_as_one(
     assert experiment["id"] != experiment_id
     [gate] = experiment["gates"]
     assert (gate["met"], gate["value"], gate["interval"]["items"]) == (True, pytest.approx(-1 / 6), 6)
+    # Item by item: a and c passed in the SDK's trials and fail now; b, pytest's, is fixed.
+    baseline = experiment["baseline"]
+    assert sorted(text_of[i] for i in baseline["regressions"]) == ["a", "c"]
+    assert [text_of[i] for i in baseline["fixes"]] == ["b"]
     result.stdout.fnmatch_lines(
         [
             f"  baseline sdk-letters (experiment {experiment_id}):",

@@ -11,7 +11,7 @@ import itertools
 import math
 import operator
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -348,6 +348,28 @@ class BaselineRun(_OfExperiment):
     trials: Sequence[TrialRecord]
     verdicts: dict[str, ItemStatus]
     values: dict[str, dict[str, list[float]]]
+
+
+def with_verdicts(trials: Sequence[TrialRecord], thresholds: Mapping[str, float | None]) -> list[TrialRecord]:
+    """The trials, those the Opik SDK completed judged as this plugin's are: they have scores and
+    no verdict (an SDK experiment has no thresholds), and counting them failed would make every
+    item of an SDK experiment finished by pytest a failure, and its comparisons fixes. Such a
+    trial passes when no score failed and each score meets its threshold in ``thresholds``
+    (the experiment's in force); a score without one cannot fail it."""
+    if all(t.passed is not None or t.status != "completed" for t in trials):
+        return list(trials)  # the common case, this plugin's trials only: one pass, no copy
+    return [
+        replace(t, passed=_meets(t.scores, thresholds)) if t.passed is None and t.status == "completed" else t
+        for t in trials
+    ]
+
+
+def _meets(scores: Sequence[ScoreRecord], thresholds: Mapping[str, float | None]) -> bool:
+    for s in scores:
+        threshold = thresholds.get(s.name)
+        if s.scoring_failed or (threshold is not None and s.value < threshold):
+            return False
+    return True
 
 
 def baseline_run(

@@ -25,6 +25,7 @@ from pytest_opik_eval.verdict.results import (
     experiment_result,
     own_labels,
     samples_change,
+    with_verdicts,
 )
 
 LAST = "last"
@@ -115,10 +116,14 @@ def judge_experiments(
     def compared(experiment: ExperimentRecord) -> ExperimentResult:
         settings = settings_of(experiment)
         trials = [t for t in store.trials(experiment.id) if keep is None or keep(experiment, t)]
+        trials = with_verdicts(trials, settings.thresholds)
         result = experiment_result(experiment, trials, session_id, settings)
         baseline, note = baselines.of(experiment)
         if baseline is not None:
-            before = baseline_run(baseline, store.trials(baseline.id), baseline.gates)
+            # An SDK experiment has no thresholds: its trials are judged by this test's.
+            thresholds = baseline.gates.thresholds or settings.thresholds
+            before_trials = with_verdicts(store.trials(baseline.id), thresholds)
+            before = baseline_run(baseline, before_trials, baseline.gates)
             result = replace(
                 with_baseline(result, before), baseline_failed=baselines.failed(experiment, baseline)
             )
