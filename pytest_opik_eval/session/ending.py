@@ -32,7 +32,7 @@ from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
-from pytest_opik_eval.store.base import end_begins, human_labels, record_calibrations
+from pytest_opik_eval.store.base import bind_test, end_begins, human_labels, record_calibrations
 from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations, StoredCalibration
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.results import ExperimentResult
@@ -225,8 +225,11 @@ class Ending:
         finished = self.config.hook.pytest_opik_eval_experiment_finished
         unrecorded: StoreError | None = None
         store = self.state.store.get()
+        resumed = self.state.target.resume is not None
         for result, experiment in zip(self.results, report.experiments, strict=True):
             try:
+                if resumed:  # an experiment of the Opik SDK is its test's from now on
+                    bind_test(store, result.experiment)
                 store.record_verdict(
                     result.id, passed(result) and not result.summary.pending, aggregates(result)
                 )

@@ -116,6 +116,13 @@ class StoreExtras(Protocol):
         its workers' run back. Without it, nothing happens."""
         ...
 
+    def bind_test(self, experiment: ExperimentRecord) -> None:
+        """Keep ``experiment``'s test for an experiment recorded without one (the Opik SDK's, read
+        from the server), which a resume bound to its test: from then on it is that test's, which
+        ``latest`` (``--eval-baseline=last``) finds. A recorded test is never replaced. Without
+        it, such an experiment stays without a test."""
+        ...
+
     def record_calibrations(self, experiment_id: str, calibrations: Sequence[Mapping[str, Any]]) -> None:
         """The calibrations of the experiment's judges against human labels, as the JSON report
         has them (each a ``JudgeCalibration``), kept with the experiment when its session ends.
@@ -214,6 +221,14 @@ def experiments_with_trial(store: Store, node_id: str) -> list[ExperimentRecord]
     :meth:`StoreExtras.experiments_with_trial`); none when it cannot tell."""
     method: Callable[[str], list[ExperimentRecord]] | None = getattr(store, "experiments_with_trial", None)
     return [] if method is None else method(node_id)
+
+
+def bind_test(store: Store, experiment: ExperimentRecord) -> None:
+    """Keep the test a resume bound ``experiment`` to (see :meth:`StoreExtras.bind_test`), if
+    the store can."""
+    method: Callable[[ExperimentRecord], None] | None = getattr(store, "bind_test", None)
+    if method is not None:
+        method(experiment)
 
 
 def record_calibrations(store: Store, experiment_id: str, calibrations: Sequence[Mapping[str, Any]]) -> None:

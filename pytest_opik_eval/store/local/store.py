@@ -240,6 +240,13 @@ class LocalStore:
     def record_verdict(self, experiment_id: str, passed: bool, aggregates: Mapping[str, float]) -> None:
         self._conn().execute("UPDATE experiments SET verdict = ? WHERE id = ?", (int(passed), experiment_id))
 
+    @writing
+    def bind_test(self, experiment: ExperimentRecord) -> None:
+        self._conn().execute(
+            "UPDATE experiments SET test = ?, params = ?, record = ? WHERE id = ? AND test = ''",
+            (experiment.test, experiment.params, experiment.model_dump_json(), experiment.id),
+        )
+
     @locked
     def flush(self) -> None:
         self._journals.fold_or_keep()  # so that other processes (an xdist controller) read it all

@@ -279,6 +279,9 @@ class OpikStore:
         if outbox:
             self.spool.enqueue(outbox)
 
+    def bind_test(self, experiment: ExperimentRecord) -> None:
+        self.spool.bind_test(experiment)  # the server's experiment names no test
+
     def record_calibrations(self, experiment_id: str, calibrations: Sequence[Mapping[str, Any]]) -> None:
         """The judges' calibrations into the experiment's metadata (``payloads.CALIBRATIONS_KEY``)."""
         self.spool.enqueue(
