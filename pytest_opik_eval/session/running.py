@@ -14,7 +14,7 @@ import functools
 import itertools
 import os
 from collections.abc import Callable, Generator, Iterator
-from typing import Literal, NoReturn
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 import pytest
 
@@ -24,6 +24,7 @@ from pytest_opik_eval.collect.planning import plan_run
 from pytest_opik_eval.collect.trials import CASE_ARG, TRIAL_KEY, RejectedItem, Trial
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
+from pytest_opik_eval.notices import notice
 from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
@@ -47,7 +48,11 @@ from pytest_opik_eval.session.state import (
     STATUS_PLUGIN,
     SessionState,
 )
-from pytest_opik_eval.store.records import ExperimentRecord
+from pytest_opik_eval.store.base import record_judges
+from pytest_opik_eval.store.records import ExperimentRecord, learned_judges
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.judges import ScoreNames
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
 JUNIT_SOFT_FAILED = "pytest_opik_eval.soft_failed"
@@ -79,7 +84,13 @@ class Running:
         if any(plan.threads > 1 for plan in self.state.plans_seen):
             prepare_threads()
         if self.state.target.resume is not None:
-            return  # the run and its experiments are in the store already (the target has them)
+            # The run and its experiments are in the store already (the target has them). Its
+            # judges are identified now, as a new run's are, before any fixture: a score name
+            # learned is recorded under the identity that the run recorded for its judge.
+            for metric in itertools.chain.from_iterable(p.spec.metrics for p in self.state.plans_seen):
+                if is_judge(metric):
+                    self.state.resources.judges().of(metric)
+            return
         shards = self.state.shards
         planned = session.items if shards is None else shards.planned
         trials = [t for t in _trials(planned)]
@@ -135,8 +146,9 @@ class Running:
         self, experiments: list[ExperimentRecord], trials: list[tuple[pytest.Item, Trial]]
     ) -> list[ExperimentRecord]:
         """The experiments with the identities of their LLM judges, which a calibration against
-        human labels holds for (none are looked for without one: a heuristic metric costs
-        nothing)."""
+        human labels holds for, by their own names: those of the scores they give, as far as
+        can be told before they score (``_learned`` records the others). None are looked for
+        without one: a heuristic metric costs nothing."""
         plans = {trial.case.plan.test: trial.case.plan for _, trial in trials}
         if not any(map(is_judge, itertools.chain.from_iterable(p.spec.metrics for p in plans.values()))):
             return experiments
@@ -240,8 +252,39 @@ class Running:
                 budget=resources.budget,
                 judge_cache=resources.judge_cache,
                 recorder=resources.recorder,
+                score_names=self._score_names(),
             )
         return self._trial_context
+
+    def _score_names(self) -> ScoreNames | None:
+        """What learns the names of the judges' scores, if a test of this process has a judge."""
+        plans = self.state.plans_seen
+        if not any(map(is_judge, itertools.chain.from_iterable(p.spec.metrics for p in plans))):
+            return None
+        from pytest_opik_eval.run.judges import ScoreNames
+
+        return ScoreNames(
+            self.state.resources.judges(),
+            self._learned,
+            functools.partial(notice, self.config),
+            {plan.test: plan.judge_samples for plan in plans},
+        )
+
+    def _learned(self, test: str, update: dict[str, str | None]) -> None:
+        """Names of the test's judges' scores learned as its trials were scored: into its
+        experiments' records at once (a resume, the pytest-xdist controller and ``opik-eval`` read
+        them there), and kept for the process that reports. Called one change at a time."""
+        state = self.state
+        resume = state.target.resume
+        experiments = resume.experiments if resume is not None else state.run.experiments
+        for experiment in experiments:
+            if experiment.test != test:
+                continue
+            changed = state.run.judges.get(experiment.id, {})
+            before = learned_judges(experiment.judges, changed)
+            if learned_judges(before, update) != before:
+                record_judges(state.store.get(), experiment.id, update)
+                state.run.judges[experiment.id] = {**changed, **update}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
