@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import Project
+from opik_server import OpikTestServer
 from test_corrected_gates import gate_lines
 
 from pytest_opik_eval.cli import main as opik_eval
@@ -246,3 +247,17 @@ def test_a_score_a_judge_and_another_metric_both_give_is_no_judges(project: Proj
     judges = stored_judges(project)
     assert judges["test_app"] == {}
     assert list(judges["test_calibration"]) == ["correctness"]
+
+
+def test_the_opik_server_keeps_the_names_for_another_machine(judged: Project, opik: OpikTestServer) -> None:
+    _, report = judged.run_report("--eval", "--eval-soft")
+    judges = stored_judges(judged)  # the spool's
+    by_name = {e["name"]: e for e in opik.experiments.values()}
+    assert {name: e["metadata"].get("judges") for name, e in by_name.items()} == judges
+    # Another machine, without the spool, reads the experiment (and its judges) from the server.
+    judged.store_path.unlink()
+    exported = judged.path / "exported.json"
+    calibration = by_name["test_calibration"]["id"]
+    command = ["--backend", "opik", "--store", str(judged.store_path), "export", calibration]
+    assert opik_eval([*command, "-o", str(exported)]) == 0
+    assert calibrations(json.loads(exported.read_text())) == calibrations(report)

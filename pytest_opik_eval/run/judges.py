@@ -185,16 +185,14 @@ class ScoreNames:
             update: dict[str, str | None] = {}
             for name in names:
                 givers = given.setdefault(name, {})
-                shared = len(givers) > 0
                 givers[id(metric)] = (label, mine)
-                if mine is None and not shared:
-                    continue  # no judge's: nothing to record
-                link = self._link(givers)
-                update[name] = link
-                if link is None and any(j for _, j in givers.values()):
-                    labels = " and ".join(sorted(label for label, _ in givers.values()))
+                if not any(j for _, j in givers.values()):
+                    continue  # no judge gives it: nothing to record
+                update[name] = link = self._link(givers)
+                if link is None:
+                    who = " and ".join(sorted(g for g, _ in givers.values()))
                     self._notify(
-                        f"{test}: score {name!r} is given by {labels}: it is no judge's score, so no "
+                        f"{test}: score {name!r} is given by {who}: it is no judge's score, so no "
                         "calibration against human labels holds for it and its gates are not "
                         "corrected for a judge's errors; give each metric's scores names of their "
                         "own (the name of the ScoreResult the judge returns)"

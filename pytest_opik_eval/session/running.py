@@ -13,15 +13,15 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Literal, NoReturn
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import pytest
 
 from pytest_opik_eval._compat import junit_mark_skipped
 from pytest_opik_eval._compat_xdist import WorkerQueue
 from pytest_opik_eval.collect.planning import plan_run
-from pytest_opik_eval.collect.trials import CASE_ARG, TRIAL_KEY, RejectedItem, Trial
+from pytest_opik_eval.collect.trials import CASE_ARG, TRIAL_KEY, RejectedItem, TestPlan, Trial
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
 from pytest_opik_eval.notices import notice
@@ -87,9 +87,8 @@ class Running:
             # The run and its experiments are in the store already (the target has them). Its
             # judges are identified now, as a new run's are, before any fixture: a score name
             # learned is recorded under the identity that the run recorded for its judge.
-            for metric in itertools.chain.from_iterable(p.spec.metrics for p in self.state.plans_seen):
-                if is_judge(metric):
-                    self.state.resources.judges().of(metric)
+            for metric in _judge_metrics(self.state.plans_seen):
+                self.state.resources.judges().of(metric)
             return
         shards = self.state.shards
         planned = session.items if shards is None else shards.planned
@@ -150,7 +149,7 @@ class Running:
         can be told before they score (``_learned`` records the others). None are looked for
         without one: a heuristic metric costs nothing."""
         plans = {trial.case.plan.test: trial.case.plan for _, trial in trials}
-        if not any(map(is_judge, itertools.chain.from_iterable(p.spec.metrics for p in plans.values()))):
+        if not _judge_metrics(plans.values()):
             return experiments
         judges = self.state.resources.judges()
         return [
@@ -259,7 +258,7 @@ class Running:
     def _score_names(self) -> ScoreNames | None:
         """What learns the names of the judges' scores, if a test of this process has a judge."""
         plans = self.state.plans_seen
-        if not any(map(is_judge, itertools.chain.from_iterable(p.spec.metrics for p in plans))):
+        if not _judge_metrics(plans):
             return None
         from pytest_opik_eval.run.judges import ScoreNames
 
@@ -381,6 +380,11 @@ class TrialStatus:
         message = getattr(report, "eval_soft_failure", None)
         if report.when == "call" and report.passed and message:
             junit_mark_skipped(self.config, report, JUNIT_SOFT_FAILED, f"{SOFT_FAILED}: {message}")
+
+
+def _judge_metrics(plans: Iterable[TestPlan]) -> list[Any]:
+    """The LLM judges among the plans' metrics."""
+    return [m for m in itertools.chain.from_iterable(p.spec.metrics for p in plans) if is_judge(m)]
 
 
 def _trials(items: list[pytest.Item]) -> Iterator[tuple[pytest.Item, Trial]]:
