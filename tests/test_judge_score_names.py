@@ -261,3 +261,16 @@ def test_the_opik_server_keeps_the_names_for_another_machine(judged: Project, op
     command = ["--backend", "opik", "--store", str(judged.store_path), "export", calibration]
     assert opik_eval([*command, "-o", str(exported)]) == 0
     assert calibrations(json.loads(exported.read_text())) == calibrations(report)
+
+
+def test_a_sampled_judge_is_another_judge_under_its_scores_names(project: Project) -> None:
+    judging(project, TWO)
+    project.run("--eval", "--eval-soft")
+    once = stored_judges(project)["test_app"]
+    result, report = project.run_report("--eval", "--eval-soft", "--eval-judge-samples=3")
+    assert gate_lines(result) == [corrected("correctness"), corrected("relevance")]
+    sampled = stored_judges(project)["test_app"]
+    assert sorted(sampled) == ["correctness", "relevance"]
+    # Its mean of 3 calls errs otherwise than one call: another identity, its calibration apart.
+    assert sampled["correctness"] == sampled["relevance"] != once["correctness"]
+    assert {score: found[0] for score, found in calibrations(report).items()} == sampled
