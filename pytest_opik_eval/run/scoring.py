@@ -275,22 +275,26 @@ class JudgeScorer(Scorer):
 SCORER = pytest.StashKey[Scorer]()
 
 
-def scorer_of(plan: TestPlan, names: ScoreNames | None = None) -> Scorer:
-    """The scorer of a plan's trials: with ``names`` (a test of this process has a judge), a
-    ``JudgeScorer`` for a test with a judge. A resumed experiment is judged by the thresholds
-    stored with it; any other by the marker's and its metrics' own. Two threads that build it at
-    once build the same scorer: either one serves."""
+def scorer_of(plan: TestPlan) -> Scorer:
+    """The scorer of a plan's trials (``new_scorer``'s), built at its first trial unless the
+    running phase put one there before. Two threads that build it at once build the same scorer:
+    either one serves."""
     scorer = plan.stash.get(SCORER, None)
     if scorer is None:
-        stored = plan.gates.thresholds if plan.resumed else None
-        if names is not None and any(map(is_judge, plan.spec.metrics)):
-            scorer = JudgeScorer(
-                plan.spec, names, plan.test, stored_thresholds=stored, judge_samples=plan.judge_samples
-            )
-        else:
-            scorer = Scorer(plan.spec, stored_thresholds=stored, judge_samples=plan.judge_samples)
-        plan.stash[SCORER] = scorer
+        scorer = plan.stash[SCORER] = new_scorer(plan)
     return scorer
+
+
+def new_scorer(plan: TestPlan, names: ScoreNames | None = None) -> Scorer:
+    """A scorer of the plan's trials: with ``names``, a ``JudgeScorer`` if the test has a judge.
+    A resumed experiment is judged by the thresholds stored with it; any other by the marker's
+    and its metrics' own."""
+    stored = plan.gates.thresholds if plan.resumed else None
+    if names is not None and any(map(is_judge, plan.spec.metrics)):
+        return JudgeScorer(
+            plan.spec, names, plan.test, stored_thresholds=stored, judge_samples=plan.judge_samples
+        )
+    return Scorer(plan.spec, stored_thresholds=stored, judge_samples=plan.judge_samples)
 
 
 def sampled_value(samples: list[float]) -> float:

@@ -43,7 +43,6 @@ from pytest_opik_eval.verdict.usage import trial_usage
 if TYPE_CHECKING:
     from pytest_opik_eval.run.budget import Budget
     from pytest_opik_eval.run.judge_cache import JudgeCache
-    from pytest_opik_eval.run.judges import ScoreNames
     from pytest_opik_eval.run.recording import Recorder, TrialKey, TrialScope
     from pytest_opik_eval.store import Store
 
@@ -72,15 +71,14 @@ class TrialContext:
     """What every trial of this process runs with, made once: the store its steps are recorded
     in, the session its attempts belong to, the budget its spans' spend counts against (with
     --eval-budget), the judge cache its judges' scores come from when it has them
-    (--eval-judge-cache), the recorder that records or replays its task's HTTP calls
-    (--eval-record), and what learns the names of its judges' scores (when a test has a judge)."""
+    (--eval-judge-cache), and the recorder that records or replays its task's HTTP calls
+    (--eval-record)."""
 
     store: Store
     session_id: str
     budget: Budget | None = None
     judge_cache: JudgeCache | None = None
     recorder: Recorder | None = None
-    score_names: ScoreNames | None = None
 
 
 def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None = None) -> None:
@@ -126,7 +124,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             store.record_output(attempt, output)
             trial.output = output
 
-            scorer = scorer_of(case.plan, context.score_names)
+            scorer = scorer_of(case.plan)
             try:
                 cache = context.judge_cache
                 judged = None if cache is None else Judged(cache, case.item_id, case.trial)

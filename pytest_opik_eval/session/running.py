@@ -14,7 +14,7 @@ import functools
 import itertools
 import os
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import Any, Literal, NoReturn
 
 import pytest
 
@@ -29,6 +29,7 @@ from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.judges import is_judge
+from pytest_opik_eval.run.scoring import SCORER, new_scorer
 from pytest_opik_eval.run.trial import (
     RECORDING_MISSED,
     RECORDING_MISSED_ATTR,
@@ -50,9 +51,6 @@ from pytest_opik_eval.session.state import (
 )
 from pytest_opik_eval.store.base import record_judges
 from pytest_opik_eval.store.records import ExperimentRecord, learned_judges
-
-if TYPE_CHECKING:
-    from pytest_opik_eval.run.judges import ScoreNames
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
 JUNIT_SOFT_FAILED = "pytest_opik_eval.soft_failed"
@@ -251,23 +249,28 @@ class Running:
                 budget=resources.budget,
                 judge_cache=resources.judge_cache,
                 recorder=resources.recorder,
-                score_names=self._score_names(),
             )
+            self._learn_score_names()
         return self._trial_context
 
-    def _score_names(self) -> ScoreNames | None:
-        """What learns the names of the judges' scores, if a test of this process has a judge."""
+    def _learn_score_names(self) -> None:
+        """Each test with a judge scored by a ``JudgeScorer``, which learns the names of its
+        judges' scores (see ``_learned``): put in its plan's stash before its first trial, so that
+        a trial of a test without a judge does nothing more."""
         plans = self.state.plans_seen
         if not _judge_metrics(plans):
-            return None
+            return
         from pytest_opik_eval.run.judges import ScoreNames
 
-        return ScoreNames(
+        names = ScoreNames(
             self.state.resources.judges(),
             self._learned,
             functools.partial(notice, self.config),
             {plan.test: plan.judge_samples for plan in plans},
         )
+        for plan in plans:
+            if _judge_metrics([plan]):
+                plan.stash[SCORER] = new_scorer(plan, names)
 
     def _learned(self, test: str, update: dict[str, str | None]) -> None:
         """Names of the test's judges' scores learned as its trials were scored: into its
