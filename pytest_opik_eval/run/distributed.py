@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from pytest_opik_eval.run.judge_cache import JudgeCache
 
 HANDOFF = "opik_eval"  # the key in workerinput
-# The keys in a worker's workeroutput that carry what its --eval-record recorder counted, and
-# what its judge cache did.
+# The keys in a worker's workeroutput that carry what its --eval-record recorder counted, what
+# its judge cache did, and the judges' score names its trials taught.
 WORKER_RECORDINGS = "opik_eval_recordings"
 WORKER_JUDGE_COUNTS = "opik_eval_judge_cache"
+WORKER_JUDGES = "opik_eval_judges"
 
 
 def handed_to_worker(config: pytest.Config) -> dict[str, Any] | None:

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import sys
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.ids import sampled_judge
@@ -83,11 +83,12 @@ class Judges:
         return self._judges[id(metric)][1]
 
     def digests(self, metrics: Iterable[Any], samples: int = 1) -> dict[str, str]:
-        """The judges among ``metrics`` by their ``name``, each one's identity's digest. A
-        metric's name is taken as the name of the score it gives, as labels and gates name it
-        (true of this package's metrics and the Opik SDK's). A judge whose score is the mean or
-        majority of ``samples`` calls (``judge_samples``) errs otherwise than one called once:
-        it is another judge to its calibration, its drift and a comparison with a baseline."""
+        """The judges among ``metrics`` by their ``name``, each one's identity (its digest, with
+        ``samples``: ``ids.sampled_judge``), as the run is created: before any trial, a judge's
+        name is the best guess at the name of the score it gives, as labels and gates name it
+        (true of this package's metrics and the Opik SDK's). A judge that names its scores
+        otherwise, or gives several, is recorded under their names when its trials return them
+        (``ScoreNames``)."""
         found = {}
         for metric in metrics:
             judge = self.of(metric)
@@ -138,6 +139,80 @@ class Judges:
         except Exception as error:
             return Fingerprint(None, (f"{where}() raised {type(error).__name__}: {error}",))
         return self.fingerprints.of(value, _CONFIGURATION_DEPTH, where)
+
+
+# Where learned names go: the test, then score name -> the judge's identity, or None for a name
+# that is no judge's (see ``learned_judges`` in store/records.py).
+LearnedNames = Callable[[str, dict[str, str | None]], None]
+
+
+class ScoreNames:
+    """The names of the scores each judge gives, learned as trials are scored (``run/scoring.py``'s
+    ``JudgeScorer`` tells it the names each metric of a test returned the first time it returned
+    them), for the experiments' records (``ExperimentRecord.judges``): labels, calibrations and
+    gates name a judge's scores, which need not have its name, and may be several.
+
+    ``learned`` is given each change, in order: a score name with its judge's identity; a judge's
+    own name that none of its scores has (recorded as the run was created, ``Judges.digests``)
+    with None. A score name that a judge and another metric of the same test both give is no
+    judge's (None): its scores mix two metrics', so no calibration can hold for them; ``notify``
+    says so, once, and how to fix it.
+
+    One per process, made only when a test of the process has a judge: a session without one
+    pays nothing for it."""
+
+    def __init__(
+        self, judges: Judges, learned: LearnedNames, notify: Callable[[str], None], samples: Mapping[str, int]
+    ) -> None:
+        """``samples``: each test's ``judge_samples``, part of its judges' identities."""
+        self._judges = judges
+        self._learned = learned
+        self._notify = notify
+        self._samples = samples
+        self._lock = threading.Lock()
+        # test -> score name -> the metrics that gave it: by id(), their label, and their identity
+        # (None for a metric that is no judge).
+        self._given: dict[str, dict[str, dict[int, tuple[str, str | None]]]] = {}
+        self._named: set[tuple[str, int]] = set()  # the judges whose own name was checked
+
+    def given(self, test: str, metric: Any, names: Iterable[str]) -> None:
+        """``metric`` of ``test`` returned scores of ``names``, which it had not returned before."""
+        judge = self._judges.of(metric)
+        label = f"{'judge' if judge else 'metric'} {type(metric).__name__} ({getattr(metric, 'name', '?')!r})"
+        mine = None if judge is None else sampled_judge(judge.digest, self._samples.get(test, 1))
+        with self._lock:
+            given = self._given.setdefault(test, {})
+            update: dict[str, str | None] = {}
+            for name in names:
+                givers = given.setdefault(name, {})
+                givers[id(metric)] = (label, mine)
+                if not any(j for _, j in givers.values()):
+                    continue  # no judge gives it: nothing to record
+                update[name] = link = self._link(givers)
+                if link is None:
+                    who = " and ".join(sorted(g for g, _ in givers.values()))
+                    self._notify(
+                        f"{test}: score {name!r} is given by {who}: it is no judge's score, so no "
+                        "calibration against human labels holds for it and its gates are not "
+                        "corrected for a judge's errors; give each metric's scores names of their "
+                        "own (the name of the ScoreResult the judge returns)"
+                    )
+            if judge is not None and (test, id(metric)) not in self._named:
+                self._named.add((test, id(metric)))
+                own = str(judge.about["name"])
+                # Recorded as the run was created: not a score it gives, unless a judge gives it.
+                if own not in update and not any(j for _, j in given.get(own, {}).values()):
+                    update[own] = None
+            if update:
+                self._learned(test, update)
+
+    @staticmethod
+    def _link(givers: Mapping[int, tuple[str, str | None]]) -> str | None:
+        """The judge a score name is linked to: its only giver, if that is a judge."""
+        if len(givers) != 1:
+            return None
+        ((_, judge),) = givers.values()
+        return judge
 
 
 def is_judge(metric: Any) -> bool:

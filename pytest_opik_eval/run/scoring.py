@@ -24,6 +24,7 @@ from pytest_opik_eval.store.records import ScoreRecord
 if TYPE_CHECKING:
     from pytest_opik_eval.collect.trials import TestPlan
     from pytest_opik_eval.run.judge_cache import JudgeCache
+    from pytest_opik_eval.run.judges import ScoreNames
     from pytest_opik_eval.run.trial_trace import TrialTrace
 
 # The hint for a task that returned nothing, the usual slip of a first eval test.
@@ -158,13 +159,12 @@ class Scorer:
             scores.extend(records)
         return scores
 
-    @classmethod
     def _scored(
-        cls, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, samples: int
+        self, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, samples: int
     ) -> list[ScoreRecord]:
         # Every sample is taken, even after one failed: the score fails then, but the samples
         # that did not are cached, and a rerun pays only for the one that failed.
-        runs = [cls._sample(metric, kwargs, judged, sample) for sample in range(samples)]
+        runs = [self._sample(metric, kwargs, judged, sample) for sample in range(samples)]
         return runs[0] if samples == 1 else _sampled(runs)
 
     @classmethod
@@ -236,21 +236,65 @@ class Scorer:
         return Verdict(False, tuple(lines))
 
 
+class JudgeScorer(Scorer):
+    """The scorer of a test with LLM judges: as it scores, it tells ``names`` the names of the
+    scores each metric returns the first time it returns them (see ``run.judges.ScoreNames``):
+    a judge's score need not have the judge's name. A test without a judge has a plain
+    ``Scorer``, which does nothing more per trial."""
+
+    def __init__(
+        self,
+        spec: EvalSpec,
+        names: ScoreNames,
+        test: str,
+        stored_thresholds: Mapping[str, float | None] | None = None,
+        *,
+        judge_samples: int = 1,
+    ) -> None:
+        super().__init__(spec, stored_thresholds, judge_samples=judge_samples)
+        self._names = names
+        self._test = test
+        self._seen: dict[int, frozenset[str]] = {id(metric): frozenset() for metric in spec.metrics}
+
+    def _scored(
+        self, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, samples: int
+    ) -> list[ScoreRecord]:
+        records = super()._scored(metric, kwargs, judged, samples)
+        seen = self._seen[id(metric)]
+        # A failed score is named after its metric whatever the scores it gives when it works.
+        new = [r.name for r in records if not r.scoring_failed and r.name not in seen]
+        if new:
+            self._names.given(self._test, metric, dict.fromkeys(new))
+            # Replaced, not added to: another thread may be reading it. Two threads that learn
+            # the same name at once both tell ``names``, which records it once.
+            self._seen[id(metric)] = seen.union(new)
+        return records
+
+
 # Each test's scorer, in its plan's stash: built at its first trial, then shared by the others.
 SCORER = pytest.StashKey[Scorer]()
 
 
 def scorer_of(plan: TestPlan) -> Scorer:
-    """The scorer of a plan's trials. A resumed experiment is judged by the thresholds stored
-    with it; any other by the marker's and its metrics' own. Two threads that build it at once
-    build the same scorer: either one serves."""
+    """The scorer of a plan's trials (``new_scorer``'s), built at its first trial unless the
+    running phase put one there before. Two threads that build it at once build the same scorer:
+    either one serves."""
     scorer = plan.stash.get(SCORER, None)
     if scorer is None:
-        stored = plan.gates.thresholds if plan.resumed else None
-        scorer = plan.stash[SCORER] = Scorer(
-            plan.spec, stored_thresholds=stored, judge_samples=plan.judge_samples
-        )
+        scorer = plan.stash[SCORER] = new_scorer(plan)
     return scorer
+
+
+def new_scorer(plan: TestPlan, names: ScoreNames | None = None) -> Scorer:
+    """A scorer of the plan's trials: with ``names``, a ``JudgeScorer`` if the test has a judge.
+    A resumed experiment is judged by the thresholds stored with it; any other by the marker's
+    and its metrics' own."""
+    stored = plan.gates.thresholds if plan.resumed else None
+    if names is not None and any(map(is_judge, plan.spec.metrics)):
+        return JudgeScorer(
+            plan.spec, names, plan.test, stored_thresholds=stored, judge_samples=plan.judge_samples
+        )
+    return Scorer(plan.spec, stored_thresholds=stored, judge_samples=plan.judge_samples)
 
 
 def sampled_value(samples: list[float]) -> float:

@@ -27,13 +27,20 @@ from pytest_opik_eval.reports.json_report import write_report
 from pytest_opik_eval.reports.junit import add_suite_properties, report_properties
 from pytest_opik_eval.reports.terminal import verdict_counts, write_summary
 from pytest_opik_eval.run.budget import NOT_STARTED_ATTR
-from pytest_opik_eval.run.distributed import WORKER_JUDGE_COUNTS, WORKER_RECORDINGS, in_shard, is_controller
+from pytest_opik_eval.run.distributed import (
+    WORKER_JUDGE_COUNTS,
+    WORKER_JUDGES,
+    WORKER_RECORDINGS,
+    in_shard,
+    is_controller,
+)
 from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import bind_test, end_begins, human_labels, record_calibrations
 from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations, StoredCalibration
+from pytest_opik_eval.store.records import learned_judges
 from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import (
@@ -70,6 +77,8 @@ class Ending:
         self.experiments: list[ExperimentRecord] = []  # the run's, once the session has ended
         self.results: list[ExperimentResult] = []  # the experiments judged
         self.unsent_summary: str | None = None  # what the store could not send, for the summary
+        # The judges' score names each pytest-xdist worker's trials taught (see RunOutcome.judges).
+        self.workers_judges: list[dict[str, dict[str, str | None]]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if getattr(report, NOT_STARTED_ATTR, False) and self.state.resources.budget is not None:
@@ -79,7 +88,10 @@ class Ending:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        counts = getattr(node, "workeroutput", {}).get(WORKER_RECORDINGS)
+        output = getattr(node, "workeroutput", {})
+        if WORKER_JUDGES in output:
+            self.workers_judges.append(output[WORKER_JUDGES])
+        counts = output.get(WORKER_RECORDINGS)
         if counts is not None:
             from pytest_opik_eval.run.recording import RecordingCounts
 
@@ -145,12 +157,16 @@ class Ending:
 
     def _experiments(self) -> list[ExperimentRecord]:
         """The run's experiments: the resumed run's, or those this process's trials created, or,
-        on the pytest-xdist controller, which does not collect, those its workers created."""
+        on the pytest-xdist controller, which does not collect, those its workers created; each
+        with the judges' score names that the trials taught (of this process or its workers)."""
         resume = self.state.target.resume
         experiments = resume.experiments if resume is not None else self.state.run.experiments
         if not experiments and is_controller(self.config):
-            return self._run_experiments()
-        return experiments
+            experiments = self._run_experiments()
+        changes = [self.state.run.judges, *self.workers_judges]
+        if not any(changes):
+            return experiments
+        return [_with_learned_judges(e, changes) for e in experiments]
 
     def _run_experiments(self) -> list[ExperimentRecord]:
         """On the controller, which does not collect: the experiments its workers recorded."""
@@ -480,9 +496,21 @@ class WorkerEnding:
         state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
         if resources.judge_cache is not None:
             state.config.workeroutput[WORKER_JUDGE_COUNTS] = resources.judge_cache.counts.to_json()  # type: ignore[attr-defined]
+        if state.run.judges:
+            state.config.workeroutput[WORKER_JUDGES] = state.run.judges  # type: ignore[attr-defined]
 
     def pytest_unconfigure(self) -> None:
         self.state.store.close()
+
+
+def _with_learned_judges(
+    experiment: ExperimentRecord, changes: list[dict[str, dict[str, str | None]]]
+) -> ExperimentRecord:
+    """The experiment with what each process learned of its judges' score names applied."""
+    judges = experiment.judges
+    for changed in changes:
+        judges = learned_judges(judges, changed.get(experiment.id, {}))
+    return experiment if judges == experiment.judges else experiment.model_copy(update={"judges": judges})
 
 
 class _VerdictPart:

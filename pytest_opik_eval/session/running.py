@@ -13,21 +13,23 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from collections.abc import Callable, Generator, Iterator
-from typing import Literal, NoReturn
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import Any, Literal, NoReturn
 
 import pytest
 
 from pytest_opik_eval._compat import junit_mark_skipped
 from pytest_opik_eval._compat_xdist import WorkerQueue
 from pytest_opik_eval.collect.planning import plan_run
-from pytest_opik_eval.collect.trials import CASE_ARG, TRIAL_KEY, RejectedItem, Trial
+from pytest_opik_eval.collect.trials import CASE_ARG, TRIAL_KEY, RejectedItem, TestPlan, Trial
 from pytest_opik_eval.exceptions import StoreError
 from pytest_opik_eval.gcpause import no_gc_pass
+from pytest_opik_eval.notices import notice
 from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.judges import is_judge
+from pytest_opik_eval.run.scoring import SCORER, new_scorer
 from pytest_opik_eval.run.trial import (
     RECORDING_MISSED,
     RECORDING_MISSED_ATTR,
@@ -47,7 +49,8 @@ from pytest_opik_eval.session.state import (
     STATUS_PLUGIN,
     SessionState,
 )
-from pytest_opik_eval.store.records import ExperimentRecord
+from pytest_opik_eval.store.base import record_judges
+from pytest_opik_eval.store.records import ExperimentRecord, learned_judges
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
 JUNIT_SOFT_FAILED = "pytest_opik_eval.soft_failed"
@@ -79,7 +82,12 @@ class Running:
         if any(plan.threads > 1 for plan in self.state.plans_seen):
             prepare_threads()
         if self.state.target.resume is not None:
-            return  # the run and its experiments are in the store already (the target has them)
+            # The run and its experiments are in the store already (the target has them). Its
+            # judges are identified now, as a new run's are, before any fixture: a score name
+            # learned is recorded under the identity that the run recorded for its judge.
+            for metric in _judge_metrics(self.state.plans_seen):
+                self.state.resources.judges().of(metric)
+            return
         shards = self.state.shards
         planned = session.items if shards is None else shards.planned
         trials = [t for t in _trials(planned)]
@@ -135,10 +143,11 @@ class Running:
         self, experiments: list[ExperimentRecord], trials: list[tuple[pytest.Item, Trial]]
     ) -> list[ExperimentRecord]:
         """The experiments with the identities of their LLM judges, which a calibration against
-        human labels holds for (none are looked for without one: a heuristic metric costs
-        nothing)."""
+        human labels holds for, by their own names: those of the scores they give, as far as
+        can be told before they score (``_learned`` records the others). None are looked for
+        without one: a heuristic metric costs nothing."""
         plans = {trial.case.plan.test: trial.case.plan for _, trial in trials}
-        if not any(map(is_judge, itertools.chain.from_iterable(p.spec.metrics for p in plans.values()))):
+        if not _judge_metrics(plans.values()):
             return experiments
         judges = self.state.resources.judges()
         return [
@@ -241,7 +250,43 @@ class Running:
                 judge_cache=resources.judge_cache,
                 recorder=resources.recorder,
             )
+            self._learn_score_names()
         return self._trial_context
+
+    def _learn_score_names(self) -> None:
+        """Each test with a judge scored by a ``JudgeScorer``, which learns the names of its
+        judges' scores (see ``_learned``): put in its plan's stash before its first trial, so that
+        a trial of a test without a judge does nothing more."""
+        plans = self.state.plans_seen
+        if not _judge_metrics(plans):
+            return
+        from pytest_opik_eval.run.judges import ScoreNames
+
+        names = ScoreNames(
+            self.state.resources.judges(),
+            self._learned,
+            functools.partial(notice, self.config),
+            {plan.test: plan.judge_samples for plan in plans},
+        )
+        for plan in plans:
+            if _judge_metrics([plan]):
+                plan.stash[SCORER] = new_scorer(plan, names)
+
+    def _learned(self, test: str, update: dict[str, str | None]) -> None:
+        """Names of the test's judges' scores learned as its trials were scored: into its
+        experiments' records at once (a resume, the pytest-xdist controller and ``opik-eval`` read
+        them there), and kept for the process that reports. Called one change at a time."""
+        state = self.state
+        resume = state.target.resume
+        experiments = resume.experiments if resume is not None else state.run.experiments
+        for experiment in experiments:
+            if experiment.test != test:
+                continue
+            changed = state.run.judges.get(experiment.id, {})
+            before = learned_judges(experiment.judges, changed)
+            if learned_judges(before, update) != before:
+                record_judges(state.store.get(), experiment.id, update)
+                state.run.judges[experiment.id] = {**changed, **update}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> None:
@@ -338,6 +383,11 @@ class TrialStatus:
         message = getattr(report, "eval_soft_failure", None)
         if report.when == "call" and report.passed and message:
             junit_mark_skipped(self.config, report, JUNIT_SOFT_FAILED, f"{SOFT_FAILED}: {message}")
+
+
+def _judge_metrics(plans: Iterable[TestPlan]) -> list[Any]:
+    """The LLM judges among the plans' metrics."""
+    return [m for m in itertools.chain.from_iterable(p.spec.metrics for p in plans) if is_judge(m)]
 
 
 def _trials(items: list[pytest.Item]) -> Iterator[tuple[pytest.Item, Trial]]:

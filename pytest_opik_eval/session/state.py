@@ -51,6 +51,10 @@ class RunOutcome:
     not_created: StoreError | None = None
     # Why trials stopped: the store cannot be written (a full disk, a read-only file).
     store_broken_reason: str | None = None
+    # The judges' score names its trials taught (run/judges.ScoreNames), by experiment id: what
+    # changed of each experiment's ``judges`` (see store/records.learned_judges), recorded in the
+    # store as learned, for the process that reports (a pytest-xdist worker hands it on).
+    judges: dict[str, dict[str, str | None]] = dataclasses.field(default_factory=dict)
 
 
 class SessionState:

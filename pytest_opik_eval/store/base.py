@@ -129,6 +129,14 @@ class StoreExtras(Protocol):
         Without it, they are kept in the calibrations folder only (``store/calibrations.py``)."""
         ...
 
+    def record_judges(self, experiment_id: str, update: Mapping[str, str | None]) -> dict[str, str]:
+        """The names of the scores the experiment's judges gave, learned as its trials were
+        scored (``run/judges.ScoreNames``): ``update`` applied to the record's ``judges`` as
+        ``records.learned_judges`` does, at once, for the process that reports, a resume and
+        ``opik-eval``; returns them as they are then. Without it, a judge is kept under its own
+        name only, as the run was created."""
+        ...
+
     def human_labels(self, experiment_id: str) -> dict[str, dict[str, float]]:
         """Human labels the store holds apart from the dataset (with the Opik backend, the feedback
         scores people gave in the Opik UI), by the experiment's item id, then score name, each a
@@ -239,6 +247,14 @@ def record_calibrations(store: Store, experiment_id: str, calibrations: Sequence
     )
     if method is not None:
         method(experiment_id, calibrations)
+
+
+def record_judges(store: Store, experiment_id: str, update: Mapping[str, str | None]) -> None:
+    """Keep the judges' score names learned for the experiment (see
+    :meth:`StoreExtras.record_judges`), if the store can."""
+    method: Callable[[str, Mapping[str, str | None]], object] | None = getattr(store, "record_judges", None)
+    if method is not None:
+        method(experiment_id, update)
 
 
 def human_labels(store: Store, experiment_id: str) -> dict[str, dict[str, float]] | None:

@@ -4,6 +4,7 @@ records the store hands back (a trial, its state, a run's summary)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -211,7 +212,9 @@ class ExperimentRecord(_Written):
     # eval_labels_field): calibration reads them; the task and the metrics never saw them.
     labels_field: str = "labels"  # options.LABELS_FIELD, the default
     # The LLM judges among its metrics, by the name of the scores they give: each one's identity
-    # (run/judges.py), which a calibration against human labels holds for.
+    # (run/judges.py), which a calibration against human labels holds for. A judge is recorded
+    # under its own name as the run is created, then under the names of the scores its trials
+    # return when they differ (run/judges.ScoreNames, patched in with ``learned_judges``).
     judges: dict[str, str] = {}
     # The times each LLM judge scored an output (judge_samples): a resume samples as many.
     judge_samples: int = Field(default=1, ge=1)
@@ -223,6 +226,14 @@ class ExperimentRecord(_Written):
         return _left_out_at_default(
             self, handler(self), "rescore_of", "labels_field", "judges", "judge_samples"
         )
+
+
+def learned_judges(judges: Mapping[str, str], update: Mapping[str, str | None]) -> dict[str, str]:
+    """An experiment's ``judges`` with ``update`` applied: a score name with an identity is that
+    judge's score, one with None is no judge's (a judge's own name that none of its scores has,
+    or a name two metrics give)."""
+    patched = {**judges, **update}
+    return {score: judge for score, judge in patched.items() if judge is not None}
 
 
 BudgetUnit = Literal["usd", "tokens"]

@@ -44,6 +44,7 @@ from pytest_opik_eval.store.records import (
     TrialRecord,
     TrialState,
     Usage,
+    learned_judges,
 )
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -247,6 +248,25 @@ class LocalStore:
             (experiment.test, experiment.params, experiment.model_dump_json(), experiment.id),
         )
 
+    @writing
+    def record_judges(self, experiment_id: str, update: Mapping[str, str | None]) -> dict[str, str]:
+        """The judges' score names learned for the experiment (see ``StoreExtras.record_judges``):
+        read and written in one transaction, so that pytest-xdist workers learning at once each
+        add theirs."""
+        db = self._conn()
+        with transaction(db):
+            row = db.execute("SELECT record FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+            if row is None:
+                return {}
+            record = ExperimentRecord.model_validate_json(row[0])
+            judges = learned_judges(record.judges, update)
+            if judges != record.judges:
+                db.execute(
+                    "UPDATE experiments SET record = ? WHERE id = ?",
+                    (record.model_copy(update={"judges": judges}).model_dump_json(), experiment_id),
+                )
+        return judges
+
     @locked
     def flush(self) -> None:
         self._journals.fold_or_keep()  # so that other processes (an xdist controller) read it all
@@ -313,9 +333,27 @@ class LocalStore:
                     " WHERE s.id = trials.id) WHERE completed_attempt IS NULL AND id IN"
                     " (SELECT id FROM source.trials WHERE completed_attempt IS NOT NULL)"
                 )
+                self._merge_judges(db)
         finally:
             db.execute("DETACH DATABASE source")
         return int(runs)
+
+    @staticmethod
+    def _merge_judges(db: sqlite3.Connection) -> None:
+        """An experiment that both stores have: the judges' score names each shard learned, together
+        (a shard that scored none of its trials knows its judges by their own names only)."""
+        rows = db.execute(
+            "SELECT e.record, s.record FROM experiments e JOIN source.experiments s ON s.id = e.id"
+            " WHERE e.record != s.record"
+        ).fetchall()
+        for here, there in rows:
+            record = ExperimentRecord.model_validate_json(here)
+            judges = learned_judges(record.judges, ExperimentRecord.model_validate_json(there).judges)
+            if judges != record.judges:
+                db.execute(
+                    "UPDATE experiments SET record = ? WHERE id = ?",
+                    (record.model_copy(update={"judges": judges}).model_dump_json(), record.id),
+                )
 
     # -- reads ---------------------------------------------------------------------------
 

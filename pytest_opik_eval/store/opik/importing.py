@@ -18,7 +18,7 @@ from pytest_opik_eval.store.opik import payloads
 from pytest_opik_eval.store.opik.client import OpikClient, OpikHTTPError
 from pytest_opik_eval.store.opik.config import DATASET_PREFIX, OpikSettings
 from pytest_opik_eval.store.opik.datasets import PAGE, RemoteExperiment, ServerDatasets
-from pytest_opik_eval.store.opik.payloads import OURS_KEY, PENDING_KEY, RESUME_KEY
+from pytest_opik_eval.store.opik.payloads import JUDGES_KEY, OURS_KEY, PENDING_KEY, RESUME_KEY
 from pytest_opik_eval.store.opik.spool import Spool
 from pytest_opik_eval.store.records import (
     DatasetRecord,
@@ -63,8 +63,11 @@ class Importer:
             str(d.get("id")): d
             for _, d in self.datasets.stream_items(remote.dataset_name, remote.version_hash)
         }
+        # The judges' score names its trials taught since it was created, if any.
+        judges = metadata.get(JUDGES_KEY)
+        learned = {"judges": judges} if isinstance(judges, dict) else {}
         record = ExperimentRecord.model_validate(
-            {**ours["record"], "items": [data[i] for i in remote.item_ids]}
+            {**ours["record"], **learned, "items": [data[i] for i in remote.item_ids]}
         )
         run = RunRecord.model_validate(ours["run"])
         trial_count = record.selection.trial_count

@@ -33,6 +33,9 @@ RESCORE_KEY = "rescore_of"  # a rescore's experiment: the experiment whose outpu
 # The judges' calibrations against human labels, as the JSON report's: a key without a dot, so
 # that the Opik UI's filters on the experiment's metadata can name it.
 CALIBRATIONS_KEY = "judge_calibrations"
+# The judges by the names of the scores they give, as learned when their trials were scored
+# (``ExperimentRecord.judges``, which the record in OURS_KEY holds as the experiment was created).
+JUDGES_KEY = "judges"
 
 
 @dataclass

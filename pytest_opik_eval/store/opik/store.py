@@ -288,6 +288,15 @@ class OpikStore:
             payloads.experiment_metadata(experiment_id, payloads.CALIBRATIONS_KEY, list(calibrations))
         )
 
+    def record_judges(self, experiment_id: str, update: Mapping[str, str | None]) -> dict[str, str]:
+        """The judges' score names learned (see ``StoreExtras.record_judges``): in the spool, and
+        into the experiment's metadata (``payloads.JUDGES_KEY``), whole, for another machine that
+        imports it."""
+        judges = self.spool.record_judges(experiment_id, update)
+        self.spool.enqueue(payloads.experiment_metadata(experiment_id, payloads.JUDGES_KEY, judges))
+        self.sender.wake()
+        return judges
+
     def human_labels(self, experiment_id: str) -> dict[str, dict[str, float]]:
         """The feedback scores people gave in the Opik UI to the traces of the experiments on this
         experiment's server dataset, as labels by item id, then score name (``annotations``);
