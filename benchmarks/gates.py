@@ -638,7 +638,9 @@ def measure_correction(row: CorrectionRow, reruns: int, seconds: float = math.in
         counts["runs"] += 1
         raw = stats.interval(stats.sample(at_bound, pass_fail=True))
         counts["raw_covered"] += raw.low <= BOUND <= raw.high
-        fixed, fixed_above = correction(at_bound, labelled), correction(above, labelled)
+        trials = JUDGED_TRIALS * row.items
+        fixed = correction(at_bound, labelled, trials=trials)
+        fixed_above = correction(above, labelled, trials=trials)
         if not isinstance(fixed, Correction) or not isinstance(fixed_above, Correction):
             continue  # no correction: said why, and gated on nothing
         counts["corrected"] += 1
@@ -805,7 +807,10 @@ def corrected_test(
     )
     differences = [now[i] - before[i] for i in now]
     raw = stats.regression_test(differences, DELTA, pass_fail=True)
-    return corrected_change(now, before, labelled_now, labelled_before, DELTA, raw.p_chance), raw
+    change = corrected_change(
+        now, before, labelled_now, labelled_before, DELTA, raw.p_chance, trials=(row.items, row.items)
+    )
+    return change, raw
 
 
 def measure_change(row: ChangeRow, reruns: int, seconds: float = math.inf) -> dict[str, int]:

@@ -138,7 +138,7 @@ def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
         return line
     rates = f"pass rate {_figure(found.judged)} as judged"
     if found.corrected is not None:
-        return f"{line}; {rates}, {_figure(found.corrected)} corrected"
+        return f"{line}; {rates}, {_figure(found.corrected)} corrected (labelled items by their labels)"
     why = next((n for n in found.notes if n.startswith("not corrected: ")), "not corrected")
     return f"{line}; {rates}, {why}"
 

@@ -203,6 +203,9 @@ class GateCorrection(_Report):
     specificity: float  # the share labelled fail it failed
     labelled: int  # the labelled items
     source: str  # the experiment they are of (a stored one: with its run and date)
+    # Of the run's items, those labelled (its own calibration's): each counts by its label, and
+    # only the others' pass rate is corrected (0: the labels are another experiment's).
+    known: int = 0
 
 
 class MetricDelta(_Report):

@@ -223,7 +223,8 @@ class ExperimentResult(_OfExperiment):
             return found
         level = self.settings.confidence
         shares = calibration.passed_shares(by_item.values(), found.threshold)
-        corrected = correction.correction(shares, self.labelled(found.score))
+        # The experiment's own labelled items count by their labels: only the rest is corrected.
+        corrected = correction.pass_rate(by_item, found.threshold, self.labelled(found.score), own=True)
         update: dict[str, Any] = {
             "judge": self.experiment.judges.get(found.score),
             "judged": confidence_interval(stats.interval(stats.sample(shares, pass_fail=True), level)),
