@@ -32,8 +32,15 @@ Items are the unit, as in ``statistics``: each estimate is a mean over items of 
 item's trials the judge passed (or failed), and its variance is the items' own, so the trials
 of one item are clustered: the variance is a pass rate's over the items times the design effect,
 the items' variance over that of pass/fail items at the same mean (1 for one trial an item; less
-when the trials of an item average out their noise). A judge no better than chance (Se + Sp <= 1)
-corrects nothing: ``correction`` says why instead of dividing by zero or less.
+when the trials of an item average out their noise), but never below independent trials' (the
+effective items are at most the trials scored: ``share``). A judge no better than chance
+(Se + Sp <= 1) corrects nothing: ``correction`` says why instead of dividing by zero or less.
+
+A gated run whose own items are labelled counts them by their labels and corrects only the rest
+(``pass_rate``, ``PassRate``); a regression gate's change (``corrected_change``) still corrects
+them by the judge: a dataset's labels are the same in both runs, and counting by them would
+hold every labelled item unchanged, which is what the gate tests (docs/explanation/statistics.md,
+"Labelled items of the gated run").
 
 Pure functions, standard library only.
 """
