@@ -167,8 +167,9 @@ def test_strict_mode_refuses_a_judge_without_labels(project: Project) -> None:
 
 @pytest.mark.parametrize("mode", ["normal", "strict"])
 def test_labels_that_cannot_correct_say_why(project: Project, mode: str) -> None:
-    # Every item labelled pass: the judge's specificity is unknown.
-    project.dataset(rows(8, 2, label=True, prefix="p"))
+    # Every labelled item labelled pass: the judge's specificity is unknown, and the two
+    # unlabelled items need it (with every item labelled, nothing would).
+    project.dataset(rows(8, 2, label=True, prefix="p") + rows(1, 1, label=None, prefix="a"))
     write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.5}'))
     result = project.run("--eval", f"--eval-gate-mode={mode}")
     (line,) = gate_lines(result)
@@ -177,9 +178,9 @@ def test_labels_that_cannot_correct_say_why(project: Project, mode: str) -> None
         "specificity is unknown"
     )
     if mode == "normal":
-        assert line == f"met: test_qa: fail_under correctness: mean 0.800 >= 0.5; {why}"
+        assert line == f"met: test_qa: fail_under correctness: mean 0.750 >= 0.5; {why}"
     else:
-        assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): mean 0.800, lower bound ")
+        assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): mean 0.750, lower bound ")
         assert line.endswith(f"; strict mode refuses it: {why}")
 
 

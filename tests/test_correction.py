@@ -213,6 +213,11 @@ def test_with_every_item_labelled_the_labels_are_the_pass_rate() -> None:
     reach = 1.9599640 * math.sqrt(0.25 / 8)
     interval = rate.interval(0.95)
     assert (interval.low, interval.high) == pytest.approx((0.5 - reach, 0.5 + reach))
+    # Every item labelled pass: no specificity to show, and none needed.
+    passes = labels((3, 1), (0, 0))
+    assert isinstance(correction([1.0], passes, trials=1), str)
+    rate = rate_of(run_of(passes, 0, 0), passes)
+    assert (rate.estimate, rate.sensitivity, rate.specificity) == (1.0, 0.75, None)
 
 
 def test_a_labelled_item_weighs_one_item_whatever_its_trials() -> None:

@@ -109,6 +109,26 @@ def test_the_rest_is_bounded_when_no_unlabelled_item_fails(project: Project) -> 
     assert gate["interval"]["high"] < 1.0
 
 
+def test_every_item_labelled_pass_is_a_pass_rate_of_one(project: Project) -> None:
+    # No item labelled fail: the judge's specificity is unknown, and nothing needs it.
+    project.dataset(rows(9, 1, label=True, prefix="p"))
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.8}'))
+    result, report = project.run_report("--eval")
+    assert gate_lines(result) == [
+        "met: test_qa: fail_under correctness: pass rate 1.000 corrected for the judge's errors, "
+        "10 labelled item(s) by their labels (0.900 as judged) >= 0.8"
+    ]
+    result.stdout.fnmatch_lines(
+        [
+            "  corrected by 10 labelled item(s) of test_qa: sensitivity 0.900, specificity undefined "
+            "(no item labelled fail); every one of the run's 10 item(s) is labelled and counts by its "
+            "label: the judge's errors do not enter, and the bounds carry the labels' sampling error"
+        ]
+    )
+    (gate,) = report["experiments"][0]["gates"]
+    assert (gate["value"], gate["correction"]["specificity"], gate["correction"]["known"]) == (1.0, None, 10)
+
+
 def test_a_labelled_item_counts_once_by_its_label_whatever_its_trials(project: Project) -> None:
     # Two trials an item; p1's second is never scored. Labelled pass: p1 (judged 1), p2 (1, 0);
     # fail: f1 (0, 0), f2 (0, 1): Se = Sp = 0.75. Unlabelled: 2.5 of 4 judged pass, corrected

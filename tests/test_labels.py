@@ -155,13 +155,14 @@ def test_trials_of_an_item_are_shares_of_it(project: Project) -> None:
 
 
 def test_no_item_labelled_pass_says_sensitivity_is_undefined(project: Project) -> None:
-    labelled(project, [row("f1", False, 0), row("f2", False, 1)])
+    # An unlabelled item needs the correction (with every item labelled, nothing would).
+    labelled(project, [row("f1", False, 0), row("f2", False, 1), {"id": "a", "judge": [1]}])
     result, report = project.run_report("--eval")
     line = line_starting(result, "  labels:")
     assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 0.500 [")
     assert ", sensitivity undefined (no item labelled pass), specificity 0.500 [" in line
     assert line.endswith(
-        ", kappa 0.000 (no interval); pass rate 0.500 [0.013, 0.987] as judged, not corrected: no "
+        f", kappa 0.000 (no interval); pass rate {interval(0, 1, 1)} as judged, not corrected: no "
         "labelled item is labelled pass: the judge's sensitivity is unknown"
     )  # kappa: left out in turn, one item says nothing
     (found,) = report["experiments"][0]["calibrations"]
@@ -172,18 +173,18 @@ def test_no_item_labelled_pass_says_sensitivity_is_undefined(project: Project) -
         "not corrected: no labelled item is labelled pass: the judge's sensitivity is unknown",
     ]
     assert found["corrected"] is None
-    assert found["judged"]["estimate"] == 0.5
+    assert found["judged"]["estimate"] == pytest.approx(2 / 3)
     assert found["judge"] is None  # the metric does not say it is a judge
 
 
 def test_no_item_labelled_fail_says_specificity_is_undefined(project: Project) -> None:
-    labelled(project, [row("p1", True, 1), row("p2", True, 1)])
+    labelled(project, [row("p1", True, 1), row("p2", True, 1), {"id": "a", "judge": [0]}])
     result = project.run("--eval")
     line = line_starting(result, "  labels:")
     assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 1.000 [")
     assert line.endswith(
         ", specificity undefined (no item labelled fail), kappa undefined (one verdict only from judge "
-        "and labels); pass rate 1.000 [0.158, 1.000] as judged, not corrected: no labelled item is "
+        f"and labels); pass rate {interval(1, 1, 0)} as judged, not corrected: no labelled item is "
         "labelled fail: the judge's specificity is unknown"
     )
 

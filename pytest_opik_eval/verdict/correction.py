@@ -229,16 +229,13 @@ class PassRate(_Bounded):
 
     rest: Correction | None  # None: every item of the run is labelled
     known: Share | None  # each labelled item's label, 1 or 0; None: none of the run's is labelled
-    judged: float  # the mean over all the run's items of the share of trials the judge passed
-    sensitivity: float
-    specificity: float
+    observed: float  # the pass rate as the judge gave it: over all the run's items
+    # The judge's, on the labelled items; None with every item labelled and none labelled pass
+    # (sensitivity), or fail (specificity): nothing is corrected, so nothing needs them.
+    sensitivity: float | None
+    specificity: float | None
     labelled: int  # the calibration's items
     items: int  # the run's
-
-    @property
-    def observed(self) -> float:
-        """The pass rate as the judge gave it, over all the run's items."""
-        return self.judged
 
     def _mix(self, known: float, rest: float) -> float:
         """The labelled items' figure and the rest's, weighed by their items."""
@@ -291,16 +288,16 @@ def pass_rate(
         if isinstance(found, str):
             return found
         corrected = found
-    judge = _judge(labelled)  # with every item labelled, nothing is corrected: only shown
-    if isinstance(judge, str):
-        return judge
     known = [1.0 if i.label else 0.0 for i in labels.values()]
+    # Shown only: with every item labelled, nothing is corrected, and either may be unknown.
+    positives = [i.share for i in labelled if i.label]
+    negatives = [1.0 - i.share for i in labelled if not i.label]
     return PassRate(
         corrected,
         share(known, len(known)) if known else None,
         stats.mean(list(judged.values())),
-        judge[0].mean,
-        judge[1].mean,
+        stats.mean(positives) if positives else None,
+        stats.mean(negatives) if negatives else None,
         len(labelled),
         len(values),
     )

@@ -148,7 +148,7 @@ def _corrected_gate(
     )
     calibration_note = (
         f"corrected by {corrected.labelled} labelled item(s) of {source}: sensitivity "
-        f"{score(corrected.sensitivity)}, specificity {score(corrected.specificity)}; "
+        f"{_figure(corrected.sensitivity, 'pass')}, specificity {_figure(corrected.specificity, 'fail')}; "
         + _known_note(known, corrected.items)
     )
     return gate.model_copy(
@@ -164,6 +164,10 @@ def _corrected_gate(
             ),
         }
     )
+
+
+def _figure(value: float | None, label: str) -> str:
+    return f"undefined (no item labelled {label})" if value is None else score(value)
 
 
 def _known_note(known: int, items: int) -> str:
