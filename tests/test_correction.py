@@ -188,6 +188,8 @@ def test_labelled_items_count_by_their_labels_and_only_the_rest_is_corrected() -
     everything = rate_of(run_of(labelled, 14, 20), labelled, own=False)
     assert everything.known is None
     assert everything.estimate == pytest.approx(rate.estimate)
+    alone = corrected(list(map(float, [i.passed for i in labelled])) + run(14, 20), labelled)
+    assert everything.bounds(0.95) == alone.bounds(0.95)  # without labels of its own: as before
     width = everything.interval(0.95).high - everything.interval(0.95).low
     assert rate.interval(0.95).high - rate.interval(0.95).low < 0.8 * width
 
@@ -200,6 +202,13 @@ def test_the_rest_is_bounded_before_the_labels_join_it() -> None:
     assert rate.estimate == pytest.approx((20 + 20) / 50)
     assert rate_of(run_of(labelled, 20, 20), labelled, own=False).estimate == pytest.approx(0.6 / 0.7)
     assert rate.bounds(0.95).low < rate.estimate <= rate.bounds(0.95).high < 1.0
+    # Many items: the bounds still hold the estimate (from the rest's rate past 1, they did not).
+    many = labels((180, 20), (80, 20))
+    for passed in (690, 700):
+        rate = rate_of(run_of(many, passed, 700), many)
+        bounds = rate.bounds(0.95)
+        assert bounds.low <= rate.estimate <= bounds.high
+        assert rate.p_above(bounds.low) == pytest.approx(0.05)
 
 
 def test_with_every_item_labelled_the_labels_are_the_pass_rate() -> None:

@@ -243,20 +243,26 @@ class PassRate(_Bounded):
         rest_items = self.items - labels
         return (labels * known + rest_items * rest) / self.items
 
+    def _rest(self, figure: float) -> float:
+        """A figure of the rest's: alone, as ``Correction`` has it (bounded to [0, 1] at the
+        end); beside labels, bounded first, or a rest corrected past 1 would lift the total past
+        what the labels allow, and its lower bound past the estimate."""
+        return figure if self.known is None else _unit(figure)
+
     @property
     def unbounded(self) -> float:
         known = 0.0 if self.known is None else self.known.mean
-        return self._mix(known, 0.0 if self.rest is None else self.rest.unbounded)
+        return self._mix(known, 0.0 if self.rest is None else self._rest(self.rest.unbounded))
 
     @property
     def estimate(self) -> float:
-        known = 0.0 if self.known is None else self.known.mean
-        return _unit(self._mix(known, 0.0 if self.rest is None else self.rest.estimate))
+        return _unit(self.unbounded)
 
     @property
     def adjusted(self) -> float:
+        """The pass rate of the adjusted figures (``PSEUDO`` added to each)."""
         known = 0.0 if self.known is None else self.known.adjusted
-        return self._mix(known, 0.0 if self.rest is None else self.rest.adjusted)
+        return self._mix(known, 0.0 if self.rest is None else self._rest(self.rest.adjusted))
 
     @property
     def standard_error(self) -> float:
