@@ -2,8 +2,8 @@
 coverage and monotonicity, measured by driving the package's own gate code (``experiment_result``,
 ``with_baseline``, ``judge_session``) over simulated sessions; then what baseline selection does,
 whether the printed detectable drop is caught 80% of the time, how well a judge's pass rate
-corrected for its errors on labelled items covers the true pass rate (``correction``), and what
-the gates cost.
+corrected for its errors on labelled items covers the true pass rate (``correction``; with the
+run's own labelled items counted by their labels, ``labelled``), and what the gates cost.
 
     python benchmarks/gates.py [--reruns N] [--seconds S] [--quick] [--jobs 2]
                                [--only rates|baselines|power|correction|labelled|change|cost]
