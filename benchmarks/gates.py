@@ -2,11 +2,12 @@
 coverage and monotonicity, measured by driving the package's own gate code (``experiment_result``,
 ``with_baseline``, ``judge_session``) over simulated sessions; then what baseline selection does,
 whether the printed detectable drop is caught 80% of the time, how well a judge's pass rate
-corrected for its errors on labelled items covers the true pass rate (``correction``), and what
-the gates cost.
+corrected for its errors on labelled items covers the true pass rate (``correction``; with the
+run's own labelled items counted by their labels, ``labelled``), and what the gates cost.
 
     python benchmarks/gates.py [--reruns N] [--seconds S] [--quick] [--jobs 2]
-                               [--only rates|baselines|power|correction|cost] [--row TEXT]
+                               [--only rates|baselines|power|correction|labelled|change|cost]
+                               [--row TEXT]
                                [--json FILE [--add]]
     python benchmarks/gates.py --markdown FILE    # the table of a --json file, for the README
 
@@ -75,8 +76,10 @@ from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
 from pytest_opik_eval.verdict.correction import (  # noqa: E402
     CorrectedChange,
     Correction,
+    PassRate,
     corrected_change,
     correction,
+    pass_rate,
 )
 from pytest_opik_eval.verdict.distributions import binomial_tail  # noqa: E402
 from pytest_opik_eval.verdict.results import (  # noqa: E402
@@ -638,7 +641,9 @@ def measure_correction(row: CorrectionRow, reruns: int, seconds: float = math.in
         counts["runs"] += 1
         raw = stats.interval(stats.sample(at_bound, pass_fail=True))
         counts["raw_covered"] += raw.low <= BOUND <= raw.high
-        fixed, fixed_above = correction(at_bound, labelled), correction(above, labelled)
+        trials = JUDGED_TRIALS * row.items
+        fixed = correction(at_bound, labelled, trials=trials)
+        fixed_above = correction(above, labelled, trials=trials)
         if not isinstance(fixed, Correction) or not isinstance(fixed_above, Correction):
             continue  # no correction: said why, and gated on nothing
         counts["corrected"] += 1
@@ -704,6 +709,167 @@ def correction_table(results: dict[int, dict[str, int]]) -> None:
         if missed:
             lines.append(f"MISSES a target: {row.name}: " + ", ".join(missed))
     for line in lines or ["Every corrected row meets its targets."]:
+        print(line)
+
+
+# --- a run whose own items carry labels ---------------------------------------------------------
+
+# The judges of these rows: issue 25's, and a poor one (its corrections are the widest).
+LABELLED_JUDGES = (JUDGES[0], JUDGES[2])
+
+
+@dataclass(frozen=True)
+class LabelledRow:
+    labels: int  # of the run's items, the first this many are labelled
+    items: int
+    judge: tuple[float, float]
+    trials: int = JUDGED_TRIALS
+
+    @property
+    def name(self) -> str:
+        trials = "" if self.trials == JUDGED_TRIALS else f" x {self.trials}"
+        return f"{self.labels} of {self.items}{trials} labelled judge {self.judge[0]:g}/{self.judge[1]:g}"
+
+
+LABELLED_ROWS = [
+    *(
+        LabelledRow(labels, items, judge)
+        for labels, items in ((30, 1000), (300, 1000), (1000, 1000), (30, 100), (100, 100))
+        for judge in LABELLED_JUDGES
+    ),
+    LabelledRow(300, 1000, JUDGES[0], trials=1),
+]
+# "before": every item corrected by the judge's errors, the labelled ones too (own=False);
+# "dataset": the interval holds the run's own items' true pass rate (not the population's).
+LABELLED_COUNTS = (
+    "covered",
+    "covered_before",
+    "covered_dataset",
+    "strict_at_bound",
+    "strict_before",
+    "power",
+    "power_before",
+    "half_width",
+    "half_width_before",
+    "corrected",
+    "runs",
+)
+
+
+def labelled_run(
+    rng: random.Random, rate: float, row: LabelledRow
+) -> tuple[dict[str, list[float]], list[LabelledItem], float]:
+    """The run's items, each a fixed answer (a label describes it) that truly passes at ``rate``,
+    judged ``row.trials`` times, each verdict flipped at the judge's error rates; the first
+    ``row.labels`` labelled with their true verdict; and the items' own true pass rate."""
+    sensitivity, specificity = row.judge
+    values: dict[str, list[float]] = {}
+    labelled = []
+    passing = 0
+    for i in range(row.items):
+        truly = rng.random() < rate
+        passing += truly
+        chance = sensitivity if truly else 1.0 - specificity
+        verdicts = [float(rng.random() < chance) for _ in range(row.trials)]
+        values[f"item-{i}"] = verdicts
+        if i < row.labels:
+            labelled.append(LabelledItem(f"item-{i}", int(sum(verdicts)), row.trials, truly))
+    return values, labelled, passing / row.items
+
+
+def measure_labelled(row: LabelledRow, reruns: int, seconds: float = math.inf) -> dict[str, int]:
+    """The row's counts over ``reruns``, each two runs (the true pass rate at ``BOUND``, and
+    ``ABOVE`` it), each gated with its labelled items counted by their labels (``pass_rate``,
+    own) and, before, with every item corrected: coverage, strict fail_under's error at the
+    bound, its power above it, and the two-sided intervals' half-widths."""
+    counts = dict.fromkeys(LABELLED_COUNTS, 0)
+    deadline = time.perf_counter() + seconds
+    alpha = 1.0 - stats.LEVEL
+    for rerun in range(reruns):
+        if time.perf_counter() > deadline:
+            break
+        rng = random.Random(f"{row.name}-{rerun}")
+        at_bound, labelled, dataset_rate = labelled_run(rng, BOUND, row)
+        above, labelled_above, _ = labelled_run(rng, BOUND + ABOVE, row)
+        counts["runs"] += 1
+        found = [
+            pass_rate(values, None, items, own=own)
+            for values, items in ((at_bound, labelled), (above, labelled_above))
+            for own in (True, False)
+        ]
+        rates = [f for f in found if isinstance(f, PassRate)]
+        if len(rates) < len(found):
+            continue  # no correction: said why, and gated on nothing
+        now, before, now_above, before_above = rates
+        counts["corrected"] += 1
+        for suffix, rate, rate_above in (("", now, now_above), ("_before", before, before_above)):
+            interval = rate.interval(stats.LEVEL)
+            counts["covered" + suffix] += interval.low <= BOUND <= interval.high
+            counts["half_width" + suffix] += round(500 * (interval.high - interval.low))
+            counts["strict_at_bound" if not suffix else "strict_before"] += rate.p_above(BOUND) <= alpha
+            counts["power" + suffix] += rate_above.p_above(BOUND) <= alpha
+        interval = now.interval(stats.LEVEL)
+        counts["covered_dataset"] += interval.low <= dataset_rate <= interval.high
+    return counts
+
+
+def _labelled_job(job: tuple[int, int, float]) -> tuple[int, dict[str, int]]:
+    index, reruns, seconds = job
+    counts = measure_labelled(LABELLED_ROWS[index], reruns, seconds)
+    print(f"  {LABELLED_ROWS[index].name}: {counts}", file=sys.stderr, flush=True)  # progress
+    return index, counts
+
+
+def labelled_table(results: dict[int, dict[str, int]]) -> None:
+    """The rows of runs with labelled items of their own, as docs/explanation/statistics.md
+    shows them."""
+    print(
+        "A run whose own items are labelled: they count by their labels, the rest is corrected\n"
+        f"(before: every item corrected); fail_under at {BOUND:g}, confidence 0.95; coverage of the true\n"
+        "pass rate by the two-sided 95% interval, and of the run's own items' true pass rate (dataset);\n"
+        f"strict fail_under passing at the bound; power, the true rate {ABOVE:g} above it.\n"
+    )
+    print(
+        "| labelled | run items | trials | judge (Se/Sp) | coverage | before | dataset | strict at bound "
+        "| before | power | before | half-width | before | runs |\n|---:|---:|---:|---|" + "---:|" * 10
+    )
+    missed = []
+    for index in sorted(results):
+        row, c = LABELLED_ROWS[index], results[index]
+        n = c["corrected"]
+        cells = [
+            f"{row.labels:,}",
+            f"{row.items:,}",
+            str(row.trials),
+            f"{row.judge[0]:g}/{row.judge[1]:g}",
+            *(
+                percent(c[count], n).strip()
+                for count in (
+                    "covered",
+                    "covered_before",
+                    "covered_dataset",
+                    "strict_at_bound",
+                    "strict_before",
+                    "power",
+                    "power_before",
+                )
+            ),
+            f"{c['half_width'] / 1000 / max(1, n):.3f}",
+            f"{c['half_width_before'] / 1000 / max(1, n):.3f}",
+            f"{n:,}",
+        ]
+        print("| " + " | ".join(cells) + " |")
+        if n and (n - c["covered"]) / n > 0.06:
+            missed.append(f"MISSES a target: {row.name}: coverage {percent(c['covered'], n).strip()}")
+        if n and c["strict_at_bound"] / n > 0.05:
+            share = percent(c["strict_at_bound"], n).strip()
+            missed.append(
+                f"MISSES a target: {row.name}: strict at bound {share}{beyond(c['strict_at_bound'], n, 0.05)}"
+            )
+        if c["runs"] > n:
+            missed.append(f"MISSES a target: {row.name}: {c['runs'] - n} runs without a correction")
+    print()
+    for line in missed or ["Every labelled row meets its targets."]:
         print(line)
 
 
@@ -805,7 +971,10 @@ def corrected_test(
     )
     differences = [now[i] - before[i] for i in now]
     raw = stats.regression_test(differences, DELTA, pass_fail=True)
-    return corrected_change(now, before, labelled_now, labelled_before, DELTA, raw.p_chance), raw
+    change = corrected_change(
+        now, before, labelled_now, labelled_before, DELTA, raw.p_chance, trials=(row.items, row.items)
+    )
+    return change, raw
 
 
 def measure_change(row: ChangeRow, reruns: int, seconds: float = math.inf) -> dict[str, int]:
@@ -920,7 +1089,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument(
         "--only",
-        choices=["rates", "baselines", "power", "correction", "change", "cost"],
+        choices=["rates", "baselines", "power", "correction", "labelled", "change", "cost"],
         action="append",
     )
     parser.add_argument("--row", action="append", help="only the rows whose name contains this")
@@ -935,7 +1104,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     reruns = args.reruns or (40 if args.quick else 1000)
-    parts = args.only or ["rates", "baselines", "power", "correction", "change", "cost"]
+    parts = args.only or ["rates", "baselines", "power", "correction", "labelled", "change", "cost"]
     started = time.perf_counter()
     if args.markdown:
         markdown(counts_in(args.markdown))
@@ -991,10 +1160,12 @@ def judges(args: argparse.Namespace, parts: list[str]) -> None:
     """The rows of a judge's corrected pass rate: its interval, and the regression gate on it."""
     names: dict[str, list[str]] = {
         "correction": [row.name for row in CORRECTION_ROWS],
+        "labelled": [row.name for row in LABELLED_ROWS],
         "change": [row.name for row in CHANGE_ROWS],
     }
     for part, job, table in (
         ("correction", _correction_job, correction_table),
+        ("labelled", _labelled_job, labelled_table),
         ("change", _change_job, change_table),
     ):
         if part not in parts:
@@ -1002,7 +1173,7 @@ def judges(args: argparse.Namespace, parts: list[str]) -> None:
         chosen = [i for i, name in enumerate(names[part]) if not args.row or any(r in name for r in args.row)]
         # 200 reruns a row by default (a quarter at 10,000 items): the correction's 36 rows in
         # about half a minute on a core; 10 with --quick (2 s), a smoke run. The docs' tables
-        # are --reruns 400 (correction) and 1,000 (change).
+        # are --reruns 400 (correction) and 1,000 (labelled, change).
         jobs = [(i, args.reruns or (10 if args.quick else 200), args.seconds) for i in chosen]
         table(dict(in_parallel(job, jobs, args.jobs)))
         print(flush=True)

@@ -16,8 +16,8 @@ from pytest_opik_eval.cli import main as opik_eval
 GATED = 'fail_under={"correctness": 0.52}'
 # (0.55 + 0.8 - 1) / 0.7: the judge passes 11 of the 20, with sensitivity 0.9 and specificity 0.8.
 LINE = (
-    "NOT MET: test_qa: fail_under correctness: pass rate 0.500 corrected for the judge's errors "
-    "(0.550 as judged) is below 0.52"
+    "NOT MET: test_qa: fail_under correctness: pass rate 0.500 corrected for the judge's errors, "
+    "20 labelled item(s) by their labels (0.550 as judged) is below 0.52"
 )
 
 

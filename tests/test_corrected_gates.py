@@ -5,6 +5,7 @@ judge; strict mode's refusal of a judge it cannot correct."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
 import sys
@@ -80,21 +81,21 @@ def gate_lines(result: pytest.RunResult) -> list[str]:
 
 def expected(observed: list[float]) -> Correction:
     labelled = [LabelledItem(r["id"], r["judge"], 1, r["labels"]["correctness"]) for r in CALIBRATION]
-    found = correction(observed, labelled)
+    found = correction(observed, labelled, trials=len(observed))
     assert isinstance(found, Correction)
     return found
 
 
 def test_a_gate_that_the_raw_rate_passes_fails_on_the_corrected_one(project: Project) -> None:
+    # Every item is labelled: each counts by its label, 10 of 20 pass, whatever the judge said.
     project.dataset(CALIBRATION)
     write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.52}'))
     result, report = project.run_report("--eval")
     assert gate_lines(result) == [
-        "NOT MET: test_qa: fail_under correctness: pass rate 0.500 corrected for the judge's errors "
-        "(0.550 as judged) is below 0.52"
+        "NOT MET: test_qa: fail_under correctness: pass rate 0.500 corrected for the judge's errors, "
+        "20 labelled item(s) by their labels (0.550 as judged) is below 0.52"
     ]
     (gate,) = report["experiments"][0]["gates"]
-    found = expected([r["judge"] for r in CALIBRATION])
     assert gate["value"] == pytest.approx(0.5)
     assert gate["correction"] == {
         "raw": 0.55,
@@ -102,12 +103,15 @@ def test_a_gate_that_the_raw_rate_passes_fails_on_the_corrected_one(project: Pro
         "specificity": 0.8,
         "labelled": 20,
         "source": "test_qa",
+        "known": 20,
     }
-    bounds = found.bounds(0.95)
-    assert (gate["interval"]["low"], gate["interval"]["high"]) == pytest.approx((bounds.low, bounds.high))
+    # The labels' pass rate alone: two passes and two failures added, 12/24, over 24 items.
+    reach = 1.6448536 * math.sqrt(0.5 * 0.5 / 24)
+    assert (gate["interval"]["low"], gate["interval"]["high"]) == pytest.approx((0.5 - reach, 0.5 + reach))
     assert gate["notes"][1] == (
-        "corrected by 20 labelled item(s) of test_qa: sensitivity 0.900, specificity 0.800; the "
-        "bounds carry the labels' sampling error and the run's"
+        "corrected by 20 labelled item(s) of test_qa: sensitivity 0.900, specificity 0.800; every one "
+        "of the run's 20 item(s) is labelled and counts by its label: the judge's errors do not "
+        "enter, and the bounds carry the labels' sampling error"
     )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
 
@@ -164,8 +168,9 @@ def test_strict_mode_refuses_a_judge_without_labels(project: Project) -> None:
 
 @pytest.mark.parametrize("mode", ["normal", "strict"])
 def test_labels_that_cannot_correct_say_why(project: Project, mode: str) -> None:
-    # Every item labelled pass: the judge's specificity is unknown.
-    project.dataset(rows(8, 2, label=True, prefix="p"))
+    # Every labelled item labelled pass: the judge's specificity is unknown, and the two
+    # unlabelled items need it (with every item labelled, nothing would).
+    project.dataset(rows(8, 2, label=True, prefix="p") + rows(1, 1, label=None, prefix="a"))
     write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.5}'))
     result = project.run("--eval", f"--eval-gate-mode={mode}")
     (line,) = gate_lines(result)
@@ -174,15 +179,17 @@ def test_labels_that_cannot_correct_say_why(project: Project, mode: str) -> None
         "specificity is unknown"
     )
     if mode == "normal":
-        assert line == f"met: test_qa: fail_under correctness: mean 0.800 >= 0.5; {why}"
+        assert line == f"met: test_qa: fail_under correctness: mean 0.750 >= 0.5; {why}"
     else:
-        assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): mean 0.800, lower bound ")
+        assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): mean 0.750, lower bound ")
         assert line.endswith(f"; strict mode refuses it: {why}")
 
 
 def test_a_judge_no_better_than_chance_corrects_nothing(project: Project) -> None:
-    # Labelled pass: the judge passes 1 of 2; labelled fail: it fails 1 of 2. Se + Sp = 1.
-    project.dataset(rows(1, 1, label=True, prefix="p") + rows(1, 1, label=False, prefix="f"))
+    # Labelled pass: the judge passes 1 of 2; labelled fail: it fails 1 of 2. Se + Sp = 1. The
+    # two unlabelled items would need correcting (with every item labelled, none would).
+    labelled = rows(1, 1, label=True, prefix="p") + rows(1, 1, label=False, prefix="f")
+    project.dataset(labelled + rows(1, 1, label=None, prefix="a"))
     write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.5}'))
     (line,) = gate_lines(project.run("--eval"))
     assert line == (

@@ -162,6 +162,7 @@ def test_a_regression_of_the_app_is_corrected_for_the_judge(project: Project) ->
         labelled("before"),
         0.05,
         1.0,
+        trials=(len(APP), len(APP)),
     )
     assert isinstance(expected, CorrectedChange)
     # 21 of 69 judged passes now fail: -0.21 as judged; over Se + Sp - 1 = 0.7, -0.3 corrected.

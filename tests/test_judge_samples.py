@@ -367,7 +367,7 @@ def test_a_calibration_judges_by_the_samples_mean(project: Project) -> None:
     result.stdout.fnmatch_lines(
         [
             "NOT MET: test_qa: fail_under judge (strict): pass rate 0.667 corrected for the judge's "
-            "errors (0.667 as judged)*"
+            "errors, 3 labelled item(s) by their labels (0.667 as judged)*"
         ]
     )
 

@@ -11,8 +11,6 @@ import pytest
 from conftest import Project
 
 from pytest_opik_eval.verdict import statistics as stats
-from pytest_opik_eval.verdict.calibration import LabelledItem
-from pytest_opik_eval.verdict.correction import Correction, correction
 
 # A task that says what it was given, and a metric that says what it scored: the judge's verdict
 # is the item's "judge" field, whatever the labels say.
@@ -126,18 +124,17 @@ def test_the_terminal_shows_the_judges_agreement_with_the_labels(project: Projec
     se = math.sqrt(7 / 8 * sum((k - centre) ** 2 for k in left_out))
     t = 2.364624251592785  # Student's t, 7 degrees of freedom, 0.975
     low, high = max(-1.0, 7 / 15 - t * se), min(1.0, 7 / 15 + t * se)
-    # The judge passes 5 of 8: corrected, (0.625 + 2/3 - 1) / (0.8 + 2/3 - 1) = 0.625.
+    # The judge passes 5 of 8; every item is labelled and counts by its label: 5 of 8 pass. The
+    # interval is the labels' alone: two passes and two failures added, 7/12 over 12 items, from
+    # the lower and the higher of 5/8 and 7/12.
     judged = interval(1, 1, 1, 1, 0, 0, 0, 1)
-    items = [LabelledItem(r["id"], int(r["judge"][0]), 1, r["labels"]["correctness"] >= 0.5) for r in EIGHT]
-    corrected = correction([1, 1, 1, 1, 0, 0, 0, 1], items)
-    assert isinstance(corrected, Correction)
-    assert corrected.estimate == pytest.approx(0.625)
-    two_sided = corrected.interval(0.95)
+    reach = 1.9599640 * math.sqrt(7 / 12 * 5 / 12 / 12)
+    rate_low, rate_high = 7 / 12 - reach, 0.625 + reach
     assert line_starting(result, "  labels:") == (
         "  labels: correctness (threshold 0.5, 8 items x 1 trial): "
         f"agreement {agreement}, sensitivity {sensitivity}, specificity {specificity}, "
         f"kappa 0.467 [{low:.3f}, {high:.3f}]; pass rate {judged} as judged, "
-        f"0.625 [{two_sided.low:.3f}, {two_sided.high:.3f}] corrected; labels of this experiment"
+        f"0.625 [{rate_low:.3f}, {rate_high:.3f}] corrected (labelled items by their labels); labels of this experiment"
     )
 
 
@@ -158,13 +155,14 @@ def test_trials_of_an_item_are_shares_of_it(project: Project) -> None:
 
 
 def test_no_item_labelled_pass_says_sensitivity_is_undefined(project: Project) -> None:
-    labelled(project, [row("f1", False, 0), row("f2", False, 1)])
+    # An unlabelled item needs the correction (with every item labelled, nothing would).
+    labelled(project, [row("f1", False, 0), row("f2", False, 1), {"id": "a", "judge": [1]}])
     result, report = project.run_report("--eval")
     line = line_starting(result, "  labels:")
     assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 0.500 [")
     assert ", sensitivity undefined (no item labelled pass), specificity 0.500 [" in line
     assert line.endswith(
-        ", kappa 0.000 (no interval); pass rate 0.500 [0.013, 0.987] as judged, not corrected: no "
+        f", kappa 0.000 (no interval); pass rate {interval(0, 1, 1)} as judged, not corrected: no "
         "labelled item is labelled pass: the judge's sensitivity is unknown; labels of this"
         " experiment"
     )  # kappa: left out in turn, one item says nothing
@@ -176,18 +174,18 @@ def test_no_item_labelled_pass_says_sensitivity_is_undefined(project: Project) -
         "not corrected: no labelled item is labelled pass: the judge's sensitivity is unknown",
     ]
     assert found["corrected"] is None
-    assert found["judged"]["estimate"] == 0.5
+    assert found["judged"]["estimate"] == pytest.approx(2 / 3)
     assert found["judge"] is None  # the metric does not say it is a judge
 
 
 def test_no_item_labelled_fail_says_specificity_is_undefined(project: Project) -> None:
-    labelled(project, [row("p1", True, 1), row("p2", True, 1)])
+    labelled(project, [row("p1", True, 1), row("p2", True, 1), {"id": "a", "judge": [0]}])
     result = project.run("--eval")
     line = line_starting(result, "  labels:")
     assert line.startswith("  labels: correctness (threshold 0.5, 2 items x 1 trial): agreement 1.000 [")
     assert line.endswith(
         ", specificity undefined (no item labelled fail), kappa undefined (one verdict only from judge "
-        "and labels); pass rate 1.000 [0.158, 1.000] as judged, not corrected: no labelled item is "
+        f"and labels); pass rate {interval(1, 1, 0)} as judged, not corrected: no labelled item is "
         "labelled fail: the judge's specificity is unknown; labels of this experiment"
     )
 

@@ -471,11 +471,20 @@ def test_an_sdk_experiment_finished_by_pytest_is_gated_and_compared_as_one(
     assert letters is not None
     text_of = {item_id: item["data"]["input"]["text"] for item_id, item in letters["items"].items()}
     verdicts = {text_of[item["dataset_item_id"]]: item["verdict"] for item in experiment["items"]}
-    assert verdicts == {"a": "passed", "b": "failed", "c": "passed", "d": "passed", "e": "passed", "f": "passed"}
+    assert verdicts == {
+        "a": "passed",
+        "b": "failed",
+        "c": "passed",
+        "d": "passed",
+        "e": "passed",
+        "f": "passed",
+    }
 
     (project.path / "wrong.txt").write_text("ac")
     # The experiment is the test's now: --eval-baseline=last finds it.
-    result, report = project.run_report("--eval", "--eval-baseline=last", "--eval-max-regression=equals_metric=0.5")
+    result, report = project.run_report(
+        "--eval", "--eval-baseline=last", "--eval-max-regression=equals_metric=0.5"
+    )
     result.assert_outcomes(passed=4, failed=2)
     [experiment] = report["experiments"]
     assert experiment["id"] != experiment_id

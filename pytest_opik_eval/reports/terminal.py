@@ -161,7 +161,11 @@ def _calibration_figures(found: JudgeCalibration, trial_count: int) -> str:
         return line
     rates = f"pass rate {_figure(found.judged)} as judged"
     if found.corrected is not None:
-        return f"{line}; {rates}, {_figure(found.corrected)} corrected"
+        # Its own labelled items count by their labels; another experiment's labels correct all.
+        own = found.origin is None or found.origin.kind == "own"
+        return f"{line}; {rates}, {_figure(found.corrected)} corrected" + (
+            " (labelled items by their labels)" if own else ""
+        )
     why = next((n for n in found.notes if n.startswith("not corrected: ")), "not corrected")
     return f"{line}; {rates}, {why}"
 

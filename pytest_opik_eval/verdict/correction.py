@@ -32,8 +32,15 @@ Items are the unit, as in ``statistics``: each estimate is a mean over items of 
 item's trials the judge passed (or failed), and its variance is the items' own, so the trials
 of one item are clustered: the variance is a pass rate's over the items times the design effect,
 the items' variance over that of pass/fail items at the same mean (1 for one trial an item; less
-when the trials of an item average out their noise). A judge no better than chance (Se + Sp <= 1)
-corrects nothing: ``correction`` says why instead of dividing by zero or less.
+when the trials of an item average out their noise), but never below independent trials' (the
+effective items are at most the trials scored: ``share``). A judge no better than chance
+(Se + Sp <= 1) corrects nothing: ``correction`` says why instead of dividing by zero or less.
+
+A gated run whose own items are labelled counts them by their labels and corrects only the rest
+(``pass_rate``, ``PassRate``); a regression gate's change (``corrected_change``) still corrects
+them by the judge: a dataset's labels are the same in both runs, and counting by them would
+hold every labelled item unchanged, which is what the gate tests (docs/explanation/statistics.md,
+"Labelled items of the gated run").
 
 Pure functions, standard library only.
 """
@@ -41,6 +48,7 @@ Pure functions, standard library only.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,8 +87,51 @@ class Share:
         return p * (1.0 - p) / (self.items + 2.0 * PSEUDO) * self.items / self.size
 
 
+class _Bounded(ABC):
+    """A corrected pass rate's bounds from its plain and its adjusted estimate (``PSEUDO`` added
+    to each figure), and the standard error of the adjusted one."""
+
+    items: int
+
+    @property
+    @abstractmethod
+    def unbounded(self) -> float: ...
+
+    @property
+    @abstractmethod
+    def adjusted(self) -> float: ...
+
+    @property
+    @abstractmethod
+    def standard_error(self) -> float: ...
+
+    @property
+    @abstractmethod
+    def estimate(self) -> float: ...
+
+    def bounds(self, confidence: float) -> stats.Interval:
+        """Both one-sided bounds at ``confidence``, within [0, 1]: the standard error's reach
+        from the lower, and from the higher, of the plain and the adjusted corrected rate."""
+        reach = normal_quantile(confidence) * self.standard_error
+        low, high = sorted((self.unbounded, self.adjusted))
+        return stats.Interval(
+            self.estimate, _unit(low - reach), _unit(high + reach), confidence, self.items, one_sided=True
+        )
+
+    def interval(self, level: float) -> stats.Interval:
+        """The two-sided interval at ``level``."""
+        one_sided = self.bounds(1.0 - (1.0 - level) / 2.0)
+        return stats.Interval(one_sided.estimate, one_sided.low, one_sided.high, level, self.items)
+
+    def p_above(self, value: float) -> float:
+        """The one-sided p-value of "the true pass rate is at most ``value``": at most 1 - c
+        exactly when ``bounds(c).low`` is above ``value``."""
+        low = min(self.unbounded, self.adjusted)
+        return 0.5 * math.erfc((low - value) / self.standard_error / math.sqrt(2.0))
+
+
 @dataclass(frozen=True)
-class Correction:
+class Correction(_Bounded):
     """The gated run's observed pass rate, and the judge's sensitivity and specificity, each a
     mean over items with its number of effective items."""
 
@@ -136,39 +187,21 @@ class Correction:
         )
         return math.sqrt(variance) / (self.positives.adjusted + self.negatives.adjusted - 1.0)
 
-    def bounds(self, confidence: float) -> stats.Interval:
-        """Both one-sided bounds at ``confidence``, within [0, 1]: the standard error's reach
-        from the lower, and from the higher, of the plain and the adjusted corrected rate."""
-        reach = normal_quantile(confidence) * self.standard_error
-        low, high = sorted((self.unbounded, self.adjusted))
-        return stats.Interval(
-            self.estimate, _unit(low - reach), _unit(high + reach), confidence, self.items, one_sided=True
-        )
 
-    def interval(self, level: float) -> stats.Interval:
-        """The two-sided interval at ``level``."""
-        one_sided = self.bounds(1.0 - (1.0 - level) / 2.0)
-        return stats.Interval(one_sided.estimate, one_sided.low, one_sided.high, level, self.items)
-
-    def p_above(self, value: float) -> float:
-        """The one-sided p-value of "the true pass rate is at most ``value``": at most 1 - c
-        exactly when ``bounds(c).low`` is above ``value``."""
-        low = min(self.unbounded, self.adjusted)
-        return 0.5 * math.erfc((low - value) / self.standard_error / math.sqrt(2.0))
-
-
-def correction(observed: Sequence[float], labelled: Sequence[LabelledItem]) -> Correction | str:
+def correction(
+    observed: Sequence[float], labelled: Sequence[LabelledItem], *, trials: int
+) -> Correction | str:
     """The correction of a pass rate observed over items (each item's share of trials the judge
-    passed) by the judge's errors on ``labelled``; or, when there is none to make, why."""
-    positives = [i.share for i in labelled if i.label]
-    negatives = [1.0 - i.share for i in labelled if not i.label]
+    passed, ``trials`` trials in all) by the judge's errors on ``labelled``; or, when there is
+    none to make, why."""
     if not observed:
         return "no item of the run has a completed trial with this score"
-    if not positives:
-        return "no labelled item is labelled pass: the judge's sensitivity is unknown"
-    if not negatives:
-        return "no labelled item is labelled fail: the judge's specificity is unknown"
-    sensitivity, specificity = share(positives), share(negatives)
+    judge = _judge(labelled)
+    if isinstance(judge, str):
+        return judge
+    sensitivity, specificity = judge
+    positives = sum(1 for i in labelled if i.label)
+    negatives = len(labelled) - positives
     if sensitivity.mean + specificity.mean <= 1.0:
         return (
             f"the judge does no better than chance on the labels (sensitivity {sensitivity.mean:.3f} "
@@ -176,10 +209,119 @@ def correction(observed: Sequence[float], labelled: Sequence[LabelledItem]) -> C
         )
     if sensitivity.adjusted + specificity.adjusted <= 1.0:
         return (
-            f"too few labels to tell the judge from chance ({len(positives)} labelled pass, "
-            f"{len(negatives)} labelled fail): label more items"
+            f"too few labels to tell the judge from chance ({positives} labelled pass, "
+            f"{negatives} labelled fail): label more items"
         )
-    return Correction(share(observed), sensitivity, specificity, len(observed), len(labelled))
+    return Correction(share(observed, trials), sensitivity, specificity, len(observed), len(labelled))
+
+
+@dataclass(frozen=True)
+class PassRate(_Bounded):
+    """A run's pass rate when a judge's errors are measured on labelled items: the run's own
+    labelled items (``known``) count by their labels, the rest (``rest``) by the judge's verdicts
+    corrected for its errors. Like ``Correction``'s, the interval is of the pass rate of the items
+    the dataset samples, not of these items alone: the labelled items are known exactly, yet they
+    are a sample too, so they keep their labels' sampling error (a pass rate's over them) and lose
+    only the judge's. With L of N items labelled, the rate is (L x their labels' mean + (N - L) x
+    the rest's corrected rate) / N, and its variance (L/N)^2 the labels' + ((N - L)/N)^2 the
+    rest's, the two independent (the labels' mean is not what the judge's errors are measured
+    by). With every item labelled it is the labels' pass rate, whatever the judge did."""
+
+    rest: Correction | None  # None: every item of the run is labelled
+    known: Share | None  # each labelled item's label, 1 or 0; None: none of the run's is labelled
+    observed: float  # the pass rate as the judge gave it: over all the run's items
+    # The judge's, on the labelled items; None with every item labelled and none labelled pass
+    # (sensitivity), or fail (specificity): nothing is corrected, so nothing needs them.
+    sensitivity: float | None
+    specificity: float | None
+    labelled: int  # the calibration's items
+    items: int  # the run's
+
+    def _mix(self, known: float, rest: float) -> float:
+        """The labelled items' figure and the rest's, weighed by their items."""
+        labels = 0 if self.known is None else self.known.items
+        rest_items = self.items - labels
+        return (labels * known + rest_items * rest) / self.items
+
+    def _rest(self, figure: float) -> float:
+        """A figure of the rest's: alone, as ``Correction`` has it (bounded to [0, 1] at the
+        end); beside labels, bounded first, or a rest corrected past 1 would lift the total past
+        what the labels allow, and its lower bound past the estimate."""
+        return figure if self.known is None else _unit(figure)
+
+    @property
+    def unbounded(self) -> float:
+        known = 0.0 if self.known is None else self.known.mean
+        return self._mix(known, 0.0 if self.rest is None else self._rest(self.rest.unbounded))
+
+    @property
+    def estimate(self) -> float:
+        return _unit(self.unbounded)
+
+    @property
+    def adjusted(self) -> float:
+        """The pass rate of the adjusted figures (``PSEUDO`` added to each)."""
+        known = 0.0 if self.known is None else self.known.adjusted
+        return self._mix(known, 0.0 if self.rest is None else self._rest(self.rest.adjusted))
+
+    @property
+    def standard_error(self) -> float:
+        labels = 0.0 if self.known is None else self.known.items * math.sqrt(self.known.variance)
+        rest = 0.0 if self.rest is None else self.rest.items * self.rest.standard_error
+        return math.hypot(labels, rest) / self.items
+
+
+def pass_rate(
+    values: Mapping[str, Sequence[float]],
+    threshold: float | None,
+    labelled: Sequence[LabelledItem],
+    *,
+    own: bool,
+) -> PassRate | str:
+    """A run's pass rate corrected by the judge's errors on ``labelled`` (``values``: each item's
+    scores over its trials, by item id, passing at ``threshold``, 1 without one); when the labelled
+    items are the run's ``own``, they count by their labels and only the rest is corrected. Or,
+    when there is nothing to correct by, why."""
+    if not values:
+        return "no item of the run has a completed trial with this score"
+    cut = 1.0 if threshold is None else threshold
+    labels = {i.item_id: i for i in labelled if i.item_id in values} if own else {}
+    judged = {item: sum(1 for v in scores if v >= cut) / len(scores) for item, scores in values.items()}
+    rest = [item for item in values if item not in labels]
+    corrected: Correction | None = None
+    if rest:
+        found = correction([judged[i] for i in rest], labelled, trials=sum(len(values[i]) for i in rest))
+        if isinstance(found, str):
+            return found
+        corrected = found
+    known = [1.0 if i.label else 0.0 for i in labels.values()]
+    # Shown only: with every item labelled, nothing is corrected, and either may be unknown.
+    positives = [i.share for i in labelled if i.label]
+    negatives = [1.0 - i.share for i in labelled if not i.label]
+    return PassRate(
+        corrected,
+        share(known, len(known)) if known else None,
+        stats.mean(list(judged.values())),
+        stats.mean(positives) if positives else None,
+        stats.mean(negatives) if negatives else None,
+        len(labelled),
+        len(values),
+    )
+
+
+def _judge(labelled: Sequence[LabelledItem]) -> tuple[Share, Share] | str:
+    """The judge's sensitivity and specificity on ``labelled``, each a mean over items; or which
+    of them is unknown."""
+    positives = [i for i in labelled if i.label]
+    negatives = [i for i in labelled if not i.label]
+    if not positives:
+        return "no labelled item is labelled pass: the judge's sensitivity is unknown"
+    if not negatives:
+        return "no labelled item is labelled fail: the judge's specificity is unknown"
+    return (
+        share([i.share for i in positives], sum(i.trials for i in positives)),
+        share([1.0 - i.share for i in negatives], sum(i.trials for i in negatives)),
+    )
 
 
 @dataclass(frozen=True)
@@ -315,15 +457,18 @@ def corrected_change(
     baseline_labelled: Sequence[LabelledItem],
     delta: float,
     p_chance: float,
+    *,
+    trials: tuple[int, int],
 ) -> CorrectedChange | str:
     """The corrected change over the items both runs scored (``current`` and ``baseline``: each
-    item's share of trials the judge passed, by item id, the same ids), each run corrected by
+    item's share of trials the judge passed, by item id, the same ids; ``trials``: the trials
+    they scored in all, in each run), each run corrected by
     its labelled items (the same sequence for both when one calibration serves both); or why
     there is none to make."""
-    now = correction(list(current.values()), labelled)
+    now = correction(list(current.values()), labelled, trials=trials[0])
     if isinstance(now, str):
         return now
-    before = correction(list(baseline.values()), baseline_labelled)
+    before = correction(list(baseline.values()), baseline_labelled, trials=trials[1])
     if isinstance(before, str):
         return f"the baseline's: {before}"
     # Each item's influence on F(d) = a + d b: (a, b) by item id.
@@ -419,14 +564,21 @@ def _pseudo(label: bool, run: str) -> tuple[tuple[str, float, float], ...]:
     )
 
 
-def share(shares: Sequence[float]) -> Share:
+def share(shares: Sequence[float], trials: int) -> Share:
     """The mean of per-item shares (at least one), and their effective items: n p (1 - p) over
-    their variance (n, the items, when they have none, or when every item passes or fails)."""
+    their variance (n, the items, when every item passes or fails), at most ``trials``, the
+    trials scored: the design effect of clustered trials is at least that of independent ones.
+    Items that all pass about half their trials have almost no spread, and without that bound
+    their effective items (10,000 from 100 items of 2 trials, all at 0.5 but one) made an
+    interval far narrower than the 200 trials behind it allow."""
     n = len(shares)
     mean = stats.mean(shares)
     spread = stats.variance(shares) * (n - 1) / n  # the items' own: n for pass/fail items
     binomial = mean * (1.0 - mean)
-    return Share(mean, n, n * binomial / spread if spread > 0.0 and binomial > 0.0 else float(n))
+    if binomial <= 0.0:
+        return Share(mean, n, float(n))
+    size = n * binomial / spread if spread * trials > n * binomial else float(trials)
+    return Share(mean, n, size)
 
 
 def _unit(value: float) -> float:

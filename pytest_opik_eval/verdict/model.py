@@ -199,10 +199,16 @@ class GateVerdict(_Report):
 
 class GateCorrection(_Report):
     raw: float  # the pass rate as the judge gave it: the mean over items of their passed share
-    sensitivity: float  # the judge's, on the labelled items: the share labelled pass it passed
-    specificity: float  # the share labelled fail it failed
+    # The judge's, on the labelled items: the share labelled pass it passed, and the share labelled
+    # fail it failed; null when there is none (only with every item of the run labelled: then
+    # each counts by its label and nothing is corrected).
+    sensitivity: float | None
+    specificity: float | None
     labelled: int  # the labelled items
     source: str  # the experiment they are of (a stored one: with its run and date)
+    # Of the run's items, those labelled (its own calibration's): each counts by its label, and
+    # only the others' pass rate is corrected (0: the labels are another experiment's).
+    known: int = 0
 
 
 class MetricDelta(_Report):

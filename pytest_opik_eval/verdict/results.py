@@ -236,7 +236,8 @@ class ExperimentResult(_OfExperiment):
             return found.model_copy(update={"origin": origin})
         level = self.settings.confidence
         shares = calibration.passed_shares(by_item.values(), found.threshold)
-        corrected = correction.correction(shares, labelled)
+        # The experiment's own labelled items count by their labels: only the rest is corrected.
+        corrected = correction.pass_rate(by_item, found.threshold, labelled, own=origin.kind == "own")
         update: dict[str, Any] = {
             "origin": origin,
             "judge": self.experiment.judges.get(found.score),

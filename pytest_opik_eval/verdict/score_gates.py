@@ -61,7 +61,7 @@ def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVer
             continue
         corrected = _corrected(result, metric, settings)
         problem: str | None  # why the gate does not rest on a corrected rate from a sound judge
-        if isinstance(corrected, correction.Correction):
+        if isinstance(corrected, correction.PassRate):
             labelled = result.calibration_sets[metric]
             gate = _corrected_gate(metric, corrected, labelled.source, bound, settings)
             problem = _below_floor(corrected, labelled.items, settings.judge_floor)
@@ -79,7 +79,7 @@ def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVer
 
 def _corrected(
     result: ExperimentResult, metric: str, settings: GateSettings
-) -> correction.Correction | str | None:
+) -> correction.PassRate | str | None:
     """The correction of the metric's pass rate by its judge's errors on human labels; else why
     the gate cannot rest on a corrected rate (a judge without labels, labels that cannot correct,
     a graded score); None for a metric that is no judge and has no labels."""
@@ -96,14 +96,17 @@ def _corrected(
     by_item = result.values[metric]
     if not stats.pass_fail(by_item.values()):
         return f"{metric} is a graded score: only a pass/fail score's pass rate is corrected by labels"
-    found = correction.correction(stats.item_means(by_item.values()), labelled.items)
+    threshold = result.settings.thresholds.get(metric)
+    found = correction.pass_rate(by_item, threshold, labelled.items, own=labelled.own)
     if isinstance(found, str):
         return f"not corrected by the labels of {labelled.source}: {found}"
     return found
 
 
 def _below_floor(
-    corrected: correction.Correction, labelled: list[LabelledItem], floor: Mapping[str, float]
+    corrected: correction.PassRate | correction.Correction,
+    labelled: list[LabelledItem],
+    floor: Mapping[str, float],
 ) -> str | None:
     """The judge's calibration figures under their floors (``--eval-judge-floor``), if any."""
     figures = {
@@ -126,14 +129,16 @@ def _below_floor(
 
 
 def _corrected_gate(
-    metric: str, corrected: correction.Correction, source: str, bound: float, settings: GateSettings
+    metric: str, corrected: correction.PassRate, source: str, bound: float, settings: GateSettings
 ) -> GateVerdict:
     """fail_under on the pass rate corrected for the judge's errors, decided as ``_absolute``
     decides on a sample; both rates are shown, and what corrected it."""
+    known = 0 if corrected.known is None else corrected.known.items
+    by_labels = f", {known} labelled item(s) by their labels" if known else ""
     gate = _one_sided(
         "fail_under",
         metric,
-        f"pass rate {score(corrected.estimate)} corrected for the judge's errors "
+        f"pass rate {score(corrected.estimate)} corrected for the judge's errors{by_labels} "
         f"({score(corrected.observed)} as judged)",
         corrected.estimate,
         corrected.bounds(settings.confidence),
@@ -144,8 +149,8 @@ def _corrected_gate(
     )
     calibration_note = (
         f"corrected by {corrected.labelled} labelled item(s) of {source}: sensitivity "
-        f"{score(corrected.sensitivity)}, specificity {score(corrected.specificity)}; the bounds "
-        "carry the labels' sampling error and the run's"
+        f"{_figure(corrected.sensitivity, 'pass')}, specificity {_figure(corrected.specificity, 'fail')}; "
+        + _known_note(known, corrected.items)
     )
     return gate.model_copy(
         update={
@@ -156,8 +161,28 @@ def _corrected_gate(
                 specificity=corrected.specificity,
                 labelled=corrected.labelled,
                 source=source,
+                known=known,
             ),
         }
+    )
+
+
+def _figure(value: float | None, label: str) -> str:
+    return f"undefined (no item labelled {label})" if value is None else score(value)
+
+
+def _known_note(known: int, items: int) -> str:
+    """How a corrected pass rate counts the run's own labelled items, and what its bounds carry."""
+    if not known:
+        return "the bounds carry the labels' sampling error and the run's"
+    if known == items:
+        return (
+            f"every one of the run's {items} item(s) is labelled and counts by its label: the judge's "
+            "errors do not enter, and the bounds carry the labels' sampling error"
+        )
+    return (
+        f"the run's {known} labelled item(s) count by their labels, its other {items - known} by the "
+        "judge's verdicts corrected; the bounds carry the labels' sampling error and the other items'"
     )
 
 

@@ -250,6 +250,7 @@ def _change(
         now_items if before is labelled else _keyed(before),
         test.delta,
         test.p_chance,
+        trials=(sum(len(by_item[i]) for i in shared), sum(len(before_by_item[i]) for i in shared)),
     )
     if isinstance(change, str):
         return f"not corrected by the labels of {labelled.source}: {change}"
