@@ -20,7 +20,8 @@ COMPAT = PACKAGE / "_compat.py"
 
 def private_uses(path: Path) -> list[str]:
     """``_pytest`` imports, and reads of another object's private attributes (``item._x``; an
-    object's own, ``self._x`` or ``cls._x``, are its business), each as ``line: code``."""
+    object's own, ``self._x``, ``cls._x`` or ``super()._x``, are its business), each as
+    ``line: code``."""
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
@@ -30,9 +31,15 @@ def private_uses(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "_pytest":
             found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
-            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")) and not _is_super(
+                node.value
+            ):
                 found.append((node.lineno, ast.unparse(node)))
     return [f"{line}: {code}" for line, code in sorted(found)]
+
+
+def _is_super(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 
 
 def test_private_pytest_api_is_used_in_compat_only() -> None:
