@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,11 @@ from opik_server import OpikTestServer
 from test_corrected_gates import gate_lines
 
 from pytest_opik_eval.cli import main as opik_eval
+from pytest_opik_eval.ids import uuid7
 from pytest_opik_eval.store.local import LocalStore
+from pytest_opik_eval.store.opik import payloads
+from pytest_opik_eval.store.opik.spool import Spool
+from pytest_opik_eval.store.records import DatasetRecord, ExperimentRecord, RunRecord, Selection
 
 # The judge's verdict is the item's "judge" field; it is named "my_judge", and names its scores
 # otherwise ("correctness", or each of ``scores``).
@@ -274,3 +279,39 @@ def test_a_sampled_judge_is_another_judge_under_its_scores_names(project: Projec
     # Its mean of 3 calls errs otherwise than one call: another identity, its calibration apart.
     assert sampled["correctness"] == sampled["relevance"] != once["correctness"]
     assert {score: found[0] for score, found in calibrations(report).items()} == sampled
+
+
+def test_workers_learning_at_once_send_what_both_learned(tmp_path: Path) -> None:
+    # Two pytest-xdist workers' spools on one file: each change of the judges commits with the
+    # metadata it sends, so the last one sent holds what both learned (sent after its commit, a
+    # worker's older view could reach the server last and hide the other's names).
+    path = tmp_path / "spool.db"
+    first, second = Spool(path), Spool(path)
+    run = RunRecord(id=uuid7(), created_at="2026-01-01T00:00:00", rootdir="", args=[])
+    experiment = ExperimentRecord(
+        id=uuid7(),
+        run_id=run.id,
+        name="test_app",
+        test="test_eval.py::test_app",
+        params="",
+        created_at=run.created_at,
+        dataset=DatasetRecord(source="app.jsonl", path=None, version="v"),
+        selection=Selection(),
+        items=[{"id": "a"}],
+        judges={"my_judge": "J"},
+    )
+    first.create_run(run, [experiment], [])
+
+    def sent(judges: dict[str, str]) -> list[tuple[str, str]]:
+        return payloads.experiment_metadata(experiment.id, payloads.JUDGES_KEY, judges)
+
+    first.record_judges(experiment.id, {"correctness": "J", "my_judge": None}, outbox=sent)
+    second.record_judges(experiment.id, {"relevance": "J", "my_judge": None}, outbox=sent)
+    # An experiment the spool does not have sends nothing (an empty "judges" would erase them).
+    assert second.record_judges("unknown", {"relevance": "J"}, outbox=sent) == {}
+    rows = [
+        json.loads(payload) for _, kind, payload in first.outbox_batch(10) if kind == "experiment_metadata"
+    ]
+    assert [row["value"] for row in rows] == [{"correctness": "J"}, {"correctness": "J", "relevance": "J"}]
+    first.close()
+    second.close()

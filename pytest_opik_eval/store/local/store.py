@@ -255,16 +255,24 @@ class LocalStore:
         add theirs."""
         db = self._conn()
         with transaction(db):
-            row = db.execute("SELECT record FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
-            if row is None:
-                return {}
-            record = ExperimentRecord.model_validate_json(row[0])
-            judges = learned_judges(record.judges, update)
-            if judges != record.judges:
-                db.execute(
-                    "UPDATE experiments SET record = ? WHERE id = ?",
-                    (record.model_copy(update={"judges": judges}).model_dump_json(), experiment_id),
-                )
+            judges = self._learn_judges(db, experiment_id, update)
+        return judges or {}
+
+    @staticmethod
+    def _learn_judges(
+        db: sqlite3.Connection, experiment_id: str, update: Mapping[str, str | None]
+    ) -> dict[str, str] | None:
+        """``record_judges``'s change, in the caller's transaction; None: no such experiment."""
+        row = db.execute("SELECT record FROM experiments WHERE id = ?", (experiment_id,)).fetchone()
+        if row is None:
+            return None
+        record = ExperimentRecord.model_validate_json(row[0])
+        judges = learned_judges(record.judges, update)
+        if judges != record.judges:
+            db.execute(
+                "UPDATE experiments SET record = ? WHERE id = ?",
+                (record.model_copy(update={"judges": judges}).model_dump_json(), experiment_id),
+            )
         return judges
 
     @locked

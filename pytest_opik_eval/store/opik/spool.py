@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,24 @@ class Spool(LocalStore):
 
     def _write_along(self, db: sqlite3.Connection) -> None:
         db.executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", self._outgoing)
+
+    @writing
+    def record_judges(
+        self,
+        experiment_id: str,
+        update: Mapping[str, str | None],
+        *,
+        outbox: Callable[[dict[str, str]], Sequence[Message]] = lambda judges: (),
+    ) -> dict[str, str]:
+        """As the local store's, with ``outbox`` (made from the judges as they are then) committed
+        in the same transaction: of two pytest-xdist workers that learn at once, the one that
+        commits last sends what both learned, never the other's older view after it."""
+        db = self._conn()
+        with transaction(db):
+            judges = self._learn_judges(db, experiment_id, update)
+            if judges is not None:
+                db.executemany("INSERT INTO outbox (kind, payload) VALUES (?, ?)", outbox(judges))
+        return judges or {}
 
     # -- the outbox -----------------------------------------------------------------------
 

@@ -291,9 +291,12 @@ class OpikStore:
     def record_judges(self, experiment_id: str, update: Mapping[str, str | None]) -> dict[str, str]:
         """The judges' score names learned (see ``StoreExtras.record_judges``): in the spool, and
         into the experiment's metadata (``payloads.JUDGES_KEY``), whole, for another machine that
-        imports it."""
-        judges = self.spool.record_judges(experiment_id, update)
-        self.spool.enqueue(payloads.experiment_metadata(experiment_id, payloads.JUDGES_KEY, judges))
+        imports it. Both in one transaction: another process's may not come between them."""
+        judges = self.spool.record_judges(
+            experiment_id,
+            update,
+            outbox=lambda judges: payloads.experiment_metadata(experiment_id, payloads.JUDGES_KEY, judges),
+        )
         self.sender.wake()
         return judges
 
