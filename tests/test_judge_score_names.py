@@ -188,6 +188,30 @@ def test_shards_merged_know_the_judge_by_its_scores(
     assert corrected("correctness") in capsys.readouterr().out.splitlines()
 
 
+def test_a_shard_that_scored_none_of_a_tests_trials_adds_no_guessed_name(judged: Project) -> None:
+    judged.dataset(APP[:1], "app.jsonl")  # one item: one shard has none of the app's trials
+    stores = []
+    for k in (1, 2):
+        store = f"ci/shard{k}.db"
+        judged.run(
+            "--eval", "--eval-soft", "--eval-run-id=ci-1", f"--eval-shard={k}/2", f"--eval-store={store}"
+        )
+        stores.append(str(judged.path / store))
+    # The shard without the app's trial knows its judge by the judge's own name only.
+    assert sorted(
+        list(stored_judges(judged, s[len(str(judged.path)) + 1 :])["test_app"]) for s in stores
+    ) == [
+        ["correctness"],
+        ["my_judge"],
+    ]
+    for order in (stores, stores[::-1]):  # whichever shard is merged first
+        merged = judged.path / "ci" / f"merged-{len(order)}-{order[0][-4]}.db"
+        assert opik_eval(["--store", str(merged), "merge", *order]) == 0
+        assert list(stored_judges(judged, str(merged.relative_to(judged.path)))["test_app"]) == [
+            "correctness"
+        ]
+
+
 @pytest.mark.parametrize("processes", [(), ("-p", "xdist", "-n", "2")], ids=["serial", "xdist"])
 def test_a_resume_keeps_the_names_its_run_learned(judged: Project, processes: tuple[str, ...]) -> None:
     # The calibration's test runs whole; the app's first trial fails, and -x leaves the others.

@@ -329,6 +329,7 @@ class LocalStore:
         try:
             runs = db.execute("SELECT count(*) FROM source.runs").fetchone()[0]
             with transaction(db):
+                self._merge_judges(db)  # before the trials join: which store scored which
                 for table in ("runs", "experiments", "trials", "attempts"):
                     db.execute(f"INSERT OR IGNORE INTO {table} SELECT * FROM source.{table}")
                 for table in OPTIONAL_TABLES:
@@ -341,22 +342,30 @@ class LocalStore:
                     " WHERE s.id = trials.id) WHERE completed_attempt IS NULL AND id IN"
                     " (SELECT id FROM source.trials WHERE completed_attempt IS NOT NULL)"
                 )
-                self._merge_judges(db)
         finally:
             db.execute("DETACH DATABASE source")
         return int(runs)
 
     @staticmethod
     def _merge_judges(db: sqlite3.Connection) -> None:
-        """An experiment that both stores have: the judges' score names each shard learned, together
-        (a shard that scored none of its trials knows its judges by their own names only)."""
+        """An experiment that both stores have: the judges' score names each shard learned,
+        together; but a shard that completed none of its trials learned none, and knows its
+        judges by their own names only (a guess at their scores' names, which the other shard's
+        learning replaced): its names are left out."""
+        scored = (
+            "EXISTS (SELECT 1 FROM {}.trials t"
+            " WHERE t.experiment_id = e.id AND t.completed_attempt IS NOT NULL)"
+        )
         rows = db.execute(
-            "SELECT e.record, s.record FROM experiments e JOIN source.experiments s ON s.id = e.id"
-            " WHERE e.record != s.record"
+            f"SELECT e.record, s.record, {scored.format('main')}, {scored.format('source')}"
+            " FROM experiments e JOIN source.experiments s ON s.id = e.id WHERE e.record != s.record"
         ).fetchall()
-        for here, there in rows:
+        for here, there, here_scored, there_scored in rows:
             record = ExperimentRecord.model_validate_json(here)
-            judges = learned_judges(record.judges, ExperimentRecord.model_validate_json(there).judges)
+            theirs = ExperimentRecord.model_validate_json(there).judges
+            if here_scored and not there_scored:
+                continue
+            judges = theirs if there_scored and not here_scored else learned_judges(record.judges, theirs)
             if judges != record.judges:
                 db.execute(
                     "UPDATE experiments SET record = ? WHERE id = ?",
