@@ -268,12 +268,13 @@ def test_a_stored_calibration_corrects_a_later_session_until_the_judge_changes(
 
 
 def test_strict_mode_refuses_a_judge_below_its_floor(project: Project) -> None:
-    # The calibration: kappa 0.7 (agreement 17/20, chance 0.5), sensitivity 0.9, specificity 0.8.
-    project.dataset(CALIBRATION)
+    # The calibration: kappa 0.7 (agreement 17/20, chance 0.5), sensitivity 0.9, specificity 0.8;
+    # 10 more items nobody labelled, 5 judged pass: (10 + 10 x (0.5 + 0.8 - 1) / 0.7) / 30.
+    project.dataset(CALIBRATION + rows(5, 5, label=None, prefix="a"))
     write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.05}'))
     floors = ("--eval-judge-floor=kappa=0.8", "--eval-judge-floor=specificity=0.85")
     (line,) = gate_lines(project.run("--eval", "--eval-gate-mode=strict", *floors))
-    assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): pass rate 0.500 corrected")
+    assert line.startswith("NOT MET: test_qa: fail_under correctness (strict): pass rate 0.476 corrected")
     assert line.endswith(
         "; strict mode refuses it: the judge's calibration is below its floor: kappa 0.700 < 0.8, "
         "specificity 0.800 < 0.85 (--eval-judge-floor)"
@@ -283,7 +284,19 @@ def test_strict_mode_refuses_a_judge_below_its_floor(project: Project) -> None:
         "[pytest]\nfilterwarnings = error\neval_judge_floor =\n    kappa=0.6\n    sensitivity=0.9\n"
     )
     (line,) = gate_lines(project.run("--eval", "--eval-gate-mode=strict"))
-    assert line.startswith("met: test_qa: fail_under correctness (strict): pass rate 0.500 corrected")
+    assert line.startswith("met: test_qa: fail_under correctness (strict): pass rate 0.476 corrected")
+    assert "floor" not in line
+
+
+def test_a_floor_does_not_refuse_a_gate_on_labels_alone(project: Project) -> None:
+    # Every item labelled: the rate is the labels' (0.5), whatever the judge's kappa of 0.7.
+    project.dataset(CALIBRATION)
+    write(project, ("test_qa", "data.jsonl", "", 'fail_under={"correctness": 0.05}'))
+    (line,) = gate_lines(project.run("--eval", "--eval-gate-mode=strict", "--eval-judge-floor=kappa=0.8"))
+    assert line.startswith(
+        "met: test_qa: fail_under correctness (strict): pass rate 0.500 corrected for the judge's errors, "
+        "20 labelled item(s) by their labels (0.550 as judged), lower bound "
+    )
     assert "floor" not in line
 
 

@@ -64,7 +64,9 @@ def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVer
         if isinstance(corrected, correction.PassRate):
             labelled = result.calibration_sets[metric]
             gate = _corrected_gate(metric, corrected, labelled.source, bound, settings)
-            problem = _below_floor(corrected, labelled.items, settings.judge_floor)
+            # Every item labelled: the rate is the labels', and no judge's figure enters it.
+            floor = settings.judge_floor
+            problem = None if corrected.rest is None else _below_floor(corrected, labelled.items, floor)
         else:
             gate = _absolute("fail_under", metric, "mean", result.item_sample(metric), bound, settings)
             problem = corrected
