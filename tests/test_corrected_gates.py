@@ -512,7 +512,9 @@ def test_a_calibration_stale_by_judge_samples_alone_says_so(project: Project) ->
     # Both sampled, three and five times: what else changed cannot be told, and the line says so.
     write(project, ("test_app", "app.jsonl", "", f"judge_samples=5, {gate}"))
     (line,) = gate_lines(project.run("--eval"))
-    assert stale.format("judge_samples changed (3 -> 5); its prompt, model or code may have too") in line
+    assert (
+        stale.format("judge_samples changed (3 -> 5); its prompt, model or code may have changed too") in line
+    )
 
 
 def test_a_regression_gate_says_when_only_judge_samples_changed_since_the_baseline(

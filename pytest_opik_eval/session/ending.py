@@ -282,9 +282,12 @@ class Ending:
             )
         since = self.state.target.drift_since
         for found in uncompared(kept, calibrations, since):
-            earlier = (
-                "earlier calibration" if since is None else f"calibration kept by run {since} (the reference)"
-            )
+            if since is None:
+                earlier = "earlier calibration"
+            elif since == self.state.target.run_id:
+                earlier = f"calibration but this run's own (run {since}, the reference, is this one)"
+            else:
+                earlier = f"calibration kept by run {since} (the reference)"
             notice(
                 self.config,
                 f"{option}: no {earlier} of {found.score} (judge {found.judge[:12]}) to "

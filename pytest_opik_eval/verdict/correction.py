@@ -569,7 +569,7 @@ def share(shares: Sequence[float], trials: int) -> Share:
     their variance (n, the items, when every item passes or fails), at most ``trials``, the
     trials scored: the design effect of clustered trials is at least that of independent ones.
     Items that all pass about half their trials have almost no spread, and without that bound
-    their effective items (10,000 from 100 items of 2 trials, all at 0.5 but one) made an
+    their effective items (10,100 from 100 items of 2 trials, all at 0.5 but one) made an
     interval far narrower than the 200 trials behind it allow."""
     n = len(shares)
     mean = stats.mean(shares)

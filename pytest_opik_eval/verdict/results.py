@@ -290,7 +290,7 @@ def samples_change(before: str, before_samples: int | None, now: str, now_sample
     elif now_samples == 1:
         alone = sampled_judge(now, before_samples) == before
     else:
-        return f"{samples}; its prompt, model or code may have too"
+        return f"{samples}; its prompt, model or code may have changed too"
     return samples if alone else f"its prompt, model or code and {samples}"
 
 
@@ -352,11 +352,12 @@ class BaselineRun(_OfExperiment):
 
 
 def with_verdicts(trials: Sequence[TrialRecord], thresholds: Mapping[str, float | None]) -> list[TrialRecord]:
-    """The trials, those the Opik SDK completed judged as this plugin's are: they have scores and
-    no verdict (an SDK experiment has no thresholds), and counting them failed would make every
-    item of an SDK experiment finished by pytest a failure, and its comparisons fixes. Such a
-    trial passes when no score failed and each score meets its threshold in ``thresholds``
-    (the experiment's in force); a score without one cannot fail it."""
+    """The trials, those the Opik SDK completed given a verdict: they have scores and none (an
+    SDK experiment has no thresholds), and counting them failed would make every item of an SDK
+    experiment finished by pytest a failure, and its comparisons fixes. Such a trial passes when
+    no score failed and each score meets its threshold in ``thresholds`` (the experiment's in
+    force); a score without one cannot fail it. Unlike the scorer (``run/scoring.py``), a
+    threshold whose score the SDK's metrics did not give fails nothing: they were not the test's."""
     if all(t.passed is not None or t.status != "completed" for t in trials):
         return list(trials)  # the common case, this plugin's trials only: one pass, no copy
     return [
