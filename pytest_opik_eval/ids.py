@@ -9,7 +9,6 @@ import json
 import os
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -33,7 +32,12 @@ def uuid7() -> str:
         # Never go backwards: a clock step or a burst within one millisecond bumps the counter.
         _last = stamp = max(candidate, _last + 1)
     value = (stamp >> 12) << 80 | 0x7 << 76 | (stamp & 0xFFF) << 64 | 0b10 << 62 | random & ((1 << 62) - 1)
-    # Formatted directly: uuid.UUID(int=...) and its str() cost twice as much, on every trial.
+    return _uuid_text(value)
+
+
+def _uuid_text(value: int) -> str:
+    """``str(uuid.UUID(int=value))`` for a value of 128 bits, formatted directly: the UUID and its
+    str() cost twice as much, for every trial (its attempt's id, and its own when planned)."""
     text = f"{value:032x}"
     return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
@@ -53,7 +57,7 @@ def uuid7_for(parent: str, key: str) -> str:
     stamp = int(parent.replace("-", "")[:12], 16)
     value = stamp << 80 | 0x7 << 76 | (digest >> 68 & 0xFFF) << 64
     value |= 0b10 << 62 | digest & ((1 << 62) - 1)
-    return str(uuid.UUID(int=value))
+    return _uuid_text(value)
 
 
 def uuid7_from_name(name: str) -> str:

@@ -83,8 +83,10 @@ class RejectedItem:
 
 
 # Slots (no __dict__ each): one TrialCase and one Trial per trial live for the whole session, and
-# every full pass of the garbage collector walks them.
-@dataclass(frozen=True, eq=False, slots=True)
+# every full pass of the garbage collector walks them. Not frozen: a frozen dataclass sets each
+# field through object.__setattr__, twice the cost of building one (made for every trial, at
+# collection); nothing assigns a field after it is built.
+@dataclass(eq=False, slots=True)
 class TrialCase:
     """The parameter of one test case: an item and a trial index of a plan."""
 
@@ -94,7 +96,7 @@ class TrialCase:
     case_id: str = field(init=False)  # its id among the test's cases: every case's is needed
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "case_id", case_id(self.item_id, self.trial))
+        self.case_id = case_id(self.item_id, self.trial)
 
     @property
     def item_id(self) -> str:

@@ -81,6 +81,8 @@ class Ending:
         self.workers_judges: list[dict[str, dict[str, str | None]]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call":
+            return  # both are set on call reports only (see running.CallReports), three times rarer
         if getattr(report, NOT_STARTED_ATTR, False) and self.state.resources.budget is not None:
             self.not_started += 1
         if getattr(report, RECORDING_MISSED_ATTR, False):

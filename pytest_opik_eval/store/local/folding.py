@@ -180,7 +180,9 @@ def apply(db: sqlite3.Connection, events: Sequence[Event]) -> None:
             # [attempt, attempt, the attempt it replaces, its Timings' JSON]: the last two are
             # missing in older journals; older versions read the first three, and ignore the rest.
             replaces = params[2] if len(params) > 2 else None
-            completed.append((attempt_id, replaces, attempt_id))
+            # The trial of an attempt started in the batch is known: no lookup (see below).
+            start = started.get(attempt_id)
+            completed.append((attempt_id, replaces, None if start is None else start[1]))
             if len(params) > 3 and params[3] is not None:
                 side["timings"].append((attempt_id, params[3]))
     db.executemany(
@@ -195,10 +197,12 @@ def apply(db: sqlite3.Connection, events: Sequence[Event]) -> None:
     # The first completion stands: a journal folded twice, or a late attempt of another process
     # (a killed worker's trial run again), cannot replace it. Only a rerun in the same session
     # replaces its own earlier attempt, named in its event.
+    # One statement, in the events' order (the first completion stands); the attempt's trial is
+    # looked up only when the batch did not start it (coalesce evaluates its arguments lazily).
     db.executemany(
         "UPDATE trials SET completed_attempt = ?1"
         " WHERE (completed_attempt IS NULL OR completed_attempt = ?2)"
-        " AND id = (SELECT trial_id FROM attempts WHERE id = ?3)",
+        " AND id = coalesce(?3, (SELECT trial_id FROM attempts WHERE id = ?1))",
         completed,
     )
     _write_side(db, side)

@@ -7,8 +7,9 @@ makes the whole store unreadable.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,18 @@ def scores_text(scores: Sequence[ScoreRecord]) -> str:
     """A trial's scores as stored, without the fields that are None (metadata, a reason): an
     earlier version, which knows no metadata, still reads every score that has none."""
     return _scores_json.dump_json(list(scores), exclude_none=True).decode()
+
+
+def timings_text(task_seconds: float | None, metric_seconds: Mapping[str, float]) -> str:
+    """An attempt's timings as stored: the JSON of a ``Timings`` (validated when read), written
+    directly, as ``output_json`` would write it: a model and its dump cost several times more,
+    and so does the encoder, on every trial. The values are finite: clock differences."""
+    metrics = ", ".join(
+        [f"{encode_basestring(name)}: {float(value)!r}" for name, value in metric_seconds.items()]
+    )
+    if task_seconds is None:
+        return f'{{"metric_seconds": {{{metrics}}}}}'
+    return f'{{"metric_seconds": {{{metrics}}}, "task_seconds": {float(task_seconds)!r}}}'
 
 
 def spans_text(spans: Sequence[SpanRecord]) -> str:

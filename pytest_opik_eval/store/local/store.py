@@ -29,6 +29,7 @@ from pytest_opik_eval.store.local.rows import (
     scores_text,
     spans_of,
     spans_text,
+    timings_text,
     trial_record,
     trials_query,
     unreadable_notice,
@@ -218,12 +219,7 @@ class LocalStore:
     ) -> None:
         """The attempt's timings: with its "complete" event when it ``completes`` (no write of
         their own for nearly every trial), or now, on their own."""
-        # Encoded directly (a Timings as JSON, validated when read): a model and its dump cost
-        # several times more, on every trial.
-        timings = {"metric_seconds": metric_seconds}
-        if task_seconds is not None:
-            timings["task_seconds"] = task_seconds  # type: ignore[assignment]
-        text = output_json(timings)
+        text = timings_text(task_seconds, metric_seconds)
         if completes:
             self._timings[attempt_id] = text
         else:
