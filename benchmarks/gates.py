@@ -844,15 +844,7 @@ def labelled_table(results: dict[int, dict[str, int]]) -> None:
             f"{row.judge[0]:g}/{row.judge[1]:g}",
             *(
                 percent(c[count], n).strip()
-                for count in (
-                    "covered",
-                    "covered_before",
-                    "covered_dataset",
-                    "strict_at_bound",
-                    "strict_before",
-                    "power",
-                    "power_before",
-                )
+                for count in LABELLED_COUNTS[:7]  # the rates, not the widths
             ),
             f"{c['half_width'] / 1000 / max(1, n):.3f}",
             f"{c['half_width_before'] / 1000 / max(1, n):.3f}",

@@ -6,8 +6,6 @@ shards, a resume and ``opik-eval calibrate``."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from conftest import Project
 from opik_server import OpikTestServer
 from test_corrected_gates import gate_lines
+from test_judge_drift import opik_eval as opik_eval_command
 
 from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.ids import uuid7
@@ -230,17 +229,6 @@ def test_a_resume_keeps_the_names_its_run_learned(judged: Project, processes: tu
     assert list(judges["test_app"]) == ["correctness"]
     (judge,) = judges["test_app"].values()
     assert calibrations(report) == {"correctness": (judge, 20, 0.9, 0.8)}
-
-
-def opik_eval_command(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pytest_opik_eval.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=project.path,
-        check=False,
-    )
 
 
 def test_calibrate_drift_and_rescore_find_the_judge_by_its_scores(judged: Project) -> None:
