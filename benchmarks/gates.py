@@ -70,6 +70,7 @@ from pytest_opik_eval.store.records import (  # noqa: E402
     Selection,
     TrialRecord,
 )
+from pytest_opik_eval.verdict import decisions, samples  # noqa: E402
 from pytest_opik_eval.verdict import statistics as stats  # noqa: E402
 from pytest_opik_eval.verdict.calibration import LabelledItem  # noqa: E402
 from pytest_opik_eval.verdict.comparison import with_baseline  # noqa: E402
@@ -639,7 +640,7 @@ def measure_correction(row: CorrectionRow, reruns: int, seconds: float = math.in
         at_bound = judged_run(rng, BOUND, row.items, row.judge)
         above = judged_run(rng, BOUND + ABOVE, row.items, row.judge)
         counts["runs"] += 1
-        raw = stats.interval(stats.sample(at_bound, pass_fail=True))
+        raw = stats.interval(samples.sample(at_bound, pass_fail=True))
         counts["raw_covered"] += raw.low <= BOUND <= raw.high
         trials = JUDGED_TRIALS * row.items
         fixed = correction(at_bound, labelled, trials=trials)
@@ -954,7 +955,7 @@ def corrected_test(
     rng: random.Random,
     drop: float,
     judges: tuple[tuple[float, float], tuple[float, float]],
-) -> tuple[CorrectedChange | str, stats.RegressionTest]:
+) -> tuple[CorrectedChange | str, decisions.RegressionTest]:
     """The corrected and the raw regression test of one pair of runs."""
     before, now = paired_runs(rng, row.items, drop, judges)
     labelled_before = judged_labels(rng, row.labels, judges[0])
@@ -962,7 +963,7 @@ def corrected_test(
         labelled_before if row.calibration == "shared" else judged_labels(rng, row.labels, judges[1])
     )
     differences = [now[i] - before[i] for i in now]
-    raw = stats.regression_test(differences, DELTA, pass_fail=True)
+    raw = decisions.regression_test(differences, DELTA, pass_fail=True)
     change = corrected_change(
         now, before, labelled_now, labelled_before, DELTA, raw.p_chance, trials=(row.items, row.items)
     )

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from statistics import median
 
+from pytest_opik_eval.verdict import decisions, paired
 from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import pass_at_k as pk
 from pytest_opik_eval.verdict import statistics as st
@@ -75,16 +76,16 @@ def everything(current: list[Trial], baseline: list[Trial]) -> dict[str, float]:
     timed("metric mean interval", lambda: st.mean_interval(scores.values()))
     timed("trial pass rate", lambda: st.pass_rate_interval([(c, n) for n, c in counts]))
     timed("item pass rate (k of n)", lambda: st.pass_rate_interval((int(v), 1) for v in verdicts.values()))
-    comparison = timed("paired comparison", lambda: st.paired_comparison(scores, before_scores))
-    assert isinstance(comparison, st.PairedComparison)
+    comparison = timed("paired comparison", lambda: paired.paired_comparison(scores, before_scores))
+    assert isinstance(comparison, paired.PairedComparison)
     assert comparison.sample is not None
     regressions = sum(1 for i, v in verdicts.items() if before_verdicts.get(i) and not v)
     fixes = sum(1 for i, v in verdicts.items() if v and before_verdicts.get(i) is False)
-    timed("flips' exact test", lambda: st.regressions_by_chance(regressions, fixes))
+    timed("flips' exact test", lambda: paired.regressions_by_chance(regressions, fixes))
     differences = list(comparison.differences.values())
-    test = timed("regression tests, Holm", lambda: st.regression_test(differences, delta=0.05))
-    assert isinstance(test, st.RegressionTest)
-    timed("regression tests, Holm", lambda: st.holm([test.p_beyond, 0.03, 0.2]))
+    test = timed("regression tests, Holm", lambda: decisions.regression_test(differences, delta=0.05))
+    assert isinstance(test, decisions.RegressionTest)
+    timed("regression tests, Holm", lambda: decisions.holm([test.p_beyond, 0.03, 0.2]))
     timed("bounds on the drop", lambda: test.drop_bounds(0.95))
 
     def detectable() -> object:

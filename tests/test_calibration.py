@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from pytest_opik_eval.verdict import samples
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.calibration import (
     LabelledItem,
@@ -97,7 +98,7 @@ def test_agreement_sensitivity_specificity_are_means_of_item_shares() -> None:
     assert found.sensitivity.estimate == pytest.approx((2 / 3 + 1) / 2)
     assert found.specificity.estimate == pytest.approx((1 / 2 + 1) / 2)
     # The interval of the pass rates over items, as the gates bound them.
-    expected = stats.interval(stats.sample([2 / 3, 1.0], pass_fail=True))
+    expected = stats.interval(samples.sample([2 / 3, 1.0], pass_fail=True))
     assert (found.sensitivity.low, found.sensitivity.high) == (expected.low, expected.high)
     assert found.notes == ()
 

@@ -22,6 +22,7 @@ from conftest import Project, items
 
 from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.store.local import LocalStore
+from pytest_opik_eval.verdict import decisions, samples
 from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import pass_at_k as pk
 from pytest_opik_eval.verdict import statistics as st
@@ -105,9 +106,11 @@ def gates(report: dict[str, Any], kind: str = "max_regression") -> list[dict[str
     return [g for e in report["experiments"] for g in e["gates"] if g["kind"] == kind]
 
 
-def regression(differences: Sequence[float], delta: float, *, pass_fail: bool = True) -> st.RegressionTest:
+def regression(
+    differences: Sequence[float], delta: float, *, pass_fail: bool = True
+) -> decisions.RegressionTest:
     """The test on pass/fail items' differences (``APP``'s), or on scores' (``LEVELS``')."""
-    return st.regression_test(list(differences), delta, pass_fail=pass_fail)
+    return decisions.regression_test(list(differences), delta, pass_fail=pass_fail)
 
 
 GATED = ["--eval", "--eval-soft", "--eval-baseline=last"]
@@ -443,7 +446,7 @@ def test_absolute_gates_print_the_one_sided_bounds_they_use(project: Project) ->
     project.dataset(items("a", "b", "c", "d"))
     project.eval_test(behaviour="if item['id'] == 'd': return 'wrong'")
     gates_ = ["--eval", "--eval-soft", "--eval-fail-under=equals_metric=0.5", "--eval-min-pass-rate=0.5"]
-    s = st.sample([1.0, 1.0, 1.0, 0.0])
+    s = samples.sample([1.0, 1.0, 1.0, 0.0])
     low, high = st.lower_bound(s, 0.95), st.upper_bound(s, 0.95)
     result, report = project.run_report(*gates_)
     assert result.ret == pytest.ExitCode.OK  # normal mode: the estimate, a threshold
@@ -780,7 +783,7 @@ def test_the_summary_weighs_every_item_alike_and_shows_its_intervals(project: Pr
     test.write_text(test.read_text().replace("scoring_key_mapping", "trial_count=3, scoring_key_mapping"))
     project.fail("b#1", "b#2")
     result = project.run("--eval", "--eval-soft", "--eval-baseline=last")
-    mean = st.interval(st.sample([0.0, 1.0]))
+    mean = st.interval(samples.sample([0.0, 1.0]))
     result.stdout.fnmatch_lines(
         [
             "  metric               mean  95% interval        min    max failed   pass  gate",
@@ -864,7 +867,7 @@ def test_the_confidence_level_and_the_mode_come_from_the_ini_file_too(project: P
     )
     project.dataset(items("a", "b", "c", "d"))
     project.eval_test(behaviour="if item['id'] == 'd': return 'wrong'")
-    s = st.sample([1.0, 1.0, 1.0, 0.0])
+    s = samples.sample([1.0, 1.0, 1.0, 0.0])
     low = st.lower_bound(s, 0.8)
     result = project.run("--eval", "--eval-soft", f"--eval-fail-under=equals_metric={low - 0.01:.2f}")
     assert gate_lines(result)[0].startswith(

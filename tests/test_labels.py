@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from conftest import Project
 
+from pytest_opik_eval.verdict import samples
 from pytest_opik_eval.verdict import statistics as stats
 
 # A task that says what it was given, and a metric that says what it scored: the judge's verdict
@@ -84,7 +85,7 @@ def kappa(a: int, b: int, c: int, d: int) -> float:
 
 
 def interval(*shares: float) -> str:
-    found = stats.interval(stats.sample(shares, pass_fail=True))
+    found = stats.interval(samples.sample(shares, pass_fail=True))
     return f"{found.estimate:.3f} [{found.low:.3f}, {found.high:.3f}]"
 
 

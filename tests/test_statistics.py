@@ -15,6 +15,7 @@ import scipy.special  # type: ignore[import-untyped]
 import scipy.stats  # type: ignore[import-untyped]
 from statsmodels.stats.multitest import multipletests  # type: ignore[import-untyped]
 
+from pytest_opik_eval.verdict import decisions, paired, samples
 from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import distributions as dist
 from pytest_opik_eval.verdict import pass_at_k as pk
@@ -52,7 +53,7 @@ def test_a_quantile_needs_a_probability() -> None:
     ("successes", "n"), [(2, 2), (1, 2), (10, 10), (30, 30), (9, 10), (3, 7), (41, 50), (180, 200), (1, 30)]
 )
 def test_for_pass_fail_items_the_bound_is_clopper_pearsons(successes: int, n: int) -> None:
-    s = st.sample([1.0] * successes + [0.0] * (n - successes))
+    s = samples.sample([1.0] * successes + [0.0] * (n - successes))
     expected = scipy.stats.beta.ppf(0.05, successes, n - successes + 1)
     assert st.lower_bound(s, 0.95) == pytest.approx(expected, abs=1e-9)
     assert st.upper_bound(s, 0.95) == pytest.approx(
@@ -63,7 +64,7 @@ def test_for_pass_fail_items_the_bound_is_clopper_pearsons(successes: int, n: in
 def test_every_item_passing_has_the_exact_bound_by_hand() -> None:
     # n of n passed: the rate p with p^n = 0.05 (the review's 0.224, 0.741, 0.905).
     for n, expected in ((2, 0.2236), (10, 0.7411), (30, 0.9050)):
-        assert st.lower_bound(st.sample([1.0] * n)) == pytest.approx(expected, abs=1e-4)
+        assert st.lower_bound(samples.sample([1.0] * n)) == pytest.approx(expected, abs=1e-4)
         assert expected == pytest.approx(0.05 ** (1 / n), abs=1e-4)
 
 
@@ -89,7 +90,7 @@ def tango_variance(b: int, c: int, n: int, delta: float) -> float:
     ("b", "c", "n"), [(2, 0, 100), (0, 0, 30), (8, 3, 40), (5, 5, 20), (1, 9, 30), (12, 0, 12)]
 )
 def test_for_pass_fail_differences_the_null_variance_is_tangos(b: int, c: int, n: int) -> None:
-    s = st.sample([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), -1.0, 1.0)
+    s = samples.sample([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), -1.0, 1.0)
     for delta in (0.05, 0.1, 0.3):
         if -s.mean < delta:  # the null drop is above the observed one: the lower side
             assert st.null_variance(s, -delta) == pytest.approx(tango_variance(b, c, n, delta), rel=1e-5)
@@ -103,7 +104,7 @@ def binomial_outcomes(n: int, p: float) -> list[tuple[int, float]]:
 def test_strict_absolute_tests_keep_their_level_exactly(n: int) -> None:
     # Every outcome of n pass/fail items whose true rate is exactly the bound: how often the
     # lower bound clears it (strict mode passes a gate it should fail).
-    bounds = {x: st.lower_bound(st.sample([1.0] * x + [0.0] * (n - x)), 0.95) for x in range(n + 1)}
+    bounds = {x: st.lower_bound(samples.sample([1.0] * x + [0.0] * (n - x)), 0.95) for x in range(n + 1)}
     for bound in (0.5, 0.7, 0.8, 0.9, 0.95):
         error = sum(p for x, p in binomial_outcomes(n, bound) if bounds[x] > bound)
         assert error <= ALPHA + 1e-12, (bound, error)  # Clopper-Pearson's: exact
@@ -123,7 +124,7 @@ def test_the_regression_tests_keep_their_level_exactly_over_every_outcome(n: int
     outcomes = [(b, c) for b in range(n + 1) for c in range(n + 1 - b)]
     for delta in (0.05, 0.0):
         tests = {
-            (b, c): st.regression_test([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), delta)
+            (b, c): decisions.regression_test([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), delta)
             for b, c in outcomes
         }
         for pc in np.linspace(0.0, (1 - delta) / 2, 12):
@@ -138,34 +139,34 @@ def test_with_delta_0_the_regression_test_is_the_exact_sign_test_by_hand() -> No
     # b items regressed, c fixed, the rest unchanged: P(at least b of b + c fair coins), by hand.
     for b, c, expected in ((5, 0, 1 / 32), (3, 0, 1 / 8), (4, 1, 6 / 32), (6, 0, 1 / 64), (9, 1, 11 / 1024)):
         for unchanged in (0, 25):
-            test = st.regression_test([-1.0] * b + [1.0] * c + [0.0] * unchanged, 0.0)
+            test = decisions.regression_test([-1.0] * b + [1.0] * c + [0.0] * unchanged, 0.0)
             assert test.p_beyond == pytest.approx(expected)
             assert test.p_chance == pytest.approx(expected)
     # A 50/50 flaky app: with 1 to 4 items no outcome is a regression (the test cannot go below 1/16).
     for n in range(1, 5):
         for b in range(n + 1):
-            assert st.regression_test([-1.0] * b + [0.0] * (n - b), 0.0).p_beyond >= 1 / 16 - 1e-15
+            assert decisions.regression_test([-1.0] * b + [0.0] * (n - b), 0.0).p_beyond >= 1 / 16 - 1e-15
 
 
 def test_the_examples_of_the_review() -> None:
     # One item going pass -> fail: p = 1, no test at all on one item.
-    assert st.regression_test([-1.0], 0.05).p_beyond == 1.0
+    assert decisions.regression_test([-1.0], 0.05).p_beyond == 1.0
     # 3 of 3 items regressing with DELTA 0.05: at least the exact one-sided sign test's 1/8.
-    three = st.regression_test([-1.0] * 3, 0.05)
+    three = decisions.regression_test([-1.0] * 3, 0.05)
     assert three.p_chance == pytest.approx(0.125)
     assert three.p_beyond >= three.p_chance
     # Strict mode does not show non-inferiority from 2 unchanged items, nor from 30 or 71 ...
     for n in (2, 30, 71):
-        assert st.regression_test([0.0] * n, 0.05).p_within > ALPHA
+        assert decisions.regression_test([0.0] * n, 0.05).p_within > ALPHA
     # ... from 72 it can (Tango's score test with its continuity correction: p = 0.049).
-    assert st.regression_test([0.0] * 72, 0.05).p_within == pytest.approx(0.049, abs=5e-4)
+    assert decisions.regression_test([0.0] * 72, 0.05).p_within == pytest.approx(0.049, abs=5e-4)
 
 
 def test_each_p_value_is_its_bounds_inversion() -> None:
     rng = random.Random(4)
     for _ in range(30):
         n = rng.randint(2, 60)
-        s = st.sample([rng.betavariate(2, 1) for _ in range(n)])
+        s = samples.sample([rng.betavariate(2, 1) for _ in range(n)])
         for a in (0.05, 0.01):
             low = st.lower_bound(s, 1 - a)
             assert st.p_above(s, low - 1e-6) <= a < st.p_above(s, low + 1e-6) or low == 0.0
@@ -174,10 +175,10 @@ def test_each_p_value_is_its_bounds_inversion() -> None:
 
 
 def test_one_item_bounds_nothing_and_equal_values_still_have_a_spread() -> None:
-    one = st.sample([0.7])
+    one = samples.sample([0.7])
     assert (st.lower_bound(one), st.upper_bound(one), st.p_above(one, 0.1)) == (0.0, 1.0, 1.0)
     # Two equal continuous scores: no zero-width interval; ten give a narrower one.
-    two, ten = st.interval(st.sample([0.8, 0.8])), st.interval(st.sample([0.8] * 10))
+    two, ten = st.interval(samples.sample([0.8, 0.8])), st.interval(samples.sample([0.8] * 10))
     # Two scores bound the mean no better than two passes would on [0, 0.8] (sqrt(0.025) of it).
     assert two.low == pytest.approx(0.8 * 0.025**0.5)
     assert two.high > 0.95
@@ -192,12 +193,12 @@ def test_a_better_run_never_gets_a_lower_bound() -> None:
     assert all_passed.low < 0.9  # 10 items cannot show a rate of 0.9
     # Every pass/fail outcome of up to 40 items: more passes, a bound no lower.
     for n in (5, 12, 40):
-        lows = [st.lower_bound(st.sample([1.0] * x + [0.0] * (n - x))) for x in range(n + 1)]
+        lows = [st.lower_bound(samples.sample([1.0] * x + [0.0] * (n - x))) for x in range(n + 1)]
         assert lows == sorted(lows)
     # Paired: fewer regressions or more fixes, a smaller p for "within delta", larger for "beyond".
     n = 25
     tests = {
-        (b, c): st.regression_test([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), 0.05)
+        (b, c): decisions.regression_test([-1.0] * b + [1.0] * c + [0.0] * (n - b - c), 0.05)
         for b in range(n + 1)
         for c in range(n + 1 - b)
     }
@@ -230,13 +231,13 @@ def test_a_better_continuous_run_never_gets_a_lower_bound(n: int) -> None:
         grid = rng.choice((0.0, 0.0, 0.01))
         values = [min(1.0, max(low, rng.gauss(centre, spread))) for _ in range(n)]
         values = [round(v / grid) * grid for v in values] if grid else values
-        worse = st.sample(values, low, 1.0)
+        worse = samples.sample(values, low, 1.0)
         raised = list(values)
         ranked = sorted(range(n), key=values.__getitem__)
         top_of_group = ranked[max(0, n * rng.randrange(1, 65) // 64 - 1)]
         i = rng.choice((ranked[-1], ranked[0], rng.randrange(n), top_of_group, top_of_group))
         raised[i] = min(1.0, raised[i] + rng.choice((grid or 0.001, 0.05, 0.3, 1.0)))
-        better = st.sample(raised, low, 1.0)
+        better = samples.sample(raised, low, 1.0)
         for confidence in confidences:
             assert st.lower_bound(better, confidence) >= st.lower_bound(worse, confidence) - 1e-9
             assert st.upper_bound(better, confidence) >= st.upper_bound(worse, confidence) - 1e-9
@@ -247,7 +248,7 @@ def test_a_better_continuous_run_never_gets_a_lower_bound(n: int) -> None:
 
 def test_the_two_sided_interval_covers_at_its_level_for_pass_fail_items() -> None:
     for n in (10, 30, 100):
-        intervals = {x: st.interval(st.sample([1.0] * x + [0.0] * (n - x))) for x in range(n + 1)}
+        intervals = {x: st.interval(samples.sample([1.0] * x + [0.0] * (n - x))) for x in range(n + 1)}
         for p in (0.5, 0.7, 0.8, 0.9, 0.97):
             coverage = sum(
                 q for x, q in binomial_outcomes(n, p) if intervals[x].low <= p <= intervals[x].high
@@ -259,8 +260,8 @@ def test_many_items_are_weighed_as_runs_of_adjacent_items() -> None:
     # 20,000 continuous values: 128 means, the bound as the t bound's at this size.
     rng = random.Random(7)
     values = [rng.gauss(0.6, 0.1) for _ in range(20_000)]
-    s = st.sample(values)
-    assert len(s.values) == st.POINTS
+    s = samples.sample(values)
+    assert len(s.values) == samples.POINTS
     half = dist.t_quantile(0.975, len(values) - 1) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
     interval = st.interval(s)
     assert interval.low == pytest.approx(float(np.mean(values)) - half, abs=half * 0.05)
@@ -289,7 +290,7 @@ def test_the_item_is_the_unit_and_items_weigh_alike() -> None:
 def test_the_paired_comparison_pairs_by_item_id_and_its_means_subtract() -> None:
     current = {"a": [1.0, 0.0], "b": [1.0], "c": [0.5], "new": [1.0]}
     baseline = {"old": [0.0], "c": [1.0], "a": [1.0, 1.0, 1.0, 1.0], "b": [0.0, 0.0]}
-    comparison = st.paired_comparison(current, baseline)
+    comparison = paired.paired_comparison(current, baseline)
     assert comparison.shared == ("a", "b", "c")
     assert comparison.only_in_current == ("new",)
     assert comparison.only_in_baseline == ("old",)
@@ -303,7 +304,7 @@ def test_the_paired_comparison_pairs_by_item_id_and_its_means_subtract() -> None
 
 def test_equal_differences_of_pass_fail_means_are_one_value() -> None:
     assert 0.6 - 0.4 != 0.8 - 0.6
-    comparison = st.paired_comparison(
+    comparison = paired.paired_comparison(
         {"a": [1.0, 1.0, 1.0, 0.0, 0.0], "b": [1.0] * 4 + [0.0]},
         {"a": [1.0, 1.0, 0.0, 0.0, 0.0], "b": [1.0] * 3 + [0.0] * 2},
     )
@@ -315,7 +316,7 @@ def test_equal_differences_of_pass_fail_means_are_one_value() -> None:
 )
 def test_on_pass_fail_flips_it_is_the_one_sided_mcnemar_test(b: int, c: int) -> None:
     expected = scipy.stats.binomtest(b, b + c, 0.5, alternative="greater").pvalue if b + c else 1.0
-    assert st.regressions_by_chance(b, c) == pytest.approx(expected, rel=1e-6)
+    assert paired.regressions_by_chance(b, c) == pytest.approx(expected, rel=1e-6)
 
 
 # --- Holm -------------------------------------------------------------------------------------
@@ -326,7 +327,7 @@ def test_on_pass_fail_flips_it_is_the_one_sided_mcnemar_test(b: int, c: int) -> 
     [[0.01, 0.04, 0.03, 0.2], [0.001], [0.05, 0.05, 0.05], [0.5, 0.001, 0.02, 0.04, 0.9, 0.011], []],
 )
 def test_holm_matches_statsmodels(p_values: list[float]) -> None:
-    adjusted = st.holm(p_values)
+    adjusted = decisions.holm(p_values)
     if p_values:
         expected = multipletests(p_values, method="holm")[1]
         assert [a.p_value for a in adjusted] == pytest.approx(list(expected))
@@ -337,11 +338,11 @@ def test_holm_matches_statsmodels(p_values: list[float]) -> None:
 
 def test_holm_says_what_each_level_was_divided_by() -> None:
     # All rejected: each at its own step.
-    assert [a.divisor for a in st.holm([0.01, 0.02, 0.04])] == [3, 2, 1]
+    assert [a.divisor for a in decisions.holm([0.01, 0.02, 0.04])] == [3, 2, 1]
     # None rejected: every one tested at the first step's alpha / 3.
-    assert [a.divisor for a in st.holm([0.02, 0.03, 0.5])] == [3, 3, 3]
+    assert [a.divisor for a in decisions.holm([0.02, 0.03, 0.5])] == [3, 3, 3]
     # The first rejected, the rest stopped at the second step.
-    steps = st.holm([0.001, 0.04, 0.03])
+    steps = decisions.holm([0.001, 0.04, 0.03])
     assert [(a.divisor, a.rejected) for a in steps] == [(3, True), (2, False), (2, False)]
 
 
@@ -436,7 +437,7 @@ def test_ten_continuous_scores_get_the_t_bound() -> None:
     values = 0.73 + 0.05 * z / z.std(ddof=1)
     t_bound = 0.73 - scipy.stats.t.ppf(0.95, 9) * 0.05 / math.sqrt(10)
     assert t_bound == pytest.approx(0.701, abs=5e-4)
-    assert st.lower_bound(st.sample(values.tolist())) == pytest.approx(t_bound, abs=0.003)
+    assert st.lower_bound(samples.sample(values.tolist())) == pytest.approx(t_bound, abs=0.003)
 
 
 @pytest.mark.parametrize("n", [10, 20, 30])
@@ -449,7 +450,7 @@ def test_continuous_differences_have_the_power_and_level_of_a_t_test(n: int) -> 
         gate = t_test = 0
         for _ in range(300):
             differences = [max(-1.0, min(1.0, rng.gauss(-drop, 0.12))) for _ in range(n)]
-            gate += st.regression_test(differences, 0.05).p_beyond <= ALPHA
+            gate += decisions.regression_test(differences, 0.05).p_beyond <= ALPHA
             shifted = np.array(differences) + 0.05
             t_test += scipy.stats.ttest_1samp(shifted, 0.0, alternative="less").pvalue <= ALPHA
         assert abs(gate - t_test) <= 0.05 * 300, (drop, gate, t_test)

@@ -39,6 +39,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_opik_eval.verdict import samples
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.distributions import normal_quantile, t_quantile
 
@@ -180,7 +181,7 @@ def graded_items(
     """The labelled items with scores, as judge and human scores; None when the labels are
     verdicts only (``true``/``false``) or the judge's values are 0 or 1 only: nothing is graded."""
     found = [(item_id, label, values) for item_id, label in labels.items() if (values := scores.get(item_id))]
-    if all(isinstance(label, bool) for _, label, _ in found) or stats.pass_fail(v for _, _, v in found):
+    if all(isinstance(label, bool) for _, label, _ in found) or samples.pass_fail(v for _, _, v in found):
         return None
     return [
         GradedItem(
@@ -234,7 +235,7 @@ def calibrate(
 
 
 def _interval(shares: list[float], level: float) -> stats.Interval | None:
-    return stats.interval(stats.sample(shares, pass_fail=True), level) if shares else None
+    return stats.interval(samples.sample(shares, pass_fail=True), level) if shares else None
 
 
 def kappa_of(items: Sequence[LabelledItem]) -> float | None:
@@ -387,7 +388,7 @@ def correlation(items: Sequence[GradedItem], level: float = stats.LEVEL) -> Corr
         return "the judge gives every item the same mean score"
     if len(set(ys)) == 1:
         return "every item has the same human score"
-    mx, my = stats.mean(xs), stats.mean(ys)
+    mx, my = samples.mean(xs), samples.mean(ys)
     sxx = math.fsum((x - mx) ** 2 for x in xs)
     syy = math.fsum((y - my) ** 2 for y in ys)
     sxy = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
@@ -409,8 +410,8 @@ def bias(items: Sequence[GradedItem], level: float = stats.LEVEL) -> stats.Inter
     if n < 2:
         return None
     differences = [i.mean - i.label for i in items]
-    estimate = stats.mean(differences)
-    half = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) * math.sqrt(stats.variance(differences) / n)
+    estimate = samples.mean(differences)
+    half = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) * math.sqrt(samples.variance(differences) / n)
     return stats.Interval(estimate, max(-1.0, estimate - half), min(1.0, estimate + half), level, n)
 
 
@@ -429,7 +430,7 @@ def calibrations(
     for name, labels in labels_by_score(items, field).items():
         threshold = thresholds.get(name)
         values = scores.get(name, {})
-        if threshold is None and not stats.pass_fail(values[i] for i in labels if i in values):
+        if threshold is None and not samples.pass_fail(values[i] for i in labels if i in values):
             note = (
                 f"no threshold, and its scores are not pass/fail: give it one (thresholds={{{name!r}: 0.5}})"
             )

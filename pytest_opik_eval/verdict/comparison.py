@@ -10,9 +10,11 @@ from collections.abc import Container, Sequence
 from dataclasses import replace
 
 from pytest_opik_eval.store.records import TrialRecord
-from pytest_opik_eval.verdict import calibration
+from pytest_opik_eval.verdict import calibration, samples
 from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.decisions import regression_test_on
 from pytest_opik_eval.verdict.model import BaselineComparison, FigureChange, ItemStatus, MetricDelta
+from pytest_opik_eval.verdict.paired import PairedComparison, paired_comparison, regressions_by_chance
 from pytest_opik_eval.verdict.results import BaselineRun, ExperimentResult, confidence_interval
 from pytest_opik_eval.verdict.usage import Spend, latencies, percentile, spend
 
@@ -22,7 +24,7 @@ def with_baseline(result: ExperimentResult, baseline: BaselineRun | ExperimentRe
     baseline: a session's ``baseline_run``, or a whole result)."""
     comparison, paired, baseline_verdicts = compare(result, baseline)
     tests = {
-        metric: stats.regression_test_on(pairs.sample, delta)
+        metric: regression_test_on(pairs.sample, delta)
         for metric, delta in result.settings.max_regression.items()
         if (pairs := paired.get(metric)) is not None and pairs.sample is not None
     }
@@ -56,7 +58,7 @@ def with_baseline(result: ExperimentResult, baseline: BaselineRun | ExperimentRe
 
 def compare(
     current: ExperimentResult, baseline: BaselineRun | ExperimentResult
-) -> tuple[BaselineComparison, dict[str, stats.PairedComparison], dict[str, ItemStatus]]:
+) -> tuple[BaselineComparison, dict[str, PairedComparison], dict[str, ItemStatus]]:
     """The two experiments over the items both planned, paired by item id (a baseline made with
     ``-k``, or with a narrower selection, covers fewer): per metric the paired comparison of the
     items both scored (the baseline's and the current mean over them, each item's mean weighing
@@ -85,7 +87,7 @@ def compare(
         if kept is not None:
             now_by_item = {i: v for i, v in now_by_item.items() if i in kept}
         before_by_item = baseline.values.get(name, {})
-        pairs = stats.paired_comparison(now_by_item, before_by_item)
+        pairs = paired_comparison(now_by_item, before_by_item)
         paired[name] = pairs
         metrics[name] = MetricDelta(
             baseline_mean=pairs.baseline_mean if pairs.shared else _mean(before_by_item, now_items),
@@ -107,7 +109,7 @@ def compare(
         only_in_baseline=only_in_baseline,
         regressions=regressions,
         fixes=fixes,
-        regressions_p_value=stats.regressions_by_chance(len(regressions), len(fixes)),
+        regressions_p_value=regressions_by_chance(len(regressions), len(fixes)),
         figures=_figures(
             current.trials if kept is None else [t for t in current.trials if t.dataset_item_id in kept],
             # the baseline's trials of the shared items: all of them when it planned no other
@@ -122,8 +124,8 @@ def compare(
 def _mean(by_item: dict[str, list[float]], planned: Container[str]) -> float | None:
     """The mean of the item means over the items the other run planned (a metric only one of
     the two scored)."""
-    means = stats.item_means(v for item, v in by_item.items() if item in planned and v)
-    return stats.mean(means) if means else None
+    means = samples.item_means(v for item, v in by_item.items() if item in planned and v)
+    return samples.mean(means) if means else None
 
 
 def _figures(now: Sequence[TrialRecord], before: Sequence[TrialRecord]) -> dict[str, FigureChange]:

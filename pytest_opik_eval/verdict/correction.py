@@ -53,6 +53,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pytest_opik_eval.verdict import samples
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.distributions import normal_quantile, t_sf
@@ -301,9 +302,9 @@ def pass_rate(
     return PassRate(
         corrected,
         share(known, len(known)) if known else None,
-        stats.mean(list(judged.values())),
-        stats.mean(positives) if positives else None,
-        stats.mean(negatives) if negatives else None,
+        samples.mean(list(judged.values())),
+        samples.mean(positives) if positives else None,
+        samples.mean(negatives) if negatives else None,
         len(labelled),
         len(values),
     )
@@ -328,7 +329,7 @@ def _judge(labelled: Sequence[LabelledItem]) -> tuple[Share, Share] | str:
 class CorrectedChange:
     """The change of a judge's corrected pass rate from a baseline to the current run, each
     corrected by its own calibration (or both by one), with the tests a regression gate decides
-    on, as ``statistics.RegressionTest`` has them.
+    on, as ``decisions.RegressionTest`` has them.
 
     The change is the difference of the two Rogan-Gladen estimates, t_c - t_b, a difference of
     ratios: with 30 labels the judge's Se + Sp - 1 is known to about a fifth, and a delta-method
@@ -352,7 +353,7 @@ class CorrectedChange:
     statistic: float  # F(d) = statistic + d * slope
     slope: float
     parts: tuple[Influence, ...]  # F's variance: the run items', the labelled items'
-    p_chance: float  # the judged items' sign test (``statistics.RegressionTest``)
+    p_chance: float  # the judged items' sign test (``decisions.RegressionTest``)
 
     @property
     def change(self) -> float:
@@ -572,8 +573,8 @@ def share(shares: Sequence[float], trials: int) -> Share:
     their effective items (10,100 from 100 items of 2 trials, all at 0.5 but one) made an
     interval far narrower than the 200 trials behind it allow."""
     n = len(shares)
-    mean = stats.mean(shares)
-    spread = stats.variance(shares) * (n - 1) / n  # the items' own: n for pass/fail items
+    mean = samples.mean(shares)
+    spread = samples.variance(shares) * (n - 1) / n  # the items' own: n for pass/fail items
     binomial = mean * (1.0 - mean)
     if binomial <= 0.0:
         return Share(mean, n, float(n))

@@ -18,16 +18,12 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from statistics import NormalDist
 
-from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict import samples
 from pytest_opik_eval.verdict.distributions import normal_quantile, t_quantile
-from pytest_opik_eval.verdict.statistics import (
-    CORRECTION,
-    POWER,
-    Sample,
-    item_means,
-    null_variance,
-    population,
-)
+from pytest_opik_eval.verdict.samples import Sample, item_means, population
+from pytest_opik_eval.verdict.statistics import CORRECTION, null_variance
+
+POWER = 0.80  # the chance of catching a drop that a plan sizes the items for
 
 # With one trial per item a baseline cannot tell items that differ (hard ones) from trials that
 # vary (flaky ones): the design then takes, at each size, the least favourable intra-item
@@ -145,14 +141,14 @@ def design_of(items: Iterable[Sequence[float]], trials: int | None = None) -> De
     if not values:
         raise ValueError("a design needs a baseline with at least one item")
     means = item_means(values)
-    mean = stats.mean(means)
-    binary = stats.pass_fail(values)
+    mean = samples.mean(means)
+    binary = samples.pass_fail(values)
     per_item = max(1, round(sum(map(len, values)) / len(values)))
     repeated = [v for v in values if len(v) > 1]
-    spread = stats.variance(means) if len(means) > 1 else 0.0
+    spread = samples.variance(means) if len(means) > 1 else 0.0
     icc: float | None = None
     if repeated:
-        within = stats.mean([stats.variance(v) for v in repeated])
+        within = samples.mean([samples.variance(v) for v in repeated])
         between = max(0.0, spread - within / per_item)  # Var(item mean) = between + within / k
         # Rounded beyond the estimate's precision, so that designs alike share populations.
         icc = round(min(1.0, between / (mean * (1.0 - mean))), 2) if 0.0 < mean < 1.0 else 0.0

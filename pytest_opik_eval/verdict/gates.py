@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from pytest_opik_eval.formatting import dollars, duration
 from pytest_opik_eval.store.records import GateSettings
-from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.decisions import Adjusted
 from pytest_opik_eval.verdict.model import GateVerdict
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.score_gates import fail_under, max_regression, min_pass_rate
@@ -29,7 +29,7 @@ _WORST = 5
 def judge(
     result: ExperimentResult,
     resume_command: Callable[[str], str],
-    adjusted: Mapping[str, stats.Adjusted] | None,
+    adjusted: Mapping[str, Adjusted] | None,
     family: int,
 ) -> ExperimentResult:
     """The result (with its baseline comparison, if any) with its gate verdicts; ``adjusted``:
@@ -42,7 +42,7 @@ def evaluate_gates(
     result: ExperimentResult,
     settings: GateSettings,
     resume_command: Callable[[str], str],
-    adjusted: Mapping[str, stats.Adjusted],
+    adjusted: Mapping[str, Adjusted],
     family: int,
 ) -> list[GateVerdict]:
     """Every gate that applies to the experiment, met or not, with one line of detail each."""

@@ -7,7 +7,8 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from pytest_opik_eval.verdict.statistics import LEVEL, Interval, interval, sample
+from pytest_opik_eval.verdict.samples import sample
+from pytest_opik_eval.verdict.statistics import LEVEL, Interval, interval
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -19,6 +19,7 @@ from pytest_opik_eval.ids import sampled_judge
 from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
 from pytest_opik_eval.verdict import calibration, correction
 from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict.decisions import DropTest, RegressionTest
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     CalibrationOrigin,
@@ -36,7 +37,9 @@ from pytest_opik_eval.verdict.model import (
     MetricSummary,
     TrialReport,
 )
+from pytest_opik_eval.verdict.paired import PairedComparison
 from pytest_opik_eval.verdict.pass_at_k import pass_at_k_interval, pass_hat_k_interval
+from pytest_opik_eval.verdict.samples import Sample, item_means, item_sample, mean, sample
 from pytest_opik_eval.verdict.self_agreement import self_agreements
 from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, usage_of, usage_summary
 
@@ -94,8 +97,8 @@ class ExperimentResult(_OfExperiment):
     # The paired comparison with the baseline, per metric, and the tests of the regression gates
     # on it; the baseline's item verdicts, for the report's A/B rows (built with the report
     # model); the baseline's scores by item, which set what a regression gate can detect.
-    paired: dict[str, stats.PairedComparison] = field(default_factory=dict)
-    tests: dict[str, stats.RegressionTest] = field(default_factory=dict)
+    paired: dict[str, PairedComparison] = field(default_factory=dict)
+    tests: dict[str, RegressionTest] = field(default_factory=dict)
     baseline_values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     baseline_verdicts: dict[str, ItemStatus] = field(default_factory=dict)
     baseline_judges: dict[str, str] = field(default_factory=dict)  # the baseline's judges' identities
@@ -103,7 +106,7 @@ class ExperimentResult(_OfExperiment):
     # Each metric's computed scores by item id (``scores_by_item``), computed once; with the
     # summary's intervals, their item samples, on which those and the fail_under gates rest.
     values: dict[str, dict[str, list[float]]] = field(default_factory=dict)
-    samples: dict[str, stats.Sample] = field(default_factory=dict)
+    samples: dict[str, Sample] = field(default_factory=dict)
     # By score: the human-labelled items its judge's errors are measured on (``calibrated``);
     # for a judge's score without them, why (its labels were for another version of the judge).
     calibration_sets: dict[str, CalibrationSet] = field(default_factory=dict)
@@ -127,17 +130,17 @@ class ExperimentResult(_OfExperiment):
     def trial_count(self) -> int:
         return self.experiment.selection.trial_count
 
-    def regression_test(self, metric: str) -> stats.DropTest | None:
+    def regression_test(self, metric: str) -> DropTest | None:
         """What the metric's regression gate decides on: the corrected change of a judge's pass
         rate when both runs' judges are calibrated, else the test on the scores."""
         change = self.changes.get(metric)
         return change.test if isinstance(change, CorrectedRegression) else self.tests.get(metric)
 
-    def item_sample(self, metric: str) -> stats.Sample:
-        """The metric's items as a sample (``statistics.item_sample``): the summary's, if it
+    def item_sample(self, metric: str) -> Sample:
+        """The metric's items as a sample (``samples.item_sample``): the summary's, if it
         has intervals."""
         known = self.samples.get(metric)
-        return stats.item_sample(self.values[metric].values()) if known is None else known
+        return item_sample(self.values[metric].values()) if known is None else known
 
     def ran_this_session(self, trial: TrialRecord) -> bool:
         return self.session_id is not None and trial.session_id == self.session_id
@@ -241,7 +244,7 @@ class ExperimentResult(_OfExperiment):
         update: dict[str, Any] = {
             "origin": origin,
             "judge": self.experiment.judges.get(found.score),
-            "judged": confidence_interval(stats.interval(stats.sample(shares, pass_fail=True), level)),
+            "judged": confidence_interval(stats.interval(sample(shares, pass_fail=True), level)),
         }
         if isinstance(corrected, str):
             update["notes"] = [*found.notes, f"not corrected: {corrected}"]
@@ -400,7 +403,7 @@ def experiment_result(
     scores = scores_by_item([t for t in trials if t.status == "completed"])
     values = scores.values
     level = settings.confidence if intervals else None
-    samples = {name: stats.item_sample(v.values()) for name, v in values.items() if v} if level else {}
+    samples = {name: item_sample(v.values()) for name, v in values.items() if v} if level else {}
     summary = summarize(
         trials,
         settings.thresholds,
@@ -433,14 +436,14 @@ def summarize(
     *,
     verdicts: Sequence[ItemVerdict] | None = None,
     soft: bool = False,
-    samples: Mapping[str, stats.Sample] | None = None,
+    samples: Mapping[str, Sample] | None = None,
 ) -> ExperimentSummary:
     """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
     the intervals of the means too. The item is the unit: a mean or a pass rate is the mean over
     items of each item's mean over its completed trials (with as many trials per item, the mean
     over trials), the estimate its interval is around. ``scores``: ``scores_by_item`` of the
     completed trials, ``verdicts`` their ``item_results``, and ``samples`` each metric's
-    ``statistics.item_sample``, when the caller has them.
+    ``samples.item_sample``, when the caller has them.
     ``soft``: a trial that missed its thresholds counts as soft-failed, not failed
     (``GateSettings.soft_trials``)."""
     completed = [t for t in trials if t.status == "completed"]
@@ -486,7 +489,7 @@ _passed = operator.attrgetter("passed")
 
 def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> float:
     """The mean over items of each item's mean (with one score per item, of the scores)."""
-    return stats.mean(values if len(values) == len(items) else stats.item_means(items.values()))
+    return mean(values if len(values) == len(items) else item_means(items.values()))
 
 
 class ScoresByItem(NamedTuple):
@@ -519,12 +522,10 @@ def scores_by_item(completed: Sequence[ScoredTrial]) -> ScoresByItem:
     return ScoresByItem(by_item, failed)
 
 
-def _mean_interval(
-    items: dict[str, list[float]], level: float, sample: stats.Sample | None
-) -> ConfidenceInterval:
+def _mean_interval(items: dict[str, list[float]], level: float, sample: Sample | None) -> ConfidenceInterval:
     """The interval of the mean over items, on their sample (built here unless given)."""
     if sample is None:
-        sample = stats.item_sample(items.values())
+        sample = item_sample(items.values())
     return confidence_interval(stats.interval(sample, level))
 
 

@@ -22,10 +22,11 @@ from typing import Literal
 
 from pytest_opik_eval.formatting import level, score, signed
 from pytest_opik_eval.store.records import GateSettings
-from pytest_opik_eval.verdict import correction
+from pytest_opik_eval.verdict import correction, samples
 from pytest_opik_eval.verdict import design as plan
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.calibration import LabelledItem, kappa_of
+from pytest_opik_eval.verdict.decisions import Adjusted, DropTest
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     GateCorrection,
@@ -96,7 +97,7 @@ def _corrected(
             f'some items ("labels": {{"{metric}": true}}) to correct it'
         )
     by_item = result.values[metric]
-    if not stats.pass_fail(by_item.values()):
+    if not samples.pass_fail(by_item.values()):
         return f"{metric} is a graded score: only a pass/fail score's pass rate is corrected by labels"
     threshold = result.settings.thresholds.get(metric)
     found = correction.pass_rate(by_item, threshold, labelled.items, own=labelled.own)
@@ -225,13 +226,13 @@ def min_pass_rate(result: ExperimentResult, settings: GateSettings) -> list[Gate
         return [
             verdict("min_pass_rate", None, None, bound, False, f"no completed {counted} (bound {bound:g})")
         ]
-    s = stats.sample((passed / trials for passed, trials in outcomes), pass_fail=True)
+    s = samples.sample((passed / trials for passed, trials in outcomes), pass_fail=True)
     gate = _absolute("min_pass_rate", None, f"{counted} pass rate", s, bound, settings)
     return [gate.model_copy(update={"met": gate.met and not result.summary.pending})]
 
 
 def _absolute(
-    kind: GateKind, metric: str | None, what: str, s: stats.Sample, bound: float, settings: GateSettings
+    kind: GateKind, metric: str | None, what: str, s: samples.Sample, bound: float, settings: GateSettings
 ) -> GateVerdict:
     """Normal mode: the estimate reaches the bound; strict: the one-sided lower bound does (the
     test that the mean is above the bound). Either way the one-sided bounds at the level are
@@ -291,7 +292,7 @@ def _one_sided(
 
 
 def max_regression(
-    result: ExperimentResult, settings: GateSettings, adjusted: Mapping[str, stats.Adjusted], family: int
+    result: ExperimentResult, settings: GateSettings, adjusted: Mapping[str, Adjusted], family: int
 ) -> list[GateVerdict]:
     """The regression gates; ``adjusted``: each metric's Holm step over the session's
     normal-mode regression gates, ``family`` of them."""
@@ -321,8 +322,8 @@ def _regression(
     settings: GateSettings,
     metric: str,
     change: MetricDelta,
-    test: stats.DropTest,
-    adjusted: stats.Adjusted | None,
+    test: DropTest,
+    adjusted: Adjusted | None,
     family: int,
 ) -> GateVerdict:
     """One regression gate, decided on the paired differences' tests (or, for a calibrated
@@ -412,10 +413,10 @@ def _regression(
 
 
 def _regression_decision(
-    test: stats.DropTest,
+    test: DropTest,
     alpha: float,
     strict: bool,
-    adjusted: stats.Adjusted | None,
+    adjusted: Adjusted | None,
     drop_bounds: tuple[float, float],
     what: str,
 ) -> tuple[float, bool, str]:

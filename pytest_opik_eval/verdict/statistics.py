@@ -1,6 +1,8 @@
-"""The statistics behind the gates: bounds on a mean over items, the paired comparison with a
-baseline, the tests a gate decides on, Holm over a session's gates. Pure functions, standard
-library only: one pass over the items, then at most ``POINTS`` groups of them.
+"""The bounds on a mean over items behind the gates, their p-values, and the intervals every
+report prints: on a ``samples.Sample`` (one pass over the items, then at most
+``samples.POINTS`` groups of them); the paired comparison with a baseline is ``paired``'s, the
+tests a gate decides on and Holm over a session's gates ``decisions``'. Pure functions, standard
+library only.
 
 Conventions:
 - An *item* is the unit: its trials are one observation, the item's mean over them. A mean over
@@ -49,23 +51,16 @@ when the bound at 1 - a excludes the value, so a bound and its test never disagr
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
-import operator
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
 
 from pytest_opik_eval.verdict.distributions import beta_quantile, binomial_tail, sign_test, t_quantile, t_sf
 from pytest_opik_eval.verdict.likelihood import likelihood_ratio, root_between, tilt, tilt_root
+from pytest_opik_eval.verdict.samples import Sample, item_sample, lattice, population, sample
 
 LEVEL = 0.95
-POWER = 0.80
-# Over this many items, a mean's empirical likelihood weighs this many means of runs of adjacent
-# items (``_runs``), so that it costs the same at any number of items.
-POINTS = 128
 # Half an item's worth, towards the hypothesis, taken off the distance between the lattice's mean
 # and the value tested: the continuity correction of a score test on counts (it applies to the
 # lattice's counts only, never to values that are not counts).
@@ -80,158 +75,6 @@ def _alpha(level: float) -> float:
     if not 0.0 < level < 1.0:
         raise ValueError(f"confidence level {level!r} is not between 0 and 1 (try 0.95)")
     return 1.0 - level
-
-
-# --- a mean over items ----------------------------------------------------------------------
-
-
-def lattice(low: float, high: float) -> tuple[float, ...]:
-    """The values of pass/fail data in the range: its ends, and 0 for a difference."""
-    return (low, 0.0, high) if low < 0.0 < high else (low, high)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """Per-item values (item means, or paired differences), grouped: the points the empirical
-    likelihood weighs, with their items (each distinct value; over ``POINTS`` items, ``_runs``);
-    the range [low, high] their mean can take; the lowest and highest value; and the items per
-    ``lattice`` point, each value rounded up (``up``) or down (``down``) to one."""
-
-    values: tuple[tuple[float, float], ...]  # (value, items), ascending
-    n: int
-    mean: float
-    variance: float  # the sample variance of the items' values (0.0 for fewer than two)
-    low: float
-    high: float
-    bottom: float
-    top: float
-    up: tuple[float, ...]
-    down: tuple[float, ...]
-    # Whether the values are pass/fail items' (shares of passed trials, or their differences):
-    # they get a fourth bound, for the breaks the sample missed (the module's docstring).
-    pass_fail: bool = False
-
-    def reflected(self) -> Sample:
-        """The same values negated: an upper bound is the reflection's lower bound."""
-        return Sample(
-            tuple((-v, c) for v, c in reversed(self.values)),
-            self.n,
-            -self.mean,
-            self.variance,
-            -self.high,
-            -self.low,
-            -self.top,
-            -self.bottom,
-            tuple(reversed(self.down)),
-            tuple(reversed(self.up)),
-            self.pass_fail,
-        )
-
-
-def sample(
-    values: Iterable[float], low: float = 0.0, high: float = 1.0, *, pass_fail: bool = False
-) -> Sample:
-    """The summary of per-item values in [low, high]; ``pass_fail`` if they are pass/fail items'
-    (shares of passed trials, or differences of them)."""
-    data = sorted(values)
-    n = len(data)
-    if n == 0:
-        raise ValueError("a mean over items needs at least one item")
-    distinct = _distinct(data)
-    if distinct is None:  # many distinct values (so many items), in C loops: 100,000 are common
-        return _summary(_runs(data), data, None, n, low, high, pass_fail)
-    grouped = tuple((value, float(count)) for value, count in distinct)
-    support = grouped if n <= POINTS else _runs(data)
-    return _summary(support, [v for v, _ in grouped], [c for _, c in grouped], n, low, high, pass_fail)
-
-
-def _distinct(data: list[float]) -> list[tuple[float, int]] | None:
-    """The distinct values of ascending ``data`` with their counts, or None over ``POINTS`` of
-    them: one bisection a value (items share few values: pass/fail, counts of passed trials)."""
-    found: list[tuple[float, int]] = []
-    start = 0
-    while start < len(data):
-        if len(found) == POINTS:
-            return None
-        end = bisect.bisect_right(data, data[start], start)
-        found.append((data[start], end - start))
-        start = end
-    return found
-
-
-def _runs(data: list[float]) -> tuple[tuple[float, float], ...]:
-    """Ascending ``data`` as ``POINTS`` runs of adjacent items: each run's mean with its items
-    (equal means merged). Which items a run holds depends on their ranks alone, so raising a
-    value never lowers a point, nor the bounds on them (the bins' means and spreads did not do
-    that: mean minus spread falls as a bin's highest value rises). The spread within a run is
-    lost: well under 1% of the variance for 100,000 normal values."""
-    n = len(data)
-    points: list[tuple[float, float]] = []
-    for r in range(POINTS):
-        run = data[n * r // POINTS : n * (r + 1) // POINTS]
-        value = math.fsum(run) / len(run)
-        if points and points[-1][0] == value:
-            points[-1] = (value, points[-1][1] + len(run))
-        else:
-            points.append((value, float(len(run))))
-    return tuple(points)
-
-
-def population(points: Iterable[tuple[float, float]], n: int, low: float, high: float) -> Sample:
-    """A population as a sample of ``n`` items: each value with its probability (``design``'s
-    populations of differences, weighted points rather than a draw)."""
-    merged: dict[float, float] = {}
-    for value, weight in points:
-        merged[value] = merged.get(value, 0.0) + weight
-    ordered = [(value, weight * n) for value, weight in sorted(merged.items()) if weight > 0.0]
-    summary = _summary(tuple(ordered), [v for v, _ in ordered], [c for _, c in ordered], n, low, high)
-    # A population's variance, not a sample's: the weights are probabilities.
-    return replace(summary, variance=math.fsum(c * (v - summary.mean) ** 2 for v, c in ordered) / n)
-
-
-def _summary(
-    support: tuple[tuple[float, float], ...],
-    values: Sequence[float],
-    counts: Sequence[float] | None,
-    n: int,
-    low: float,
-    high: float,
-    pass_fail: bool = False,
-) -> Sample:
-    """The summary of ``values`` (ascending), each with its number of items (``counts``; None:
-    one each, the same sums without multiplying by 1.0, as 100,000 distinct scores often are),
-    weighed by the empirical likelihood as ``support``."""
-    below: Sequence[float]  # below[i]: the items of the first i values
-    if counts is None:
-        mean = math.fsum(values) / n
-        centred = [v - mean for v in values]
-        squares = math.fsum(map(operator.mul, centred, centred))
-        below = range(n + 1)
-    else:
-        mean = math.fsum(map(operator.mul, values, counts)) / n
-        centred = [v - mean for v in values]
-        squares = math.fsum(map(operator.mul, centred, map(operator.mul, centred, counts)))
-        below = [0.0, *itertools.accumulate(counts)]
-    points = lattice(low, high)
-    # Items rounded up to a lattice point are those above the point before it, up to it; rounded
-    # down, those from it to below the next one.
-    at_most = [float(below[bisect.bisect_right(values, p)]) for p in points[:-1]] + [float(n)]
-    under = [0.0] + [float(below[bisect.bisect_left(values, p)]) for p in points[1:]]
-    up = [at_most[0]] + [at_most[i] - at_most[i - 1] for i in range(1, len(points))]
-    down = [under[i + 1] - under[i] for i in range(len(points) - 1)] + [n - under[-1]]
-    return Sample(
-        support,
-        n,
-        min(high, max(low, mean)),
-        squares / (n - 1) if n > 1 else 0.0,
-        low,
-        high,
-        values[0],
-        values[-1],
-        tuple(up),
-        tuple(down),
-        pass_fail,
-    )
 
 
 # --- the spread seen: the empirical likelihood ---------------------------------------------
@@ -417,7 +260,7 @@ def _floor_p(s: Sample, value: float) -> float:
     return min(t_sf((1.0 - share) * (s.n * math.sqrt(s.n)), s.n - 1), math.pow(share, s.n))
 
 
-# --- the bounds and the tests ---------------------------------------------------------------
+# --- the bounds, their p-values, the intervals ----------------------------------------------
 
 
 # A bound and a p-value are pure functions of a (hashable) sample, and each takes several
@@ -487,49 +330,6 @@ def mean_interval(items: Iterable[Sequence[float]], level: float = LEVEL) -> Int
     return interval(item_sample(items), level)
 
 
-def item_sample(items: Iterable[Sequence[float]]) -> Sample:
-    """The items' means over their trial values as a sample: a pass/fail one when every trial
-    value is 0 or 1."""
-    items = list(items)
-    return sample(item_means(items), pass_fail=pass_fail(items))
-
-
-def item_means(items: Iterable[Sequence[float]]) -> list[float]:
-    """Each item's mean over its trial values."""
-    items = list(items)
-    if set(map(len, items)) == {1}:  # one trial each, the common case: a C loop
-        return list(map(operator.itemgetter(0), items))
-    means = []
-    for values in items:
-        if not values:
-            raise ValueError("an item has no trial values: leave it out, or give it its values")
-        means.append(values[0] if len(values) == 1 else math.fsum(values) / len(values))
-    return means
-
-
-def pass_fail(*runs: Iterable[Sequence[float]]) -> bool:
-    """Whether every trial value of the runs' items is 0 or 1: a pass/fail score's (in C, and
-    at the first other value: continuous scores cost nothing)."""
-    return all({0.0, 1.0}.issuperset(itertools.chain.from_iterable(items)) for items in runs)
-
-
-def mean(values: Sequence[float]) -> float:
-    """The mean of ``values`` (at least one)."""
-    if not values:
-        raise ValueError("a mean needs at least one value")
-    return math.fsum(values) / len(values)
-
-
-def variance(values: Sequence[float]) -> float:
-    """The sample variance (n - 1 in the denominator); 0.0 for fewer than two values."""
-    if len(values) < 2:
-        return 0.0
-    centre = mean(values)
-    # x ** 2 in a C loop: pow(x, 2) is not always the float x * x.
-    squares = map(pow, [x - centre for x in values], itertools.repeat(2))
-    return math.fsum(squares) / (len(values) - 1)
-
-
 def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -> Interval:
     """The pass rate over items (each item's passed trials over its trials) with its interval:
     ``items`` gives each item's (passed trials, trials)."""
@@ -541,200 +341,3 @@ def pass_rate_interval(items: Iterable[tuple[int, int]], level: float = LEVEL) -
             )
         rates.append(passed / trials)
     return interval(sample(rates, pass_fail=True), level)
-
-
-# --- the paired comparison ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PairedComparison:
-    """Two runs compared item by item over the items both have.
-
-    ``differences`` maps each shared item to its mean in the current run minus its mean in the
-    baseline (each item weighs the same, whatever its number of trials); ``sample`` summarizes
-    them (``None`` without shared items), ``baseline_mean`` and ``current_mean`` are the means
-    of the item means over those items (so their difference is the sample's mean)."""
-
-    shared: tuple[str, ...]
-    only_in_current: tuple[str, ...]
-    only_in_baseline: tuple[str, ...]
-    differences: dict[str, float]
-    sample: Sample | None
-    baseline_mean: float | None
-    current_mean: float | None
-
-
-def paired_comparison(
-    current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
-) -> PairedComparison:
-    """Pair two runs by item id (each maps an item id to its trial values); one pass over the
-    items (100,000 are common)."""
-    in_order = _one_trial_each(current, baseline)
-    if in_order is not None:  # the common case needs no sums: in C loops
-        first = operator.itemgetter(0)
-        now = list(map(first, current.values()))
-        lined_up = baseline.values() if in_order else map(baseline.__getitem__, current)
-        before = list(map(first, lined_up))
-        differences = dict(zip(current, map(operator.sub, now, before), strict=True))
-    else:
-        differences, now, before = _paired(current, baseline)
-    shared = tuple(differences)
-    every = len(shared) == len(current), len(shared) == len(baseline)
-    return PairedComparison(
-        shared=shared,
-        only_in_current=() if every[0] else tuple(i for i in current if i not in baseline),
-        only_in_baseline=() if every[1] else tuple(i for i in baseline if i not in current),
-        differences=differences,
-        sample=sample(
-            differences.values(), -1.0, 1.0, pass_fail=pass_fail(current.values(), baseline.values())
-        )
-        if shared
-        else None,
-        baseline_mean=mean(before) if shared else None,
-        current_mean=mean(now) if shared else None,
-    )
-
-
-def _one_trial_each(
-    current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
-) -> bool | None:
-    """Whether both runs have the same items, each with one value: None if not, else whether
-    in the same order (runs of one selection list them alike, and then their values line up
-    without a lookup by item id)."""
-    lengths = {*map(len, current.values()), *map(len, baseline.values())}
-    if lengths != {1}:
-        return None
-    if list(current) == list(baseline):
-        return True
-    return False if current.keys() == baseline.keys() else None
-
-
-def _paired(
-    current: Mapping[str, Sequence[float]], baseline: Mapping[str, Sequence[float]]
-) -> tuple[dict[str, float], list[float], list[float]]:
-    """Each shared item's difference, and its current and baseline means, in one pass."""
-    differences: dict[str, float] = {}
-    now: list[float] = []
-    before: list[float] = []
-    for item, values in current.items():
-        previous = baseline.get(item)
-        if previous is None:
-            continue
-        if len(values) == 1 == len(previous):
-            now.append(values[0])
-            before.append(previous[0])
-            differences[item] = values[0] - previous[0]
-        else:
-            now.append(math.fsum(values) / len(values))
-            before.append(math.fsum(previous) / len(previous))
-            # One division: equal differences of pass/fail means (0.6 - 0.4, 0.8 - 0.6) come out
-            # as one float, which the sample groups.
-            differences[item] = _difference(values, previous)
-    return differences, now, before
-
-
-def _difference(current: Sequence[float], baseline: Sequence[float]) -> float:
-    if not current or not baseline:
-        raise ValueError("an item has no trial values: leave it out, or give it its values")
-    numerator = math.fsum(current) * len(baseline) - math.fsum(baseline) * len(current)
-    return numerator / (len(current) * len(baseline))
-
-
-def regressions_by_chance(regressions: int, fixes: int) -> float:
-    """The exact one-sided test on items' pass/fail flips: the chance, if a flip were as likely
-    either way, of at least ``regressions`` of the ``regressions + fixes`` flips being
-    regressions (1.0 without flips)."""
-    if regressions < 0 or fixes < 0:
-        raise ValueError(f"flip counts must not be negative, got {regressions} and {fixes}")
-    return sign_test(regressions, fixes)
-
-
-# --- the decisions ------------------------------------------------------------------------
-
-
-class DropTest(Protocol):
-    """What a regression gate decides on: ``RegressionTest`` on the scores, or the change of a
-    judge's pass rate corrected for its errors (``correction.CorrectedChange``)."""
-
-    @property
-    def delta(self) -> float: ...
-    @property
-    def drop(self) -> float: ...
-    @property
-    def p_beyond(self) -> float: ...
-    @property
-    def p_within(self) -> float: ...
-    @property
-    def p_chance(self) -> float: ...
-    def drop_bounds(self, confidence: float) -> tuple[float, float]: ...
-
-
-@dataclass(frozen=True)
-class RegressionTest:
-    """What the paired differences say about a drop against a tolerated ``delta``.
-
-    One-sided p-values, ready for ``holm``:
-    - ``p_beyond``: for "the drop is greater than delta" (normal mode fails on it);
-    - ``p_within``: for "the drop is less than delta" (strict mode passes on it);
-    - ``p_chance``: the exact sign test of "nothing changed" on the items that moved (as many
-      items down as this, of those that moved up or down, by chance alone): for pass/fail
-      items with one trial, McNemar's, the test normal mode decides on at a delta of 0."""
-
-    differences: Sample
-    delta: float
-    p_beyond: float
-    p_within: float
-    p_chance: float
-
-    @property
-    def drop(self) -> float:
-        return -self.differences.mean
-
-    def drop_bounds(self, confidence: float) -> tuple[float, float]:
-        """The one-sided lower and upper bounds on the drop that a test at 1 - confidence uses."""
-        return -upper_bound(self.differences, confidence), -lower_bound(self.differences, confidence)
-
-
-def regression_test(differences: Iterable[float], delta: float, *, pass_fail: bool = False) -> RegressionTest:
-    """The tests on the per-item differences (current - baseline) against ``delta``;
-    ``pass_fail`` if they are pass/fail items'."""
-    return regression_test_on(sample(differences, -1.0, 1.0, pass_fail=pass_fail), delta)
-
-
-def regression_test_on(s: Sample, delta: float) -> RegressionTest:
-    """The tests on the differences' sample (a ``PairedComparison``'s, summarized once)."""
-    return RegressionTest(
-        differences=s,
-        delta=delta,
-        p_beyond=p_below(s, -delta),
-        p_within=p_above(s, -delta),
-        p_chance=sign_test(s.down[0], s.up[-1]),
-    )
-
-
-@dataclass(frozen=True)
-class Adjusted:
-    """One hypothesis of a family after Holm: its adjusted p-value, and the number its level was
-    divided by at the step that decided it (its one-sided bound is printed at alpha / divisor)."""
-
-    p_value: float
-    divisor: int
-    rejected: bool
-
-
-def holm(p_values: Sequence[float], alpha: float = 1.0 - LEVEL) -> list[Adjusted]:
-    """Holm's step-down procedure, in the order given: the family-wise error is at most alpha
-    under any dependence. A hypothesis of rank r (1 = smallest p) among m is tested at
-    alpha / (m - r + 1) while every smaller one was rejected; once one is not, the rest are
-    tested, and kept, at that step's level."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted: list[Adjusted] = [Adjusted(1.0, 1, False)] * m
-    running, stopped = 0.0, None
-    for rank, i in enumerate(order):
-        divisor = m - rank
-        running = max(running, min(1.0, divisor * p_values[i]))
-        if stopped is None and running > alpha:
-            stopped = divisor
-        adjusted[i] = Adjusted(running, stopped or divisor, stopped is None)
-    return adjusted

@@ -10,10 +10,10 @@ from datetime import datetime, timezone
 
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, RunRecord, Store, TrialRecord
 from pytest_opik_eval.store.calibrations import Calibrations, LabelledRow, StoredCalibration
-from pytest_opik_eval.verdict import correction
-from pytest_opik_eval.verdict import statistics as stats
+from pytest_opik_eval.verdict import correction, samples
 from pytest_opik_eval.verdict.calibration import LabelledItem
 from pytest_opik_eval.verdict.comparison import with_baseline
+from pytest_opik_eval.verdict.decisions import Adjusted, holm
 from pytest_opik_eval.verdict.distributions import sign_test
 from pytest_opik_eval.verdict.gates import judge
 from pytest_opik_eval.verdict.model import CalibrationOrigin, JudgeDrift
@@ -168,11 +168,11 @@ def judge_session(
         for metric in result.tests
         if (test := result.regression_test(metric)) is not None
     ]
-    adjusted: dict[int, dict[str, stats.Adjusted]] = {}
+    adjusted: dict[int, dict[str, Adjusted]] = {}
     family: dict[int, int] = {}
     for confidence in sorted({everyone[position].settings.confidence for position, _, _ in members}):
         group = [m for m in members if everyone[m[0]].settings.confidence == confidence]
-        steps = stats.holm([p for _, _, p in group], 1.0 - confidence)
+        steps = holm([p for _, _, p in group], 1.0 - confidence)
         for (position, metric, _), step in zip(group, steps, strict=True):
             adjusted.setdefault(position, {})[metric] = step
             family[position] = len(group)
@@ -235,7 +235,7 @@ def _change(
             f'some items ("labels": {{"{score}": true}}) to correct it'
         )
     by_item, before_by_item = result.values[score], result.baseline_values[score]
-    if not stats.pass_fail(by_item.values(), before_by_item.values()):
+    if not samples.pass_fail(by_item.values(), before_by_item.values()):
         return f"{score} is a graded score: only a pass/fail score's pass rate is corrected by labels"
     before = _baseline_calibration(result, score, stored)
     if isinstance(before, str):
@@ -244,8 +244,8 @@ def _change(
     shared = result.paired[score].shared
     now_items = _keyed(labelled)
     change = correction.corrected_change(
-        dict(zip(shared, stats.item_means(by_item[i] for i in shared), strict=True)),
-        dict(zip(shared, stats.item_means(before_by_item[i] for i in shared), strict=True)),
+        dict(zip(shared, samples.item_means(by_item[i] for i in shared), strict=True)),
+        dict(zip(shared, samples.item_means(before_by_item[i] for i in shared), strict=True)),
         now_items,
         now_items if before is labelled else _keyed(before),
         test.delta,
@@ -441,7 +441,7 @@ def _earlier(now: StoredCalibration, stored: Calibrations, since: str | None) ->
 def _rate(rows: Sequence[LabelledRow], label: bool) -> float | None:
     """Over the rows labelled ``label``: the mean share of trials the judge got right."""
     shares = [r.passed / r.trials if label else 1.0 - r.passed / r.trials for r in rows if r.label is label]
-    return stats.mean(shares) if shares else None
+    return samples.mean(shares) if shares else None
 
 
 def calibrations_of(results: Sequence[ExperimentResult]) -> list[StoredCalibration]:
