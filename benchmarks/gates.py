@@ -83,11 +83,7 @@ from pytest_opik_eval.verdict.correction import (  # noqa: E402
     pass_rate,
 )
 from pytest_opik_eval.verdict.distributions import binomial_tail  # noqa: E402
-from pytest_opik_eval.verdict.results import (  # noqa: E402
-    ExperimentResult,
-    baseline_run,
-    experiment_result,
-)
+from pytest_opik_eval.verdict.results import ExperimentResult, baseline_run, experiment_result  # noqa: E402
 from pytest_opik_eval.verdict.summary import judge_session, passed  # noqa: E402
 
 DELTA = 0.05

@@ -12,7 +12,7 @@ import pytest
 if TYPE_CHECKING:
     from pytest_opik_eval.store import Store
     from pytest_opik_eval.verdict.model import ExperimentReport
-    from pytest_opik_eval.verdict.results import TrialResult
+    from pytest_opik_eval.verdict.trial_scores import TrialResult
 
 
 @pytest.hookspec(firstresult=True)

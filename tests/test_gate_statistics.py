@@ -26,7 +26,7 @@ from pytest_opik_eval.verdict import decisions, samples
 from pytest_opik_eval.verdict import design as dp
 from pytest_opik_eval.verdict import pass_at_k as pk
 from pytest_opik_eval.verdict import statistics as st
-from pytest_opik_eval.verdict.results import scores_by_item
+from pytest_opik_eval.verdict.trial_scores import scores_by_item
 
 # An app that gets wrong the item ids (or "id#trial") listed in wrong.txt; a second metric,
 # Contains, scores the same answers alike (a correlated metric).

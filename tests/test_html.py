@@ -18,6 +18,8 @@ from test_report import ab_runs
 
 from pytest_opik_eval.reports.html import render_html, write_html
 from pytest_opik_eval.store.records import GateSettings, ScoreRecord
+from pytest_opik_eval.verdict.experiment_summary import item_statistics, summarize
+from pytest_opik_eval.verdict.item_verdicts import item_results
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     ConfidenceInterval,
@@ -29,7 +31,6 @@ from pytest_opik_eval.verdict.model import (
     Report,
     TrialReport,
 )
-from pytest_opik_eval.verdict.results import item_results, item_statistics, summarize
 
 INJECTION = "</script><script>alert(1)</script><!--<script>"
 RESUME = "pytest --eval-resume=exp-1"

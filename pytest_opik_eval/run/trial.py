@@ -37,7 +37,7 @@ from pytest_opik_eval.run.scoring import (
 )
 from pytest_opik_eval.store.base import span_recorder, timings_recorder
 from pytest_opik_eval.store.records import ScoreRecord, Usage
-from pytest_opik_eval.verdict.results import TrialResult
+from pytest_opik_eval.verdict.trial_scores import TrialResult
 from pytest_opik_eval.verdict.usage import trial_usage
 
 if TYPE_CHECKING:

@@ -13,9 +13,10 @@ from pytest_opik_eval.store.records import TrialRecord
 from pytest_opik_eval.verdict import calibration, samples
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.decisions import regression_test_on
+from pytest_opik_eval.verdict.experiment_summary import confidence_interval
 from pytest_opik_eval.verdict.model import BaselineComparison, FigureChange, ItemStatus, MetricDelta
 from pytest_opik_eval.verdict.paired import PairedComparison, paired_comparison, regressions_by_chance
-from pytest_opik_eval.verdict.results import BaselineRun, ExperimentResult, confidence_interval
+from pytest_opik_eval.verdict.results import BaselineRun, ExperimentResult
 from pytest_opik_eval.verdict.usage import Spend, latencies, percentile, spend
 
 

@@ -1,5 +1,6 @@
 """An experiment as the end of a session sees it: its trials as the store returned them, its
-summary, item verdicts, gates and baseline comparison, in plain objects.
+summary (``experiment_summary``), item verdicts (``item_verdicts``), gates and baseline
+comparison, in plain objects; and a baseline's side of a comparison (``BaselineRun``).
 
 The gates, the recorded verdicts and the exit status read these; every report, the terminal's
 too, renders the report model built from them once at the session's end (``report()``).
@@ -7,19 +8,18 @@ too, renders the report model built from them once at the session's end (``repor
 
 from __future__ import annotations
 
-import itertools
-import math
-import operator
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal
 
 from pytest_opik_eval.ids import sampled_judge
-from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, ScoreRecord, TrialRecord
+from pytest_opik_eval.store.records import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.verdict import calibration, correction
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.decisions import DropTest, RegressionTest
+from pytest_opik_eval.verdict.experiment_summary import confidence_interval, item_statistics, summarize
+from pytest_opik_eval.verdict.item_verdicts import item_results, item_statuses
 from pytest_opik_eval.verdict.model import (
     BaselineComparison,
     CalibrationOrigin,
@@ -34,31 +34,13 @@ from pytest_opik_eval.verdict.model import (
     ItemVerdict,
     JudgeCalibration,
     KappaEstimate,
-    MetricSummary,
     TrialReport,
 )
 from pytest_opik_eval.verdict.paired import PairedComparison
-from pytest_opik_eval.verdict.pass_at_k import pass_at_k_interval, pass_hat_k_interval
-from pytest_opik_eval.verdict.samples import Sample, item_means, item_sample, mean, sample
+from pytest_opik_eval.verdict.samples import Sample, item_sample, sample
 from pytest_opik_eval.verdict.self_agreement import self_agreements
+from pytest_opik_eval.verdict.trial_scores import scores_by_item
 from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, usage_of, usage_summary
-
-
-class ScoredTrial(Protocol):
-    """What the summary and the item verdicts read of a trial (a store's trial record, or a
-    report's trial)."""
-
-    @property
-    def dataset_item_id(self) -> str: ...
-
-    @property
-    def status(self) -> Literal["completed", "pending"]: ...
-
-    @property
-    def passed(self) -> bool | None: ...
-
-    @property
-    def scores(self) -> Sequence[ScoreRecord]: ...
 
 
 class _OfExperiment:
@@ -329,19 +311,6 @@ class CorrectedRegression:
 
 
 @dataclass(frozen=True)
-class TrialResult:
-    """A completed trial, as handed to ``pytest_opik_eval_trial_finished``."""
-
-    experiment_id: str
-    node_id: str
-    item: dict[str, Any]
-    trial: int
-    output: dict[str, Any]
-    scores: list[ScoreRecord]
-    passed: bool
-
-
-@dataclass(frozen=True)
 class BaselineRun(_OfExperiment):
     """What a comparison reads of its baseline (``comparison.compare``): the experiment, its
     trials, its verdict by item id and its scores by item; none of the summary and item verdicts
@@ -352,29 +321,6 @@ class BaselineRun(_OfExperiment):
     trials: Sequence[TrialRecord]
     verdicts: dict[str, ItemStatus]
     values: dict[str, dict[str, list[float]]]
-
-
-def with_verdicts(trials: Sequence[TrialRecord], thresholds: Mapping[str, float | None]) -> list[TrialRecord]:
-    """The trials, those the Opik SDK completed given a verdict: they have scores and none (an
-    SDK experiment has no thresholds), and counting them failed would make every item of an SDK
-    experiment finished by pytest a failure, and its comparisons fixes. Such a trial passes when
-    no score failed and each score meets its threshold in ``thresholds`` (the experiment's in
-    force); a score without one cannot fail it. Unlike the scorer (``run/scoring.py``), a
-    threshold whose score the SDK's metrics did not give fails nothing: they were not the test's."""
-    if all(t.passed is not None or t.status != "completed" for t in trials):
-        return list(trials)  # the common case, this plugin's trials only: one pass, no copy
-    return [
-        replace(t, passed=_meets(t.scores, thresholds)) if t.passed is None and t.status == "completed" else t
-        for t in trials
-    ]
-
-
-def _meets(scores: Sequence[ScoreRecord], thresholds: Mapping[str, float | None]) -> bool:
-    for s in scores:
-        threshold = thresholds.get(s.name)
-        if s.scoring_failed or (threshold is not None and s.value < threshold):
-            return False
-    return True
 
 
 def baseline_run(
@@ -428,150 +374,6 @@ def experiment_result(
     )
 
 
-def summarize(
-    trials: Sequence[ScoredTrial],
-    thresholds: dict[str, float | None],
-    level: float | None = None,
-    scores: ScoresByItem | None = None,
-    *,
-    verdicts: Sequence[ItemVerdict] | None = None,
-    soft: bool = False,
-    samples: Mapping[str, Sample] | None = None,
-) -> ExperimentSummary:
-    """Counts, and per metric the statistics of the completed trials' scores; with ``level``,
-    the intervals of the means too. The item is the unit: a mean or a pass rate is the mean over
-    items of each item's mean over its completed trials (with as many trials per item, the mean
-    over trials), the estimate its interval is around. ``scores``: ``scores_by_item`` of the
-    completed trials, ``verdicts`` their ``item_results``, and ``samples`` each metric's
-    ``samples.item_sample``, when the caller has them.
-    ``soft``: a trial that missed its thresholds counts as soft-failed, not failed
-    (``GateSettings.soft_trials``)."""
-    completed = [t for t in trials if t.status == "completed"]
-    by_item, failed = scores_by_item(completed) if scores is None else scores
-    metrics = {}
-    for name in dict.fromkeys([*by_item, *failed]):
-        items = by_item.get(name, {})
-        v = list(itertools.chain.from_iterable(items.values()))
-        threshold = thresholds.get(name)
-        scored = len(v) + failed.get(name, 0)
-        # Counted as a list's length: a generator's sum costs twice as much at 100,000 values.
-        met = len([value for value in v if value >= threshold]) if threshold is not None else 0
-        metrics[name] = MetricSummary(
-            mean=_mean_over_items(items, v) if v else None,
-            min=min(v) if v else None,
-            max=max(v) if v else None,
-            count=len(v),
-            failed=failed.get(name, 0),
-            threshold=threshold,
-            pass_rate=met / scored if threshold is not None and scored else None,
-            interval=_mean_interval(items, level, (samples or {}).get(name)) if v and level else None,
-        )
-    outcomes = list(map(_passed, completed))  # a C loop: 100,000 trials are common
-    passed, missed = outcomes.count(True), outcomes.count(False)
-    ran = pass_rates(item_results(trials, None) if verdicts is None else verdicts)
-    balanced = len({count for _, count in ran}) <= 1  # as many completed trials per item
-    return ExperimentSummary(
-        trials=len(trials),
-        completed=len(completed),
-        pending=len(trials) - len(completed),
-        passed=passed,
-        failed=0 if soft else missed,
-        soft_failed=missed if soft else 0,
-        pass_rate=(passed / len(completed) if balanced else math.fsum(p / n for p, n in ran) / len(ran))
-        if ran
-        else None,
-        metrics=metrics,
-    )
-
-
-_passed = operator.attrgetter("passed")
-
-
-def _mean_over_items(items: dict[str, list[float]], values: list[float]) -> float:
-    """The mean over items of each item's mean (with one score per item, of the scores)."""
-    return mean(values if len(values) == len(items) else item_means(items.values()))
-
-
-class ScoresByItem(NamedTuple):
-    """Each metric's computed scores by item id (an item's trials are one cluster), and its
-    scores that failed to compute, counted."""
-
-    values: dict[str, dict[str, list[float]]]
-    failed: dict[str, int]
-
-
-def scores_by_item(completed: Sequence[ScoredTrial]) -> ScoresByItem:
-    """The completed trials' scores by metric and item: one pass over them (200,000 are
-    common)."""
-    by_item: dict[str, dict[str, list[float]]] = {}
-    failed: dict[str, int] = {}
-    for trial in completed:
-        item = trial.dataset_item_id
-        for score in trial.scores:
-            if score.scoring_failed:
-                failed[score.name] = failed.get(score.name, 0) + 1
-                continue
-            metric = by_item.get(score.name)
-            if metric is None:
-                metric = by_item[score.name] = {}
-            values = metric.get(item)
-            if values is None:
-                metric[item] = [score.value]
-            else:
-                values.append(score.value)
-    return ScoresByItem(by_item, failed)
-
-
-def _mean_interval(items: dict[str, list[float]], level: float, sample: Sample | None) -> ConfidenceInterval:
-    """The interval of the mean over items, on their sample (built here unless given)."""
-    if sample is None:
-        sample = item_sample(items.values())
-    return confidence_interval(stats.interval(sample, level))
-
-
-def pass_rates(items: Sequence[ItemVerdict]) -> list[tuple[int, int]]:
-    """Each item's (passed trials, completed trials), for the items with a completed trial."""
-    return [(i.passed, i.trials - i.pending) for i in items if i.trials > i.pending]
-
-
-def item_passes(items: Sequence[ItemVerdict]) -> list[tuple[int, int]]:
-    """Each decided item's k-of-n verdict as (passed, 1) or (0, 1): one outcome per item."""
-    return [(int(i.verdict == "passed"), 1) for i in items if i.verdict != "pending"]
-
-
-def item_statistics(
-    summary: ExperimentSummary, items: Sequence[ItemVerdict], level: float
-) -> ExperimentSummary:
-    """The intervals over items: the pass rate's; and with several trials per item, the k-of-n
-    item pass rate's, and pass@k and pass^k (with theirs) for k up to the trials every item
-    has, over the items with none pending."""
-    ran = pass_rates(items)
-    if not ran:
-        return summary
-    summary = summary.model_copy(
-        update={"pass_rate_interval": confidence_interval(stats.pass_rate_interval(ran, level))}
-    )
-    settled = [i for i in items if i.pending == 0]
-    decided = item_passes(items)
-    if not settled or max(i.trials for i in items) < 2:
-        return summary
-    pairs = [(i.trials, i.passed) for i in settled]
-    ks = [str(k) for k in range(1, min(i.trials for i in settled) + 1)]
-    at_k = [confidence_interval(pass_at_k_interval(pairs, int(k), level)) for k in ks]
-    hat_k = [confidence_interval(pass_hat_k_interval(pairs, int(k), level)) for k in ks]
-    return summary.model_copy(
-        update={
-            "item_pass_rate": confidence_interval(stats.pass_rate_interval(decided, level))
-            if decided
-            else None,
-            "pass_at_k": {k: i.estimate for k, i in zip(ks, at_k, strict=True)},
-            "pass_hat_k": {k: i.estimate for k, i in zip(ks, hat_k, strict=True)},
-            "pass_at_k_interval": dict(zip(ks, at_k, strict=True)),
-            "pass_hat_k_interval": dict(zip(ks, hat_k, strict=True)),
-        }
-    )
-
-
 def judge_calibration(found: calibration.Calibration) -> JudgeCalibration:
     def interval(given: stats.Interval | None) -> ConfidenceInterval | None:
         return None if given is None else confidence_interval(given)
@@ -604,63 +406,3 @@ def judge_calibration(found: calibration.Calibration) -> JudgeCalibration:
         else CorrelationEstimate(estimate=r.estimate, low=r.low, high=r.high, level=r.level, items=r.n),
         bias=None if graded is None or graded.bias is None else confidence_interval(graded.bias, "t"),
     )
-
-
-def confidence_interval(
-    interval: stats.Interval, method: Literal["score", "corrected", "t"] = "score"
-) -> ConfidenceInterval:
-    return ConfidenceInterval.model_construct(
-        estimate=interval.estimate,
-        low=interval.low,
-        high=interval.high,
-        level=interval.level,
-        items=interval.n,
-        method=method,
-        one_sided=interval.one_sided,
-    )
-
-
-def item_results(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> list[ItemVerdict]:
-    """One verdict per item: passed when at least ``pass_threshold`` of its trials passed (all of
-    them without one); pending while that is still open and some trials are pending."""
-    results = []
-    for item_id, (total, passed, pending) in _item_counts(trials).items():
-        required = _required(pass_threshold, total)
-        verdict = _item_status(passed, pending, required)
-        results.append(ItemVerdict(item_id, total, passed, pending, required, verdict))
-    return results
-
-
-def item_statuses(trials: Sequence[ScoredTrial], pass_threshold: int | None) -> dict[str, ItemStatus]:
-    """Each item's verdict by item id, as ``item_results`` decides it, without the counts (a
-    baseline reads no more; 100,000 verdict objects cost a tenth of a second)."""
-    return {
-        item_id: _item_status(passed, pending, _required(pass_threshold, total))
-        for item_id, (total, passed, pending) in _item_counts(trials).items()
-    }
-
-
-def _item_counts(trials: Sequence[ScoredTrial]) -> dict[str, list[int]]:
-    """Each item's [trials, passed, pending], in one pass."""
-    counts: dict[str, list[int]] = {}
-    for trial in trials:
-        count = counts.get(trial.dataset_item_id)
-        if count is None:
-            count = counts[trial.dataset_item_id] = [0, 0, 0]
-        count[0] += 1
-        count[1] += trial.passed is True
-        count[2] += trial.status == "pending"
-    return counts
-
-
-def _required(pass_threshold: int | None, trials: int) -> int:
-    """The trials an item needs passed: ``pass_threshold`` (at most its trials), or all."""
-    return min(pass_threshold, trials) if pass_threshold else trials
-
-
-def _item_status(passed: int, pending: int, required: int) -> ItemStatus:
-    if passed >= required:
-        return "passed"
-    if passed + pending >= required:
-        return "pending"
-    return "failed"

@@ -27,6 +27,8 @@ from pytest_opik_eval.verdict import design as plan
 from pytest_opik_eval.verdict import statistics as stats
 from pytest_opik_eval.verdict.calibration import LabelledItem, kappa_of
 from pytest_opik_eval.verdict.decisions import Adjusted, DropTest
+from pytest_opik_eval.verdict.experiment_summary import confidence_interval
+from pytest_opik_eval.verdict.item_verdicts import item_passes, pass_rates
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     GateCorrection,
@@ -34,14 +36,7 @@ from pytest_opik_eval.verdict.model import (
     GateVerdict,
     MetricDelta,
 )
-from pytest_opik_eval.verdict.results import (
-    CorrectedRegression,
-    ExperimentResult,
-    confidence_interval,
-    item_passes,
-    pass_rates,
-    samples_change,
-)
+from pytest_opik_eval.verdict.results import CorrectedRegression, ExperimentResult, samples_change
 
 
 def fail_under(result: ExperimentResult, settings: GateSettings) -> list[GateVerdict]:

@@ -25,8 +25,8 @@ from pytest_opik_eval.verdict.results import (
     experiment_result,
     own_labels,
     samples_change,
-    with_verdicts,
 )
+from pytest_opik_eval.verdict.trial_scores import with_verdicts
 
 LAST = "last"
 LAST_PASSING = "last-passing"
