@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from pytest_opik_eval.collect.planning import settings_for_gate
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.ids import now
-from pytest_opik_eval.reports.terminal import gate_lines, judge_drift_failure, judge_drift_line, summary_lines
+from pytest_opik_eval.reports.judge_lines import judge_drift_failure, judge_drift_line
+from pytest_opik_eval.reports.terminal import gate_lines, summary_lines
 from pytest_opik_eval.settings import GateOptions
 from pytest_opik_eval.store import Store
 from pytest_opik_eval.store.calibrations import Calibrations

@@ -36,7 +36,9 @@ from pytest_opik_eval.formatting import (
 )
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.reports.html_data import Items, Spans, experiment_data, script_json, span_trees
-from pytest_opik_eval.reports.terminal import SOFT_FAILED, budget_lines, calibration_origin, sentence
+from pytest_opik_eval.reports.judge_lines import calibration_origin
+from pytest_opik_eval.reports.session_lines import budget_lines, sentence
+from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,

@@ -22,17 +22,14 @@ from pytest_opik_eval.formatting import (
     score,
     signed,
 )
-from pytest_opik_eval.reports.terminal import (
-    SOFT_FAILED,
-    budget_lines,
+from pytest_opik_eval.reports.judge_lines import (
     calibration_line,
     judge_drift_failure,
     judge_drift_line,
-    recording_line,
     self_agreement_line,
-    sentence,
-    trial_verdicts,
 )
+from pytest_opik_eval.reports.session_lines import budget_lines, recording_line, sentence
+from pytest_opik_eval.reports.terminal import SOFT_FAILED, trial_verdicts
 from pytest_opik_eval.verdict.model import (
     BudgetReport,
     ConfidenceInterval,

@@ -1,4 +1,5 @@
-"""The eval summary as text: one compact section per experiment, then the gate verdicts.
+"""The eval summary as text: one compact section per experiment, then the session's lines
+(``session_lines``), then the gate verdicts. The judges' lines are ``judge_lines``'.
 
 The metric table stays within 80 columns whatever the number of metrics (one row per metric, long
 names cut); lines that carry ids, a gate's detail or a command are not wrapped, so that they can be
@@ -7,9 +8,7 @@ copied whole.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Protocol
 
 import pytest
@@ -17,9 +16,7 @@ import pytest
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.formatting import (
     FIGURE_LABELS,
-    ago,
     bounds,
-    budget_amount,
     direction,
     dollars,
     duration,
@@ -28,19 +25,19 @@ from pytest_opik_eval.formatting import (
     score,
     signed,
 )
+from pytest_opik_eval.reports.judge_lines import (
+    calibration_lines,
+    judge_drift_failure,
+    judge_drift_line,
+    self_agreement_line,
+)
+from pytest_opik_eval.reports.session_lines import budget_lines, judge_cache_lines, recording_line
 from pytest_opik_eval.verdict.model import (
-    BudgetReport,
-    CalibrationOrigin,
     ConfidenceInterval,
     ExperimentReport,
     ExperimentSummary,
     FigureChange,
     GateVerdict,
-    JudgeCacheReport,
-    JudgeCalibration,
-    JudgeDrift,
-    JudgeSelfAgreement,
-    RecordingReport,
     Report,
     TrialReport,
     UsageTotals,
@@ -107,147 +104,6 @@ def experiment_lines(
     if s.pending:
         lines.append(f"  resume the {s.pending} pending: {resume_command(experiment.id)}")
     return lines
-
-
-def calibration_lines(experiment: ExperimentReport) -> list[str]:
-    """One line per score the items have human labels for: the judge's agreement with them."""
-    return [f"  labels: {calibration_line(c, experiment.trial_count)}" for c in experiment.calibrations]
-
-
-def calibration_line(found: JudgeCalibration, trial_count: int) -> str:
-    """``correctness (threshold 0.5, 40 items x 3 trials): agreement 0.850 [0.740, 0.930], ...;
-    labels of this experiment``: a figure that is undefined says why, and the end where the
-    labels came from (``calibration_origin``)."""
-    line = _calibration_figures(found, trial_count)
-    return line if found.origin is None else f"{line}; {calibration_origin(found.origin)}"
-
-
-def calibration_origin(origin: CalibrationOrigin) -> str:
-    """Where a calibration's labels came from: ``labels of this experiment``, ``labels of
-    test_calibration, this session``, or ``stored calibration of test_calibration: calibrated 3
-    days ago, run R, 2026-12-02`` (its age at the session's clock)."""
-    if origin.kind == "own":
-        return "labels of this experiment"
-    if origin.kind == "session":
-        return f"labels of {origin.experiment}, this session"
-    age = "" if origin.age_days is None else f" {ago(origin.age_days)},"
-    date = "" if origin.created_at is None else f", {origin.created_at[:10]}"
-    return f"stored calibration of {origin.experiment}: calibrated{age} run {origin.run_id}{date}"
-
-
-def _calibration_figures(found: JudgeCalibration, trial_count: int) -> str:
-    threshold = "pass/fail" if found.threshold is None else f"threshold {found.threshold:g}"
-    if found.trials == found.items * trial_count:
-        count = f"{found.items} items x {trial_count} trial{'s' if trial_count != 1 else ''}"
-    else:
-        count = f"{found.items} items, {found.trials} trials"
-    head = f"{found.score} ({threshold}, {count})"
-    if not found.items:
-        return f"{head}: {'; '.join(found.notes)}"
-    kappa = found.kappa
-    parts = [
-        f"agreement {_figure(found.agreement)}",
-        f"sensitivity {_figure(found.sensitivity, 'no item labelled pass')}",
-        f"specificity {_figure(found.specificity, 'no item labelled fail')}",
-        "kappa undefined (one verdict only from judge and labels)"
-        if kappa is None
-        else f"kappa {score(kappa.estimate)} "
-        + ("(no interval)" if kappa.low is None else f"[{score(kappa.low)}, {score(kappa.high)}]"),
-    ]
-    if found.graded:
-        parts += _graded_parts(found)
-    line = f"{head}: {', '.join(parts)}"
-    if found.judged is None:
-        return line
-    rates = f"pass rate {_figure(found.judged)} as judged"
-    if found.corrected is not None:
-        # Its own labelled items count by their labels; another experiment's labels correct all.
-        own = found.origin is None or found.origin.kind == "own"
-        return f"{line}; {rates}, {_figure(found.corrected)} corrected" + (
-            " (labelled items by their labels)" if own else ""
-        )
-    why = next((n for n in found.notes if n.startswith("not corrected: ")), "not corrected")
-    return f"{line}; {rates}, {why}"
-
-
-def self_agreement_line(found: JudgeSelfAgreement) -> str:
-    """``judge (3 samples x 20 trials, threshold 0.5): unanimous in 0.850 of trials (3 split),
-    sd within a trial 0.120``: the judge against itself."""
-    threshold = "pass/fail" if found.threshold is None else f"threshold {found.threshold:g}"
-    trials = f"{found.trials} trial{'s' if found.trials != 1 else ''}"
-    return (
-        f"{found.score} ({found.samples} samples x {trials}, {threshold}): unanimous in "
-        f"{score(found.unanimous)} of trials ({found.split} split), sd within a trial {score(found.sd)}"
-    )
-
-
-def _graded_parts(found: JudgeCalibration) -> list[str]:
-    """A graded judge's weighted kappa, correlation and bias against the human scores, or why
-    they are undefined (``correlation undefined (every item has the same human score)``)."""
-
-    def why(figure: str) -> str:
-        start = f"{figure} undefined: "
-        return next((n.removeprefix(start) for n in found.notes if n.startswith(start)), "undefined")
-
-    every = "weighted kappa, correlation and bias"
-    if (found.weighted_kappa, found.correlation, found.bias) == (None, None, None):
-        return [f"{every} undefined ({why(every)})"]
-    parts = []
-    for figure, value in (("weighted kappa", found.weighted_kappa), ("correlation", found.correlation)):
-        if value is None:
-            parts.append(f"{figure} undefined ({why(figure)})")
-        else:
-            ends = "(no interval)" if value.low is None else f"[{score(value.low)}, {score(value.high)}]"
-            parts.append(f"{figure} {score(value.estimate)} {ends}")
-    if found.bias is not None:
-        parts.append(f"bias {signed(found.bias.estimate)} {bounds(found.bias, signed)}")
-    return parts
-
-
-def _figure(interval: ConfidenceInterval | None, undefined: str = "") -> str:
-    if interval is None:
-        return f"undefined ({undefined})"
-    return f"{score(interval.estimate)} {bounds(interval)}"
-
-
-def judge_drift_line(drift: JudgeDrift) -> str:
-    """``judge drift: correctness (judge 1a2b3c4d5e6f): 7 of 100 labelled items judged
-    otherwise than in test_calibration (run ..., 2026-12-01): ...``."""
-
-    def change(figure: str, pair: tuple[float | None, float | None]) -> str:
-        before, now = pair
-        return "" if before is None or now is None else f", {figure} {score(before)} -> {score(now)}"
-
-    p = "p<0.001" if drift.p_value < 0.001 else f"p={drift.p_value:.3f}"
-    return escape_control(
-        f"judge drift: {drift.score} (judge {drift.judge[:12]}): {drift.changed} of {drift.items} "
-        f"labelled items judged otherwise than in {drift.since}: {drift.now_fail} now fail more, "
-        f"{drift.now_pass} now pass more ({p} that they go either way as likely)"
-        f"{change('sensitivity', drift.sensitivity)}{change('specificity', drift.specificity)}"
-    )
-
-
-def judge_drift_failure(drift: JudgeDrift, run_id: str | None, store: Path | None = None) -> str:
-    """Why a judge's drift failed the session, and what to do: ``NOT MET: judge drift of
-    correctness (judge 1a2b3c4d5e6f): 4 of 20 labelled items (0.200) changed ...``; the command
-    that accepts the verdicts names ``store`` when it is not the one found by default. Against a
-    reference (--eval-judge-drift-since), accepting them is taking run ``run_id`` as the next one."""
-    if drift.reference is not None and run_id:
-        accept = f"take this run's verdicts as the reference: --eval-judge-drift-since={run_id}"
-    else:
-        command = (
-            shlex.join(["opik-eval", *(["--store", str(store)] if store else []), "calibrate", run_id])
-            if run_id
-            else "pytest --eval-calibrate"
-        )
-        accept = f"accept today's verdicts as its calibration: {command}"
-    return escape_control(
-        f"NOT MET: judge drift of {drift.score} (judge {drift.judge[:12]}): {drift.changed} of "
-        f"{drift.items} labelled items ({drift.changed / drift.items:.3f}) judged otherwise than in "
-        f"{drift.since}, above --eval-max-judge-drift={drift.bound:g}; that calibration is kept. "
-        "Pin the judge's model to a dated version; or, if the change is wanted, review the items "
-        f"that changed and {accept}"
-    )
 
 
 def trial_verdicts(summary: ExperimentSummary) -> str:
@@ -350,69 +206,6 @@ def _fill(parts: list[str], indent: str) -> list[str]:
     if line and line.strip() != "judges:":
         lines.append(line)
     return lines
-
-
-def budget_lines(budget: BudgetReport, code: Callable[[str], str] = str) -> list[str]:
-    """``--eval-budget``, as every report says it: what this session spent of it and whether it
-    stopped the run (``eval budget reached: spent $7.50 of $7.50 (70 trials not started)``);
-    then, when it kept trials from starting, the command that runs them (``resume them with a
-    fresh budget: ...``, the command marked up by ``code``)."""
-    amounts = (budget.spent, budget.limit)
-    spent = (
-        f"spent {budget_amount(budget.spent, budget.unit, against=amounts)} "
-        f"of {budget_amount(budget.limit, budget.unit, against=amounts)}"
-    )
-    if budget.given != budget.limit:
-        spent += f" (this shard's share of {budget_amount(budget.given, budget.unit)})"
-    if not budget.reached:
-        return [f"eval budget: {spent}"]
-    if not budget.not_started:
-        return [f"eval budget reached: {spent} (every trial had started)"]
-    trials = f"{budget.not_started} trial{'s' if budget.not_started > 1 else ''}"
-    lines = [f"eval budget reached: {spent} ({trials} not started)"]
-    if budget.resume_command:
-        lines.append(f"resume them with a fresh budget: {code(budget.resume_command)}")
-    return lines
-
-
-def sentence(line: str) -> str:
-    """A line of the terminal's as a sentence of its own (a report's paragraph): capitalized."""
-    return line[:1].upper() + line[1:]
-
-
-def judge_cache_lines(cache: JudgeCacheReport | None) -> list[str]:
-    """``--eval-judge-cache``: the judges' scores this session reused, those it paid for, and, in
-    strict replay, those it missed (their trials failed): ``eval judge cache: 8 hits, 0 scored,
-    1 missed (strict)``; nothing when it is off or no judge scored."""
-    if cache is None or not (cache.hits or cache.scored or cache.missed):
-        return []
-    hits, scored, missed = cache.hits, cache.scored, cache.missed
-    line = f"eval judge cache: {hits} hit{'' if hits == 1 else 's'}, {scored} scored"
-    return [f"{line}, {missed} missed (strict)" if cache.strict or missed else line]
-
-
-def recording_line(recordings: RecordingReport) -> str:
-    """``--eval-record``'s counts in one line (the Markdown summary shows the same):
-    ``eval recordings (--eval-record=none): 12 replayed, 0 recorded, 1 missed (1 trial failed);
-    saved 4,210 tokens ($0.0123)``."""
-    r = recordings
-    line = (
-        f"eval recordings (--eval-record={r.mode}): "
-        f"{r.replayed} replayed, {r.recorded} recorded, {r.missed} missed"
-    )
-    why = []
-    if r.missed_trials:
-        why.append(f"{r.missed_trials} trial{'s' if r.missed_trials > 1 else ''} failed")
-    if r.refused:
-        why.append(f"{r.refused} request{'s' if r.refused > 1 else ''} outside any trial not sent")
-    if why:
-        line += f" ({'; '.join(why)})"
-    tokens = r.saved_input_tokens + r.saved_output_tokens
-    if tokens:
-        line += f"; saved {tokens:,} tokens" + ("" if r.saved_cost is None else f" ({dollars(r.saved_cost)})")
-    elif r.saved_cost:
-        line += f"; saved {dollars(r.saved_cost)}"
-    return line
 
 
 def gate_lines(experiments: Sequence[ExperimentReport]) -> list[str]:
