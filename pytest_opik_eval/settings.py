@@ -12,18 +12,7 @@ from typing import Literal, TypeVar
 
 import pytest
 
-from pytest_opik_eval.options import (
-    BACKEND_ENV,
-    BACKENDS,
-    GATE_MODES,
-    JUDGE_CACHE_ENV,
-    JUDGE_CACHE_SETTINGS,
-    LABEL_SOURCES,
-    LABELS_FIELD,
-    RECORD_ENV,
-    STORE_ENV,
-    STORE_FILE,
-    STORE_FOLDER,
+from pytest_opik_eval.option_values import (
     Host,
     allowed_host,
     budget,
@@ -36,9 +25,22 @@ from pytest_opik_eval.options import (
     one_of,
     rate,
     record_mode,
-    resume_command,
     seconds,
     threads_count,
+)
+from pytest_opik_eval.options import (
+    BACKEND_ENV,
+    BACKENDS,
+    GATE_MODES,
+    JUDGE_CACHE_ENV,
+    JUDGE_CACHE_SETTINGS,
+    LABEL_SOURCES,
+    LABELS_FIELD,
+    RECORD_ENV,
+    STORE_ENV,
+    STORE_FILE,
+    STORE_FOLDER,
+    resume_command,
 )
 from pytest_opik_eval.store.opik.config import SYNC_TIMEOUT, sync_command
 from pytest_opik_eval.store.records import BudgetSetting, GateMode

@@ -16,7 +16,7 @@ from conftest import NEEDS_RECORD, Project, needs_extra, offline_opik
 from fake_llm import APP as HTTPX_APP
 from fake_llm import FakeLLM
 
-from pytest_opik_eval.options import budget
+from pytest_opik_eval.option_values import budget
 
 # Each trial's LLM call reports 400 tokens and costs $0.25 (exact in binary: the sums are too).
 APP = """

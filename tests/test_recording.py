@@ -25,7 +25,7 @@ from fake_llm import APP, CONFTEST, SECRET, FakeLLM, connections
 from opik_server import OpikTestServer
 
 from pytest_opik_eval.cli import main as opik_eval
-from pytest_opik_eval.options import RECORD_MODES
+from pytest_opik_eval.option_values import RECORD_MODES
 from pytest_opik_eval.store.local import GITIGNORE
 
 pytestmark = NEEDS_RECORD  # tests/test_extras.py checks what its absence says

@@ -19,14 +19,8 @@ from pytest_opik_eval.cli.stores import merge, open_store, store_path, sync
 from pytest_opik_eval.cli.views import diff, export, html_report, list_runs, show
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
-from pytest_opik_eval.options import (
-    BACKEND_ENV,
-    BACKENDS,
-    GATE_MODES,
+from pytest_opik_eval.option_values import (
     METRIC_FORMS,
-    STORE_ENV,
-    STORE_FILE,
-    STORE_FOLDER,
     confidence,
     cost_limit,
     judge_floor,
@@ -34,8 +28,16 @@ from pytest_opik_eval.options import (
     metric_bound,
     metric_spec,
     rate,
-    resume_command,
     seconds,
+)
+from pytest_opik_eval.options import (
+    BACKEND_ENV,
+    BACKENDS,
+    GATE_MODES,
+    STORE_ENV,
+    STORE_FILE,
+    STORE_FOLDER,
+    resume_command,
 )
 from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations
 

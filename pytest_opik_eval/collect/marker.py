@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_opik_eval.options import cost_limit, latency_limit, score_bound_problem
+from pytest_opik_eval.option_values import cost_limit, latency_limit, score_bound_problem
 
 if TYPE_CHECKING:
     from pytest_opik_eval.filtering import Filter

@@ -12,7 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 from pytest_opik_eval.collect.marker import EvalSpec
 from pytest_opik_eval.escaping import shorten
-from pytest_opik_eval.options import METRIC_FORMS, METRICS_MODULE
+from pytest_opik_eval.option_values import METRIC_FORMS, METRICS_MODULE
 
 _Value = TypeVar("_Value")
 _MISSING = object()  # a name the module does not have

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
-from pytest_opik_eval.options import RECORD_MODES, Host, host_text
+from pytest_opik_eval.option_values import RECORD_MODES, Host, host_text
 from pytest_opik_eval.own_requests import own_request
 from pytest_opik_eval.run import http_calls, trial_trace
 from pytest_opik_eval.run.call_context import within

@@ -13,7 +13,7 @@ from pytest_opik_eval.collect.rescore import RescoreTarget, load_rescore_target
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.notices import notice
-from pytest_opik_eval.options import RECORD_MODES, host_text
+from pytest_opik_eval.option_values import RECORD_MODES, host_text
 from pytest_opik_eval.run.distributed import Controller, is_controller
 from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import COLLECTION_PLUGIN, CONTROLLER_PLUGIN, RUNNING_PLUGIN, SessionState
