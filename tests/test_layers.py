@@ -350,3 +350,40 @@ def test_what_the_start_decides_and_a_trial_runs_with_are_frozen() -> None:
     for kind in (Target, TrialContext):
         assert dataclasses.is_dataclass(kind)
         assert getattr(kind, "__dataclass_params__").frozen, kind  # noqa: B009 (mypy does not know it)
+
+
+# A module is read whole: one over this many lines holds more than one concern. Where splitting
+# one would hurt, its opening docstring says why, with this phrase and the reason.
+MOST_LINES = 600
+LONG_BECAUSE = "Longer than 600 lines because"
+
+
+def too_long(source: str) -> bool:
+    """Whether ``source`` is over ``MOST_LINES`` lines and its opening docstring does not say why
+    (``LONG_BECAUSE``, which may wrap across the docstring's lines)."""
+    if len(source.splitlines()) <= MOST_LINES:
+        return False
+    docstring = ast.get_docstring(ast.parse(source)) or ""
+    return LONG_BECAUSE not in " ".join(docstring.split())
+
+
+def test_no_module_is_over_600_lines_unless_its_docstring_says_why() -> None:
+    """Every module of the package is at most 600 lines: a longer one is split along the seams
+    its code already has (as verdict/statistics.py into samples, statistics, paired and
+    decisions). A module that must stay longer says why in its opening docstring, with the
+    phrase "Longer than 600 lines because" followed by the reason; a comment does not count."""
+    found = {
+        module_name(path): len(source.splitlines())
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if too_long(source := path.read_text(encoding="utf-8"))
+    }
+    assert found == {}
+
+
+def test_the_contract_sees_a_long_module() -> None:
+    lines = "x = 1\n" * MOST_LINES
+    assert not too_long(lines)
+    assert too_long(lines + "y = 2\n")
+    wrapped = LONG_BECAUSE.replace(" lines", "\nlines")
+    assert not too_long(f'"""One table.\n\n{wrapped} its rows read as one."""\n{lines}')
+    assert too_long(f'"""One table."""\n# {LONG_BECAUSE} its rows read as one.\n{lines}')
