@@ -16,7 +16,12 @@ def test_trial_finished_is_called_for_completed_trials_only(project: Project) ->
         """
         import json
 
+        # The argument's type, by its module and by the path it had before verdict/ was split.
+        from pytest_opik_eval.verdict.results import TrialResult as TrialResultOldPath
+        from pytest_opik_eval.verdict.trial_scores import TrialResult
+
         def pytest_opik_eval_trial_finished(item, result):
+            assert isinstance(result, TrialResult) and TrialResultOldPath is TrialResult
             with open("finished.jsonl", "a") as log:
                 log.write(json.dumps({
                     "node": item.nodeid, "experiment": result.experiment_id, "item": result.item["id"],

@@ -39,6 +39,9 @@ from pytest_opik_eval.verdict.model import (
 from pytest_opik_eval.verdict.paired import PairedComparison
 from pytest_opik_eval.verdict.samples import Sample, item_sample, sample
 from pytest_opik_eval.verdict.self_agreement import self_agreements
+
+# The trial-finished hook's argument lived here before the split; users' plugins import it by this path.
+from pytest_opik_eval.verdict.trial_scores import TrialResult as TrialResult
 from pytest_opik_eval.verdict.trial_scores import scores_by_item
 from pytest_opik_eval.verdict.usage import latency_summary, trial_latency, usage_of, usage_summary
 
