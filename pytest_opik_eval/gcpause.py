@@ -1,4 +1,4 @@
-"""Python's cyclic garbage collector paused while many records are built at once."""
+"""Python's cyclic garbage collector paused while many long-lived objects are made at once."""
 
 from __future__ import annotations
 

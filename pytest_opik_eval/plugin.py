@@ -32,10 +32,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     if _evaluates(config):
-        from pytest_opik_eval.session import register
-        from pytest_opik_eval.settings import EvalOptions
+        from pytest_opik_eval.gcpause import no_gc_pass
 
-        register(config, EvalOptions.read(config))
+        # The session's imports (pydantic, and the models it builds) allocate enough to trigger
+        # full passes of the garbage collector over the whole heap, two or three of them, for
+        # nothing: what an import makes lives as long as the process.
+        with no_gc_pass():
+            from pytest_opik_eval.session import register
+            from pytest_opik_eval.settings import EvalOptions
+
+            register(config, EvalOptions.read(config))
     else:
         from pytest_opik_eval.disabled import EvalLeftOut
 
