@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import Project
+from conftest import Project, items
 
 REPORT_MODULES = """
 import json, sys
@@ -43,3 +43,13 @@ def test_eval_without_eval_tests_opens_no_store(project: Project) -> None:
     assert "pytest_opik_eval.store.local" not in modules
     assert "sqlite3" not in modules
     assert not project.store_path.exists()
+
+
+def test_an_eval_session_runs_every_test_with_the_garbage_collector_on(project: Project) -> None:
+    # The collector is paused while the session's modules are imported at configure, and while
+    # the plan is built: every test and eval task runs with it on, as without --eval.
+    project.dataset(items("a", "b"))
+    project.eval_test(behaviour="assert gc.isenabled()", imports="import gc")
+    project.write("test_plain.py", "import gc\n\ndef test_plain():\n    assert gc.isenabled()\n")
+    result = project.pytester.runpytest_subprocess("--eval")
+    result.assert_outcomes(passed=3)
