@@ -253,7 +253,8 @@ class FakeOpenAI:
         self._lock = threading.RLock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # A short poll: close() waits for the loop to see the shutdown.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         self.port = int(self._server.server_address[1])
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
@@ -629,6 +630,8 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's client uses
+            # Headers and body go in two writes: without this, each answer waits on a delayed ACK.
+            disable_nagle_algorithm = True
 
             def do_GET(self) -> None:
                 self._serve("GET")

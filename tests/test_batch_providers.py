@@ -1,0 +1,320 @@
+"""The plugin's wire to OpenAI's Batch API (run/batch_providers.py), against the fake provider
+(tests/fake_batches.py): what it sends is what OpenAI takes (the fake refuses anything else), what
+it reads back is normalized, and the provider's faults end in one clear error or a retry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fake_batches import FakeOpenAI
+
+from pytest_opik_eval.own_requests import own_request
+from pytest_opik_eval.run.batch_providers import (
+    BatchNotFound,
+    OpenAIBatches,
+    ProviderError,
+    ResultLine,
+    request_line,
+)
+
+CHAT = "/v1/chat/completions"
+
+
+class Wire(httpx.BaseTransport):
+    """The real transport, watched: each request's method, path, headers and whether it was marked
+    as the plugin's own; and, when asked, the answer to one request lost after the provider acted."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.seen: list[tuple[str, str, bool, httpx.Headers]] = []
+        self.lose: str | None = None  # "METHOD path" whose next answer is lost
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append((request.method, request.url.path, own_request.get(), request.headers))
+        response = self.inner.handle_request(request)
+        if self.lose == f"{request.method} {request.url.path}":
+            self.lose = None
+            response.read()
+            response.close()
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def calls(self, method: str, path: str) -> int:
+        return sum(1 for m, p, _, _ in self.seen if (m, p) == (method, path))
+
+
+@pytest.fixture
+def wire() -> Wire:
+    return Wire()
+
+
+@pytest.fixture
+def sleeps() -> list[float]:
+    return []
+
+
+@pytest.fixture
+def batches(fake_openai: FakeOpenAI, wire: Wire, sleeps: list[float]) -> Iterator[OpenAIBatches]:
+    client = OpenAIBatches(
+        fake_openai.base_url,
+        fake_openai.api_key,
+        {"OpenAI-Organization": "org-1", "OpenAI-Project": "proj-1"},
+        transport=wire,
+        sleep=sleeps.append,
+    )
+    yield client
+    client.close()
+
+
+def chat(prompt: str, **extra: object) -> bytes:
+    return json.dumps(
+        {"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": prompt}], **extra}
+    ).encode()
+
+
+def submit(
+    batches: OpenAIBatches, *prompts: str, name: str = "opik-eval-S.jsonl", submission: str = "S"
+) -> str:
+    file_id = batches.upload(name, [request_line(f"c{n}", CHAT, chat(p)) for n, p in enumerate(prompts)])
+    return batches.create(file_id, CHAT, {"opik_eval": "1", "opik_eval_submission": submission}).id
+
+
+def test_a_batch_from_upload_to_results(fake_openai: FakeOpenAI, batches: OpenAIBatches, wire: Wire) -> None:
+    file_id = batches.upload(
+        "opik-eval-S.jsonl", [request_line(f"c{n}", CHAT, chat(str(n))) for n in range(4)]
+    )
+    created = batches.create(file_id, CHAT, {"opik_eval_submission": "S"})
+    assert (created.status, created.ended, created.total, dict(created.metadata)) == (
+        "validating",
+        False,
+        4,
+        {"opik_eval_submission": "S"},
+    )
+    waiting = batches.retrieve(created.id)
+    assert (waiting.status, waiting.ended, waiting.output_file_id) == ("in_progress", False, None)
+
+    fake_openai.finish(created.id, error=["c1"], http_error={"c2": 400})
+    ended = batches.retrieve(created.id)
+    assert (ended.status, ended.ended, ended.completed, ended.failed, ended.total) == (
+        "completed",
+        True,
+        2,
+        2,
+        4,
+    )
+    lines = {line.custom_id: line for line in batches.results(ended)}
+    assert lines["c0"].status_code == 200
+    assert lines["c0"].body["choices"][0]["message"]["content"] == "answer to 0"
+    assert lines["c0"].error is None
+    assert lines["c1"] == ResultLine(
+        "c1", None, None, "server_error: The server had an error while processing this request."
+    )
+    assert (lines["c2"].status_code, lines["c2"].body["error"]["type"], lines["c2"].error) == (
+        400,
+        "invalid_request_error",
+        None,
+    )
+    assert sorted(lines) == ["c0", "c1", "c2", "c3"]
+    assert batches.skipped == 0
+    # Every request was OpenAI's to take, marked as the plugin's own, with the extra headers.
+    assert fake_openai.rejected == []
+    assert all(own for _, _, own, _ in wire.seen)
+    assert {(h["OpenAI-Organization"], h["OpenAI-Project"]) for _, _, _, h in wire.seen} == {
+        ("org-1", "proj-1")
+    }
+
+
+def test_expired_and_failed_batches(fake_openai: FakeOpenAI, batches: OpenAIBatches) -> None:
+    first, second = submit(batches, "a", "b"), submit(batches, "c", submission="T")
+    fake_openai.finish(first, expire=["c1"])
+    expired = batches.retrieve(first)
+    assert (expired.status, expired.ended) == ("expired", True)
+    assert [(line.custom_id, line.error) for line in batches.results(expired) if line.error] == [
+        ("c1", "batch_expired: This request could not be executed before the completion window expired.")
+    ]
+    fake_openai.fail(second, "Enqueued token limit reached.", line=1)
+    failed = batches.retrieve(second)
+    assert (failed.status, failed.ended, failed.errors) == (
+        "failed",
+        True,
+        ((1, "token_limit_exceeded: Enqueued token limit reached."),),
+    )
+    assert list(batches.results(failed)) == []
+
+
+def test_cancel(fake_openai: FakeOpenAI, batches: OpenAIBatches) -> None:
+    batch_id = submit(batches, "a")
+    assert batches.cancel(batch_id).status == "cancelling"
+    fake_openai.finish(batch_id)
+    assert [line.error for line in batches.results(batches.retrieve(batch_id))] == [
+        "batch_cancelled: This request was cancelled with its batch."
+    ]
+
+
+def test_find_by_metadata_pages_down_to_the_time_given(
+    fake_openai: FakeOpenAI, batches: OpenAIBatches, wire: Wire
+) -> None:
+    now = [1_000.0]
+    fake_openai.clock = lambda: now[0]
+    file_id = batches.upload("in.jsonl", [request_line("c0", CHAT, chat("a"))])
+    for number in range(150):
+        now[0] = 1_000.0 + number
+        batches.create(file_id, CHAT, {"opik_eval_submission": f"S{number}"})
+    found = batches.find("opik_eval_submission", "S10", created_after=0)
+    assert found is not None
+    assert (found.created_at, found.metadata["opik_eval_submission"]) == (1_010.0, "S10")
+    assert wire.calls("GET", "/v1/batches") == 2  # newest first: S10 is on the second page
+    assert batches.find("opik_eval_submission", "S140", created_after=1_100) is not None
+    assert wire.calls("GET", "/v1/batches") == 3
+    # Below the time given the listing stops: an older batch is not looked at.
+    assert batches.find("opik_eval_submission", "S10", created_after=1_050) is None
+    assert batches.find("opik_eval", "no such", created_after=1_149) is None
+    assert wire.calls("GET", "/v1/batches") == 6
+
+
+def test_delete_uploads_deletes_that_name_only_and_from_the_time_given(
+    fake_openai: FakeOpenAI, batches: OpenAIBatches
+) -> None:
+    now = [1_000.0]
+    fake_openai.clock = lambda: now[0]
+    line = request_line("c0", CHAT, chat("a"))
+    older = batches.upload("opik-eval-S.jsonl", [line])
+    now[0] = 2_000.0
+    doomed = {batches.upload("opik-eval-S.jsonl", [line]) for _ in range(2)}
+    other = batches.upload("opik-eval-T.jsonl", [line])
+    assert batches.delete_uploads("opik-eval-S.jsonl", created_after=1_500) == 2
+    assert set(fake_openai.files) == {older, other}
+    assert doomed.isdisjoint(fake_openai.files)
+    assert batches.delete_uploads("opik-eval-S.jsonl", created_after=1_500) == 0
+
+
+def test_a_deleted_batch_is_not_found(fake_openai: FakeOpenAI, batches: OpenAIBatches) -> None:
+    batch_id = submit(batches, "a")
+    fake_openai.delete(batch_id)
+    with pytest.raises(BatchNotFound) as found:
+        batches.retrieve(batch_id)
+    assert (found.value.status, found.value.message) == (404, f"No batch found with id '{batch_id}'.")
+    with pytest.raises(BatchNotFound):
+        batches.cancel(batch_id)
+
+
+def test_a_failing_create_is_retried(
+    fake_openai: FakeOpenAI, batches: OpenAIBatches, sleeps: list[float]
+) -> None:
+    fake_openai.refuse_creates(500, times=2)
+    batch_id = submit(batches, "a")
+    assert list(fake_openai.batches) == [batch_id]
+    assert fake_openai.creates == 1
+    assert sleeps == [0.5, 1.0]
+
+
+def test_a_create_that_keeps_failing_says_so(fake_openai: FakeOpenAI, batches: OpenAIBatches) -> None:
+    fake_openai.refuse_creates(503, times=3)
+    with pytest.raises(ProviderError) as failed:
+        submit(batches, "a")
+    assert failed.value.status == 503
+    assert str(failed.value) == (
+        f"POST {fake_openai.base_url}/batches failed after 3 attempts: HTTP 503: "
+        "The fake refuses this batch with HTTP 503 (as asked)."
+    )
+    assert fake_openai.creates == 0
+
+
+def test_a_refused_create_is_not_retried(
+    fake_openai: FakeOpenAI, batches: OpenAIBatches, sleeps: list[float]
+) -> None:
+    fake_openai.refuse_creates(400)
+    with pytest.raises(ProviderError) as refused:
+        submit(batches, "a")
+    assert (refused.value.status, refused.value.message) == (
+        400,
+        "The fake refuses this batch with HTTP 400 (as asked).",
+    )
+    assert "\n" not in str(refused.value)
+    assert sleeps == []
+
+
+def test_a_create_whose_answer_was_lost_is_not_made_twice(
+    fake_openai: FakeOpenAI, batches: OpenAIBatches, wire: Wire
+) -> None:
+    wire.lose = "POST /v1/batches"
+    batch_id = submit(batches, "a")
+    assert list(fake_openai.batches) == [batch_id]
+    assert wire.calls("POST", "/v1/batches") == 1
+
+
+def test_unknown_and_missing_results_are_lines_like_any(
+    fake_openai: FakeOpenAI, batches: OpenAIBatches
+) -> None:
+    batch_id = submit(batches, "a", "b")
+    fake_openai.finish(batch_id)
+    fake_openai.drop_results(batch_id, ["c0"])
+    fake_openai.extra_results(batch_id, ["stranger"])
+    assert sorted(line.custom_id for line in batches.results(batches.retrieve(batch_id))) == [
+        "c1",
+        "stranger",
+    ]
+
+
+def test_unreadable_result_lines_are_skipped_and_counted() -> None:
+    content = b'not json\n{"no_custom_id": 1}\n\n{"custom_id": "c0", "response": {"status_code": 200, "body": {}}}\n'
+    answers = {
+        "/v1/batches/b1": {"id": "b1", "status": "completed", "created_at": 1, "output_file_id": "f1"},
+        "/v1/files/f1/content": content,
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        found = answers[request.url.path]
+        return (
+            httpx.Response(200, content=found)
+            if isinstance(found, bytes)
+            else httpx.Response(200, json=found)
+        )
+
+    client = OpenAIBatches("https://api.example/v1", "sk-x", transport=httpx.MockTransport(answer))
+    assert list(client.results(client.retrieve("b1"))) == [ResultLine("c0", 200, {}, None)]
+    assert client.skipped == 2
+
+
+def test_errors_never_show_the_key() -> None:
+    key = "sk-proj-SECRET-42"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            401, json={"error": {"message": f"Incorrect API key provided: {key}.\n\x1b[31m"}}
+        )
+
+    client = OpenAIBatches("https://api.example/v1/", key, transport=httpx.MockTransport(answer))
+    with pytest.raises(ProviderError) as refused:
+        client.retrieve("b1")
+    assert str(refused.value) == (
+        "GET https://api.example/v1/batches/b1 failed: HTTP 401: Incorrect API key provided: ***. \\x1b[31m"
+    )
+
+
+def test_no_connection_is_a_provider_error(fake_openai: FakeOpenAI, sleeps: list[float]) -> None:
+    url = fake_openai.base_url
+    fake_openai.close()
+    client = OpenAIBatches(url, fake_openai.api_key, sleep=sleeps.append, transport=httpx.HTTPTransport())
+    with pytest.raises(ProviderError) as unreachable:
+        client.retrieve("b1")
+    assert unreachable.value.status is None
+    assert str(unreachable.value).startswith(
+        f"GET {url}/batches/b1 failed after 3 attempts: no answer: ConnectError"
+    )
+    assert len(sleeps) == 2
+
+
+def test_request_line_is_one_line_of_the_apps_body() -> None:
+    body = json.dumps({"model": "gpt-4.1-mini", "messages": [{"role": "user", "content": "é\nx"}]}, indent=2)
+    line = request_line("c0", CHAT, body.encode())
+    assert b"\n" not in line
+    assert json.loads(line) == {"custom_id": "c0", "method": "POST", "url": CHAT, "body": json.loads(body)}
+    with pytest.raises(ValueError, match="must be a JSON object, not list"):
+        request_line("c0", CHAT, b"[1]")
