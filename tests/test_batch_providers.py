@@ -298,6 +298,25 @@ def test_errors_never_show_the_key() -> None:
     )
 
 
+def test_a_rate_limit_waits_as_long_as_the_provider_asks() -> None:
+    answers = iter(
+        [
+            httpx.Response(429, headers={"Retry-After": "7"}, json={"error": {"message": "slow down"}}),
+            httpx.Response(429, headers={"Retry-After": "86400"}, json={"error": {"message": "slow down"}}),
+            httpx.Response(200, json={"id": "b1", "status": "in_progress", "created_at": 1}),
+        ]
+    )
+    sleeps: list[float] = []
+    client = OpenAIBatches(
+        "https://api.example/v1",
+        "sk-x",
+        transport=httpx.MockTransport(lambda _: next(answers)),
+        sleep=sleeps.append,
+    )
+    assert client.retrieve("b1").status == "in_progress"
+    assert sleeps == [7.0, 60.0]
+
+
 def test_no_connection_is_a_provider_error(fake_openai: FakeOpenAI, sleeps: list[float]) -> None:
     url = fake_openai.base_url
     fake_openai.close()

@@ -27,6 +27,7 @@ ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
 _RETRIED = frozenset({408, 409, 429})  # and every 5xx: the provider's fault, worth another try
 _EXCERPT = 300  # characters of a provider's message shown in an error
 _PAGE = 100  # the most OpenAI lists of batches at once
+_MAX_WAIT = 60.0  # seconds: the longest a Retry-After is obeyed
 # Seconds of clock difference allowed between this machine and the provider's: a batch created
 # just before a failed answer is looked for this far before the request started.
 _CLOCK_SKEW = 600.0
@@ -154,7 +155,8 @@ class OpenAIBatches:
     """OpenAI's Batch API at ``base_url`` (``https://api.openai.com/v1`` or a compatible one).
 
     Retries connection errors, 408, 409, 429 and 5xx up to ``tries`` attempts, waiting through
-    ``sleep``; refuses at once on other 4xx. ``headers`` (OpenAI-Organization, OpenAI-Project)
+    ``sleep`` (a short backoff, or the provider's Retry-After up to a minute); raises at once on
+    other 4xx. ``headers`` (OpenAI-Organization, OpenAI-Project)
     go with every request."""
 
     def __init__(
@@ -336,10 +338,10 @@ class OpenAIBatches:
         """The provider's answer to one request, after retries; or what ``already_done`` found
         when an attempt whose answer was lost (a 5xx, a connection broken after sending) had in
         fact been carried out."""
-        failure, status, maybe_done = "", None, False
+        failure, status, maybe_done, asked = "", None, False, None
         for attempt in range(self._tries):
             if attempt:
-                self._sleep(min(8.0, 0.5 * 2 ** (attempt - 1)))
+                self._sleep(asked if asked is not None else min(8.0, 0.5 * 2 ** (attempt - 1)))
                 if maybe_done and already_done is not None and (done := already_done()) is not None:
                     return done
             request = self._http.build_request(method, path, **kwargs)
@@ -347,7 +349,7 @@ class OpenAIBatches:
                 with sending():  # the plugin's own request: the recorder lets it through
                     response = self._http.send(request, stream=stream)
             except httpx.TransportError as error:
-                failure, status = f"{type(error).__name__}: {error}", None
+                failure, status, asked = f"{type(error).__name__}: {error}", None, None
                 maybe_done = maybe_done or not isinstance(error, httpx.ConnectError)  # sent, or not
                 continue
             if response.is_success:
@@ -355,6 +357,7 @@ class OpenAIBatches:
             if stream:
                 response.read()
             status, failure = response.status_code, _message(response)
+            asked = _retry_after(response)
             maybe_done = maybe_done or status >= 500
             if status < 500 and status not in _RETRIED:
                 error_type = not_found if status == 404 else ProviderError
@@ -387,6 +390,15 @@ def _message(response: httpx.Response) -> str:
     if isinstance(error, dict) and error.get("message"):
         return str(error["message"])
     return json.dumps(body)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The wait a 429 or 503 asks for, in seconds, capped: a provider asking for hours is better
+    told to the user (the submission fails, the next resume tries again) than waited for."""
+    try:
+        return min(_MAX_WAIT, max(0.0, float(response.headers["Retry-After"])))
+    except (KeyError, ValueError):  # none, or an HTTP date: the backoff will do
+        return None
 
 
 def _batch(answer: Any) -> BatchView:
