@@ -231,6 +231,28 @@ def allowed_host(value: str) -> Host:
     return found.group("bracketed") or found.group("name"), port
 
 
+# --eval-batch: what happens to the LLM requests the recordings cannot answer.
+BATCH_MODES = {
+    "off": "sent live",
+    "on": "deferred to provider batches at half price; a request no batch takes is sent live, with a notice",
+    "strict": "deferred to provider batches; a request no batch takes fails its trial",
+}
+batch_mode = one_of(BATCH_MODES)
+BATCH_PROVIDERS = ("openai",)
+
+
+def batch_provider(value: str) -> tuple[Host, str]:
+    """``--eval-batch-provider``: HOST[:PORT]=PROVIDER, the batch API a host speaks when its name
+    does not tell (a gateway, a proxy, a local server)."""
+    host, equals, provider = value.rpartition("=")
+    if not equals or provider.strip().lower() not in BATCH_PROVIDERS:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST[:PORT]=PROVIDER with PROVIDER one of {', '.join(BATCH_PROVIDERS)}, such as "
+            f"127.0.0.1:8080=openai; got {value!r}"
+        )
+    return allowed_host(host), provider.strip().lower()
+
+
 def host_text(host: str | None, port: int | None) -> str:
     """``host:port`` as --eval-record-allow-host takes it (an IPv6 address in brackets)."""
     name = f"[{host}]" if host and ":" in host else str(host)

@@ -1,0 +1,138 @@
+"""Submitting the session's deferred requests as provider batches, at its end, in the process that
+ends it; and finding again a submission whose process was killed mid-way (``reconcile``).
+
+The protocol never submits a request twice: each submission is written to the ledger
+(``submitting``, with its id, a digest of its requests) before the first network call, and its
+batch carries that id in its metadata. A process killed after the provider created the batch but
+before the ledger said so leaves a submission with no outcome; the next reader looks for a batch
+with that id among the provider's recent batches, and adopts it, or, when there is none, deletes
+the uploaded file and marks the submission failed, so that its requests are submitted again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pytest_opik_eval.run.batch_providers import OpenAIBatches, ProviderError, request_line
+from pytest_opik_eval.run.batch_requests import split, submission_id
+from pytest_opik_eval.run.batching import Queued
+from pytest_opik_eval.store.batch_ledger import (
+    Group,
+    Ledger,
+    Submission,
+    SubmitFailed,
+    Submitted,
+    Submitting,
+    Uploaded,
+    Writer,
+)
+
+# How far before a submission's start a batch created for it may seem to be: clocks differ.
+_CLOCK_SKEW = 600.0
+METADATA_KEY = "opik_eval_submission"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One submission's: its batch, or why it failed."""
+
+    group: Group
+    requests: int
+    batch_id: str | None = None
+    error: str | None = None
+
+
+Clients = Callable[[Group], OpenAIBatches]
+
+
+def client_for(group: Group) -> OpenAIBatches:
+    """The provider's client for the group, with the key its environment variable holds now."""
+    key = os.environ.get(group.key_env)
+    if not key:
+        why = f"the environment variable {group.key_env}, which holds the API key, is not set"
+        raise ProviderError(why, status=None, message=why)
+    return OpenAIBatches(group.base_url, key, dict(group.headers))
+
+
+def submit(
+    queue: Iterable[Queued], ledger: Ledger, writer: Writer, run_id: str, clients: Clients = client_for
+) -> list[Outcome]:
+    """Submit the queued requests, one batch per group and part (``batch_requests.split``),
+    serially: a killed process leaves at most one submission without an outcome. Requests
+    already waiting in a batch (a trial run twice in the session) are not submitted again."""
+    groups: dict[Group, list[Queued]] = {}
+    for queued in queue:
+        state = ledger.state(queued.custom_id)
+        if state is not None and state.state in ("waiting", "submitting"):
+            continue
+        groups.setdefault(queued.group, []).append(queued)
+    outcomes = []
+    for group, members in groups.items():
+        lines = [(q.custom_id, request_line(q.custom_id, group.endpoint, q.body)) for q in members]
+        for part in split(lines):
+            outcomes.append(_submit_part(group, part, writer, run_id, clients))
+    return outcomes
+
+
+def _submit_part(
+    group: Group, part: list[tuple[str, bytes]], writer: Writer, run_id: str, clients: Clients
+) -> Outcome:
+    custom_ids = [custom for custom, _ in part]
+    submission = submission_id(run_id, custom_ids)
+    writer.write(Submitting(submission=submission, group=group, custom_ids=custom_ids))
+    file_id = None
+    try:
+        client = clients(group)
+        try:
+            file_id = client.upload(_file_name(submission), (line for _, line in part))
+            writer.write(Uploaded(submission=submission, file_id=file_id))
+            metadata = {"opik_eval": "1", "opik_eval_run": run_id[:512], METADATA_KEY: submission}
+            batch = client.create(file_id, group.endpoint, metadata)
+        finally:
+            client.close()
+    except ProviderError as error:
+        writer.write(SubmitFailed(submission=submission, reason=str(error)))
+        return Outcome(group, len(part), error=str(error))
+    writer.write(Submitted(submission=submission, batch_id=batch.id))
+    return Outcome(group, len(part), batch_id=batch.id)
+
+
+def reconcile(ledger: Ledger, writer: Writer, clients: Clients = client_for) -> list[str]:
+    """Settle each submission its process left without an outcome: adopt the batch the provider
+    created for it, or mark it failed. Returns a notice per submission it could not settle (the
+    provider did not answer): they stay as they are, never submitted again until settled."""
+    unsettled = []
+    for submission in list(ledger.submissions.values()):
+        if submission.open:
+            try:
+                line = _settle(submission, clients)
+            except ProviderError as error:
+                unsettled.append(
+                    f"--eval-batch: submission {submission.line.submission} was interrupted and could not "
+                    f"be looked up ({error}); its {len(submission.line.custom_ids)} requests wait until then"
+                )
+                continue
+            writer.write(line)
+            ledger.apply(line)
+    return unsettled
+
+
+def _settle(submission: Submission, clients: Clients) -> Submitted | SubmitFailed:
+    line = submission.line
+    client = clients(line.group)
+    try:
+        found = client.find(METADATA_KEY, line.submission, line.at - _CLOCK_SKEW)
+        if found is not None:
+            return Submitted(submission=line.submission, batch_id=found.id, adopted=True)
+        client.delete_uploads(_file_name(line.submission), line.at - _CLOCK_SKEW)
+    finally:
+        client.close()
+    return SubmitFailed(
+        submission=line.submission, reason="interrupted before the provider created the batch"
+    )
+
+
+def _file_name(submission: str) -> str:
+    return f"opik-eval-{submission}.jsonl"

@@ -1,0 +1,137 @@
+"""The session's two moments with provider batches (``--eval-batch``), in the process that reports
+(a single process, or the pytest-xdist controller): collecting the resumed run's ended batches
+before any trial runs, and submitting what its trials deferred at its end.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pytest
+
+from pytest_opik_eval.options import resume_command
+from pytest_opik_eval.session.resources import batches_folder, recordings_folder
+from pytest_opik_eval.settings import EvalOptions
+from pytest_opik_eval.verdict.model import BatchReport, BatchSubmission
+
+# What a pytest-xdist worker hands its controller: the requests its trials deferred (the raw
+# bodies cross in memory, never written).
+WORKER_BATCH = "opik_eval_batch"
+
+
+def check_resume(options: EvalOptions, run_id: str, requested: str) -> None:
+    """A resume of a run with batches, without --eval-batch: said before anything runs, since
+    without it the answers collected would not be replayed and the trials would run live."""
+    from pytest_opik_eval.store.batch_ledger import has_ledger
+
+    if (
+        options.batch == "off"
+        and options.batch_source == "default"
+        and has_ledger(batches_folder(options), run_id)
+    ):
+        raise pytest.UsageError(
+            f"--eval-resume={requested}: run {run_id} sent requests to provider batches; resume it with "
+            "--eval-batch to collect their answers and batch the rest, or with --eval-batch=off to send "
+            "the rest live"
+        )
+
+
+def collect_batches(
+    options: EvalOptions, run_id: str, session_id: str, notify: Callable[[str], None]
+) -> BatchReport:
+    """The resumed run's ended batches read into the recordings (folded now: the trials replay
+    them), before any trial runs."""
+    from pytest_opik_eval.run.batch_collect import collect
+    from pytest_opik_eval.store.batch_ledger import Writer, load
+    from pytest_opik_eval.store.http_recordings import Journal, fold
+
+    folder = batches_folder(options)
+    ledger = load(folder, run_id)
+    if not ledger.batches and not ledger.submissions:
+        return BatchReport()
+    writer = Writer(folder, run_id, session_id, "collect")
+    journal = Journal(recordings_folder(options), session_id, "batch")
+    try:
+        done = collect(ledger, writer, journal)
+    finally:
+        writer.close()
+        journal.close()
+    folded = fold(recordings_folder(options))
+    for message in [*done.notices, *folded.set_aside, *folded.unsaved]:
+        notify(message)
+    return BatchReport(
+        collected_batches=done.batches,
+        answers=done.answers,
+        failed_requests=done.failed,
+        unknown_results=done.unknown,
+        still_running=done.still_running,
+    )
+
+
+def submit_batches(
+    options: EvalOptions,
+    run_id: str,
+    session_id: str,
+    queued: Iterable[Any],
+    collected: BatchReport | None,
+    waiting_trials: int,
+) -> BatchReport:
+    """Submit what the session's trials deferred; the report of the session's batches."""
+    from pytest_opik_eval.run.batch_submit import submit
+    from pytest_opik_eval.store.batch_ledger import Writer, load
+
+    folder = batches_folder(options)
+    queue = list(queued)
+    outcomes = []
+    if queue:
+        ledger = load(folder, run_id)
+        writer = Writer(folder, run_id, session_id, "submit")
+        try:
+            outcomes = submit(queue, ledger, writer, run_id)
+        finally:
+            writer.close()
+    report = collected or BatchReport()
+    store = options.store_path if options.store_source == "--eval-store" else None
+    return report.model_copy(
+        update={
+            "waiting_trials": waiting_trials,
+            "submissions": [
+                BatchSubmission(
+                    provider=o.group.provider,
+                    model=o.group.model,
+                    endpoint=o.group.endpoint,
+                    requests=o.requests,
+                    batch_id=o.batch_id,
+                    error=o.error,
+                )
+                for o in outcomes
+            ],
+            "status_command": f"opik-eval batch status {run_id}" + (f" --store {store}" if store else ""),
+            "resume_command": resume_command(run_id, store=store, paths=options.paths) + " --eval-batch",
+        }
+    )
+
+
+def handed(queue: dict[str, Any]) -> list[dict[str, str]]:
+    """A worker's queue as it crosses to the controller (JSON-safe)."""
+    return [
+        {
+            "custom_id": q.custom_id,
+            "group": q.group.model_dump_json(),
+            "body": base64.b64encode(q.body).decode("ascii"),
+        }
+        for q in queue.values()
+    ]
+
+
+def received(handed: list[dict[str, str]]) -> list[Any]:
+    """A worker's queue as the controller submits it."""
+    from pytest_opik_eval.run.batching import Queued
+    from pytest_opik_eval.store.batch_ledger import Group
+
+    return [
+        Queued(h["custom_id"], Group.model_validate_json(h["group"]), base64.b64decode(h["body"]))
+        for h in handed
+    ]

@@ -1,0 +1,200 @@
+"""--eval-batch end to end: an app calling OpenAI through the official client, its requests
+deferred to the Batch API of a local fake (tests/fake_batches.py) whose batches end when the
+test says, and the trials finished by --eval-resume with the answers the batches gave.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import NEEDS_RECORD, Project, needs_extra
+from fake_batches import FakeOpenAI
+
+pytestmark = [NEEDS_RECORD, needs_extra("test", "openai")]
+
+APP = """
+import openai
+import pytest
+from pytest_opik_eval.metrics import Equals
+
+
+def ask(text, model="gpt-4.1-mini", **extra):
+    client = openai.OpenAI(max_retries=0)
+    answer = client.chat.completions.create(model=model, messages=[{{"role": "user", "content": text}}], **extra)
+    return answer.choices[0].message.content
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={{"reference": "expected_output"}})
+def test_qa(eval_item):
+    {body}
+"""
+
+SINGLE_CALL = "return ask(eval_item['input'])"
+
+
+@pytest.fixture
+def app(project: Project, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", fake_openai.api_key)
+    project.dataset(
+        [
+            {"id": name, "input": f"question {name}", "expected_output": f"answer to question {name}"}
+            for name in "abc"
+        ]
+    )
+    project.write("test_app.py", APP.format(body=SINGLE_CALL))
+    return project
+
+
+def batch_args(fake: FakeOpenAI) -> list[str]:
+    port = fake.base_url.split(":")[2].split("/")[0]
+    return ["-p", "no:randomly", "--eval-batch", f"--eval-batch-provider=127.0.0.1:{port}=openai"]
+
+
+def input_lines(fake: FakeOpenAI, batch_id: str) -> list[dict[str, Any]]:
+    """The batch's input file, as the plugin uploaded it."""
+    return fake._batches[batch_id].requests
+
+
+def files_under(folder: Path) -> dict[str, str]:
+    return {
+        str(p): p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file() and p.suffix != ".db"
+    }
+
+
+def test_a_single_call_app_completes_in_two_sessions_with_no_live_call(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    first = app.run("--eval", *batch_args(fake_openai))
+    first.assert_outcomes(skipped=3)
+    assert first.ret == pytest.ExitCode.INTERRUPTED  # incomplete by design: the gates wait
+    output = first.stdout.str()
+    (batch_id,) = fake_openai.batches
+    assert (
+        f"eval batches: 3 trials wait; submitted 3 requests in 1 batch: openai gpt-4.1-mini /v1/chat/completions {batch_id} (3)"
+        in output
+    )
+    assert "3 eval trials waiting for a batch" in output
+    assert "then finish them: pytest --eval-resume=" in output
+    assert fake_openai.live_calls == []
+    assert fake_openai.rejected == []
+    assert app.completed() == set()
+    # Nothing the plugin wrote holds the key.
+    for path, text in files_under(app.path / ".opik-eval").items():
+        assert fake_openai.api_key not in text, path
+
+    # Not ended yet: the trials are not run again, and nothing is submitted twice.
+    waiting = app.run("--eval-resume=last", *batch_args(fake_openai))
+    waiting.assert_outcomes(skipped=3)
+    assert f"still running: {batch_id}" in waiting.stdout.str()
+    assert len(fake_openai.batches) == 1
+
+    fake_openai.finish()
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(passed=3)
+    assert second.ret == pytest.ExitCode.OK
+    assert "eval batches collected: 3 answers from 1 batch" in second.stdout.str()
+    assert fake_openai.live_calls == []
+    assert len(fake_openai.batches) == 1
+    assert app.completed() == {("a", 0), ("b", 0), ("c", 0)}
+    outputs = {t.dataset_item_id: t.output for t in app.trials()}
+    assert outputs["a"] == {"output": "answer to question a"}
+
+
+def test_expired_and_failed_requests_are_submitted_again(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (first,) = fake_openai.batches
+    lines = input_lines(fake_openai, first)
+    # "question a" asks for item a.
+    by_item = {line["body"]["messages"][0]["content"].split()[-1]: line["custom_id"] for line in lines}
+    fake_openai.finish(first, expire=[by_item["a"]], error=[by_item["b"]])
+    second = app.run("--eval-resume=last", "-rs", *batch_args(fake_openai))
+    second.assert_outcomes(passed=1, skipped=2)
+    output = second.stdout.str()
+    assert (
+        "eval batches collected: 1 answer from 1 batch; 2 requests without an answer, submitted again"
+        in output
+    )
+    assert "request deferred to a batch again" in output
+    assert len(fake_openai.batches) == 2
+    second_batch = [b for b in fake_openai.batches if b != first][0]
+    assert {line["custom_id"] for line in input_lines(fake_openai, second_batch)} == {
+        by_item["a"],
+        by_item["b"],
+    }
+    fake_openai.finish(second_batch)
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=2)
+    assert app.completed() == {("a", 0), ("b", 0), ("c", 0)}
+    assert fake_openai.live_calls == []
+
+
+def test_a_refused_submission_loses_nothing_and_the_next_resume_submits(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.refuse_creates(400)
+    first = app.run("--eval", *batch_args(fake_openai))
+    first.assert_outcomes(skipped=3)
+    output = first.stdout.str()
+    assert "eval batches: 3 requests not submitted (openai gpt-4.1-mini /v1/chat/completions)" in output
+    assert "the next resume submits them again" in output
+    assert fake_openai.batches == {}
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    fake_openai.finish(batch_id)
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+
+
+def test_a_batch_deleted_at_the_provider_is_submitted_again(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    fake_openai.delete(batch_id)
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(skipped=3)
+    output = second.stdout.str()
+    assert f"batch {batch_id} not found at the provider (deleted?)" in output
+    assert "3 requests without an answer, submitted again" in output
+    assert len([b for b in fake_openai.batches if b != batch_id]) == 1
+
+
+def test_a_streamed_request_goes_live_with_a_notice_or_fails_the_trial_in_strict_mode(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write(
+        "test_app.py",
+        APP.format(
+            body="return ''.join(c.choices[0].delta.content or '' for c in openai.OpenAI(max_retries=0).chat.completions.create(model='gpt-4.1-mini', messages=[{'role': 'user', 'content': eval_item['input']}], stream=True))"
+        ),
+    )
+    # Strict first: the live run records the calls, which a later run would replay.
+    strict = app.run(
+        "--eval", *batch_args(fake_openai)[:-2], "--eval-batch=strict", batch_args(fake_openai)[-1]
+    )
+    strict.assert_outcomes(failed=3)
+    assert (
+        "--eval-batch=strict: not batchable: /v1/chat/completions: a streamed request" in strict.stdout.str()
+    )
+    assert fake_openai.live_calls == []
+    live = app.run("--eval-resume=last", *batch_args(fake_openai))
+    live.assert_outcomes(passed=3)
+    assert (
+        "--eval-batch: sent live, not batched: /v1/chat/completions: a streamed request (stream=true) is not batchable"
+        in live.stdout.str()
+    )
+    assert len(fake_openai.live_calls) == 3
+    assert fake_openai.batches == {}
+
+
+def test_resuming_a_batched_run_without_eval_batch_says_how(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    result = app.run("--eval-resume=last", "-p", "no:randomly")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*sent requests to provider batches; resume it with --eval-batch*"])
+
+
+def test_eval_batch_with_another_record_mode_is_a_usage_error(app: Project, fake_openai: FakeOpenAI) -> None:
+    result = app.run("--eval", *batch_args(fake_openai), "--eval-record=none")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*it records in mode new_episodes, not --eval-record=none*"])
