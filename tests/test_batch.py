@@ -50,7 +50,7 @@ def app(project: Project, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPat
 
 def batch_args(fake: FakeOpenAI) -> list[str]:
     port = fake.base_url.split(":")[2].split("/")[0]
-    return ["-p", "no:randomly", "--eval-batch", f"--eval-batch-provider=127.0.0.1:{port}=openai"]
+    return ["--eval-batch", f"--eval-batch-provider=127.0.0.1:{port}=openai"]
 
 
 def input_lines(fake: FakeOpenAI, batch_id: str) -> list[dict[str, Any]]:
@@ -189,7 +189,7 @@ def test_a_streamed_request_goes_live_with_a_notice_or_fails_the_trial_in_strict
 
 def test_resuming_a_batched_run_without_eval_batch_says_how(app: Project, fake_openai: FakeOpenAI) -> None:
     app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
-    result = app.run("--eval-resume=last", "-p", "no:randomly")
+    result = app.run("--eval-resume=last")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*sent requests to provider batches; resume it with --eval-batch*"])
 
@@ -198,3 +198,83 @@ def test_eval_batch_with_another_record_mode_is_a_usage_error(app: Project, fake
     result = app.run("--eval", *batch_args(fake_openai), "--eval-record=none")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*it records in mode new_episodes, not --eval-record=none*"])
+
+
+def custom_ids(fake: FakeOpenAI, batch_id: str) -> dict[str, str]:
+    """Item id -> the custom_id of its request in the batch ("question a" asks for item a)."""
+    return {
+        line["body"]["messages"][0]["content"].split()[-1]: line["custom_id"]
+        for line in input_lines(fake, batch_id)
+    }
+
+
+def test_a_task_of_two_dependent_calls_takes_two_rounds(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.write("test_app.py", APP.format(body="return ask('then ' + ask(eval_item['input']))"))
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    # Round 2: the first answers replay, the second calls wait in a new batch.
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    assert len(fake_openai.batches) == 2
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(
+        failed=3
+    )  # not the expected output
+    outputs = {t.dataset_item_id: t.output for t in app.trials()}
+    assert outputs["a"] == {"output": "answer to then answer to question a"}
+    assert fake_openai.live_calls == []
+
+
+def test_results_of_unknown_ids_are_ignored_and_missing_ones_submitted_again(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    ids = custom_ids(fake_openai, batch_id)
+    fake_openai.finish(batch_id)
+    fake_openai.extra_results(batch_id, ["oe1_000000000000_not_ours"])
+    fake_openai.drop_results(batch_id, [ids["a"]])
+    result = app.run("--eval-resume=last", *batch_args(fake_openai))
+    result.assert_outcomes(passed=2, skipped=1)
+    output = result.stdout.str()
+    assert f"--eval-batch: batch {batch_id} returned 1 result of no request it was given; ignored" in output
+    assert (
+        "1 request without an answer, submitted again; 1 result of no request of the batch, ignored" in output
+    )
+    (again,) = [b for b in fake_openai.batches if b != batch_id]
+    assert set(custom_ids(fake_openai, again).values()) == {ids["a"]}
+
+
+def test_a_submission_killed_mid_way_is_found_again_and_never_made_twice(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("conftest.py", "import os, pathlib\npathlib.Path('pid.txt').write_text(str(os.getpid()))\n")
+    fake_openai.kill_on_create(app.path / "pid.txt")
+    killed = app.pytester.runpytest_subprocess("-p", "opik_eval", "--eval", *batch_args(fake_openai))
+    assert killed.ret == -9  # SIGKILL, after the provider created the batch, before the ledger said so
+    assert fake_openai.creates == 1
+    resumed = app.run("--eval-resume=last", *batch_args(fake_openai))
+    resumed.assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    assert f"still running: {batch_id}" in resumed.stdout.str()
+    assert fake_openai.creates == 1
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+    assert fake_openai.creates == 1
+
+
+def test_under_xdist_the_workers_requests_go_in_one_batch(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", "-p", "xdist", "-n", "2", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    assert len(input_lines(fake_openai, batch_id)) == 3
+    fake_openai.finish()
+    result = app.run("--eval-resume=last", "-p", "xdist", "-n", "2", *batch_args(fake_openai))
+    result.assert_outcomes(passed=3)
+    assert "eval batches collected: 3 answers from 1 batch" in result.stdout.str()
+
+
+def test_a_batched_run_replays_offline_once_complete(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+    fake_openai.close()  # no network: the answers are recordings
+    app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)

@@ -9,12 +9,25 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pytest_opik_eval.option_values import Host, host_text
 
-if TYPE_CHECKING:
-    from pytest_opik_eval.run.recording import Recorder, TrialScope
+
+class _Guarded(Protocol):
+    """What the guard asks of the recorder (``recording.Recorder``)."""
+
+    def refuses(self, host: str | None, port: int | None) -> bool: ...
+    def refused(self, request: str, host: str) -> None: ...
+    def allows(self, host: str | None, port: int | None) -> bool: ...
+
+
+class _Trial(Protocol):
+    """What the guard asks of a trial's recording scope (``recording.TrialScope``)."""
+
+    blocks_network: bool
+
+    def blocked(self, address: Any) -> None: ...
 
 
 def with_addresses(hosts: Sequence[Host]) -> frozenset[Host]:
@@ -30,9 +43,9 @@ def with_addresses(hosts: Sequence[Host]) -> frozenset[Host]:
 
 
 @contextlib.contextmanager
-def socket_guard(recorder: Recorder, current: Callable[[], TrialScope | None]) -> Iterator[None]:
+def socket_guard(recorder: _Guarded, current: Callable[[], _Trial | None]) -> Iterator[None]:
     """Mode ``none``: an internet TCP socket's connect is refused (a library vcrpy does not patch,
-    a raw socket) inside a trial, and outside any where :meth:`Recorder.refuses` it; a host let
+    a raw socket) inside a trial, and outside any where the recorder's ``refuses`` it; a host let
     through is left alone."""
     from unittest import mock
 

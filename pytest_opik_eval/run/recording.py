@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.option_values import RECORD_MODES, Host, host_text
@@ -48,8 +48,14 @@ from pytest_opik_eval.run.call_context import within
 from pytest_opik_eval.run.network_guard import socket_guard, with_addresses
 from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
-if TYPE_CHECKING:
-    from pytest_opik_eval.run.batching import Batcher
+
+class Deferrer(Protocol):
+    """What defers the requests no recording answers (``run/batching.Batcher``, --eval-batch)."""
+
+    def takes(self, request: Any) -> bool: ...
+    def not_batched(self, request: Any) -> None: ...
+    def defer(self, request: Any, scope: TrialScope, canonical: RecordedRequest) -> dict[str, Any]: ...
+
 
 MISS_TYPE = "opik_eval_no_recording"
 _CANONICAL = "_opik_eval_canonical"  # the attribute of vcrpy's request that keeps its canonical form
@@ -129,7 +135,7 @@ class Recorder:
         allowed: Sequence[Host] = (),
         live_judges: bool = True,
         notify: Callable[[str], None] = lambda message: None,
-        batcher: Batcher | None = None,
+        batcher: Deferrer | None = None,
     ) -> None:
         if mode not in RECORD_MODES:
             raise ValueError(f"unknown recording mode {mode!r}: use one of {', '.join(RECORD_MODES)}")

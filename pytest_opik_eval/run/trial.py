@@ -42,6 +42,7 @@ from pytest_opik_eval.verdict.trial_scores import TrialResult
 from pytest_opik_eval.verdict.usage import trial_usage
 
 if TYPE_CHECKING:
+    from pytest_opik_eval.run.batching import Batcher
     from pytest_opik_eval.run.budget import Budget
     from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.run.recording import Recorder, TrialKey, TrialScope
@@ -75,6 +76,7 @@ class TrialContext:
     budget: Budget | None = None
     judge_cache: JudgeCache | None = None
     recorder: Recorder | None = None
+    batcher: Batcher | None = None  # --eval-batch: the trials whose requests wait in a batch
 
 
 def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None = None) -> None:

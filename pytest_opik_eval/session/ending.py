@@ -176,10 +176,10 @@ class Ending:
         """--eval-batch: what the trials of every process deferred, submitted."""
         if self.options.batch == "off":
             return
-        recorder = self.state.resources.recorder
+        batcher = self.state.resources.batcher
         queued = [
             *self.workers_batched,
-            *([] if recorder is None or recorder.batcher is None else recorder.batcher.queue.values()),
+            *([] if batcher is None else batcher.queue.values()),
         ]
         target = self.state.target
         self.batches = submit_batches(
@@ -538,7 +538,7 @@ class WorkerEnding:
                 notice(state.config, str(error))
             state.store.take_notices()
         state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
-        batcher = None if resources.recorder is None else resources.recorder.batcher
+        batcher = resources.batcher
         if batcher is not None and batcher.queue:
             state.config.workeroutput[WORKER_BATCH] = handed(batcher.queue)  # type: ignore[attr-defined]
         if resources.judge_cache is not None:

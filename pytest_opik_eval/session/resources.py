@@ -78,6 +78,7 @@ class Resources:
             folder = options.store_path.parent / JUDGE_CACHE
             self.judge_cache = JudgeCache(folder, strict=strict, notify=functools.partial(notice, config))
         self.recorder: Recorder | None = None
+        self.batcher: Batcher | None = None  # --eval-batch, with the recorder
         # --eval-batch: what the start collected of the resumed run's batches.
         self.batches_collected: BatchReport | None = None
         self._judges: Judges | None = None
@@ -101,6 +102,7 @@ class Resources:
             return
         from pytest_opik_eval.run.recording import Recorder
 
+        self.batcher = self._batcher()
         self.recorder = Recorder(
             mode=options.record_mode,
             folder=recordings_folder(options),
@@ -110,7 +112,7 @@ class Resources:
             # Strict replay's judges run live only without the judge cache (--eval-judge-cache=off).
             live_judges=self.judge_cache is None or not self.judge_cache.strict,
             notify=functools.partial(notice, self._config),
-            batcher=self._batcher(),
+            batcher=self.batcher,
         )
         self.recorder.start()
 
@@ -139,6 +141,6 @@ class Resources:
         if self.recorder is None:
             return None
         self.recorder.stop()
-        if self.recorder.batcher is not None:
-            self.recorder.batcher.writer.close()
+        if self.batcher is not None:
+            self.batcher.writer.close()
         return self.recorder.counts()

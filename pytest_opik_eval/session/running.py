@@ -236,11 +236,10 @@ class Running:
         it up, not when it was queued: the trials in flight are then at most one per thread)."""
         if context.budget is not None:
             context.budget.check(item)
-        batcher = None if context.recorder is None else context.recorder.batcher
-        if batcher is not None:
+        if context.batcher is not None and context.recorder is not None:
             # A request of it waits in a batch not ended: running its task again would only
             # reach that request again.
-            reason = batcher.waiting_reason(context.recorder.masked(recording_key(trial)))  # type: ignore[union-attr]
+            reason = context.batcher.waiting_reason(context.recorder.masked(recording_key(trial)))
             if reason is not None:
                 item.stash[BATCHED] = reason
                 pytest.skip(reason)
@@ -257,6 +256,7 @@ class Running:
                 budget=resources.budget,
                 judge_cache=resources.judge_cache,
                 recorder=resources.recorder,
+                batcher=resources.batcher,
             )
             self._learn_score_names()
         return self._trial_context
