@@ -12,6 +12,8 @@ import pytest
 from conftest import NEEDS_RECORD, Project, needs_extra
 from fake_batches import FakeOpenAI
 
+from pytest_opik_eval.cli import main
+
 pytestmark = [NEEDS_RECORD, needs_extra("test", "openai")]
 
 APP = """
@@ -278,3 +280,44 @@ def test_a_batched_run_replays_offline_once_complete(app: Project, fake_openai: 
     app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
     fake_openai.close()  # no network: the answers are recordings
     app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)
+
+
+def test_batch_status_and_collect_commands(
+    app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    store = ["--store", str(app.store_path)]
+
+    def cli(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main([*store, "batch", *args])
+        return code, capsys.readouterr().out
+
+    code, out = cli("status")
+    assert code == 0
+    assert (
+        f"  {batch_id}  openai gpt-4.1-mini /v1/chat/completions  in_progress 0/3, 0 failed  submitted "
+        in out
+    )
+    assert "1 still running; once they end: pytest --eval-resume=" in out
+    fake_openai.finish()
+    code, out = cli("status", "last")
+    assert "completed 3/3, 0 failed" in out
+    assert "all ended: pytest --eval-resume=" in out
+    code, out = cli("collect")
+    assert code == 0
+    assert "collected 3 answers from 1 batch; 0 without an answer" in out
+    # The resume replays what the command collected, and downloads nothing again.
+    result = app.run("--eval-resume=last", *batch_args(fake_openai))
+    result.assert_outcomes(passed=3)
+    assert "eval batches collected" not in result.stdout.str()
+    code, out = cli("status")
+    assert f"  {batch_id}  openai gpt-4.1-mini /v1/chat/completions  collected  submitted " in out
+
+
+def test_batch_status_of_a_run_without_batches(app: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    app.run("--eval").assert_outcomes(passed=3)  # live
+    capsys.readouterr()
+    assert main(["--store", str(app.store_path), "batch", "status"]) == 0
+    assert "has no provider batch (it ran without --eval-batch" in capsys.readouterr().out
