@@ -22,19 +22,19 @@ WORKER_BATCH = "opik_eval_batch"
 
 
 def check_resume(options: EvalOptions, run_id: str, requested: str) -> None:
-    """A resume of a run with batches, without --eval-batch: said before anything runs, since
-    without it the answers collected would not be replayed and the trials would run live."""
+    """A resume of a run with batches, with neither --eval-batch nor recording: said before
+    anything runs, since the answers collected would not be replayed: the trials would run live."""
     from pytest_opik_eval.store.batch_ledger import has_ledger
 
     if (
         options.batch == "off"
-        and options.batch_source == "default"
+        and options.record_mode == "off"
         and has_ledger(batches_folder(options), run_id)
     ):
         raise pytest.UsageError(
             f"--eval-resume={requested}: run {run_id} sent requests to provider batches; resume it with "
-            "--eval-batch to collect their answers and batch the rest, or with --eval-batch=off to send "
-            "the rest live"
+            "--eval-batch to collect their answers and batch the rest, or with --eval-record=new_episodes "
+            "to replay the answers collected (opik-eval batch collect) and send the rest live"
         )
 
 
