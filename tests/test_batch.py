@@ -321,3 +321,59 @@ def test_batch_status_of_a_run_without_batches(app: Project, capsys: pytest.Capt
     capsys.readouterr()
     assert main(["--store", str(app.store_path), "batch", "status"]) == 0
     assert "has no provider batch (it ran without --eval-batch" in capsys.readouterr().out
+
+
+JUDGED_APP = """
+import openai
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+def ask(text):
+    client = openai.OpenAI(max_retries=0)
+    answer = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": text}])
+    return answer.choices[0].message.content
+
+
+class Judge(BaseMetric):
+    # An LLM judge: the fake answers "answer to <prompt>", which it reads as a pass when the
+    # output it was shown answers the question.
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.5)
+
+    def score(self, input, output, **ignored):
+        verdict = ask(f"grade: {output}")
+        return ScoreResult(name="judge", value=1.0 if f"answer to grade: answer to {input}" == verdict else 0.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Judge()])
+def test_qa(eval_item):
+    return ask(eval_item["input"])
+"""
+
+
+def test_an_app_and_its_llm_judge_complete_in_three_sessions(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.write("test_app.py", JUDGED_APP)
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    # The task's answers replay; the judges' calls go in the next batch.
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(skipped=3)
+    assert "submitted 3 requests in 1 batch" in second.stdout.str()
+    (judges,) = [b for b, batch in fake_openai.batches.items() if batch["status"] != "completed"]
+    assert all(
+        line["body"]["messages"][0]["content"].startswith("grade: ")
+        for line in input_lines(fake_openai, judges)
+    )
+    assert list((app.path / ".opik-eval" / "judge-cache").rglob("*.json")) == []  # nothing scored yet
+    fake_openai.finish()
+    third = app.run("--eval-resume=last", *batch_args(fake_openai))
+    third.assert_outcomes(passed=3)
+    assert fake_openai.live_calls == []
+    assert {s.name: s.value for t in app.trials() for s in t.scores} == {"judge": 1.0}
+    assert len(list((app.path / ".opik-eval" / "judge-cache").rglob("*.json"))) == 3
+    # Offline, the judges' scores come from the cache.
+    fake_openai.close()
+    app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)

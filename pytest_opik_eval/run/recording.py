@@ -477,7 +477,10 @@ class _Cassette:
 
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
-        if scope is None:  # outside any trial: sent, unless strict replay refuses it
+        if scope is None:
+            if self._judged(request) is not None:  # a judge's, with --eval-batch
+                return True
+            # Outside any trial: sent, unless strict replay refuses it.
             return self.recorder.refuses(request.host, request.port)
         if self._left_alone(request):
             return False
@@ -495,7 +498,7 @@ class _Cassette:
         return False
 
     def play_response(self, request: Any) -> dict[str, Any]:
-        scope = _current.get()
+        scope = _current.get() or self._judged(request)
         if scope is None:
             return self._refused(request)
         canonical = self._canonical(request, scope)
@@ -513,6 +516,17 @@ class _Cassette:
             scope.sent()
             return
         scope.record(self._canonical(request, scope), response)
+
+    def _judged(self, request: Any) -> TrialScope | None:
+        """With --eval-batch, the trial being scored whose judge made the request, when a batch
+        answered it or takes it: the judges' calls go in the round after the task's last."""
+        batcher, scored = self.recorder.batcher, _scoring.get()
+        if batcher is None or scored is None or self._left_alone(request):
+            return None
+        canonical = self._canonical(request, scored)
+        if (scored.replays and scored.answers(canonical)) or batcher.takes(request):
+            return scored
+        return None
 
     def _left_alone(self, request: Any) -> bool:
         # Most sessions let no host through: the request's URL is not parsed for them.

@@ -126,7 +126,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             scorer = scorer_of(case.plan)
             try:
                 cache = context.judge_cache
-                judged = None if cache is None else Judged(cache, case.item_id, case.trial)
+                judged = None if cache is None else _judged(cache, case.item_id, case.trial, scope)
                 # The metrics' requests are the judges' (strict replay sends them only if live).
                 with _NOTHING if scope is None else scope.recorder.scoring(scope):
                     scores = _score(scorer, case.task_item, output, trace, metric_seconds, judged)
@@ -134,9 +134,9 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 missing = str(error)
             else:
                 missing = ""
-            fail_on_misses(
-                item, trial.case.item_id, trial.case.trial, scope
-            )  # a metric's request that strict replay refused
+            # A metric's request that strict replay refused, or deferred to a batch.
+            fail_on_misses(item, case.item_id, case.trial, scope)
+            wait_for_batch(item, scope)
         completed_scoring = not missing
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
@@ -170,6 +170,12 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)
+
+
+def _judged(cache: JudgeCache, item_id: str, trial: int, scope: TrialScope | None) -> Judged:
+    if scope is None:
+        return Judged(cache, item_id, trial)
+    return Judged(cache, item_id, trial, lambda: len(scope.deferred))
 
 
 class StoredOutput:
