@@ -239,6 +239,18 @@ BATCH_MODES = {
 }
 batch_mode = one_of(BATCH_MODES)
 BATCH_PROVIDERS = ("openai",)
+BATCH_AFTER_CAP = ("pending", "live")  # a trial at --eval-batch-max-rounds: stays pending, or goes live
+BATCH_MAX_ROUNDS = 8
+
+
+def batch_rounds(value: str) -> int:
+    """``--eval-batch-max-rounds``: the batched rounds a trial may take."""
+    if not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected how many batched rounds a trial may take, a whole number of at least 1 such as 8; "
+            f"got {value!r}"
+        )
+    return int(value)
 
 
 def batch_provider(value: str) -> tuple[Host, str]:

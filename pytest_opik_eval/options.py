@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 
 from pytest_opik_eval.option_values import (
+    BATCH_AFTER_CAP,
+    BATCH_MAX_ROUNDS,
     BATCH_MODES,
     METRIC_FORMS,
     RECORD_MODES,
     allowed_host,
     batch_mode,
     batch_provider,
+    batch_rounds,
     budget,
     confidence,
     cost_limit,
@@ -319,6 +322,23 @@ def add_options(parser: pytest.Parser) -> None:
         f"(bare flag: on; env {BATCH_ENV}, ini eval_batch; default: off)",
     )
     group.addoption(
+        "--eval-batch-max-rounds",
+        metavar="N",
+        dest="eval_batch_max_rounds",
+        type=batch_rounds,
+        help="The batched rounds a trial may take (one per dependent call, and the judges'); at the "
+        f"cap its next request does what --eval-batch-after-cap says (ini eval_batch_max_rounds; "
+        f"default {BATCH_MAX_ROUNDS})",
+    )
+    group.addoption(
+        "--eval-batch-after-cap",
+        dest="eval_batch_after_cap",
+        choices=BATCH_AFTER_CAP,
+        help="What the next request of a trial at --eval-batch-max-rounds does: pending, the trial "
+        "waits with the reason (no surprise bill); live, it is sent and recorded at the live price "
+        "(ini eval_batch_after_cap; default: pending)",
+    )
+    group.addoption(
         "--eval-batch-provider",
         metavar="HOST[:PORT]=PROVIDER",
         dest="eval_batch_provider",
@@ -365,6 +385,8 @@ def add_options(parser: pytest.Parser) -> None:
         "eval_batch", "Defer the LLM requests to provider batches: off, on or strict", type="string"
     )
     parser.addini("eval_batch_provider", "HOST[:PORT]=PROVIDER, one per line", type="linelist")
+    parser.addini("eval_batch_max_rounds", "The batched rounds a trial may take (default 8)", type="string")
+    parser.addini("eval_batch_after_cap", "A trial at the round cap: pending or live", type="string")
     parser.addini(
         "eval_record_allow_host", "HOST[:PORT] that --eval-record leaves alone, one per line", type="linelist"
     )

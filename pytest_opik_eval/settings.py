@@ -13,10 +13,13 @@ from typing import Literal, TypeVar
 import pytest
 
 from pytest_opik_eval.option_values import (
+    BATCH_AFTER_CAP,
+    BATCH_MAX_ROUNDS,
     Host,
     allowed_host,
     batch_mode,
     batch_provider,
+    batch_rounds,
     budget,
     confidence,
     cost_limit,
@@ -101,6 +104,8 @@ class EvalOptions:
     batch: str = "off"  # --eval-batch: one of option_values.BATCH_MODES
     batch_source: str = "default"  # where it came from: "--eval-batch", "env ...", "ini eval_batch"
     batch_providers: tuple[tuple[Host, str], ...] = ()  # --eval-batch-provider and ini eval_batch_provider
+    batch_max_rounds: int = BATCH_MAX_ROUNDS  # --eval-batch-max-rounds, else ini
+    batch_after_cap: str = "pending"  # --eval-batch-after-cap, else ini: pending or live
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -158,6 +163,8 @@ class EvalOptions:
             batch=batch,
             batch_source=batch_source,
             batch_providers=_batch_providers(config),
+            batch_max_rounds=_batch_max_rounds(config),
+            batch_after_cap=_batch_after_cap(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -352,6 +359,28 @@ def _batch(config: pytest.Config, rescore: str | None) -> tuple[str, str]:
             "rescore without --eval-batch"
         )
     return given
+
+
+def _batch_max_rounds(config: pytest.Config) -> int:
+    given: int | None = config.getoption("eval_batch_max_rounds")
+    ini = str(config.getini("eval_batch_max_rounds") or "").strip()
+    if given is not None or not ini:
+        return given or BATCH_MAX_ROUNDS
+    try:
+        return batch_rounds(ini)
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_batch_max_rounds: {error}") from None
+
+
+def _batch_after_cap(config: pytest.Config) -> str:
+    given: str | None = config.getoption("eval_batch_after_cap")
+    ini = str(config.getini("eval_batch_after_cap") or "").strip()
+    if given is not None or not ini:
+        return given or "pending"
+    try:
+        return one_of(BATCH_AFTER_CAP)(ini)
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_batch_after_cap: {error}") from None
 
 
 def _batch_providers(config: pytest.Config) -> tuple[tuple[Host, str], ...]:

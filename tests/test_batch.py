@@ -377,3 +377,31 @@ def test_an_app_and_its_llm_judge_complete_in_three_sessions(app: Project, fake_
     # Offline, the judges' scores come from the cache.
     fake_openai.close()
     app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)
+
+
+def test_the_round_cap_leaves_the_trial_pending_or_sends_the_rest_live(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("test_app.py", APP.format(body="return ask('then ' + ask(eval_item['input']))"))
+    app.run("--eval", *batch_args(fake_openai), "--eval-batch-max-rounds=1").assert_outcomes(skipped=3)
+    fake_openai.finish()
+    capped = app.run("--eval-resume=last", "-rs", *batch_args(fake_openai), "--eval-batch-max-rounds=1")
+    capped.assert_outcomes(skipped=3)
+    assert (
+        "the trial took 1 batched rounds (--eval-batch-max-rounds) and stays pending" in capped.stdout.str()
+    )
+    assert len(fake_openai.batches) == 1
+    assert fake_openai.live_calls == []
+    live = app.run(
+        "--eval-resume=last",
+        *batch_args(fake_openai),
+        "--eval-batch-max-rounds=1",
+        "--eval-batch-after-cap=live",
+    )
+    live.assert_outcomes(failed=3)  # completed: the output is not the dataset's expected one
+    assert (
+        "--eval-batch: sent live, not batched: its trial took --eval-batch-max-rounds=1 rounds"
+        in live.stdout.str()
+    )
+    assert len(fake_openai.live_calls) == 3
+    assert len(fake_openai.batches) == 1

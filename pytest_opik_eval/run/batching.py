@@ -52,8 +52,12 @@ class Batcher:
         writer: Writer,
         providers: Mapping[Host, str],
         notify: Callable[[str], None],
+        max_rounds: int = 8,
+        after_cap: str = "pending",
     ) -> None:
         self.mode = mode
+        self.max_rounds = max_rounds
+        self.after_cap = after_cap
         self.run_id = run_id
         self.ledger = ledger
         self.writer = writer
@@ -77,16 +81,27 @@ class Batcher:
             setattr(request, _DECISION, found)
         return found
 
-    def takes(self, request: Any) -> bool:
-        """Whether the batcher answers the request (defers it, or in strict mode refuses it)."""
+    def takes(self, request: Any, scope: TrialScope) -> bool:
+        """Whether the batcher answers the request (defers it, or in strict mode refuses it);
+        not a request of a trial at the round cap that goes live after it."""
         found = self.decision(request)
         if found is None:
             return False
+        if isinstance(found, Batchable) and self.after_cap == "live" and self.capped(scope.key):
+            return False
         return isinstance(found, Batchable) or self.mode == "strict"
 
+    def capped(self, key: TrialKey) -> bool:
+        """The trial took --eval-batch-max-rounds rounds already."""
+        return self.ledger.rounds(key.test, key.item_id, key.trial) >= self.max_rounds
+
     def not_batched(self, request: Any) -> None:
-        """Mode on: a provider's request no batch takes goes live; said once per reason."""
+        """Mode on: a provider's request no batch takes goes live, and a trial's past the round
+        cap with --eval-batch-after-cap=live; said once per reason."""
         found = self.decision(request)
+        if isinstance(found, Batchable):
+            cap = self.max_rounds
+            found = f"its trial took --eval-batch-max-rounds={cap} rounds (--eval-batch-after-cap=live)"
         if isinstance(found, str) and found not in self._told:
             self._told.add(found)
             self.notify(f"--eval-batch: sent live, not batched: {found}")
@@ -104,6 +119,9 @@ class Batcher:
             scope.refuse(canonical, f"--eval-batch=strict: not batchable: {found}")
             return _answer(f"opik-eval: --eval-batch=strict did not send this request: {found}")
         key = scope.key
+        if self.capped(key):
+            scope.deferred.append(capped(self.max_rounds))
+            return _answer(f"opik-eval: {capped(self.max_rounds)}")
         custom = custom_id(self.run_id, key.test, key.item_id, key.trial, canonical.key, occurrence)
         state = self.ledger.state(custom)
         if state is not None and state.state in ("waiting", "submitting"):
@@ -140,6 +158,14 @@ def deferred(group: Group, again: str = "") -> str:
     return (
         f"eval batch: request deferred to a batch{again}: {group.describe()}; "
         "the trial stays pending until --eval-resume collects the answer"
+    )
+
+
+def capped(rounds: int) -> str:
+    return (
+        f"eval batch: the trial took {rounds} batched rounds (--eval-batch-max-rounds) and stays pending; "
+        "an app whose requests change every round (a timestamp in a prompt) never ends: raise the cap, "
+        "or send the rest live with --eval-batch-after-cap=live"
     )
 
 

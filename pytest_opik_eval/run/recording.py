@@ -52,7 +52,7 @@ from pytest_opik_eval.store.http_recordings import Interaction, Journal, Recorde
 class Deferrer(Protocol):
     """What defers the requests no recording answers (``run/batching.Batcher``, --eval-batch)."""
 
-    def takes(self, request: Any) -> bool: ...
+    def takes(self, request: Any, scope: TrialScope) -> bool: ...
     def not_batched(self, request: Any) -> None: ...
     def defer(self, request: Any, scope: TrialScope, canonical: RecordedRequest) -> dict[str, Any]: ...
 
@@ -492,7 +492,7 @@ class _Cassette:
         batcher = self.recorder.batcher
         if batcher is None:
             return False
-        if batcher.takes(request):
+        if batcher.takes(request, scope):
             return True
         batcher.not_batched(request)
         return False
@@ -524,7 +524,7 @@ class _Cassette:
         if batcher is None or scored is None or self._left_alone(request):
             return None
         canonical = self._canonical(request, scored)
-        if (scored.replays and scored.answers(canonical)) or batcher.takes(request):
+        if (scored.replays and scored.answers(canonical)) or batcher.takes(request, scored):
             return scored
         return None
 

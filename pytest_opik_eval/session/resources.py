@@ -133,6 +133,8 @@ class Resources:
             writer=Writer(folder, self._run_id, self._session_id, worker_id(self._config)),
             providers=dict(options.batch_providers),
             notify=functools.partial(notice, self._config),
+            max_rounds=options.batch_max_rounds,
+            after_cap=options.batch_after_cap,
         )
 
     def stop_recording(self) -> RecordingCounts | None:

@@ -175,6 +175,8 @@ class Ledger:
     seen: dict[str, BatchState] = field(default_factory=dict)  # batch id -> its last state
     collected: set[str] = field(default_factory=set)
     attempts: Counter[str] = field(default_factory=Counter)  # custom_id -> submissions it was in
+    # (test, item, trial) -> the submissions its requests were in: the rounds it took
+    trial_rounds: dict[tuple[str, str, int], set[str]] = field(default_factory=dict)
     damaged: list[str] = field(default_factory=list)  # lines that could not be read: where
 
     def apply(self, line: Line) -> None:
@@ -190,6 +192,10 @@ class Ledger:
         for custom_id in line.custom_ids:
             self.states[custom_id] = RequestState("submitting", line.submission)
             self.attempts[custom_id] += 1
+            request = self.requests.get(custom_id)
+            if request is not None:
+                key = (request.test, request.item_id, request.trial)
+                self.trial_rounds.setdefault(key, set()).add(line.submission)
 
     def _on_uploaded(self, line: Uploaded) -> None:
         if line.submission in self.submissions:
@@ -225,6 +231,10 @@ class Ledger:
         for custom_id in submission.line.custom_ids:
             if self.states[custom_id].submission == line.submission:
                 self.states[custom_id] = RequestState("failed", line.submission, reason=line.reason)
+
+    def rounds(self, test: str, item_id: str, trial: int) -> int:
+        """The batched rounds the trial took: the submissions its requests were in."""
+        return len(self.trial_rounds.get((test, item_id, trial), ()))
 
     def state(self, custom_id: str) -> RequestState | None:
         return self.states.get(custom_id)
