@@ -13,6 +13,7 @@ from conftest import NEEDS_RECORD, Project, needs_extra
 from fake_batches import FakeOpenAI
 
 from pytest_opik_eval.cli import main
+from pytest_opik_eval.formatting import dollars
 
 pytestmark = [NEEDS_RECORD, needs_extra("test", "openai")]
 
@@ -405,3 +406,35 @@ def test_the_round_cap_leaves_the_trial_pending_or_sends_the_rest_live(
     )
     assert len(fake_openai.live_calls) == 3
     assert len(fake_openai.batches) == 1
+
+
+TRACED_BODY = """from pytest_opik_eval.tracing import trace
+    with trace.span("chat", type="llm") as span:
+        client = openai.OpenAI(max_retries=0)
+        answer = client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "user", "content": eval_item["input"]}]
+        )
+        span.model = "gpt-4.1-mini"
+        span.usage = {"prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens}
+    return answer.choices[0].message.content"""
+
+
+@needs_extra("cost", "genai_prices")
+def test_batched_calls_cost_half_the_live_price(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.write("test_app.py", APP.format(body=TRACED_BODY))
+    live, live_report = app.run_report("--eval", "--eval-store=live/store.db")
+    live.assert_outcomes(passed=3)
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    batched, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    batched.assert_outcomes(passed=3)
+
+    def app_cost(report: dict[str, Any]) -> float:
+        return sum(t["usage"]["app"]["cost"] for e in report["experiments"] for t in e["trials"])
+
+    assert app_cost(report) == pytest.approx(app_cost(live_report) / 2)
+    collected = report["batches"]
+    assert collected["cost"] == pytest.approx(app_cost(report))
+    assert collected["live_cost"] == pytest.approx(app_cost(live_report))
+    assert f"at batch prices (live {dollars(collected['live_cost'])})" in batched.stdout.str()
+    assert len(fake_openai.live_calls) == 3  # the live run's only

@@ -43,6 +43,8 @@ class Collection:
     answers: int = 0
     failed: int = 0
     unknown: int = 0
+    cost: float | None = None  # USD, of the answers at the batch price (None: none priced)
+    live_cost: float | None = None  # what they would have cost live
     still_running: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
 
@@ -123,7 +125,7 @@ def _read_results(
             _write(Failed(custom_id=result.custom_id, batch_id=view.id, reason=reason), writer, ledger)
             done.failed += 1
             continue
-        _record(result, ledger, journal, scrubber)
+        _record(result, view.id, ledger, journal, scrubber, done)
         _write(Answered(custom_id=result.custom_id, batch_id=view.id), writer, ledger)
         done.answers += 1
     why = f"no result in batch {view.id} ({view.status})"
@@ -152,7 +154,9 @@ def _message(body: object) -> str:
     return json.dumps(body)[:200]
 
 
-def _record(result: ResultLine, ledger: Ledger, journal: Journal, scrubber: Scrubber) -> None:
+def _record(
+    result: ResultLine, batch_id: str, ledger: Ledger, journal: Journal, scrubber: Scrubber, done: Collection
+) -> None:
     """The answer as the trial's recording: what live would have recorded."""
     deferred = ledger.requests[result.custom_id]
     status = result.status_code or 200
@@ -160,15 +164,20 @@ def _record(result: ResultLine, ledger: Ledger, journal: Journal, scrubber: Scru
     response = recorded_response(
         status, "OK" if status < 400 else "Error", {"content-type": ["application/json"]}, body, scrubber
     )
+    usage = priced_usage(usage_of(response), batch=True)
     interaction = Interaction(
         item_id=deferred.item_id,
         trial=deferred.trial,
         occurrence=deferred.occurrence,
         request=deferred.request,
         response=response,
-        usage=priced_usage(usage_of(response)),
+        usage=usage,
+        batch=batch_id,
     )
     journal.add(deferred.test, interaction)
+    if usage is not None and usage.cost is not None:
+        done.cost = (done.cost or 0.0) + usage.cost
+        done.live_cost = (done.live_cost or 0.0) + (usage.live_cost or usage.cost)
 
 
 def _fail_all(

@@ -310,6 +310,7 @@ class TrialScope:
         # but for the spans open around a call that went out (``live_under``), which were paid.
         self.saved_under: dict[str, RecordingCounts] = {}
         self.live_under: set[str] = set()
+        self.batched_under: set[str] = set()  # spans around a call a batch answered: batch-priced
         self.recorder = recorder
         self._recorded = recorded
         self._seen: Counter[str] = Counter()  # canonical request -> requests made so far
@@ -364,6 +365,8 @@ class TrialScope:
                 self.recorder.tally(self, saved)
                 if under is not None:
                     self.saved_under.setdefault(under, RecordingCounts()).add(saved)
+                    if found.batch is not None:
+                        self.batched_under.add(under)
                 return _vcr_response(
                     found.response.status,
                     found.response.reason,
@@ -574,16 +577,18 @@ def _open_span() -> str | None:
     return None if trial is None else trial.parent_span_id()
 
 
-def priced_usage(usage: RecordedUsage | None) -> RecordedUsage | None:
-    """The usage with its cost from the price table (``run/pricing.py``), when it has one."""
+def priced_usage(usage: RecordedUsage | None, *, batch: bool = False) -> RecordedUsage | None:
+    """The usage with its cost from the price table (``run/pricing.py``), when it has one;
+    ``batch``: a batch's answer, at the batch price (the live one in ``live_cost``)."""
     if usage is None or usage.model is None:
         return usage
     from pytest_opik_eval.run.pricing import priced
     from pytest_opik_eval.store.records import SpanRecord
 
     tokens = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens}
-    (span,) = priced([SpanRecord(id="recorded", trace_id="recorded", model=usage.model, usage=tokens)])
-    return usage.model_copy(update={"cost": span.cost})
+    recorded = SpanRecord(id="recorded", trace_id="recorded", model=usage.model, usage=tokens)
+    (span,) = priced([recorded], batch={"recorded"} if batch else ())
+    return usage.model_copy(update={"cost": span.cost, "live_cost": span.live_cost})
 
 
 def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body: bytes) -> dict[str, Any]:

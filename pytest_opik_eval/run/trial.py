@@ -296,7 +296,7 @@ def _record_spans(
     """The attempt's spans, in the store (none when the app, the judges and the manual API made
     none); their spend, less what the replayed calls saved, in the budget; a notice for each span
     whose usage or cost was rejected."""
-    spans = trace.close()
+    spans = trace.close(() if scope is None else scope.batched_under)
     for rejected in trace.rejected:
         notice(item.config, f"{where}: {rejected}")
     if spans:

@@ -66,6 +66,8 @@ def collect_batches(
         answers=done.answers,
         failed_requests=done.failed,
         unknown_results=done.unknown,
+        cost=done.cost,
+        live_cost=done.live_cost,
         still_running=done.still_running,
     )
 

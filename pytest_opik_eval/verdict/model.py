@@ -439,6 +439,8 @@ class BatchReport(_Report):
     answers: int = 0  # answers collected into the trials' recordings
     failed_requests: int = 0  # expired, cancelled, errored or missing: submitted again
     unknown_results: int = 0  # results whose id no request of the batch had: ignored
+    cost: float | None = None  # USD, of the answers collected, at the batch price (None: none priced)
+    live_cost: float | None = None  # what they would have cost live
     still_running: list[str] = []  # batches not ended at the start: their trials waited
     submissions: list[BatchSubmission] = []
     status_command: str | None = None  # how to see the batches' progress
