@@ -42,6 +42,7 @@ __all__ = [
     "ResultLine",
     "batch_client",
     "request_line",
+    "upload_name",
 ]
 
 ENDED = frozenset({"completed", "failed", "expired", "cancelled"})
