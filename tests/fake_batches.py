@@ -1,16 +1,18 @@
-"""A local fake of OpenAI's API for the tests of --eval-batch: the live endpoints a batch replaces
-(chat completions, responses, embeddings) and the Batch API (files, batches), on 127.0.0.1 in a
-thread, with a clock the test controls instead of sleeps.
+"""Local fakes of OpenAI's and Anthropic's APIs for the tests of --eval-batch: the live endpoints a
+batch replaces (OpenAI's chat completions, responses, embeddings; Anthropic's messages) and the
+batch APIs (OpenAI's files and batches, Anthropic's message batches), on 127.0.0.1 in a thread,
+with a clock the test controls instead of sleeps.
 
 Answers are a pure function of the request, the same live and in a batch, so a batched run and a
-live run give the same outputs. A batch stays ``in_progress`` until the test calls
-:meth:`FakeOpenAI.finish` (or ``fail``, ``delete``...). Every request is checked as OpenAI checks
-it; what the fake refuses is kept in ``rejected``, so a test can assert that the plugin sent
+live run give the same outputs. A batch stays in progress until the test calls
+:meth:`FakeOpenAI.finish` (or ``fail``, ``delete``...). Every request is checked as the provider
+checks it; what the fake refuses is kept in ``rejected``, so a test can assert that the plugin sent
 nothing wrong. Everything lives in memory: the fake writes no file (the keys it sees stay here).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import email.parser
 import email.policy
@@ -24,6 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -190,8 +193,8 @@ class StoredFile:
 class BatchState:
     """What the fake knows of a batch beyond the object it shows."""
 
-    object: dict[str, Any]  # OpenAI's Batch
-    requests: list[dict[str, Any]]  # the input file's lines, in order
+    object: dict[str, Any]  # OpenAI's Batch, Anthropic's MessageBatch
+    requests: list[dict[str, Any]]  # in order: the input file's lines, or {custom_id, params}
     results: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # custom_id -> line
     extra: list[str] = dataclasses.field(default_factory=list)
     dropped: set[str] = dataclasses.field(default_factory=set)
@@ -230,34 +233,30 @@ def _page(items: list[dict[str, Any]], query: Mapping[str, list[str]], most: int
     }
 
 
-class FakeOpenAI:
-    """OpenAI's live endpoints and Batch API on ``base_url``; see the module's docstring."""
+class FakeProvider:
+    """What the fakes of the providers share: the server on 127.0.0.1 in a thread, the clock, the
+    batches in memory, the faults a test asks for and the record of what was refused. A provider's
+    fake names its routes, checks its credentials, shapes its errors and says when a batch ended."""
 
-    def __init__(
-        self, *, api_key: str = API_KEY, max_lines: int = 50_000, max_bytes: int = 200 * 1024 * 1024
-    ) -> None:
+    def __init__(self, *, api_key: str) -> None:
         self.api_key = api_key
-        self.max_lines = max_lines
-        self.max_bytes = max_bytes
         # The clock of created_at and the other timestamps: a test may set its own.
         self.clock: Callable[[], float] = time.time
         self.live_calls: list[tuple[str, dict[str, Any]]] = []
         self.rejected: list[Rejection] = []
-        self.uploads: list[dict[str, Any]] = []  # every file uploaded: {id, filename, lines}
-        self.files: dict[str, StoredFile] = {}
         self.creates = 0  # batches created
         self._batches: dict[str, BatchState] = {}
         self._ids = itertools.count(1)
         self._refusals: list[int] = []
         self._kill: Path | None = None
         self._lock = threading.RLock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         # A short poll: close() waits for the loop to see the shutdown.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         self.port = int(self._server.server_address[1])
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.origin = f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
         self._server.shutdown()
@@ -265,9 +264,188 @@ class FakeOpenAI:
 
     @property
     def batches(self) -> dict[str, dict[str, Any]]:
-        """The batches not deleted, id -> the Batch object as OpenAI would show it now."""
+        """The batches not deleted, id -> the batch object as the provider would show it now."""
         with self._lock:
             return {bid: dict(s.object) for bid, s in self._batches.items() if not s.deleted}
+
+    # -- the test's controls, whatever the provider -----------------------------------------------
+
+    def delete(self, batch_id: str) -> None:
+        """The batch is gone on the provider's side: retrieving it answers 404."""
+        with self._lock:
+            self._batches[batch_id].deleted = True
+
+    def refuse_creates(self, status: int, times: int = 1) -> None:
+        """The next ``times`` batch creations answer ``status`` (and create nothing)."""
+        with self._lock:
+            self._refusals.extend([status] * times)
+
+    def extra_results(self, batch_id: str, custom_ids: Iterable[str]) -> None:
+        """Results for requests the batch never had, among its output."""
+        with self._lock:
+            state = self._batches[batch_id]
+            state.extra.extend(custom_ids)
+            self._results_changed(state)
+
+    def drop_results(self, batch_id: str, custom_ids: Iterable[str]) -> None:
+        """No result line at all for these requests."""
+        with self._lock:
+            state = self._batches[batch_id]
+            state.dropped.update(custom_ids)
+            self._results_changed(state)
+
+    def kill_on_create(self, pid_file: Path) -> None:
+        """At the next batch creation, once the batch exists and before answering, SIGKILL the
+        process whose pid ``pid_file`` holds: a client killed mid-submit, deterministically."""
+        with self._lock:
+            self._kill = pid_file
+
+    # -- what each provider's fake says ------------------------------------------------------------
+
+    def routes(self) -> Mapping[tuple[str, str], Route]:
+        """(method, path pattern) -> what answers it, given the fake, the request and the groups."""
+        raise NotImplementedError
+
+    def authorize(self, headers: Mapping[str, str]) -> None:
+        """Raise Refused unless the headers (names in lower case) carry the key and all else."""
+        raise NotImplementedError
+
+    def error_body(self, refused: Refused) -> dict[str, Any]:
+        """The provider's shape of an error answer."""
+        raise NotImplementedError
+
+    def ended(self, state: BatchState) -> bool:
+        raise NotImplementedError
+
+    def _results_changed(self, state: BatchState) -> None:
+        """The test changed what an ended batch's results hold (``extra``, ``dropped``)."""
+
+    # -- the batches' life, whatever the provider ---------------------------------------------------
+
+    def _pick(self, batch_id: str | None) -> list[BatchState]:
+        if batch_id is not None:
+            return [self._batches[batch_id]]
+        return [s for s in self._batches.values() if not self.ended(s) and not s.deleted]
+
+    def _new_id(self, prefix: str) -> str:
+        # Ordered as created, and unguessable enough to look like a provider's.
+        return f"{prefix}{next(self._ids):06d}{os.urandom(6).hex()}"
+
+    def _refuse_if_asked(self) -> None:
+        """At the start of a creation: the fault ``refuse_creates`` asked for, if one is left."""
+        with self._lock:
+            if self._refusals:
+                status = self._refusals.pop(0)
+                message = f"The fake refuses this batch with HTTP {status} (as asked)."
+                raise Refused(status, message, injected=True)
+
+    def _add(self, state: BatchState) -> None:
+        """A batch created; then the kill ``kill_on_create`` asked for, before the answer."""
+        with self._lock:
+            self._batches[state.object["id"]] = state
+            self.creates += 1
+            kill, self._kill = self._kill, None
+        if kill is not None:
+            os.kill(int(kill.read_text()), signal.SIGKILL)
+
+    # -- HTTP ---------------------------------------------------------------------------------
+
+    def serve(
+        self, method: str, target: str, headers: Mapping[str, str], raw: bytes
+    ) -> tuple[int, bytes, str]:
+        """One request's answer: status, body and content type. What the fake refuses (but
+        for the faults a test asked for) is kept in ``rejected``."""
+        url = urlsplit(target)
+        headers = {name.lower(): value for name, value in headers.items()}
+        try:
+            self.authorize(headers)
+            request = Request(url.path, parse_qs(url.query), raw, headers.get("content-type", ""))
+            for (verb, pattern), route in self.routes().items():
+                if verb == method and (match := re.fullmatch(pattern, url.path)):
+                    answer = route(self, request, *match.groups())
+                    break
+            else:
+                raise Refused(404, f"Invalid URL ({method} {url.path})")
+        except Refused as refused:
+            if not refused.injected:
+                with self._lock:
+                    self.rejected.append(Rejection(method, url.path, refused.status, refused.message))
+            return refused.status, json.dumps(self.error_body(refused)).encode(), "application/json"
+        if isinstance(answer, bytes):
+            return 200, answer, "application/octet-stream"
+        if isinstance(answer, list):
+            return 200, b"".join(answer), "text/event-stream"
+        return 200, json.dumps(answer).encode(), "application/json"
+
+
+def _handler(fake: FakeProvider) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs' clients use
+        # Headers and body go in two writes: without this, each answer waits on a delayed ACK.
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except ConnectionError:  # the client is gone (killed mid-submit): not an error here
+                self.close_connection = True
+
+        def _serve(self, method: str) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, data, kind = fake.serve(method, self.path, dict(self.headers.items()), raw)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("x-request-id", f"req_{os.urandom(8).hex()}")
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:  # the client is gone (killed mid-submit)
+                self.close_connection = True
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # not on the test's stderr
+
+    return Handler
+
+
+class FakeOpenAI(FakeProvider):
+    """OpenAI's live endpoints and Batch API on ``base_url``; see the module's docstring."""
+
+    def __init__(
+        self, *, api_key: str = API_KEY, max_lines: int = 50_000, max_bytes: int = 200 * 1024 * 1024
+    ) -> None:
+        super().__init__(api_key=api_key)
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        self.uploads: list[dict[str, Any]] = []  # every file uploaded: {id, filename, lines}
+        self.files: dict[str, StoredFile] = {}
+        self.base_url = f"{self.origin}/v1"
+
+    def routes(self) -> Mapping[tuple[str, str], Route]:
+        return ROUTES
+
+    def authorize(self, headers: Mapping[str, str]) -> None:
+        if headers.get("authorization") != f"Bearer {self.api_key}":
+            raise Refused(401, "Incorrect API key provided.", code="invalid_api_key")
+
+    def error_body(self, refused: Refused) -> dict[str, Any]:
+        return error_body(refused.status, refused.message, refused.param, refused.code)
+
+    def ended(self, state: BatchState) -> bool:
+        return state.object["status"] in ENDED
+
+    def _results_changed(self, state: BatchState) -> None:
+        self._write_results(state)
 
     # -- the test's controls ------------------------------------------------------------------
 
@@ -303,42 +481,7 @@ class FakeOpenAI:
                 },
             )
 
-    def delete(self, batch_id: str) -> None:
-        """The batch is gone on the provider's side: retrieving it answers 404."""
-        with self._lock:
-            self._batches[batch_id].deleted = True
-
-    def refuse_creates(self, status: int, times: int = 1) -> None:
-        """The next ``times`` batch creations answer ``status`` (and create nothing)."""
-        with self._lock:
-            self._refusals.extend([status] * times)
-
-    def extra_results(self, batch_id: str, custom_ids: Iterable[str]) -> None:
-        """Results for requests the batch never had, among its output."""
-        with self._lock:
-            state = self._batches[batch_id]
-            state.extra.extend(custom_ids)
-            self._write_results(state)
-
-    def drop_results(self, batch_id: str, custom_ids: Iterable[str]) -> None:
-        """No result line at all for these requests."""
-        with self._lock:
-            state = self._batches[batch_id]
-            state.dropped.update(custom_ids)
-            self._write_results(state)
-
-    def kill_on_create(self, pid_file: Path) -> None:
-        """At the next batch creation, once the batch exists and before answering, SIGKILL the
-        process whose pid ``pid_file`` holds: a client killed mid-submit, deterministically."""
-        with self._lock:
-            self._kill = pid_file
-
     # -- the batches' life ----------------------------------------------------------------------
-
-    def _pick(self, batch_id: str | None) -> list[BatchState]:
-        if batch_id is not None:
-            return [self._batches[batch_id]]
-        return [s for s in self._batches.values() if s.object["status"] not in ENDED and not s.deleted]
 
     def _end(self, state: BatchState, errors: set[str], expired: set[str], statuses: dict[str, int]) -> None:
         batch = state.object
@@ -426,10 +569,6 @@ class FakeOpenAI:
 
     # -- storage ------------------------------------------------------------------------------
 
-    def _new_id(self, prefix: str) -> str:
-        # Ordered as created, and unguessable enough to look like OpenAI's.
-        return f"{prefix}{next(self._ids):06d}{os.urandom(6).hex()}"
-
     def _store_file(self, filename: str, purpose: str, content: bytes) -> StoredFile:
         file_id = self._new_id("file-")
         stored = StoredFile(
@@ -480,12 +619,7 @@ class FakeOpenAI:
             return stored.object
 
     def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        with self._lock:
-            if self._refusals:
-                status = self._refusals.pop(0)
-                raise Refused(
-                    status, f"The fake refuses this batch with HTTP {status} (as asked).", injected=True
-                )
+        self._refuse_if_asked()
         endpoint, metadata = _batch_params(body)
         with self._lock:
             stored = self.files.get(str(body.get("input_file_id")))
@@ -533,14 +667,8 @@ class FakeOpenAI:
                 "request_counts": {"completed": 0, "failed": 0, "total": len(requests)},
                 "metadata": dict(metadata),
             }
-            # Answered "validating", as OpenAI answers; in progress from then on, until finished.
-            self._batches[batch_id] = BatchState(
-                {**batch, "status": "in_progress", "in_progress_at": now}, requests
-            )
-            self.creates += 1
-            kill, self._kill = self._kill, None
-        if kill is not None:
-            os.kill(int(kill.read_text()), signal.SIGKILL)
+        # Answered "validating", as OpenAI answers; in progress from then on, until finished.
+        self._add(BatchState({**batch, "status": "in_progress", "in_progress_at": now}, requests))
         return batch
 
     def retrieve(self, batch_id: str) -> dict[str, Any]:
@@ -594,77 +722,6 @@ class FakeOpenAI:
         if path == "/v1/chat/completions" and body.get("stream"):
             return _stream(answer, bool((body.get("stream_options") or {}).get("include_usage")))
         return answer
-
-    # -- HTTP ---------------------------------------------------------------------------------
-
-    def serve(
-        self, method: str, target: str, headers: Mapping[str, str], raw: bytes
-    ) -> tuple[int, bytes, str]:
-        """One request's answer: status, body and content type. What the fake refuses (but
-        for the faults a test asked for) is kept in ``rejected``."""
-        url = urlsplit(target)
-        try:
-            if headers.get("Authorization") != f"Bearer {self.api_key}":
-                raise Refused(401, "Incorrect API key provided.", code="invalid_api_key")
-            request = Request(url.path, parse_qs(url.query), raw, headers.get("Content-Type", ""))
-            for (verb, pattern), route in ROUTES.items():
-                if verb == method and (match := re.fullmatch(pattern, url.path)):
-                    answer = route(self, request, *match.groups())
-                    break
-            else:
-                raise Refused(404, f"Invalid URL ({method} {url.path})")
-        except Refused as refused:
-            if not refused.injected:
-                with self._lock:
-                    self.rejected.append(Rejection(method, url.path, refused.status, refused.message))
-            body = error_body(refused.status, refused.message, refused.param, refused.code)
-            return refused.status, json.dumps(body).encode(), "application/json"
-        if isinstance(answer, bytes):
-            return 200, answer, "application/octet-stream"
-        if isinstance(answer, list):
-            return 200, b"".join(answer), "text/event-stream"
-        return 200, json.dumps(answer).encode(), "application/json"
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's client uses
-            # Headers and body go in two writes: without this, each answer waits on a delayed ACK.
-            disable_nagle_algorithm = True
-
-            def do_GET(self) -> None:
-                self._serve("GET")
-
-            def do_POST(self) -> None:
-                self._serve("POST")
-
-            def do_DELETE(self) -> None:
-                self._serve("DELETE")
-
-            def handle(self) -> None:
-                try:
-                    super().handle()
-                except ConnectionError:  # the client is gone (killed mid-submit): not an error here
-                    self.close_connection = True
-
-            def _serve(self, method: str) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, data, kind = fake.serve(method, self.path, dict(self.headers.items()), raw)
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", kind)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.send_header("x-request-id", f"req_{os.urandom(8).hex()}")
-                    self.end_headers()
-                    self.wfile.write(data)
-                except OSError:  # the client is gone (killed mid-submit)
-                    self.close_connection = True
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass  # not on the test's stderr
-
-        return Handler
 
 
 @dataclasses.dataclass(frozen=True)
@@ -770,3 +827,322 @@ def _input_line(number: int, raw: bytes) -> dict[str, Any]:
     if not isinstance(line.get("body"), dict):
         raise Refused(400, f"Line {number}: 'body' must be an object", param="file")
     return line
+
+
+# -- Anthropic ---------------------------------------------------------------------------------
+
+ANTHROPIC_KEY = "sk-ant-fake-SECRET-0123456789abcdef"
+CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+# Anthropic's error type for each status it answers with.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+def _rfc3339(when: float) -> str:
+    return datetime.fromtimestamp(when, timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A Message: ``"answer to "`` the last user message; usage counts words. Checked as Anthropic
+    checks a request: ``model``, ``max_tokens`` (at least 1) and ``messages`` are required."""
+    messages = params.get("messages")
+    if not isinstance(params.get("model"), str):
+        raise Refused(400, "model: Field required")
+    max_tokens = params.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise Refused(400, "max_tokens: must be an integer of at least 1")
+    if not isinstance(messages, list) or not messages:
+        raise Refused(400, "messages: at least one message is required")
+    turns = [m for m in messages if isinstance(m, dict)]
+    users = [m for m in turns if m.get("role") == "user"]
+    text = "answer to " + (_text(users[-1].get("content")) if users else "")
+    prompt = sum(_words(_text(m.get("content"))) for m in turns) + _words(_text(params.get("system")))
+    return {
+        "id": f"msg_{_digest(params)}",
+        "type": "message",
+        "role": "assistant",
+        "model": params["model"],
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": prompt, "output_tokens": _words(text)},
+    }
+
+
+def _message_stream(message: dict[str, Any]) -> list[bytes]:
+    """A Message as Anthropic streams it: start, one text block in one delta, stop."""
+    text = message["content"][0]["text"]
+    usage = message["usage"]
+    events: list[tuple[str, dict[str, Any]]] = [
+        (
+            "message_start",
+            {
+                "message": {
+                    **message,
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1},
+                }
+            },
+        ),
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ("content_block_stop", {"index": 0}),
+        (
+            "message_delta",
+            {
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        ),
+        ("message_stop", {}),
+    ]
+    return [
+        f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode() for name, data in events
+    ]
+
+
+class FakeAnthropic(FakeProvider):
+    """Anthropic's Messages API, live and in Message Batches, on ``base_url`` (the URL before
+    ``/v1``, as the ``anthropic`` client takes it); see the module's docstring.
+
+    A batch's ``request_counts`` are all ``processing`` until it ends, as Anthropic's are."""
+
+    def __init__(self, *, api_key: str = ANTHROPIC_KEY, max_requests: int = 100_000) -> None:
+        super().__init__(api_key=api_key)
+        self.max_requests = max_requests
+        self.base_url = self.origin
+
+    def routes(self) -> Mapping[tuple[str, str], Route]:
+        return ANTHROPIC_ROUTES
+
+    def authorize(self, headers: Mapping[str, str]) -> None:
+        # The key as x-api-key, or as a bearer token (OAuth); and the API's version, always.
+        if self.api_key not in (
+            headers.get("x-api-key"),
+            headers.get("authorization", "").removeprefix("Bearer "),
+        ):
+            raise Refused(401, "invalid x-api-key")
+        if not headers.get("anthropic-version"):
+            raise Refused(400, "anthropic-version: header is required")
+
+    def error_body(self, refused: Refused) -> dict[str, Any]:
+        kind = ERROR_TYPES.get(
+            refused.status, "api_error" if refused.status >= 500 else "invalid_request_error"
+        )
+        return {"type": "error", "error": {"type": kind, "message": refused.message}}
+
+    def ended(self, state: BatchState) -> bool:
+        return bool(state.object["processing_status"] == "ended")
+
+    # -- the test's controls ------------------------------------------------------------------
+
+    def finish(
+        self,
+        batch_id: str | None = None,
+        *,
+        error: Iterable[str] = (),
+        expire: Iterable[str] = (),
+        cancel: Iterable[str] = (),
+        http_error: Mapping[str, str] | None = None,
+    ) -> None:
+        """End a batch (or every batch not ended): each request is answered now, as live, but
+        those in ``error`` (errored, ``api_error``), ``http_error`` (errored with that error
+        type: ``invalid_request_error``, ``overloaded_error``...), ``expire`` and ``cancel``.
+        A batch being canceled ends with its requests canceled."""
+        types = {**{custom_id: "api_error" for custom_id in error}, **(http_error or {})}
+        outcomes = {**{c: "expired" for c in expire}, **{c: "canceled" for c in cancel}}
+        with self._lock:
+            for state in self._pick(batch_id):
+                self._end(state, types, outcomes)
+
+    # -- the batches' life ----------------------------------------------------------------------
+
+    def _end(self, state: BatchState, types: Mapping[str, str], outcomes: Mapping[str, str]) -> None:
+        batch = state.object
+        if self.ended(state):
+            raise ValueError(f"batch {batch['id']} has already ended")
+        canceling = batch["processing_status"] == "canceling"
+        for request in state.requests:
+            custom_id = request["custom_id"]
+            outcome = "canceled" if canceling else outcomes.get(custom_id)
+            if outcome is not None:
+                result: dict[str, Any] = {"type": outcome}
+            elif custom_id in types:
+                kind = types[custom_id]
+                error = {"type": kind, "message": f"The request failed with {kind} (as asked)."}
+                result = {
+                    "type": "errored",
+                    "error": {"type": "error", "error": error, "request_id": f"req_{_digest(request)}"},
+                }
+            else:
+                result = {"type": "succeeded", "message": message_answer(request["params"])}
+            state.results[custom_id] = {"custom_id": custom_id, "result": result}
+        counts = collections.Counter(line["result"]["type"] for line in state.results.values())
+        batch.update(
+            processing_status="ended",
+            ended_at=_rfc3339(self.clock()),
+            results_url=f"{self.base_url}/v1/messages/batches/{batch['id']}/results",
+            request_counts={
+                "processing": 0,
+                "succeeded": counts["succeeded"],
+                "errored": counts["errored"],
+                "canceled": counts["canceled"],
+                "expired": counts["expired"],
+            },
+        )
+
+    # -- the API ----------------------------------------------------------------------------------
+
+    def live(self, params: dict[str, Any]) -> dict[str, Any] | list[bytes]:
+        """A live answer: a Message, or its event stream when ``stream`` is set."""
+        answer = message_answer(params)
+        with self._lock:
+            self.live_calls.append(("/v1/messages", params))
+        return _message_stream(answer) if params.get("stream") else answer
+
+    def create(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._refuse_if_asked()
+        requests = body.get("requests")
+        if not isinstance(requests, list) or not requests:
+            raise Refused(400, "requests: a non-empty list is required")
+        if len(requests) > self.max_requests:
+            raise Refused(400, f"requests: at most {self.max_requests} requests in a batch")
+        seen: set[str] = set()
+        for number, request in enumerate(requests):
+            _check_batch_request(number, request, seen)
+        now = self.clock()
+        batch = {
+            "id": self._new_id("msgbatch_"),
+            "type": "message_batch",
+            "processing_status": "in_progress",
+            "request_counts": {
+                "processing": len(requests),
+                "succeeded": 0,
+                "errored": 0,
+                "canceled": 0,
+                "expired": 0,
+            },
+            "ended_at": None,
+            "created_at": _rfc3339(now),
+            "expires_at": _rfc3339(now + 24 * 3600),
+            "archived_at": None,
+            "cancel_initiated_at": None,
+            "results_url": None,
+        }
+        self._add(BatchState(batch, [dict(request) for request in requests]))
+        return dict(batch)
+
+    def _state(self, batch_id: str) -> BatchState:
+        with self._lock:
+            state = self._batches.get(batch_id)
+        if state is None or state.deleted:
+            raise Refused(404, f"No message batch found with id {batch_id!r}.")
+        return state
+
+    def retrieve(self, batch_id: str) -> dict[str, Any]:
+        return dict(self._state(batch_id).object)
+
+    def cancel(self, batch_id: str) -> dict[str, Any]:
+        with self._lock:
+            state = self._state(batch_id)
+            if state.object["processing_status"] != "in_progress":
+                raise Refused(400, f"Cannot cancel a batch that is {state.object['processing_status']}.")
+            state.object.update(processing_status="canceling", cancel_initiated_at=_rfc3339(self.clock()))
+            return dict(state.object)
+
+    def delete_batch(self, batch_id: str) -> dict[str, Any]:
+        with self._lock:
+            state = self._state(batch_id)
+            if not self.ended(state):
+                raise Refused(400, "A batch must end (or be canceled) before it can be deleted.")
+            state.deleted = True
+        return {"id": batch_id, "type": "message_batch_deleted"}
+
+    def list_batches(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
+        """Newest first, a page ``before_id`` (newer than) or ``after_id`` (older than) an id."""
+        with self._lock:
+            items = [dict(s.object) for s in reversed(self._batches.values()) if not s.deleted]
+        try:
+            limit = int(query.get("limit", ["20"])[0])
+        except ValueError:
+            raise Refused(400, "limit: must be an integer") from None
+        if not 1 <= limit <= 1000:
+            raise Refused(400, "limit: must be between 1 and 1000")
+        ids = [item["id"] for item in items]
+        before, after = query.get("before_id", [None])[0], query.get("after_id", [None])[0]
+        for cursor in (before, after):
+            if cursor is not None and cursor not in ids:
+                raise Refused(400, f"No message batch found with id {cursor!r}.")
+        if before is not None:
+            newer = items[: ids.index(before)]
+            page, more = newer[-limit:], len(newer) > limit
+        else:
+            older = items[ids.index(after) + 1 :] if after is not None else items
+            page, more = older[:limit], len(older) > limit
+        return {
+            "data": page,
+            "has_more": more,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+        }
+
+    def results(self, batch_id: str) -> bytes:
+        """The JSONL of an ended batch's results, in a shuffled order (matched by custom_id)."""
+        with self._lock:
+            state = self._state(batch_id)
+            if not self.ended(state):
+                raise Refused(404, f"Message batch {batch_id!r} has not ended: no results yet.")
+            lines = [line for cid, line in state.results.items() if cid not in state.dropped]
+            for custom_id in state.extra:
+                params = {
+                    "model": "claude-haiku-4-5",
+                    "max_tokens": 16,
+                    "messages": [{"role": "user", "content": custom_id}],
+                }
+                lines.append(
+                    {
+                        "custom_id": custom_id,
+                        "result": {"type": "succeeded", "message": message_answer(params)},
+                    }
+                )
+        random.Random(batch_id).shuffle(lines)
+        return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+def _check_batch_request(number: int, request: Any, seen: set[str]) -> None:
+    """One of a batch's requests, checked as Anthropic checks it: one bad request refuses all."""
+    where = f"requests.{number}"
+    if not isinstance(request, dict) or not isinstance(request.get("params"), dict):
+        raise Refused(400, f"{where}: an object with custom_id and params is required")
+    custom_id = request.get("custom_id")
+    if not isinstance(custom_id, str) or not CUSTOM_ID.fullmatch(custom_id):
+        raise Refused(400, f"{where}.custom_id: {custom_id!r} does not match ^[a-zA-Z0-9_-]{{1,64}}$")
+    if custom_id in seen:
+        raise Refused(400, f"{where}.custom_id: {custom_id!r} is not unique in the batch")
+    seen.add(custom_id)
+    if "stream" in request["params"]:
+        raise Refused(400, f"{where}.params.stream: streaming is not supported in a batch")
+    try:
+        message_answer(request["params"])
+    except Refused as refused:
+        raise Refused(400, f"{where}.params.{refused.message}") from None
+
+
+ANTHROPIC_ROUTES: dict[tuple[str, str], Route] = {
+    ("POST", "/v1/messages"): lambda f, r: f.live(_json_object(r.raw)),
+    ("POST", "/v1/messages/batches"): lambda f, r: f.create(_json_object(r.raw)),
+    ("GET", "/v1/messages/batches"): lambda f, r: f.list_batches(r.query),
+    ("GET", "/v1/messages/batches/([^/]+)"): lambda f, r, batch_id: f.retrieve(batch_id),
+    ("POST", "/v1/messages/batches/([^/]+)/cancel"): lambda f, r, batch_id: f.cancel(batch_id),
+    ("DELETE", "/v1/messages/batches/([^/]+)"): lambda f, r, batch_id: f.delete_batch(batch_id),
+    ("GET", "/v1/messages/batches/([^/]+)/results"): lambda f, r, batch_id: f.results(batch_id),
+}

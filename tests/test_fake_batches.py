@@ -1,6 +1,6 @@
-"""The fake OpenAI (tests/fake_batches.py) is faithful: the official ``openai`` client drives it as
-it drives OpenAI, and every object it returns validates with the SDK's own models, with no field
-the SDK does not know. The batch tests trust their verdicts to it, so it is tested first."""
+"""The fakes of OpenAI and Anthropic (tests/fake_batches.py) are faithful: the official ``openai``
+and ``anthropic`` clients drive them as they drive the providers, and every object they return
+validates with the SDK's own models, with no field the SDK does not know. The batch tests trust their verdicts to it, so it is tested first."""
 
 from __future__ import annotations
 
@@ -9,12 +9,17 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
+import anthropic
+import httpx
 import openai
 import pydantic
 import pytest
-from fake_batches import FakeOpenAI
+from anthropic.types import Message
+from anthropic.types.messages import DeletedMessageBatch, MessageBatch, MessageBatchIndividualResponse
+from anthropic.types.messages.batch_create_params import Request
+from fake_batches import FakeAnthropic, FakeOpenAI
 from openai.types import Batch, FileDeleted, FileObject
 from openai.types.chat import ChatCompletion
 
@@ -295,3 +300,201 @@ print("answered")
     assert (done.returncode, done.stdout) == (-signal.SIGKILL, "")
     assert fake_openai.creates == 1
     assert [b.status for b in client.batches.list()] == ["in_progress"]
+
+
+# -- Anthropic ---------------------------------------------------------------------------------
+
+
+def ask(custom_id: str, prompt: str, **params: Any) -> Request:
+    """One request of a Message Batch (any params, also those Anthropic refuses)."""
+    request = {
+        "custom_id": custom_id,
+        "params": {
+            "model": "claude-haiku-4-5",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": prompt}],
+            **params,
+        },
+    }
+    return cast(Request, request)
+
+
+@pytest.fixture
+def claude(fake_anthropic: FakeAnthropic) -> Any:
+    with anthropic.Anthropic(
+        base_url=fake_anthropic.base_url, api_key=fake_anthropic.api_key, max_retries=0
+    ) as sdk:
+        yield sdk
+
+
+def test_a_message_batch_through_the_sdk(fake_anthropic: FakeAnthropic, claude: anthropic.Anthropic) -> None:
+    batch = claude.messages.batches.create(
+        requests=[ask(name, f"what is {name}") for name in ("a", "b", "c", "d", "e")]
+    )
+    raw = fake_anthropic.batches[batch.id]
+    assert known(raw, MessageBatch) == set()
+    MessageBatch.model_validate_json(json.dumps(raw), strict=True)
+    assert (batch.processing_status, batch.results_url) == ("in_progress", None)
+    waiting = claude.messages.batches.retrieve(batch.id)
+    # All "processing" until the whole batch ends, as Anthropic counts.
+    assert waiting.request_counts.model_dump() == {
+        "processing": 5,
+        "succeeded": 0,
+        "errored": 0,
+        "canceled": 0,
+        "expired": 0,
+    }
+
+    fake_anthropic.finish(
+        batch.id, error=["b"], http_error={"c": "invalid_request_error"}, expire=["d"], cancel=["e"]
+    )
+    ended = claude.messages.batches.retrieve(batch.id)
+    assert ended.processing_status == "ended"
+    assert ended.ended_at is not None
+    assert ended.results_url == f"{fake_anthropic.base_url}/v1/messages/batches/{batch.id}/results"
+    assert ended.request_counts.model_dump() == {
+        "processing": 0,
+        "succeeded": 1,
+        "errored": 2,
+        "canceled": 1,
+        "expired": 1,
+    }
+    results = list(claude.messages.batches.results(batch.id))
+    assert all(isinstance(r, MessageBatchIndividualResponse) for r in results)
+    outcomes = {r.custom_id: r.result for r in results}
+    assert {name: result.type for name, result in outcomes.items()} == {
+        "a": "succeeded",
+        "b": "errored",
+        "c": "errored",
+        "d": "expired",
+        "e": "canceled",
+    }
+    errored = outcomes["c"]
+    assert errored.type == "errored"
+    assert errored.error.error.type == "invalid_request_error"
+    assert outcomes["b"].type == "errored"
+    assert outcomes["b"].error.error.type == "api_error"
+    answered = outcomes["a"]
+    assert answered.type == "succeeded"
+    assert answered.message.content[0].type == "text"
+    assert answered.message.content[0].text == "answer to what is a"
+    assert known(answered.message.model_dump(exclude_unset=True), Message) == set()
+
+    # The same request live gets the same answer: a batched run and a live run agree.
+    live = claude.messages.create(
+        model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": "what is a"}]
+    )
+    assert live.model_dump() == answered.message.model_dump()
+    assert (live.usage.input_tokens, live.usage.output_tokens) == (3, 5)
+    assert [path for path, _ in fake_anthropic.live_calls] == ["/v1/messages"]
+    assert (fake_anthropic.creates, fake_anthropic.rejected) == (1, [])
+
+
+def test_message_batches_list_newest_first_and_page(
+    fake_anthropic: FakeAnthropic, claude: anthropic.Anthropic
+) -> None:
+    ids = [claude.messages.batches.create(requests=[ask("x", str(n))]).id for n in range(5)]
+    page = claude.messages.batches.list(limit=2)
+    assert [b.id for b in page.data] == ids[::-1][:2]
+    assert (page.has_more, page.first_id, page.last_id) == (True, ids[4], ids[3])
+    assert [b.id for b in claude.messages.batches.list(limit=2)] == ids[::-1]  # the SDK pages with after_id
+    newer = claude.messages.batches.list(limit=2, before_id=ids[0])
+    assert ([b.id for b in newer.data], newer.has_more) == ([ids[2], ids[1]], True)
+    with pytest.raises(anthropic.BadRequestError, match="between 1 and 1000"):
+        claude.messages.batches.list(limit=1001)
+
+
+def test_cancel_and_delete_a_message_batch(
+    fake_anthropic: FakeAnthropic, claude: anthropic.Anthropic
+) -> None:
+    batch = claude.messages.batches.create(requests=[ask("a", "1"), ask("b", "2")])
+    with pytest.raises(anthropic.BadRequestError, match="must end"):
+        claude.messages.batches.delete(batch.id)
+    canceling = claude.messages.batches.cancel(batch.id)
+    assert (canceling.processing_status, canceling.cancel_initiated_at is not None) == ("canceling", True)
+    fake_anthropic.finish(batch.id)
+    assert [r.result.type for r in claude.messages.batches.results(batch.id)] == ["canceled", "canceled"]
+    deleted = claude.messages.batches.delete(batch.id)
+    assert isinstance(deleted, DeletedMessageBatch)
+    assert deleted.id == batch.id
+    with pytest.raises(anthropic.NotFoundError):
+        claude.messages.batches.retrieve(batch.id)
+
+
+def test_results_of_a_message_batch_wait_for_its_end(fake_anthropic: FakeAnthropic) -> None:
+    batch = fake_anthropic.create({"requests": [ask("a", "1"), ask("b", "2")]})
+    url = f"{fake_anthropic.base_url}/v1/messages/batches/{batch['id']}/results"
+    headers = {"x-api-key": fake_anthropic.api_key, "anthropic-version": "2023-06-01"}
+    early = httpx.get(url, headers=headers)
+    assert early.status_code == 404
+    assert early.json()["error"]["type"] == "not_found_error"
+    fake_anthropic.finish()
+    fake_anthropic.drop_results(batch["id"], ["a"])
+    fake_anthropic.extra_results(batch["id"], ["stranger"])
+    lines = [json.loads(line) for line in httpx.get(url, headers=headers).text.splitlines()]
+    assert sorted(line["custom_id"] for line in lines) == ["b", "stranger"]
+
+
+@pytest.mark.parametrize(
+    ("requests", "message"),
+    [
+        ([], "non-empty list"),
+        ([ask("a b", "1")], "requests.0.custom_id: 'a b' does not match"),
+        ([ask("x" * 65, "1")], "does not match"),
+        ([ask("a", "1"), ask("a", "2")], "requests.1.custom_id: 'a' is not unique"),
+        ([ask("a", "1", max_tokens=0)], "requests.0.params.max_tokens"),
+        ([ask("a", "1", stream=True)], "requests.0.params.stream"),
+        ([{"custom_id": "a", "params": {"model": "m", "max_tokens": 1}}], "requests.0.params.messages"),
+    ],
+)
+def test_bad_message_batches_are_refused(
+    fake_anthropic: FakeAnthropic, claude: anthropic.Anthropic, requests: list[Any], message: str
+) -> None:
+    with pytest.raises(anthropic.BadRequestError, match=message) as refused:
+        claude.messages.batches.create(requests=requests)
+    body = refused.value.body
+    assert isinstance(body, dict)
+    assert body == {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": body["error"]["message"]},
+    }
+    assert [(r.path, r.status) for r in fake_anthropic.rejected] == [("/v1/messages/batches", 400)]
+    assert fake_anthropic.creates == 0
+
+
+def test_anthropic_wants_its_key_and_a_version(fake_anthropic: FakeAnthropic) -> None:
+    with (
+        anthropic.Anthropic(base_url=fake_anthropic.base_url, api_key="sk-ant-wrong", max_retries=0) as sdk,
+        pytest.raises(anthropic.AuthenticationError),
+    ):
+        sdk.messages.batches.list()
+    url = f"{fake_anthropic.base_url}/v1/messages/batches"
+    unversioned = httpx.get(url, headers={"x-api-key": fake_anthropic.api_key})
+    assert (unversioned.status_code, unversioned.json()["error"]["type"]) == (400, "invalid_request_error")
+    bearer = httpx.get(
+        url, headers={"Authorization": f"Bearer {fake_anthropic.api_key}", "anthropic-version": "2023-06-01"}
+    )
+    assert bearer.status_code == 200
+    assert [r.status for r in fake_anthropic.rejected] == [401, 400]
+
+
+def test_a_live_message_streams(fake_anthropic: FakeAnthropic, claude: anthropic.Anthropic) -> None:
+    with claude.messages.stream(
+        model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": "hi there"}]
+    ) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == "answer to hi there"
+    assert (final.usage.input_tokens, final.usage.output_tokens, final.stop_reason) == (2, 4, "end_turn")
+    assert fake_anthropic.live_calls[0][1]["stream"] is True
+
+
+def test_a_refused_message_batch_create_is_a_fault_not_a_rejection(
+    fake_anthropic: FakeAnthropic, claude: anthropic.Anthropic
+) -> None:
+    fake_anthropic.refuse_creates(529)
+    with pytest.raises(anthropic.InternalServerError) as refused:
+        claude.messages.batches.create(requests=[ask("a", "1")])
+    assert refused.value.status_code == 529
+    claude.messages.batches.create(requests=[ask("a", "1")])
+    assert (fake_anthropic.creates, fake_anthropic.rejected) == (1, [])
