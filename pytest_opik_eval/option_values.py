@@ -238,7 +238,7 @@ BATCH_MODES = {
     "strict": "deferred to provider batches; a request no batch takes fails its trial",
 }
 batch_mode = one_of(BATCH_MODES)
-BATCH_PROVIDERS = ("openai",)
+BATCH_PROVIDERS = ("openai", "anthropic")
 BATCH_AFTER_CAP = ("pending", "live")  # a trial at --eval-batch-max-rounds: stays pending, or goes live
 BATCH_MAX_ROUNDS = 8
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from conftest import NEEDS_RECORD, Project, needs_extra
-from fake_batches import FakeOpenAI
+from fake_batches import FakeAnthropic, FakeOpenAI
 
 from pytest_opik_eval.cli import main
 from pytest_opik_eval.formatting import dollars
 
-pytestmark = [NEEDS_RECORD, needs_extra("test", "openai")]
+pytestmark = NEEDS_RECORD
 
 APP = """
 import openai
@@ -430,7 +430,7 @@ def test_batched_calls_cost_half_the_live_price(app: Project, fake_openai: FakeO
     batched.assert_outcomes(passed=3)
 
     def app_cost(report: dict[str, Any]) -> float:
-        return sum(t["usage"]["app"]["cost"] for e in report["experiments"] for t in e["trials"])
+        return float(sum(t["usage"]["app"]["cost"] for e in report["experiments"] for t in e["trials"]))
 
     assert app_cost(report) == pytest.approx(app_cost(live_report) / 2)
     collected = report["batches"]
@@ -438,3 +438,66 @@ def test_batched_calls_cost_half_the_live_price(app: Project, fake_openai: FakeO
     assert collected["live_cost"] == pytest.approx(app_cost(live_report))
     assert f"at batch prices (live {dollars(collected['live_cost'])})" in batched.stdout.str()
     assert len(fake_openai.live_calls) == 3  # the live run's only
+
+
+ANTHROPIC_APP = """
+import anthropic
+import pytest
+from pytest_opik_eval.metrics import Equals
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+def test_qa(eval_item):
+    client = anthropic.Anthropic(max_retries=0)
+    message = client.messages.create(
+        model="claude-haiku-4-5", max_tokens=100, messages=[{"role": "user", "content": eval_item["input"]}]
+    )
+    return message.content[0].text
+"""
+
+
+@pytest.fixture
+def claude_app(app: Project, fake_anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_anthropic.base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", fake_anthropic.api_key)
+    app.write("test_app.py", ANTHROPIC_APP)
+    return app
+
+
+def anthropic_args(fake: FakeAnthropic) -> list[str]:
+    port = fake.base_url.rsplit(":", 1)[1].strip("/")
+    return ["--eval-batch", f"--eval-batch-provider=127.0.0.1:{port}=anthropic"]
+
+
+@pytest.mark.usefixtures("claude_app")
+def test_an_anthropic_app_completes_in_two_sessions(app: Project, fake_anthropic: FakeAnthropic) -> None:
+    first = app.run("--eval", *anthropic_args(fake_anthropic))
+    first.assert_outcomes(skipped=3)
+    (batch_id,) = fake_anthropic.batches
+    assert (
+        f"submitted 3 requests in 1 batch: anthropic claude-haiku-4-5 /v1/messages {batch_id} (3)"
+        in first.stdout.str()
+    )
+    assert fake_anthropic.rejected == []
+    fake_anthropic.finish()  # its results come back in another order than the requests
+    second = app.run("--eval-resume=last", *anthropic_args(fake_anthropic))
+    second.assert_outcomes(passed=3)
+    assert fake_anthropic.live_calls == []
+    for path, text in files_under(app.path / ".opik-eval").items():
+        assert fake_anthropic.api_key not in text, path
+
+
+@pytest.mark.usefixtures("claude_app")
+def test_an_anthropic_submission_killed_mid_way_is_found_by_its_size(
+    app: Project, fake_anthropic: FakeAnthropic
+) -> None:
+    app.write("conftest.py", "import os, pathlib\npathlib.Path('pid.txt').write_text(str(os.getpid()))\n")
+    fake_anthropic.kill_on_create(app.path / "pid.txt")
+    killed = app.pytester.runpytest_subprocess("-p", "opik_eval", "--eval", *anthropic_args(fake_anthropic))
+    assert killed.ret == -9
+    resumed = app.run("--eval-resume=last", *anthropic_args(fake_anthropic))
+    resumed.assert_outcomes(skipped=3)
+    assert fake_anthropic.creates == 1
+    fake_anthropic.finish()
+    app.run("--eval-resume=last", *anthropic_args(fake_anthropic)).assert_outcomes(passed=3)
+    assert fake_anthropic.creates == 1

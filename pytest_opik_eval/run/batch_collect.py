@@ -19,9 +19,9 @@ from typing import Any
 
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
 from pytest_opik_eval.run.batch_providers import (
+    BatchClient,
     BatchNotFound,
     BatchView,
-    OpenAIBatches,
     ProviderError,
     ResultLine,
 )
@@ -70,7 +70,7 @@ def collect(ledger: Ledger, writer: Writer, journal: Journal, clients: Clients =
 
 
 def _collect_batch(
-    batch_id: str, ledger: Ledger, writer: Writer, journal: Journal, client: OpenAIBatches, done: Collection
+    batch_id: str, ledger: Ledger, writer: Writer, journal: Journal, client: BatchClient, done: Collection
 ) -> None:
     waiting = ledger.waiting(batch_id)
     try:
@@ -110,7 +110,7 @@ def _read_results(
     ledger: Ledger,
     writer: Writer,
     journal: Journal,
-    client: OpenAIBatches,
+    client: BatchClient,
     done: Collection,
 ) -> None:
     scrubber = Scrubber(EnvironmentSecrets())

@@ -21,16 +21,20 @@ from pytest_opik_eval.option_values import Host
 from pytest_opik_eval.store.batch_ledger import Group
 
 # The hosts whose provider the host alone tells.
-KNOWN_HOSTS = {"api.openai.com": "openai"}
-PROVIDERS = ("openai",)
-# OpenAI's batch endpoints that evals call (the client's BatchCreateParams.endpoint).
-_OPENAI_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions")
-# Sent with every batch call when the app sent them: the account the batch is billed to.
-_FORWARDED = ("openai-organization", "openai-project")
-# OpenAI's limits per batch input file (the client's batches.create docstring): 50,000
-# requests and 200 MB; a margin under the size for the multipart encoding.
-MAX_REQUESTS = 50_000
-MAX_BYTES = 190 * 1024 * 1024
+KNOWN_HOSTS = {"api.openai.com": "openai", "api.anthropic.com": "anthropic"}
+# The batch endpoints evals call: OpenAI's (the client's BatchCreateParams.endpoint) and
+# Anthropic's Messages (its Message Batches take nothing else).
+_ENDPOINTS = {
+    "openai": ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"),
+    "anthropic": ("/v1/messages",),
+}
+# Sent with every batch call when the app sent them: the account the batch is billed to, and
+# the API version and betas its requests are written for.
+_FORWARDED = ("openai-organization", "openai-project", "anthropic-version", "anthropic-beta")
+# Per batch: OpenAI's input file takes 50,000 requests and 200 MB (the client's batches.create
+# docstring), Anthropic's 100,000 requests or 256 MB (its batch-processing guide); a margin under
+# the size for the encoding.
+LIMITS = {"openai": (50_000, 190 * 1024 * 1024), "anthropic": (100_000, 245 * 1024 * 1024)}
 
 
 @dataclass(frozen=True)
@@ -56,15 +60,17 @@ def provider_of(host: str | None, port: int | None, providers: Mapping[Host, str
 
 
 def route(provider: str, method: str, url: str) -> Route | str:
-    """Where the provider's batch takes the request, or why it cannot."""
+    """Where the provider's batch takes the request, or why it cannot. The base URL is the one
+    the app called: OpenAI's up to and including ``/v1``, Anthropic's before it."""
     parts = urlsplit(url)
     if method.upper() != "POST":
         return f"{method} is not batchable (a batch takes POST requests)"
-    for endpoint in _OPENAI_ENDPOINTS:
+    endpoints = _ENDPOINTS[provider]
+    for endpoint in endpoints:
         if parts.path.endswith(endpoint):
-            base = parts.path[: -len(endpoint)] + "/v1"
+            base = parts.path[: -len(endpoint)] + ("/v1" if provider == "openai" else "")
             return Route(provider, f"{parts.scheme}://{parts.netloc}{base}", endpoint)
-    return f"{parts.path} is not an endpoint of {provider}'s batch API ({', '.join(_OPENAI_ENDPOINTS)})"
+    return f"{parts.path} is not an endpoint of {provider}'s batch API ({', '.join(endpoints)})"
 
 
 def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], body: Any) -> Batchable | str:
@@ -84,12 +90,14 @@ def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], 
     if parsed.get("background"):
         return f"{found.endpoint}: a background response is not batchable"
     lowered = {str(name).lower(): value for name, value in headers.items()}
-    key = _bearer(lowered.get("authorization"))
+    api_key = _one(lowered.get("x-api-key")) or None
+    bearer = api_key is None
+    key = api_key or _bearer(lowered.get("authorization"))
     key_env = None if key is None else env_secrets_by_value().get(key)
     if key_env is None:
         return (
-            "--eval-batch needs the API key in an environment variable (OPENAI_API_KEY), so that a later "
-            "session can collect the answers"
+            "--eval-batch needs the API key in an environment variable (OPENAI_API_KEY, ANTHROPIC_API_KEY), "
+            "so that a later session can collect the answers"
         )
     forwarded = tuple((name, _one(lowered[name])) for name in _FORWARDED if name in lowered)
     model = parsed.get("model")
@@ -100,6 +108,7 @@ def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], 
         model=model if isinstance(model, str) else None,
         key_env=key_env,
         headers=forwarded,
+        bearer=bearer and provider == "anthropic",
     )
     return Batchable(group, raw)
 
@@ -144,16 +153,22 @@ def _run_prefix(run_id: str) -> str:
     return hashlib.sha256(run_id.encode()).hexdigest()[:12]
 
 
-def split(lines: Sequence[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
-    """The (custom_id, input line) pairs in parts a batch takes: at most MAX_REQUESTS lines and
-    MAX_BYTES bytes each."""
+def split(provider: str, requests: Sequence[tuple[str, bytes]]) -> Iterator[list[tuple[str, bytes]]]:
+    """The (custom_id, body) pairs in parts a batch of the provider takes (``LIMITS``: requests
+    and bytes, each request counted with the line or entry that wraps it)."""
+    most, most_bytes = LIMITS[provider]
     part: list[tuple[str, bytes]] = []
     size = 0
-    for custom, line in lines:
-        if part and (len(part) == MAX_REQUESTS or size + len(line) > MAX_BYTES):
+    for custom, body in requests:
+        length = len(body) + _WRAPPING
+        if part and (len(part) == most or size + length > most_bytes):
             yield part
             part, size = [], 0
-        part.append((custom, line))
-        size += len(line)
+        part.append((custom, body))
+        size += length
     if part:
         yield part
+
+
+# The bytes around a body in the batch: its custom_id, method and URL (OpenAI), or params (Anthropic).
+_WRAPPING = 160

@@ -12,12 +12,13 @@ the uploaded file and marks the submission failed, so that its requests are subm
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from pytest_opik_eval.run.batch_providers import OpenAIBatches, ProviderError, request_line
+from pytest_opik_eval.run.batch_providers import BatchClient, ProviderError, batch_client
 from pytest_opik_eval.run.batch_requests import split, submission_id
 from pytest_opik_eval.run.batching import Queued
+from pytest_opik_eval.run.provider_http import CLOCK_SKEW
 from pytest_opik_eval.store.batch_ledger import (
     Group,
     Ledger,
@@ -28,10 +29,6 @@ from pytest_opik_eval.store.batch_ledger import (
     Uploaded,
     Writer,
 )
-
-# How far before a submission's start a batch created for it may seem to be: clocks differ.
-_CLOCK_SKEW = 600.0
-METADATA_KEY = "opik_eval_submission"
 
 
 @dataclass(frozen=True)
@@ -44,16 +41,16 @@ class Outcome:
     error: str | None = None
 
 
-Clients = Callable[[Group], OpenAIBatches]
+Clients = Callable[[Group], BatchClient]
 
 
-def client_for(group: Group) -> OpenAIBatches:
+def client_for(group: Group) -> BatchClient:
     """The provider's client for the group, with the key its environment variable holds now."""
     key = os.environ.get(group.key_env)
     if not key:
         why = f"the environment variable {group.key_env}, which holds the API key, is not set"
         raise ProviderError(why, status=None, message=why)
-    return OpenAIBatches(group.base_url, key, dict(group.headers))
+    return batch_client(group.provider, group.base_url, key, dict(group.headers), bearer=group.bearer)
 
 
 def submit(
@@ -70,8 +67,7 @@ def submit(
         groups.setdefault(queued.group, []).append(queued)
     outcomes = []
     for group, members in groups.items():
-        lines = [(q.custom_id, request_line(q.custom_id, group.endpoint, q.body)) for q in members]
-        for part in split(lines):
+        for part in split(group.provider, [(q.custom_id, q.body) for q in members]):
             outcomes.append(_submit_part(group, part, writer, run_id, clients))
     return outcomes
 
@@ -82,17 +78,19 @@ def _submit_part(
     custom_ids = [custom for custom, _ in part]
     submission = submission_id(run_id, custom_ids)
     writer.write(Submitting(submission=submission, group=group, custom_ids=custom_ids))
-    file_id = None
     try:
         client = clients(group)
         try:
-            file_id = client.upload(_file_name(submission), (line for _, line in part))
-            writer.write(Uploaded(submission=submission, file_id=file_id))
-            metadata = {"opik_eval": "1", "opik_eval_run": run_id[:512], METADATA_KEY: submission}
-            batch = client.create(file_id, group.endpoint, metadata)
+            batch = client.submit(
+                submission,
+                group.endpoint,
+                part,
+                {"opik_eval": "1", "opik_eval_run": run_id[:512]},
+                lambda file_id: writer.write(Uploaded(submission=submission, file_id=file_id)),
+            )
         finally:
             client.close()
-    except ProviderError as error:
+    except (ProviderError, ValueError) as error:
         writer.write(SubmitFailed(submission=submission, reason=str(error)))
         return Outcome(group, len(part), error=str(error))
     writer.write(Submitted(submission=submission, batch_id=batch.id))
@@ -107,7 +105,7 @@ def reconcile(ledger: Ledger, writer: Writer, clients: Clients = client_for) -> 
     for submission in list(ledger.submissions.values()):
         if submission.open:
             try:
-                line = _settle(submission, clients)
+                line = _settle(submission, set(ledger.batches), clients)
             except ProviderError as error:
                 unsettled.append(
                     f"--eval-batch: submission {submission.line.submission} was interrupted and could not "
@@ -119,20 +117,17 @@ def reconcile(ledger: Ledger, writer: Writer, clients: Clients = client_for) -> 
     return unsettled
 
 
-def _settle(submission: Submission, clients: Clients) -> Submitted | SubmitFailed:
+def _settle(submission: Submission, known: Collection[str], clients: Clients) -> Submitted | SubmitFailed:
     line = submission.line
     client = clients(line.group)
     try:
-        found = client.find(METADATA_KEY, line.submission, line.at - _CLOCK_SKEW)
+        since = line.at - CLOCK_SKEW
+        found = client.find_submission(line.submission, len(line.custom_ids), since, known)
         if found is not None:
             return Submitted(submission=line.submission, batch_id=found.id, adopted=True)
-        client.delete_uploads(_file_name(line.submission), line.at - _CLOCK_SKEW)
+        client.forget_submission(line.submission, since)
     finally:
         client.close()
     return SubmitFailed(
         submission=line.submission, reason="interrupted before the provider created the batch"
     )
-
-
-def _file_name(submission: str) -> str:
-    return f"opik-eval-{submission}.jsonl"

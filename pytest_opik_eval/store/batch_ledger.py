@@ -38,12 +38,15 @@ class Group(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    provider: str  # "openai"
-    base_url: str  # up to and including /v1: https://api.openai.com/v1
+    provider: str  # "openai" or "anthropic"
+    base_url: str  # OpenAI's up to and including /v1 (https://api.openai.com/v1), Anthropic's before it
     endpoint: str  # /v1/chat/completions
     model: str | None = None
     key_env: str  # the environment variable holding the API key: the key itself is never written
-    headers: tuple[tuple[str, str], ...] = ()  # forwarded, non-secret: OpenAI-Organization, -Project
+    headers: tuple[
+        tuple[str, str], ...
+    ] = ()  # forwarded, non-secret: OpenAI-Organization, anthropic-version...
+    bearer: bool = False  # the key went as Authorization: Bearer (Anthropic's may go as x-api-key)
 
     def describe(self) -> str:
         return f"{self.provider} {self.model or '(no model)'} {self.endpoint}"
