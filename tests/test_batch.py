@@ -501,3 +501,37 @@ def test_an_anthropic_submission_killed_mid_way_is_found_by_its_size(
     fake_anthropic.finish()
     app.run("--eval-resume=last", *anthropic_args(fake_anthropic)).assert_outcomes(passed=3)
     assert fake_anthropic.creates == 1
+
+
+def test_shards_batch_apart_and_the_merged_run_collects_them_all(
+    app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.dataset(
+        [
+            {"id": f"q{n}", "input": f"question q{n}", "expected_output": f"answer to question q{n}"}
+            for n in range(6)
+        ]
+    )
+    skipped = 0
+    for k in (1, 2):
+        shard = app.run(
+            "--eval",
+            "--eval-run-id=nightly",
+            f"--eval-shard={k}/2",
+            f"--eval-store=shard{k}/store.db",
+            *batch_args(fake_openai),
+        )
+        skipped += shard.parseoutcomes()["skipped"]
+    assert skipped == 6  # each shard its items
+    assert len(fake_openai.batches) == 2
+    merged = app.path / "merged" / "store.db"
+    assert (
+        main(["--store", str(merged), "merge", *(str(app.path / f"shard{k}" / "store.db") for k in (1, 2))])
+        == 0
+    )
+    assert capsys.readouterr().out.count(" batch ledger file(s) from ") == 2
+    fake_openai.finish()
+    result = app.run("--eval-resume=nightly", f"--eval-store={merged}", *batch_args(fake_openai))
+    result.assert_outcomes(passed=6)
+    assert "eval batches collected: 6 answers from 2 batches" in result.stdout.str()
+    assert fake_openai.live_calls == []

@@ -12,6 +12,7 @@ Reading parses every file of the run and replays the events in the order they ha
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import Counter
@@ -279,6 +280,21 @@ def load(folder: Path, run_id: str) -> Ledger:
     for *_, line in sorted(lines, key=lambda entry: entry[:3]):
         ledger.apply(line)
     return ledger
+
+
+def merge(target: Path, source: Path) -> int:
+    """A shard's ledgers (``source``, a batches folder) added to ``target``'s: files are one per
+    session and process, so the union of the two folders is the merged ledger. Returns how many
+    files were copied (those already there are left as they are)."""
+    copied = 0
+    for path in sorted(source.glob(f"*/*{_SUFFIX}")):
+        destination = target / path.parent.name / path.name
+        if destination.exists():
+            continue
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, destination)
+        copied += 1
+    return copied
 
 
 def has_ledger(folder: Path, run_id: str) -> bool:
