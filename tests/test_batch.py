@@ -211,22 +211,6 @@ def custom_ids(fake: FakeOpenAI, batch_id: str) -> dict[str, str]:
     }
 
 
-def test_a_task_of_two_dependent_calls_takes_two_rounds(app: Project, fake_openai: FakeOpenAI) -> None:
-    app.write("test_app.py", APP.format(body="return ask('then ' + ask(eval_item['input']))"))
-    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
-    fake_openai.finish()
-    # Round 2: the first answers replay, the second calls wait in a new batch.
-    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(skipped=3)
-    assert len(fake_openai.batches) == 2
-    fake_openai.finish()
-    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(
-        failed=3
-    )  # not the expected output
-    outputs = {t.dataset_item_id: t.output for t in app.trials()}
-    assert outputs["a"] == {"output": "answer to then answer to question a"}
-    assert fake_openai.live_calls == []
-
-
 def test_results_of_unknown_ids_are_ignored_and_missing_ones_submitted_again(
     app: Project, fake_openai: FakeOpenAI
 ) -> None:
@@ -328,11 +312,16 @@ JUDGED_APP = """
 import openai
 import pytest
 from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from pytest_opik_eval.tracing import trace
 
 
 def ask(text):
-    client = openai.OpenAI(max_retries=0)
-    answer = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": text}])
+    # Reported on a span of its own, as an instrumented client does: priced at the end.
+    with trace.span("chat", type="llm") as span:
+        client = openai.OpenAI(max_retries=0)
+        answer = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": text}])
+        span.model = "gpt-4.1-mini"
+        span.usage = {"prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens}
     return answer.choices[0].message.content
 
 
@@ -535,3 +524,60 @@ def test_shards_batch_apart_and_the_merged_run_collects_them_all(
     result.assert_outcomes(passed=6)
     assert "eval batches collected: 6 answers from 2 batches" in result.stdout.str()
     assert fake_openai.live_calls == []
+
+
+@needs_extra("cost", "genai_prices")
+def test_a_200_item_suite_and_its_judge_end_as_a_live_run_does_at_half_the_price(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    items = [f"q{n:03d}" for n in range(200)]
+    app.dataset([{"id": name, "input": f"question {name}"} for name in items])
+    app.write("test_app.py", JUDGED_APP)
+    live, live_report = app.run_report("--eval", "--eval-store=live/store.db")
+    calls = len(fake_openai.live_calls)
+    assert calls == 400  # the app's and the judge's
+
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=200)
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(skipped=200)
+    fake_openai.finish()
+    batched, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    assert batched.ret == live.ret
+    assert batched.parseoutcomes()["passed"] == live.parseoutcomes()["passed"] == 200
+
+    def trials(report: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+        (experiment,) = report["experiments"]
+        return {
+            t["dataset_item_id"]: (t["output"], t["passed"], [s["value"] for s in t["scores"]])
+            for t in experiment["trials"]
+        }
+
+    def cost(report: dict[str, Any]) -> float:
+        (experiment,) = report["experiments"]
+        return float(
+            sum(t["usage"]["app"]["cost"] + t["usage"]["judge"]["cost"] for t in experiment["trials"])
+        )
+
+    assert trials(report) == trials(live_report)
+    assert len(fake_openai.live_calls) == calls  # none more: every call went in a batch
+    assert len(fake_openai.batches) == 2
+    assert app.completed() == {(name, 0) for name in items}
+    assert cost(report) == pytest.approx(cost(live_report) / 2)
+
+
+def test_a_three_call_agent_and_its_judge_take_four_rounds(app: Project, fake_openai: FakeOpenAI) -> None:
+    agent = JUDGED_APP.replace(
+        'return ask(eval_item["input"])', 'return ask("then " + ask("next " + ask(eval_item["input"])))'
+    )
+    app.write("test_app.py", agent)
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    for round_ in range(1, 4):  # the agent's second and third calls, then the judge's
+        fake_openai.finish()
+        app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+        assert len(fake_openai.batches) == round_ + 1
+    fake_openai.finish()
+    done = app.run("--eval-resume=last", *batch_args(fake_openai))
+    done.assert_outcomes(failed=3)  # completed: the judge reads the agent's answer as wrong
+    assert fake_openai.live_calls == []
+    outputs = {t.dataset_item_id: t.output for t in app.trials()}
+    assert outputs["a"] == {"output": "answer to then answer to next answer to question a"}
