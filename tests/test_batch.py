@@ -581,3 +581,17 @@ def test_a_three_call_agent_and_its_judge_take_four_rounds(app: Project, fake_op
     assert fake_openai.live_calls == []
     outputs = {t.dataset_item_id: t.output for t in app.trials()}
     assert outputs["a"] == {"output": "answer to then answer to next answer to question a"}
+
+
+@needs_extra("cost", "genai_prices")
+def test_a_budget_counts_the_answers_once_when_they_are_collected(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("test_app.py", APP.format(body=TRACED_BODY))
+    _, first = app.run_report("--eval", "--eval-budget=1", *batch_args(fake_openai))
+    assert first["budget"]["spent"] == 0  # a deferred request costs nothing yet
+    fake_openai.finish()
+    _, second = app.run_report("--eval-resume=last", "--eval-budget=1", *batch_args(fake_openai))
+    assert second["batches"]["cost"] > 0
+    # The answers' batch cost, once: their replay is not paid again.
+    assert second["budget"]["spent"] == pytest.approx(second["batches"]["cost"])

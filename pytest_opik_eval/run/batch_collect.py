@@ -45,6 +45,7 @@ class Collection:
     unknown: int = 0
     cost: float | None = None  # USD, of the answers at the batch price (None: none priced)
     live_cost: float | None = None  # what they would have cost live
+    tokens: int = 0  # of the answers, in and out
     still_running: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
 
@@ -175,6 +176,8 @@ def _record(
         batch=batch_id,
     )
     journal.add(deferred.test, interaction)
+    if usage is not None:
+        done.tokens += usage.input_tokens + usage.output_tokens
     if usage is not None and usage.cost is not None:
         done.cost = (done.cost or 0.0) + usage.cost
         done.live_cost = (done.live_cost or 0.0) + (usage.live_cost or usage.cost)

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_opik_eval.options import resume_command
+from pytest_opik_eval.run.budget import Budget
 from pytest_opik_eval.session.resources import batches_folder, recordings_folder
 from pytest_opik_eval.settings import EvalOptions
 from pytest_opik_eval.verdict.model import BatchReport, BatchSubmission
@@ -39,10 +40,14 @@ def check_resume(options: EvalOptions, run_id: str, requested: str) -> None:
 
 
 def collect_batches(
-    options: EvalOptions, run_id: str, session_id: str, notify: Callable[[str], None]
+    options: EvalOptions,
+    run_id: str,
+    session_id: str,
+    notify: Callable[[str], None],
+    budget: Budget | None = None,
 ) -> BatchReport:
     """The resumed run's ended batches read into the recordings (folded now: the trials replay
-    them), before any trial runs."""
+    them), before any trial runs; what their answers cost counted in ``budget``."""
     from pytest_opik_eval.run.batch_collect import collect
     from pytest_opik_eval.store.batch_ledger import Writer, load
     from pytest_opik_eval.store.http_recordings import Journal, fold
@@ -58,6 +63,8 @@ def collect_batches(
     finally:
         writer.close()
         journal.close()
+    if budget is not None:
+        budget.spend(done.tokens if budget.unit == "tokens" else done.cost or 0.0)
     folded = fold(recordings_folder(options))
     for message in [*done.notices, *folded.set_aside, *folded.unsaved]:
         notify(message)

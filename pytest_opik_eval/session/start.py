@@ -122,8 +122,13 @@ class Start:
         run_id = resume.run.id
         check_resume(self.options, run_id, resume.requested)
         if self.options.batch != "off":
-            self.state.resources.batches_collected = collect_batches(
-                self.options, run_id, self.state.target.session_id, functools.partial(notice, self.config)
+            resources = self.state.resources
+            resources.batches_collected = collect_batches(
+                self.options,
+                run_id,
+                self.state.target.session_id,
+                functools.partial(notice, self.config),
+                resources.budget,
             )
 
     def _budget_setting(self, resume: ResumeTarget | None) -> BudgetSetting | None:
