@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from conftest import NEEDS_RECORD, Project, needs_extra
 from fake_batches import FakeAnthropic, FakeOpenAI
+from opik_server import OpikTestServer
 
 from pytest_opik_eval.cli import main
 from pytest_opik_eval.formatting import dollars
@@ -133,15 +134,17 @@ def test_expired_and_failed_requests_are_submitted_again(app: Project, fake_open
     assert fake_openai.live_calls == []
 
 
+@pytest.mark.parametrize(("status", "times"), [(400, 1), (500, 3)], ids=["refused", "failing"])
 def test_a_refused_submission_loses_nothing_and_the_next_resume_submits(
-    app: Project, fake_openai: FakeOpenAI
+    app: Project, fake_openai: FakeOpenAI, status: int, times: int
 ) -> None:
-    fake_openai.refuse_creates(400)
+    fake_openai.refuse_creates(status, times)
     first = app.run("--eval", *batch_args(fake_openai))
     first.assert_outcomes(skipped=3)
     output = first.stdout.str()
     assert "eval batches: 3 requests not submitted (openai gpt-4.1-mini /v1/chat/completions)" in output
     assert "the next resume submits them again" in output
+    assert f"HTTP {status}" in output  # the provider's answer, said
     assert fake_openai.batches == {}
     second = app.run("--eval-resume=last", *batch_args(fake_openai))
     second.assert_outcomes(skipped=3)
@@ -595,3 +598,17 @@ def test_a_budget_counts_the_answers_once_when_they_are_collected(
     assert second["batches"]["cost"] > 0
     # The answers' batch cost, once: their replay is not paid again.
     assert second["budget"]["spent"] == pytest.approx(second["batches"]["cost"])
+
+
+def test_with_the_opik_backend_the_trials_wait_on_the_server(
+    app: Project, fake_openai: FakeOpenAI, opik: OpikTestServer
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    result, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    result.assert_outcomes(passed=3)
+    (experiment,) = report["experiments"]
+    assert {t["dataset_item_id"]: t["output"] for t in experiment["trials"]} == {
+        name: {"output": f"answer to question {name}"} for name in "abc"
+    }
+    assert fake_openai.live_calls == []
