@@ -69,8 +69,10 @@ def files_under(folder: Path) -> dict[str, str]:
 
 
 def test_a_single_call_app_completes_in_two_sessions_with_no_live_call(
-    app: Project, fake_openai: FakeOpenAI
+    app: Project, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    step_summary = app.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
     first = app.run("--eval", *batch_args(fake_openai))
     first.assert_outcomes(skipped=3)
     assert first.ret == pytest.ExitCode.INTERRUPTED  # incomplete by design: the gates wait
@@ -82,6 +84,8 @@ def test_a_single_call_app_completes_in_two_sessions_with_no_live_call(
     )
     assert "3 eval trials waiting for a batch" in output
     assert "then finish them: pytest --eval-resume=" in output
+    # The job summary says the same.
+    assert "⏳ eval batches: 3 trials wait; submitted 3 requests in 1 batch" in step_summary.read_text()
     assert fake_openai.live_calls == []
     assert fake_openai.rejected == []
     assert app.completed() == set()

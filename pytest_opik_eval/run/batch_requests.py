@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -115,8 +116,6 @@ def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], 
 
 def env_secrets_by_value() -> dict[str, str]:
     """Secret values of the environment -> their variable's name."""
-    import os
-
     return {value: placeholder[1:-1] for value, placeholder in env_secrets(os.environ).items()}
 
 

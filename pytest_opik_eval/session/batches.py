@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -16,6 +16,9 @@ from pytest_opik_eval.run.budget import Budget
 from pytest_opik_eval.session.resources import batches_folder, recordings_folder
 from pytest_opik_eval.settings import EvalOptions
 from pytest_opik_eval.verdict.model import BatchReport, BatchSubmission
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.batching import Queued
 
 # What a pytest-xdist worker hands its controller: the requests its trials deferred (the raw
 # bodies cross in memory, never written).
@@ -83,7 +86,7 @@ def submit_batches(
     options: EvalOptions,
     run_id: str,
     session_id: str,
-    queued: Iterable[Any],
+    queued: Iterable[Queued],
     collected: BatchReport | None,
     waiting_trials: int,
 ) -> BatchReport:
@@ -123,7 +126,7 @@ def submit_batches(
     )
 
 
-def handed(queue: dict[str, Any]) -> list[dict[str, str]]:
+def handed(queue: dict[str, Queued]) -> list[dict[str, str]]:
     """A worker's queue as it crosses to the controller (JSON-safe)."""
     return [
         {
@@ -135,7 +138,7 @@ def handed(queue: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def received(handed: list[dict[str, str]]) -> list[Any]:
+def received(handed: list[dict[str, str]]) -> list[Queued]:
     """A worker's queue as the controller submits it."""
     from pytest_opik_eval.run.batching import Queued
     from pytest_opik_eval.store.batch_ledger import Group
