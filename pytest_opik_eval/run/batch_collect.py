@@ -27,7 +27,7 @@ from pytest_opik_eval.run.batch_providers import (
 )
 from pytest_opik_eval.run.batch_submit import Clients, client_for, reconcile
 from pytest_opik_eval.run.http_calls import recorded_response, usage_of
-from pytest_opik_eval.run.recording import priced_usage
+from pytest_opik_eval.run.pricing import priced_usage
 from pytest_opik_eval.store.batch_ledger import Answered, BatchState, Collected, Failed, Ledger, Writer
 from pytest_opik_eval.store.http_recordings import Interaction, Journal
 

@@ -19,10 +19,13 @@ import sys
 import threading
 from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.store.records import SpanRecord
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.store.http_recordings import RecordedUsage
 
 PRICE_TABLE = "price table"
 BATCH_PRICE_TABLE = "batch price table"
@@ -190,3 +193,14 @@ def _when(span: SpanRecord) -> datetime:
         except ValueError:
             pass
     return datetime.now(timezone.utc)
+
+
+def priced_usage(usage: RecordedUsage | None, *, batch: bool = False) -> RecordedUsage | None:
+    """A recorded call's usage with its cost from the price table, when it has one;
+    ``batch``: a batch's answer, at the batch price (the live one in ``live_cost``)."""
+    if usage is None or usage.model is None:
+        return usage
+    tokens = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens}
+    recorded = SpanRecord(id="recorded", trace_id="recorded", model=usage.model, usage=tokens)
+    (span,) = priced([recorded], batch={"recorded"} if batch else ())
+    return usage.model_copy(update={"cost": span.cost, "live_cost": span.live_cost})

@@ -46,6 +46,7 @@ from pytest_opik_eval.own_requests import own_request
 from pytest_opik_eval.run import http_calls, trial_trace
 from pytest_opik_eval.run.call_context import within
 from pytest_opik_eval.run.network_guard import socket_guard, with_addresses
+from pytest_opik_eval.run.pricing import priced_usage
 from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 
@@ -575,20 +576,6 @@ def _open_span() -> str | None:
     usage on a span of its own (``trace.usage`` after the call)."""
     trial = trial_trace.current()
     return None if trial is None else trial.parent_span_id()
-
-
-def priced_usage(usage: RecordedUsage | None, *, batch: bool = False) -> RecordedUsage | None:
-    """The usage with its cost from the price table (``run/pricing.py``), when it has one;
-    ``batch``: a batch's answer, at the batch price (the live one in ``live_cost``)."""
-    if usage is None or usage.model is None:
-        return usage
-    from pytest_opik_eval.run.pricing import priced
-    from pytest_opik_eval.store.records import SpanRecord
-
-    tokens = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens}
-    recorded = SpanRecord(id="recorded", trace_id="recorded", model=usage.model, usage=tokens)
-    (span,) = priced([recorded], batch={"recorded"} if batch else ())
-    return usage.model_copy(update={"cost": span.cost, "live_cost": span.live_cost})
 
 
 def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body: bytes) -> dict[str, Any]:
