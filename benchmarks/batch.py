@@ -89,14 +89,15 @@ class App:
         self.providers: dict[Host, str] = {("127.0.0.1", fake.port): "openai"}
         self.sessions = 0
         # The replayed side's recordings: N calls recorded live, as a first session would.
-        recorder = Recorder(mode="new_episodes", folder=self.recordings, session_id="record", worker="main")
-        self.recorder = recorder
-        recorder.start()
+        self.recorder = Recorder(
+            mode="new_episodes", folder=self.recordings, session_id="record", worker="main"
+        )
+        self.recorder.start()
         try:
             for i in range(n):
                 self.call_in_trial(f"recorded{i}")
         finally:
-            recorder.stop()
+            self.recorder.stop()
         fold(self.recordings)
         self.recorder = Recorder(
             mode="new_episodes", folder=self.recordings, session_id="bench", worker="main"
@@ -258,7 +259,7 @@ def step(times: list[Timing], answers: int) -> Step:
 class PerRound:
     answers: int
     repeats: int
-    ledger_read: Step  # before the submission and before the collection: the larger (collection's)
+    ledger_read: Step  # the resume's, before the collection
     submission: Step
     collection: Step  # collect(), the answers journaled
     fold: Step  # the journal folded into the recordings' files
@@ -347,6 +348,17 @@ def figures(folder: Path, *, quick: bool) -> dict[str, Any]:
         fake.close()
 
 
+def _rounded(value: Any) -> Any:
+    """Four significant digits: the rest is noise."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_rounded(item) for item in value]
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes, few pairs: a smoke run")
@@ -360,7 +372,7 @@ def main() -> None:
     if target is not None:
         machine = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
         target.write_text(
-            json.dumps({"machine": machine, "openai": openai.__version__, **found}, indent=1) + "\n"
+            json.dumps({"machine": machine, "openai": openai.__version__, **_rounded(found)}, indent=1) + "\n"
         )
 
 
