@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pytest_opik_eval.masking import env_secrets
+from pytest_opik_eval.masking import EnvironmentSecrets
 from pytest_opik_eval.option_values import Host
 from pytest_opik_eval.store.batch_ledger import Group
 
@@ -94,7 +93,7 @@ def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], 
     api_key = _one(lowered.get("x-api-key")) or None
     bearer = api_key is None
     key = api_key or _bearer(lowered.get("authorization"))
-    key_env = None if key is None else env_secrets_by_value().get(key)
+    key_env = None if key is None else key_variable(key)
     if key_env is None:
         return (
             "--eval-batch needs the API key in an environment variable (OPENAI_API_KEY, ANTHROPIC_API_KEY), "
@@ -114,9 +113,14 @@ def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], 
     return Batchable(group, raw)
 
 
-def env_secrets_by_value() -> dict[str, str]:
-    """Secret values of the environment -> their variable's name."""
-    return {value: placeholder[1:-1] for value, placeholder in env_secrets(os.environ).items()}
+def key_variable(key: str) -> str | None:
+    """The environment variable whose value ``key`` is, if any (read again only when the
+    environment changed: see ``masking.EnvironmentSecrets``)."""
+    placeholder = _SECRETS.current().get(key)
+    return None if placeholder is None else placeholder[1:-1]
+
+
+_SECRETS = EnvironmentSecrets()
 
 
 def _bearer(value: Any) -> str | None:
