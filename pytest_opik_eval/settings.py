@@ -354,6 +354,8 @@ def _batch(config: pytest.Config, rescore: str | None) -> tuple[str, str]:
     if given is None or given[0] == "off":
         return given or ("off", "default")
     if rescore is not None:
+        if given[1] != "--eval-batch":  # a project's ini or environment: a rescore sends its judges live
+            return "off", "default"
         raise pytest.UsageError(
             f"--eval-batch (from {given[1]}) with --eval-rescore: a rescore's judges cannot be batched yet; "
             "rescore without --eval-batch"

@@ -165,7 +165,7 @@ def test_a_batch_deleted_at_the_provider_is_submitted_again(app: Project, fake_o
     second.assert_outcomes(skipped=3)
     output = second.stdout.str()
     assert f"batch {batch_id} not found at the provider (deleted?)" in output
-    assert "3 requests without an answer, submitted again" in output
+    assert "3 requests without an answer, submitted again as their trials run" in output
     assert len([b for b in fake_openai.batches if b != batch_id]) == 1
 
 
@@ -232,7 +232,7 @@ def test_results_of_unknown_ids_are_ignored_and_missing_ones_submitted_again(
     output = result.stdout.str()
     assert f"--eval-batch: batch {batch_id} returned 1 result of no request it was given; ignored" in output
     assert (
-        "1 request without an answer, submitted again; 1 result of no request of the batch, ignored" in output
+        "1 request without an answer, submitted again as their trials run; 1 result of no request" in output
     )
     (again,) = [b for b in fake_openai.batches if b != batch_id]
     assert set(custom_ids(fake_openai, again).values()) == {ids["a"]}
@@ -299,7 +299,7 @@ def test_batch_status_and_collect_commands(
     assert "all ended: pytest --eval-resume=" in out
     code, out = cli("collect")
     assert code == 0
-    assert "collected 3 answers from 1 batch; 0 without an answer" in out
+    assert "eval batches collected: 3 answers from 1 batch" in out
     # The resume replays what the command collected, and downloads nothing again.
     result = app.run("--eval-resume=last", *batch_args(fake_openai))
     result.assert_outcomes(passed=3)
@@ -382,8 +382,8 @@ def test_the_round_cap_leaves_the_trial_pending_or_sends_the_rest_live(
     app.write("test_app.py", APP.format(body="return ask('then ' + ask(eval_item['input']))"))
     app.run("--eval", *batch_args(fake_openai), "--eval-batch-max-rounds=1").assert_outcomes(skipped=3)
     fake_openai.finish()
-    capped = app.run("--eval-resume=last", "-rs", *batch_args(fake_openai), "--eval-batch-max-rounds=1")
-    capped.assert_outcomes(skipped=3)
+    capped = app.run("--eval-resume=last", *batch_args(fake_openai), "--eval-batch-max-rounds=1")
+    capped.assert_outcomes(failed=3)  # nothing will come: it says so, and stays pending
     assert (
         "the trial took 1 batched rounds (--eval-batch-max-rounds) and stays pending" in capped.stdout.str()
     )
@@ -616,3 +616,70 @@ def test_with_the_opik_backend_the_trials_wait_on_the_server(
         name: {"output": f"answer to question {name}"} for name in "abc"
     }
     assert fake_openai.live_calls == []
+
+
+def test_a_retry_of_a_deferred_request_is_not_submitted_again(app: Project, fake_openai: FakeOpenAI) -> None:
+    # A retry loop on the error answer (as tenacity's): one request in the batch, not three.
+    app.write(
+        "test_app.py",
+        APP.format(
+            body="""for attempt in range(3):
+        try:
+            return ask(eval_item['input'])
+        except openai.BadRequestError:
+            pass
+    raise RuntimeError('no answer')"""
+        ),
+    )
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    assert len(input_lines(fake_openai, batch_id)) == 3
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+
+
+def test_a_new_run_does_not_replay_the_answers_an_earlier_run_was_given(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+    # Tomorrow's nightly run asks again: last night's answers measure last night's app.
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    assert len(fake_openai.batches) == 2
+
+
+def test_a_judge_that_swallows_a_refused_call_is_not_cached(app: Project, fake_openai: FakeOpenAI) -> None:
+    # A judge that streams (no batch takes it: strict mode refuses it) and returns 0 on an error.
+    forgiving = JUDGED_APP.replace(
+        '        verdict = ask(f"grade: {output}")',
+        """        try:
+            stream = openai.OpenAI(max_retries=0).chat.completions.create(
+                model="gpt-4.1-mini", messages=[{"role": "user", "content": f"grade: {output}"}], stream=True
+            )
+            verdict = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+        except openai.BadRequestError:
+            return ScoreResult(name="judge", value=0.0)""",
+    )
+    app.write("test_app.py", forgiving.replace('return ask(eval_item["input"])', 'return "a fixed output"'))
+    strict = app.run(
+        "--eval", *batch_args(fake_openai)[:-2], "--eval-batch=strict", batch_args(fake_openai)[-1]
+    )
+    strict.assert_outcomes(failed=3)  # pending: the judge's call was not sent
+    assert "--eval-batch=strict: not batchable" in strict.stdout.str()
+    assert list((app.path / ".opik-eval" / "judge-cache").rglob("*.json")) == []
+
+
+def test_cancelled_batches_are_submitted_again(
+    app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    capsys.readouterr()
+    assert main(["--store", str(app.store_path), "batch", "cancel"]) == 0
+    assert f"  {batch_id}  openai gpt-4.1-mini /v1/chat/completions  cancelling" in capsys.readouterr().out
+    fake_openai.finish()
+    again = app.run("--eval-resume=last", *batch_args(fake_openai))
+    again.assert_outcomes(skipped=3)
+    assert "3 requests without an answer, submitted again" in again.stdout.str()
+    assert len(fake_openai.batches) == 2

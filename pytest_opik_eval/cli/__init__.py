@@ -239,6 +239,7 @@ def _parser() -> argparse.ArgumentParser:
     for name, text in (
         ("status", "each batch's state at the provider, and what to run once they end"),
         ("collect", "the ended batches' results into the recordings, without running a trial"),
+        ("cancel", "cancel the batches still running; the next resume submits their requests again"),
     ):
         command = batch_commands.add_parser(name, help=text)
         command.add_argument(

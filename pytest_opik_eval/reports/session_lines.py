@@ -75,7 +75,7 @@ def batch_lines(batches: BatchReport, code: Callable[[str], str] = str) -> list[
     b = batches
     lines: list[tuple[str, bool]] = []
     if b.collected_batches or b.still_running or b.failed_requests:
-        lines.append((_collected_line(b), False))
+        lines.append((collected_line(b), False))
     submitted = [s for s in b.submissions if s.batch_id is not None]
     if b.waiting_trials or submitted:
         line = f"eval batches: {_count(b.waiting_trials, 'trial')} wait"
@@ -102,13 +102,15 @@ def batch_lines(batches: BatchReport, code: Callable[[str], str] = str) -> list[
     return lines
 
 
-def _collected_line(b: BatchReport) -> str:
+def collected_line(b: BatchReport) -> str:
     """What the start collected: ``eval batches collected: 200 answers from 1 batch; cost $0.02
     at batch prices (live $0.04): saved $0.02``."""
     answers = _count(b.answers, "answer")
     line = f"eval batches collected: {answers} from {_count(b.collected_batches, 'batch')}"
     if b.failed_requests:
-        line += f"; {_count(b.failed_requests, 'request')} without an answer, submitted again"
+        line += (
+            f"; {_count(b.failed_requests, 'request')} without an answer, submitted again as their trials run"
+        )
     if b.unknown_results:
         line += f"; {_count(b.unknown_results, 'result')} of no request of the batch, ignored"
     if b.still_running:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber
@@ -28,8 +29,17 @@ from pytest_opik_eval.run.batch_providers import (
 from pytest_opik_eval.run.batch_submit import Clients, client_for, reconcile
 from pytest_opik_eval.run.http_calls import recorded_response, usage_of
 from pytest_opik_eval.run.pricing import priced_usage
-from pytest_opik_eval.store.batch_ledger import Answered, BatchState, Collected, Failed, Ledger, Writer
-from pytest_opik_eval.store.http_recordings import Interaction, Journal
+from pytest_opik_eval.store.batch_ledger import (
+    Answered,
+    Collected,
+    Failed,
+    Ledger,
+    Writer,
+    batches_folder,
+    load,
+    locked,
+)
+from pytest_opik_eval.store.http_recordings import Interaction, Journal, fold, recordings_folder
 
 # Statuses a provider may answer differently when asked again.
 _TRANSIENT = frozenset({408, 409, 429})
@@ -46,8 +56,31 @@ class Collection:
     cost: float | None = None  # USD, of the answers at the batch price (None: none priced)
     live_cost: float | None = None  # what they would have cost live
     tokens: int = 0  # of the answers, in and out
+    unsaved: bool = False  # the recordings' files could not all be written (the journal keeps them)
     still_running: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+
+
+def collect_run(store_folder: Path, run_id: str, session_id: str, process: str) -> Collection:
+    """The run's ended batches collected into the recordings beside the store and folded (the
+    trials replay them from the files), under the ledger's lock; what could not be read said."""
+    folder, recordings = batches_folder(store_folder), recordings_folder(store_folder)
+    with locked(folder, run_id):
+        ledger = load(folder, run_id)
+        writer = Writer(folder, run_id, session_id, process)
+        journal = Journal(recordings, session_id, "batch")
+        try:
+            done = collect(ledger, writer, journal)
+        finally:
+            writer.close()
+            journal.close()
+    folded = fold(recordings)
+    damaged = [
+        f"--eval-batch: a ledger line could not be read, and was skipped: {where}" for where in ledger.damaged
+    ]
+    done.notices += [*damaged, *folded.set_aside, *folded.unsaved]
+    done.unsaved = bool(folded.unsaved)
+    return done
 
 
 def collect(ledger: Ledger, writer: Writer, journal: Journal, clients: Clients = client_for) -> Collection:
@@ -82,17 +115,6 @@ def _collect_batch(
         _fail_all(waiting, batch_id, why, writer, ledger, done)
         _write(Collected(batch_id=batch_id), writer, ledger)
         return
-    _write(
-        BatchState(
-            batch_id=batch_id,
-            status=view.status,
-            completed=view.completed,
-            failed=view.failed,
-            total=view.total,
-        ),
-        writer,
-        ledger,
-    )
     if not view.ended:
         done.still_running.append(batch_id)
         return
@@ -115,10 +137,13 @@ def _read_results(
     done: Collection,
 ) -> None:
     scrubber = Scrubber(EnvironmentSecrets())
+    # The batch's own requests: one already answered comes again when a collection killed
+    # mid-way downloads the batch again; only an id of none of them is unknown.
+    own = set(ledger.submissions[ledger.batches[view.id]].line.custom_ids)
     unknown = 0
     for result in client.results(view):
         if result.custom_id not in waiting:
-            unknown += 1
+            unknown += result.custom_id not in own
             continue
         waiting.discard(result.custom_id)
         reason = _unusable(result)
@@ -129,6 +154,11 @@ def _read_results(
         _record(result, view.id, ledger, journal, scrubber, done)
         _write(Answered(custom_id=result.custom_id, batch_id=view.id), writer, ledger)
         done.answers += 1
+    if client.skipped:
+        done.notices.append(
+            f"--eval-batch: batch {view.id} returned {client.skipped} result line(s) that could not be read "
+            "(not JSON, or no custom_id); their requests are submitted again"
+        )
     why = f"no result in batch {view.id} ({view.status})"
     _fail_all(sorted(waiting), view.id, why, writer, ledger, done)
     if unknown:
@@ -174,6 +204,7 @@ def _record(
         response=response,
         usage=usage,
         batch=batch_id,
+        run=deferred.run_id,
     )
     journal.add(deferred.test, interaction)
     if usage is not None:

@@ -327,10 +327,6 @@ class OpenAIBatches:
         )
 
 
-def _created(item: dict[str, Any]) -> float:
-    return float(item.get("created_at") or 0)
-
-
 def _line(raw: str) -> ResultLine | None:
     try:
         line = _Line.model_validate_json(raw)

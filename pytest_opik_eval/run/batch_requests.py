@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -69,7 +70,8 @@ def route(provider: str, method: str, url: str) -> Route | str:
     for endpoint in endpoints:
         if parts.path.endswith(endpoint):
             base = parts.path[: -len(endpoint)] + ("/v1" if provider == "openai" else "")
-            return Route(provider, f"{parts.scheme}://{parts.netloc}{base}", endpoint)
+            host = parts.netloc.rpartition("@")[2]  # user:password@ never kept
+            return Route(provider, f"{parts.scheme}://{host}{base}", endpoint)
     return f"{parts.path} is not an endpoint of {provider}'s batch API ({', '.join(endpoints)})"
 
 
@@ -145,11 +147,12 @@ def custom_id(run_id: str, test: str, item_id: str, trial: int, request_key: str
     return f"oe1_{_run_prefix(run_id)}_{digest[:40]}"
 
 
-def submission_id(run_id: str, custom_ids: Iterable[str]) -> str:
-    """The same set of requests always gets the same id: how a batch created just before the
-    submitting process was killed is found again (its metadata carries it)."""
-    text = run_id + "\n" + "\n".join(sorted(custom_ids))
-    return "oe1_" + hashlib.sha256(text.encode()).hexdigest()[:24]
+def submission_id(run_id: str) -> str:
+    """A new submission's id, written to the ledger before any network call and carried by the
+    batch's metadata: how a batch created just before the submitting process was killed is
+    found again. Never the same twice, even for the same requests submitted again (an earlier
+    batch of them, failed or collected, must not be taken for the new one)."""
+    return f"oe1_{_run_prefix(run_id)}_{uuid.uuid4().hex[:16]}"
 
 
 def _run_prefix(run_id: str) -> str:

@@ -76,18 +76,25 @@ def _submit_part(
     group: Group, part: list[tuple[str, bytes]], writer: Writer, run_id: str, clients: Clients
 ) -> Outcome:
     custom_ids = [custom for custom, _ in part]
-    submission = submission_id(run_id, custom_ids)
-    writer.write(Submitting(submission=submission, group=group, custom_ids=custom_ids))
+    submission = submission_id(run_id)
+    line = Submitting(submission=submission, group=group, custom_ids=custom_ids)
+    writer.write(line)
+    uploaded: list[str] = []
+
+    def upload(file_id: str) -> None:
+        uploaded.append(file_id)
+        writer.write(Uploaded(submission=submission, file_id=file_id))
+
     try:
         client = clients(group)
         try:
             batch = client.submit(
-                submission,
-                group.endpoint,
-                part,
-                {"opik_eval": "1", "opik_eval_run": run_id[:512]},
-                lambda file_id: writer.write(Uploaded(submission=submission, file_id=file_id)),
+                submission, group.endpoint, part, {"opik_eval": "1", "opik_eval_run": run_id[:512]}, upload
             )
+        except (ProviderError, ValueError):
+            if uploaded:  # the input file of a batch never created: not left with the provider
+                _forget(client, line)
+            raise
         finally:
             client.close()
     except (ProviderError, ValueError) as error:
@@ -95,6 +102,13 @@ def _submit_part(
         return Outcome(group, len(part), error=str(error))
     writer.write(Submitted(submission=submission, batch_id=batch.id))
     return Outcome(group, len(part), batch_id=batch.id)
+
+
+def _forget(client: BatchClient, line: Submitting) -> None:
+    try:
+        client.forget_submission(line.submission, line.at - CLOCK_SKEW)
+    except ProviderError:  # an input file left behind expires with the provider's retention
+        pass
 
 
 def reconcile(ledger: Ledger, writer: Writer, clients: Clients = client_for) -> list[str]:
@@ -125,7 +139,7 @@ def _settle(submission: Submission, known: Collection[str], clients: Clients) ->
         found = client.find_submission(line.submission, len(line.custom_ids), since, known)
         if found is not None:
             return Submitted(submission=line.submission, batch_id=found.id, adopted=True)
-        client.forget_submission(line.submission, since)
+        _forget(client, line)
     finally:
         client.close()
     return SubmitFailed(

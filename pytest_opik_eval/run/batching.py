@@ -67,6 +67,7 @@ class Batcher:
         self._lock = threading.Lock()
         self._waiting = ledger.waiting_trials()
         self._told: set[str] = set()
+        self._drained = False
 
     def decision(self, request: Any) -> Batchable | str | None:
         """What a batch makes of vcrpy's ``request``: its group and body, why no batch takes it,
@@ -102,30 +103,37 @@ class Batcher:
         if isinstance(found, Batchable):
             cap = self.max_rounds
             found = f"its trial took --eval-batch-max-rounds={cap} rounds (--eval-batch-after-cap=live)"
-        if isinstance(found, str) and found not in self._told:
-            self._told.add(found)
-            self.notify(f"--eval-batch: sent live, not batched: {found}")
+        if isinstance(found, str):
+            self.not_batched_because(found)
 
     def waiting_reason(self, key: TrialKey) -> str | None:
         """Why the trial need not run again yet: a request of it waits in a batch not ended."""
-        batch = self._waiting.get((key.test, key.item_id, key.trial))
-        return None if batch is None else waiting(batch)
+        trial = (key.test, key.item_id, key.trial)
+        return waiting(self._waiting[trial]) if trial in self._waiting else None
 
-    def defer(self, request: Any, scope: TrialScope, canonical: RecordedRequest) -> dict[str, Any]:
-        """Queue the request for a batch (or in strict mode refuse it), and answer the app."""
+    def defer(
+        self, request: Any, scope: TrialScope, canonical: RecordedRequest, *, task: bool = True
+    ) -> dict[str, Any]:
+        """Queue the request for a batch (or in strict mode refuse it), and answer the app.
+        ``task``: the task's request, not a judge's. A task that sends a deferred request again
+        (a retry loop on the error answer) gets the same answer and queues nothing more: its
+        next round replays the one answer, and the retry never happens. A judge's repeats are
+        its samples (``judge_samples``), each its own request."""
         found = self.decision(request)
+        if task and canonical.key in scope.deferred_requests:
+            return _answer(f"opik-eval: {scope.deferred[0]}")
         occurrence = scope.next_occurrence(canonical)
         if not isinstance(found, Batchable):
             scope.refuse(canonical, f"--eval-batch=strict: not batchable: {found}")
             return _answer(f"opik-eval: --eval-batch=strict did not send this request: {found}")
         key = scope.key
-        if self.capped(key):
-            scope.deferred.append(capped(self.max_rounds))
-            return _answer(f"opik-eval: {capped(self.max_rounds)}")
+        if self.capped(key):  # nothing will come: the trial fails, pending, saying why
+            scope.refuse(canonical, cap_reason(self.max_rounds))
+            return _answer(f"opik-eval: {cap_reason(self.max_rounds)}")
         custom = custom_id(self.run_id, key.test, key.item_id, key.trial, canonical.key, occurrence)
         state = self.ledger.state(custom)
         if state is not None and state.state in ("waiting", "submitting"):
-            reason = waiting(state.batch_id or "a submission")
+            reason = waiting(state.batch_id)
         elif state is not None and state.state == "failed" and self.ledger.attempts[custom] >= MAX_TRIES:
             why = f"--eval-batch: no answer after {MAX_TRIES} batches; the last: {state.reason}"
             scope.refuse(canonical, why)
@@ -134,11 +142,14 @@ class Batcher:
             again = f" again ({state.reason})" if state is not None and state.state == "failed" else ""
             reason = deferred(found.group, again)
             with self._lock:
-                if custom not in self.queue:
+                # Once drained (the session's end), a late deferral (a trial a thread was still
+                # running at Ctrl-C) queues nothing: the trial stays pending, deferred again later.
+                if custom not in self.queue and not self._drained:
                     self.queue[custom] = Queued(custom, found.group, found.body)
                     self.writer.write(
                         Deferred(
                             custom_id=custom,
+                            run_id=self.run_id,
                             test=key.test,
                             item_id=key.item_id,
                             trial=key.trial,
@@ -148,7 +159,28 @@ class Batcher:
                         )
                     )
         scope.deferred.append(reason)
+        scope.deferred_requests.add(canonical.key)
         return _answer(f"opik-eval: {reason}")
+
+    def drain(self) -> list[Queued]:
+        """The queue, for the submission; nothing is queued after."""
+        with self._lock:
+            self._drained = True
+            return list(self.queue.values())
+
+    def outside_trial(self, request: Any) -> None:
+        """A provider's request made outside any trial (a thread the task started itself): it
+        goes live, unbatched; said once."""
+        if isinstance(self.decision(request), Batchable):
+            self.not_batched_because(
+                "made outside the trial's context (a thread the task started itself: run it with "
+                "contextvars.copy_context().run or asyncio.to_thread), so no trial waits for it"
+            )
+
+    def not_batched_because(self, why: str) -> None:
+        if why not in self._told:
+            self._told.add(why)
+            self.notify(f"--eval-batch: sent live, not batched: {why}")
 
 
 @functools.lru_cache(maxsize=64)
@@ -161,19 +193,17 @@ def deferred(group: Group, again: str = "") -> str:
     )
 
 
-def capped(rounds: int) -> str:
+def cap_reason(rounds: int) -> str:
     return (
-        f"eval batch: the trial took {rounds} batched rounds (--eval-batch-max-rounds) and stays pending; "
+        f"--eval-batch: the trial took {rounds} batched rounds (--eval-batch-max-rounds) and stays pending; "
         "an app whose requests change every round (a timestamp in a prompt) never ends: raise the cap, "
         "or send the rest live with --eval-batch-after-cap=live"
     )
 
 
-def waiting(batch_id: str) -> str:
-    return (
-        f"eval batch: waiting in batch {batch_id}; the trial stays pending until --eval-resume "
-        "collects the answer"
-    )
+def waiting(batch_id: str | None) -> str:
+    where = f"in batch {batch_id}" if batch_id else "for its interrupted submission to be found"
+    return f"eval batch: waiting {where}; the trial stays pending until --eval-resume collects the answer"
 
 
 def _answer(message: str) -> dict[str, Any]:

@@ -55,7 +55,10 @@ class Deferrer(Protocol):
 
     def takes(self, request: Any, scope: TrialScope) -> bool: ...
     def not_batched(self, request: Any) -> None: ...
-    def defer(self, request: Any, scope: TrialScope, canonical: RecordedRequest) -> dict[str, Any]: ...
+    def defer(
+        self, request: Any, scope: TrialScope, canonical: RecordedRequest, *, task: bool = True
+    ) -> dict[str, Any]: ...
+    def outside_trial(self, request: Any) -> None: ...
 
 
 MISS_TYPE = "opik_eval_no_recording"
@@ -137,6 +140,7 @@ class Recorder:
         live_judges: bool = True,
         notify: Callable[[str], None] = lambda message: None,
         batcher: Deferrer | None = None,
+        run_id: str | None = None,
     ) -> None:
         if mode not in RECORD_MODES:
             raise ValueError(f"unknown recording mode {mode!r}: use one of {', '.join(RECORD_MODES)}")
@@ -149,6 +153,9 @@ class Recorder:
         self.allowed: frozenset[Host] = frozenset(allowed)  # with their addresses once started
         self.notify = notify
         self.batcher = batcher  # --eval-batch: defers what the recordings cannot answer
+        # --eval-batch: the run whose recordings alone are replayed, and which new ones are marked
+        # with: a new run's trials must not replay the answers an earlier run was given.
+        self.run_id = run_id
         self._recorded: dict[str, _Recorded] = {}
         self._totals = RecordingCounts()
         self._running: list[TrialScope] = []  # the scopes whose task runs now, in any thread
@@ -305,6 +312,7 @@ class TrialScope:
         self.attempt = attempt
         self.misses: list[Miss] = []
         self.deferred: list[str] = []  # --eval-batch: why each request deferred to a batch waits
+        self.deferred_requests: set[str] = set()  # their canonical keys
         self.counts = RecordingCounts()
         # What the replayed calls saved, by the id of the trial's span open where each was made
         # (see ``play``): a budget subtracts it only from what that span and those under it report,
@@ -440,6 +448,7 @@ class TrialScope:
                 request=request,
                 response=stored,
                 usage=usage,
+                run=self.recorder.run_id,
             )
             self.recorder.journal.add(key.test, interaction, self._journaled_attempt)
             self.recorder.tally(self, RecordingCounts(recorded=1))
@@ -458,7 +467,9 @@ class TrialScope:
 
     def _find(self, request: RecordedRequest, times: int) -> Interaction | None:
         key = self.key
-        return self._recorded.by_key.get((key.item_id, key.trial, request.key, times))
+        found = self._recorded.by_key.get((key.item_id, key.trial, request.key, times))
+        run = self.recorder.run_id
+        return found if found is None or run is None or found.run == run else None
 
     def _diff(self, request: RecordedRequest, times: int) -> str:
         trial = (self.key.item_id, self.key.trial)
@@ -484,6 +495,8 @@ class _Cassette:
         if scope is None:
             if self._judged(request) is not None:  # a judge's, with --eval-batch
                 return True
+            if self.recorder.batcher is not None and _scoring.get() is None:
+                self.recorder.batcher.outside_trial(request)
             # Outside any trial: sent, unless strict replay refuses it.
             return self.recorder.refuses(request.host, request.port)
         if self._left_alone(request):
@@ -502,13 +515,14 @@ class _Cassette:
         return False
 
     def play_response(self, request: Any) -> dict[str, Any]:
-        scope = _current.get() or self._judged(request)
+        task = _current.get()
+        scope = task or self._judged(request)
         if scope is None:
             return self._refused(request)
         canonical = self._canonical(request, scope)
         batcher = self.recorder.batcher
         if batcher is not None and not (scope.replays and scope.answers(canonical)):
-            return batcher.defer(request, scope, canonical)
+            return batcher.defer(request, scope, canonical, task=task is not None)
         return scope.play(canonical)
 
     def append(self, request: Any, response: dict[str, Any]) -> None:

@@ -175,7 +175,8 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
 def _judged(cache: JudgeCache, item_id: str, trial: int, scope: TrialScope | None) -> Judged:
     if scope is None:
         return Judged(cache, item_id, trial)
-    return Judged(cache, item_id, trial, lambda: len(scope.deferred))
+    # A call deferred, or refused (strict batching, a request out of tries): no score to keep.
+    return Judged(cache, item_id, trial, lambda: len(scope.deferred) + len(scope.misses))
 
 
 class StoredOutput:

@@ -13,7 +13,7 @@ import pytest
 
 from pytest_opik_eval.options import resume_command
 from pytest_opik_eval.run.budget import Budget
-from pytest_opik_eval.session.resources import batches_folder, recordings_folder
+from pytest_opik_eval.session.resources import batches_folder
 from pytest_opik_eval.settings import EvalOptions
 from pytest_opik_eval.verdict.model import BatchReport, BatchSubmission
 
@@ -49,27 +49,17 @@ def collect_batches(
     notify: Callable[[str], None],
     budget: Budget | None = None,
 ) -> BatchReport:
-    """The resumed run's ended batches read into the recordings (folded now: the trials replay
-    them), before any trial runs; what their answers cost counted in ``budget``."""
-    from pytest_opik_eval.run.batch_collect import collect
-    from pytest_opik_eval.store.batch_ledger import Writer, load
-    from pytest_opik_eval.store.http_recordings import Journal, fold
+    """The resumed run's ended batches read into the recordings before any trial runs; what
+    their answers cost counted in ``budget``."""
+    from pytest_opik_eval.run.batch_collect import collect_run
+    from pytest_opik_eval.store.batch_ledger import has_ledger
 
-    folder = batches_folder(options)
-    ledger = load(folder, run_id)
-    if not ledger.batches and not ledger.submissions:
+    if not has_ledger(batches_folder(options), run_id):
         return BatchReport()
-    writer = Writer(folder, run_id, session_id, "collect")
-    journal = Journal(recordings_folder(options), session_id, "batch")
-    try:
-        done = collect(ledger, writer, journal)
-    finally:
-        writer.close()
-        journal.close()
+    done = collect_run(options.store_path.parent, run_id, session_id, "collect")
     if budget is not None:
         budget.spend(done.tokens if budget.unit == "tokens" else done.cost or 0.0)
-    folded = fold(recordings_folder(options))
-    for message in [*done.notices, *folded.set_aside, *folded.unsaved]:
+    for message in done.notices:
         notify(message)
     return BatchReport(
         collected_batches=done.batches,
@@ -92,18 +82,19 @@ def submit_batches(
 ) -> BatchReport:
     """Submit what the session's trials deferred; the report of the session's batches."""
     from pytest_opik_eval.run.batch_submit import submit
-    from pytest_opik_eval.store.batch_ledger import Writer, load
+    from pytest_opik_eval.store.batch_ledger import Writer, load, locked
 
     folder = batches_folder(options)
     queue = list(queued)
     outcomes = []
     if queue:
-        ledger = load(folder, run_id)
-        writer = Writer(folder, run_id, session_id, "submit")
-        try:
-            outcomes = submit(queue, ledger, writer, run_id)
-        finally:
-            writer.close()
+        with locked(folder, run_id):
+            ledger = load(folder, run_id)
+            writer = Writer(folder, run_id, session_id, "submit")
+            try:
+                outcomes = submit(queue, ledger, writer, run_id)
+            finally:
+                writer.close()
     report = collected or BatchReport()
     store = options.store_path if options.store_source == "--eval-store" else None
     return report.model_copy(
@@ -126,7 +117,7 @@ def submit_batches(
     )
 
 
-def handed(queue: dict[str, Queued]) -> list[dict[str, str]]:
+def handed(queue: list[Queued]) -> list[dict[str, str]]:
     """A worker's queue as it crosses to the controller (JSON-safe)."""
     return [
         {
@@ -134,7 +125,7 @@ def handed(queue: dict[str, Queued]) -> list[dict[str, str]]:
             "group": q.group.model_dump_json(),
             "body": base64.b64encode(q.body).decode("ascii"),
         }
-        for q in queue.values()
+        for q in queue
     ]
 
 

@@ -179,7 +179,7 @@ class Ending:
         batcher = self.state.resources.batcher
         queued = [
             *self.workers_batched,
-            *([] if batcher is None else batcher.queue.values()),
+            *([] if batcher is None else batcher.drain()),
         ]
         target = self.state.target
         self.batches = submit_batches(
@@ -498,7 +498,8 @@ class Ending:
             if self.batched:
                 key = f"eval trial{'s' if self.batched > 1 else ''} waiting for a batch"
                 stats.setdefault(key, []).extend(_VerdictPart() for _ in range(self.batched))
-            if failed or self.not_started or self.batched:
+            # Trials waiting for a batch alone leave it yellow: incomplete by design, not a failure.
+            if failed or self.not_started:
                 # pytest colours the line red when "failed" is among the stats; this entry is not
                 # counted as a failed test (the protocol pytest's own reports follow).
                 stats.setdefault("failed", []).append(_VerdictPart(counted=False))
@@ -539,8 +540,9 @@ class WorkerEnding:
             state.store.take_notices()
         state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
         batcher = resources.batcher
-        if batcher is not None and batcher.queue:
-            state.config.workeroutput[WORKER_BATCH] = handed(batcher.queue)  # type: ignore[attr-defined]
+        queued = [] if batcher is None else batcher.drain()
+        if queued:
+            state.config.workeroutput[WORKER_BATCH] = handed(queued)  # type: ignore[attr-defined]
         if resources.judge_cache is not None:
             state.config.workeroutput[WORKER_JUDGE_COUNTS] = resources.judge_cache.counts.to_json()  # type: ignore[attr-defined]
         if state.run.judges:

@@ -113,6 +113,7 @@ class Resources:
             live_judges=self.judge_cache is None or not self.judge_cache.strict,
             notify=functools.partial(notice, self._config),
             batcher=self.batcher,
+            run_id=None if self.batcher is None else self._run_id,
         )
         self.recorder.start()
 

@@ -12,11 +12,12 @@ Reading parses every file of the run and replays the events in the order they ha
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -66,6 +67,7 @@ class Deferred(_Line):
 
     kind: Literal["deferred"] = "deferred"
     custom_id: str
+    run_id: str
     test: str  # the recordings' test key (masked, as the recorder's)
     item_id: str
     trial: int
@@ -103,17 +105,6 @@ class SubmitFailed(_Line):
     reason: str
 
 
-class BatchState(_Line):
-    """A batch's state as last seen at the provider."""
-
-    kind: Literal["state"] = "state"
-    batch_id: str
-    status: str
-    completed: int = 0
-    failed: int = 0
-    total: int = 0
-
-
 class Answered(_Line):
     kind: Literal["answered"] = "answered"
     custom_id: str
@@ -135,11 +126,10 @@ class Collected(_Line):
 
     kind: Literal["collected"] = "collected"
     batch_id: str
-    unknown: int = 0  # results whose custom_id no request of the batch had
 
 
 Line = Annotated[
-    Deferred | Submitting | Uploaded | Submitted | SubmitFailed | BatchState | Answered | Failed | Collected,
+    Deferred | Submitting | Uploaded | Submitted | SubmitFailed | Answered | Failed | Collected,
     Field(discriminator="kind"),
 ]
 _LINE: TypeAdapter[Line] = TypeAdapter(Line)
@@ -158,10 +148,8 @@ class RequestState:
 @dataclass
 class Submission:
     line: Submitting
-    file_id: str | None = None
     batch_id: str | None = None
     failed: str | None = None
-    adopted: bool = False
 
     @property
     def open(self) -> bool:
@@ -177,7 +165,6 @@ class Ledger:
     states: dict[str, RequestState] = field(default_factory=dict)
     submissions: dict[str, Submission] = field(default_factory=dict)
     batches: dict[str, str] = field(default_factory=dict)  # batch id -> its submission
-    seen: dict[str, BatchState] = field(default_factory=dict)  # batch id -> its last state
     collected: set[str] = field(default_factory=set)
     attempts: Counter[str] = field(default_factory=Counter)  # custom_id -> submissions it was in
     # (test, item, trial) -> the submissions its requests were in: the rounds it took
@@ -196,18 +183,9 @@ class Ledger:
         self.submissions[line.submission] = Submission(line)
         for custom_id in line.custom_ids:
             self.states[custom_id] = RequestState("submitting", line.submission)
-            self.attempts[custom_id] += 1
-            request = self.requests.get(custom_id)
-            if request is not None:
-                key = (request.test, request.item_id, request.trial)
-                self.trial_rounds.setdefault(key, set()).add(line.submission)
 
     def _on_uploaded(self, line: Uploaded) -> None:
-        if line.submission in self.submissions:
-            self.submissions[line.submission].file_id = line.file_id
-
-    def _on_state(self, line: BatchState) -> None:
-        self.seen[line.batch_id] = line
+        """Kept in the file for a person reading it: the reconciliation finds uploads by name."""
 
     def _on_answered(self, line: Answered) -> None:
         self.states[line.custom_id] = RequestState("answered", batch_id=line.batch_id)
@@ -222,9 +200,16 @@ class Ledger:
         submission = self.submissions.get(line.submission)
         if submission is None:
             return
-        submission.batch_id, submission.adopted = line.batch_id, line.adopted
+        submission.batch_id = line.batch_id
         self.batches[line.batch_id] = line.submission
+        # Tries and rounds count the batches a request was in: not a submission the provider
+        # refused (an outage), which the next resume makes again.
         for custom_id in submission.line.custom_ids:
+            self.attempts[custom_id] += 1
+            request = self.requests.get(custom_id)
+            if request is not None:
+                key = (request.test, request.item_id, request.trial)
+                self.trial_rounds.setdefault(key, set()).add(line.submission)
             if self.states[custom_id].submission == line.submission:
                 self.states[custom_id] = RequestState("waiting", line.submission, line.batch_id)
 
@@ -257,14 +242,15 @@ class Ledger:
         """The batches submitted and not collected yet, oldest first."""
         return [b for b in self.batches if b not in self.collected]
 
-    def waiting_trials(self) -> dict[tuple[str, str, int], str]:
-        """(test, item, trial) -> the batch one of its requests waits in."""
-        found: dict[tuple[str, str, int], str] = {}
+    def waiting_trials(self) -> dict[tuple[str, str, int], str | None]:
+        """(test, item, trial) -> the batch one of its requests waits in (None: a submission
+        interrupted and not found yet)."""
+        found: dict[tuple[str, str, int], str | None] = {}
         for custom_id, state in self.states.items():
             if state.state in ("waiting", "submitting"):
                 request = self.requests.get(custom_id)
                 if request is not None:
-                    found[(request.test, request.item_id, request.trial)] = state.batch_id or "submission"
+                    found[(request.test, request.item_id, request.trial)] = state.batch_id
         return found
 
 
@@ -299,6 +285,19 @@ def merge(target: Path, source: Path) -> int:
         shutil.copyfile(path, destination)
         copied += 1
     return copied
+
+
+@contextlib.contextmanager
+def locked(folder: Path, run_id: str) -> Iterator[None]:
+    """Held while a process reads the ledger and acts on it (collects, settles or submits), so
+    that two at once (a resume and ``opik-eval batch collect``, two overlapping scheduled jobs)
+    neither collect a batch twice nor submit the same failed requests twice."""
+    from filelock import FileLock
+
+    run = _run_folder(folder, run_id)
+    run.mkdir(parents=True, exist_ok=True)
+    with FileLock(run / ".lock", thread_local=False):
+        yield
 
 
 def has_ledger(folder: Path, run_id: str) -> bool:
@@ -342,10 +341,6 @@ class Writer:
                 self._file = self.path.open("a", encoding="utf-8")
             self._file.write(text)
             self._file.flush()  # a process killed after this line keeps it
-
-    def write_all(self, lines: Iterable[_Line]) -> None:
-        for line in lines:
-            self.write(line)
 
     def close(self) -> None:
         with self._lock:

@@ -126,6 +126,7 @@ class Interaction(_Recorded):
     response: RecordedResponse
     usage: RecordedUsage | None = None
     batch: str | None = None  # --eval-batch: the provider's batch that answered it
+    run: str | None = None  # --eval-batch: the run it was recorded in, the only one that replays it
 
     @property
     def key(self) -> tuple[str, int, str, int]:
