@@ -335,7 +335,7 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eval_batch_after_cap",
         choices=BATCH_AFTER_CAP,
         help="What the next request of a trial at --eval-batch-max-rounds does: pending, the trial "
-        "waits with the reason (no surprise bill); live, it is sent and recorded at the live price "
+        "fails, pending, with the reason (no surprise bill); live, it is sent and recorded at the live price "
         "(ini eval_batch_after_cap; default: pending)",
     )
     group.addoption(
