@@ -27,6 +27,10 @@ pair alike, and the median is not moved by the pairs it hit unevenly. The figure
    strict replay against the live run it replaces;
 8. rescore: --eval-rescore of N trials whose task took 50 ms, against a fresh --eval run of an
    instant task with the same metric (target <= 1.10): rescoring costs no task time.
+9. batch: what --eval-batch costs the client, in this process rather than in pytest runs: per
+   request deferred to a batch, against the same call replayed and sent live (target < 1 ms a
+   request), and per round, the submission and collection of 200 and 10,000 answers
+   (``benchmarks/batch.py``, which also writes them to benchmarks/results/batch.json).
 
 The runs write bytecode to a cache of their own (PYTHONPYCACHEPREFIX), as an installed package
 has it: without it (PYTHONDONTWRITEBYTECODE) every run would compile the plugin's modules anew.
@@ -446,13 +450,20 @@ def rescore(run: Runner, folder: Path, n: int, count: int) -> None:
     )
 
 
+def batch_figures(folder: Path, quick: bool) -> None:
+    # Imported only for this figure: it imports the openai client and the tests' fake of its APIs.
+    from batch import figures
+
+    figures(folder, quick=quick)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes, few pairs: a smoke run")
     parser.add_argument(
         "--figure",
         action="append",
-        choices=["overhead", "latency", "resume", "inert", "spans", "replay", "rescore"],
+        choices=["overhead", "latency", "resume", "inert", "spans", "replay", "rescore", "batch"],
         help="run only this figure (repeatable); latency includes -n 2",
     )
     parser.add_argument(
@@ -472,6 +483,7 @@ def main() -> None:
         "spans": lambda run, d: per_span(run, d, 200 if quick else 1000, 20, 2 if quick else 7),
         "replay": lambda run, d: replay(run, d, 50 if quick else 300, 2 if quick else 7),
         "rescore": lambda run, d: rescore(run, d, 50 if quick else 300, 2 if quick else 7),
+        "batch": lambda run, d: batch_figures(d, quick),
     }
     with tempfile.TemporaryDirectory() as cache:
         run = Runner(Path(cache))

@@ -231,6 +231,40 @@ def allowed_host(value: str) -> Host:
     return found.group("bracketed") or found.group("name"), port
 
 
+# --eval-batch: what happens to the LLM requests the recordings cannot answer.
+BATCH_MODES = {
+    "off": "sent live",
+    "on": "deferred to provider batches at half price; a request no batch takes is sent live, with a notice",
+    "strict": "deferred to provider batches; a request no batch takes fails its trial",
+}
+batch_mode = one_of(BATCH_MODES)
+BATCH_PROVIDERS = ("openai", "anthropic")
+BATCH_AFTER_CAP = ("pending", "live")  # a trial at --eval-batch-max-rounds: stays pending, or goes live
+BATCH_MAX_ROUNDS = 8
+
+
+def batch_rounds(value: str) -> int:
+    """``--eval-batch-max-rounds``: the batched rounds a trial may take."""
+    if not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected how many batched rounds a trial may take, a whole number of at least 1 such as 8; "
+            f"got {value!r}"
+        )
+    return int(value)
+
+
+def batch_provider(value: str) -> tuple[Host, str]:
+    """``--eval-batch-provider``: HOST[:PORT]=PROVIDER, the batch API a host speaks when its name
+    does not tell (a gateway, a proxy, a local server)."""
+    host, equals, provider = value.rpartition("=")
+    if not equals or provider.strip().lower() not in BATCH_PROVIDERS:
+        raise argparse.ArgumentTypeError(
+            f"expected HOST[:PORT]=PROVIDER with PROVIDER one of {', '.join(BATCH_PROVIDERS)}, such as "
+            f"127.0.0.1:8080=openai; got {value!r}"
+        )
+    return allowed_host(host), provider.strip().lower()
+
+
 def host_text(host: str | None, port: int | None) -> str:
     """``host:port`` as --eval-record-allow-host takes it (an IPv6 address in brackets)."""
     name = f"[{host}]" if host and ":" in host else str(host)

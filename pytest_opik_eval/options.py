@@ -11,9 +11,15 @@ from pathlib import Path
 import pytest
 
 from pytest_opik_eval.option_values import (
+    BATCH_AFTER_CAP,
+    BATCH_MAX_ROUNDS,
+    BATCH_MODES,
     METRIC_FORMS,
     RECORD_MODES,
     allowed_host,
+    batch_mode,
+    batch_provider,
+    batch_rounds,
     budget,
     confidence,
     cost_limit,
@@ -41,6 +47,7 @@ GATE_MODES = ("normal", "strict")
 JUDGE_CACHE_ENV = "PYTEST_OPIK_EVAL_JUDGE_CACHE"
 JUDGE_CACHE_SETTINGS = ("auto", "on", "off")
 RECORD_ENV = "PYTEST_OPIK_EVAL_RECORD"
+BATCH_ENV = "PYTEST_OPIK_EVAL_BATCH"
 
 # The item key of human labels, unless ini eval_labels_field or the marker's labels_field names another.
 LABELS_FIELD = "labels"
@@ -301,6 +308,45 @@ def add_options(parser: pytest.Parser) -> None:
         "mode: sent, never recorded, replayed or refused, such as a local service a fixture starts "
         "(repeatable; with ini eval_record_allow_host, one per line)",
     )
+    group.addoption(
+        "--eval-batch",
+        metavar="MODE",
+        dest="eval_batch",
+        nargs="?",
+        const="on",
+        type=batch_mode,
+        help="Send the app's LLM requests through the providers' batch APIs, at half the price, results "
+        "within 24 hours: "
+        + "; ".join(f"{mode}: {meaning}" for mode, meaning in BATCH_MODES.items())
+        + ". The trials wait, pending, until --eval-resume collects the answers "
+        f"(bare flag: on; env {BATCH_ENV}, ini eval_batch; default: off)",
+    )
+    group.addoption(
+        "--eval-batch-max-rounds",
+        metavar="N",
+        dest="eval_batch_max_rounds",
+        type=batch_rounds,
+        help="The batched rounds a trial may take (one per dependent call, and the judges'); at the "
+        f"cap its next request does what --eval-batch-after-cap says (ini eval_batch_max_rounds; "
+        f"default {BATCH_MAX_ROUNDS})",
+    )
+    group.addoption(
+        "--eval-batch-after-cap",
+        dest="eval_batch_after_cap",
+        choices=BATCH_AFTER_CAP,
+        help="What the next request of a trial at --eval-batch-max-rounds does: pending, the trial "
+        "fails, pending, with the reason (no surprise bill); live, it is sent and recorded at the live price "
+        "(ini eval_batch_after_cap; default: pending)",
+    )
+    group.addoption(
+        "--eval-batch-provider",
+        metavar="HOST[:PORT]=PROVIDER",
+        dest="eval_batch_provider",
+        action="append",
+        type=batch_provider,
+        help="The batch API a host speaks when its name does not tell (api.openai.com and "
+        "api.anthropic.com do): openai or anthropic (repeatable; with ini eval_batch_provider, one per line)",
+    )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
     parser.addini("eval_backend", "Where runs are recorded: local or opik", type="string")
@@ -335,6 +381,12 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"
     )
+    parser.addini(
+        "eval_batch", "Defer the LLM requests to provider batches: off, on or strict", type="string"
+    )
+    parser.addini("eval_batch_provider", "HOST[:PORT]=PROVIDER, one per line", type="linelist")
+    parser.addini("eval_batch_max_rounds", "The batched rounds a trial may take (default 8)", type="string")
+    parser.addini("eval_batch_after_cap", "A trial at the round cap: pending or live", type="string")
     parser.addini(
         "eval_record_allow_host", "HOST[:PORT] that --eval-record leaves alone, one per line", type="linelist"
     )

@@ -13,8 +13,13 @@ from typing import Literal, TypeVar
 import pytest
 
 from pytest_opik_eval.option_values import (
+    BATCH_AFTER_CAP,
+    BATCH_MAX_ROUNDS,
     Host,
     allowed_host,
+    batch_mode,
+    batch_provider,
+    batch_rounds,
     budget,
     confidence,
     cost_limit,
@@ -31,6 +36,7 @@ from pytest_opik_eval.option_values import (
 from pytest_opik_eval.options import (
     BACKEND_ENV,
     BACKENDS,
+    BATCH_ENV,
     GATE_MODES,
     JUDGE_CACHE_ENV,
     JUDGE_CACHE_SETTINGS,
@@ -95,6 +101,11 @@ class EvalOptions:
     # --eval-judge-drift-since: the run (id or name) whose calibrations drift is measured against
     judge_drift_since: str | None = None
     judge_samples: int = 1  # --eval-judge-samples, else ini: times each LLM judge scores an output
+    batch: str = "off"  # --eval-batch: one of option_values.BATCH_MODES
+    batch_source: str = "default"  # where it came from: "--eval-batch", "env ...", "ini eval_batch"
+    batch_providers: tuple[tuple[Host, str], ...] = ()  # --eval-batch-provider and ini eval_batch_provider
+    batch_max_rounds: int = BATCH_MAX_ROUNDS  # --eval-batch-max-rounds, else ini
+    batch_after_cap: str = "pending"  # --eval-batch-after-cap, else ini: pending or live
 
     @classmethod
     def read(cls, config: pytest.Config) -> EvalOptions:
@@ -105,7 +116,8 @@ class EvalOptions:
         store_path, store_source = _store(config)
         backend = _backend(config)
         report_path = _path_option(config, "eval_report")
-        record, record_source = _record(config)
+        batch, batch_source = _batch(config, rescore)
+        record, record_source = _record(config, batch)
         return cls(
             resume=resume,
             rescore=rescore,
@@ -148,6 +160,11 @@ class EvalOptions:
             judge_drift_since=config.getoption("eval_judge_drift_since")
             or (str(config.getini("eval_judge_drift_since")).strip() or None),
             judge_samples=_judge_samples_option(config),
+            batch=batch,
+            batch_source=batch_source,
+            batch_providers=_batch_providers(config),
+            batch_max_rounds=_batch_max_rounds(config),
+            batch_after_cap=_batch_after_cap(config),
         )
 
     def resume_command(self, target: str) -> str:
@@ -311,16 +328,69 @@ def _backend(config: pytest.Config) -> str:
     return "local" if given is None else given[0]
 
 
-def _record(config: pytest.Config) -> tuple[str, str]:
+def _record(config: pytest.Config, batch: str) -> tuple[str, str]:
     """--eval-record's mode, and where it came from; a mode that records needs vcrpy (the
-    record extra), said before anything runs."""
+    record extra), said before anything runs. --eval-batch replays what earlier rounds
+    collected and defers the rest: mode new_episodes, and no other."""
     mode, source = _record_setting(config)
+    if batch != "off":
+        if mode not in ("off", "new_episodes"):
+            raise pytest.UsageError(
+                f"--eval-batch replays the answers earlier rounds collected and defers the rest: it records "
+                f"in mode new_episodes, not --eval-record={mode} (from {source}); leave --eval-record out"
+            )
+        mode, source = "new_episodes", f"--eval-batch={batch}"
     if mode != "off" and importlib.util.find_spec("vcr") is None:
         raise pytest.UsageError(
             f"--eval-record={mode} (from {source}) records the app's calls with vcrpy, which is not "
             "installed: pip install 'pytest-opik-eval[record]'"
         )
     return mode, source
+
+
+def _batch(config: pytest.Config, rescore: str | None) -> tuple[str, str]:
+    """--eval-batch's mode and where it came from."""
+    given = _layered(config, "eval_batch", BATCH_ENV, batch_mode)
+    if given is None or given[0] == "off":
+        return given or ("off", "default")
+    if rescore is not None:
+        if given[1] != "--eval-batch":  # a project's ini or environment: a rescore sends its judges live
+            return "off", "default"
+        raise pytest.UsageError(
+            f"--eval-batch (from {given[1]}) with --eval-rescore: a rescore's judges cannot be batched yet; "
+            "rescore without --eval-batch"
+        )
+    return given
+
+
+def _batch_max_rounds(config: pytest.Config) -> int:
+    given: int | None = config.getoption("eval_batch_max_rounds")
+    ini = str(config.getini("eval_batch_max_rounds") or "").strip()
+    if given is not None or not ini:
+        return given or BATCH_MAX_ROUNDS
+    try:
+        return batch_rounds(ini)
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_batch_max_rounds: {error}") from None
+
+
+def _batch_after_cap(config: pytest.Config) -> str:
+    given: str | None = config.getoption("eval_batch_after_cap")
+    ini = str(config.getini("eval_batch_after_cap") or "").strip()
+    if given is not None or not ini:
+        return given or "pending"
+    try:
+        return one_of(BATCH_AFTER_CAP)(ini)
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_batch_after_cap: {error}") from None
+
+
+def _batch_providers(config: pytest.Config) -> tuple[tuple[Host, str], ...]:
+    try:
+        ini = [batch_provider(line) for line in config.getini("eval_batch_provider") if line.strip()]
+    except argparse.ArgumentTypeError as error:
+        raise pytest.UsageError(f"ini eval_batch_provider: {error}") from None
+    return tuple(dict.fromkeys([*(config.getoption("eval_batch_provider") or ()), *ini]))
 
 
 def _record_setting(config: pytest.Config) -> tuple[str, str]:

@@ -17,6 +17,7 @@ from typing import Any
 # would surface as a raw httpcore error. Importing it here, once, keeps it across runs.
 import httpcore  # noqa: F401
 import pytest
+from fake_batches import FakeAnthropic, FakeOpenAI
 from fake_llm import SECRET, FakeLLM
 from opik_server import OpikTestServer
 from packaging.version import Version
@@ -243,6 +244,22 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
     monkeypatch.setenv("FAKE_LLM_API_KEY", SECRET)
     yield server
     server.stop()
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    """A fake of OpenAI's live and Batch API (tests/fake_batches.py), its batches ended by the test."""
+    server = FakeOpenAI()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake_anthropic() -> Iterator[FakeAnthropic]:
+    """A fake of Anthropic's Messages and Message Batches API (tests/fake_batches.py)."""
+    server = FakeAnthropic()
+    yield server
+    server.close()
 
 
 # pytest-asyncio 0.24 set an event loop's scope apart from a fixture's, as loop_scope; before,

@@ -20,7 +20,8 @@ ENTRIES = {"pytest_opik_eval.plugin", "pytest_opik_eval.cli"}
 # register()), and no phase reaches into another: what they share is in the session's state, made
 # of the target the start decides, the run's resources and the store's handle.
 SESSION = "pytest_opik_eval.session"
-SHARED = {f"{SESSION}.{name}" for name in ("state", "target", "resources", "store_handle")}
+# batches: the batch steps the start (collect) and the end (submit) take, as resources are shared.
+SHARED = {f"{SESSION}.{name}" for name in ("state", "target", "resources", "store_handle", "batches")}
 
 # What runs without pytest: the store (opik-eval reads it), the metrics (usable on their own),
 # and the verdict (pure functions over records).

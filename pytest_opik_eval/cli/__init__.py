@@ -2,7 +2,7 @@
 stored outputs again, gate it, plan the items and trials a regression gate needs. Here the
 parser and ``main``, which opens the store and hands it to the command: the commands that read
 a run are ``views``', those that run pytest ``rescoring``'s, ``gate`` and ``plan`` ``gating``'s,
-``merge`` and ``sync`` ``stores``'."""
+``merge`` and ``sync`` ``stores``', ``batch`` ``batches``'."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from pytest_opik_eval import __version__
+from pytest_opik_eval.cli.batches import batch
 from pytest_opik_eval.cli.gating import gate, plan
 from pytest_opik_eval.cli.rescoring import RUN_PYTEST, rescore
 from pytest_opik_eval.cli.stores import merge, open_store, store_path, sync
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gate": lambda: gate(store, stored, args, resume, named),
         "export": lambda: export(store, stored, args, resume),
         "plan": lambda: plan(store, args),
+        "batch": lambda: batch(store, path, args, resume),
     }
     try:
         return commands[args.command]()
@@ -230,6 +232,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="RUN",
         help="measure the drift against the calibration run RUN (id or name) kept, not the newest",
     )
+    batches = commands.add_parser(
+        "batch", help="where a run's provider batches stand (--eval-batch), and collect their results"
+    )
+    batch_commands = batches.add_subparsers(dest="batch_command", required=True, metavar="COMMAND")
+    for name, text in (
+        ("status", "each batch's state at the provider, and what to run once they end"),
+        ("collect", "the ended batches' results into the recordings, without running a trial"),
+        ("cancel", "cancel the batches still running; the next resume submits their requests again"),
+    ):
+        command = batch_commands.add_parser(name, help=text)
+        command.add_argument(
+            "id", nargs="?", default="last", help="a run id or name, or 'last' (the default)"
+        )
     plan = commands.add_parser(
         "plan",
         help="how many items and trials a regression gate needs, from the scores of a stored run",

@@ -49,7 +49,23 @@ def merge(store: Store, args: argparse.Namespace) -> int:
         runs = store.merge_from(Path(source))
         print(f"merged {runs} run(s) from {source} into {store.location}")
         _merge_recordings(store.path.parent, Path(source).parent)
+        _merge_batches(store.path.parent, Path(source).parent)
     return 0
+
+
+def _merge_batches(target_folder: Path, source_folder: Path) -> None:
+    """The ledgers of a shard's provider batches (--eval-batch): a resume of the merged run
+    collects every shard's batches."""
+    from pytest_opik_eval.store.batch_ledger import batches_folder, merge
+
+    source, target = batches_folder(source_folder), batches_folder(target_folder)
+    if not source.is_dir() or source.resolve() == target.resolve():
+        return
+    try:
+        copied = merge(target, source)
+    except OSError as error:
+        raise StoreError(f"could not merge the batch ledgers of {source} into {target}: {error}") from None
+    print(f"merged {copied} batch ledger file(s) from {source} into {target}")
 
 
 def _merge_recordings(target_folder: Path, source_folder: Path) -> None:

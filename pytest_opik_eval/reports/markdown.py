@@ -28,9 +28,10 @@ from pytest_opik_eval.reports.judge_lines import (
     judge_drift_line,
     self_agreement_line,
 )
-from pytest_opik_eval.reports.session_lines import budget_lines, recording_line, sentence
+from pytest_opik_eval.reports.session_lines import batch_lines, budget_lines, recording_line, sentence
 from pytest_opik_eval.reports.terminal import SOFT_FAILED, trial_verdicts
 from pytest_opik_eval.verdict.model import (
+    BatchReport,
     BudgetReport,
     ConfidenceInterval,
     ExperimentReport,
@@ -52,7 +53,7 @@ def step_summary(report: Report, resume_command: Callable[[str], str]) -> str:
     experiment's pending trials."""
     blocks = ["\n".join(_experiment(e, resume_command)) for e in report.experiments]
     budget = _budget_lines(report.budget)
-    recordings = _recording_lines(report.recordings)
+    recordings = _recording_lines(report.recordings) + _batch_lines(report.batches)
     # A judge that drifted: its scores moved without the app changing, which every gate reads.
     drift = [
         f"❌ {_inline(judge_drift_line(d))}\n\n{_inline(judge_drift_failure(d, report.run_id))}"
@@ -79,6 +80,13 @@ def _recording_lines(recordings: RecordingReport | None) -> list[str]:
         return []
     line = recording_line(recordings)
     return [("📼 **" + line + "**") if recordings.missed else f"📼 {line}"]
+
+
+def _batch_lines(batches: BatchReport | None) -> list[str]:
+    """--eval-batch: what was collected, what waits, and what to run once the batches end."""
+    if batches is None:
+        return []
+    return [f"⏳ **{line}**" if failed else f"⏳ {line}" for line, failed in batch_lines(batches, _code)]
 
 
 def _experiment(e: ExperimentReport, resume_command: Callable[[str], str]) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from pytest_opik_eval.formatting import budget_amount, dollars
-from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport
+from pytest_opik_eval.verdict.model import BatchReport, BudgetReport, JudgeCacheReport, RecordingReport
 
 
 def budget_lines(budget: BudgetReport, code: Callable[[str], str] = str) -> list[str]:
@@ -66,6 +66,66 @@ def recording_line(recordings: RecordingReport) -> str:
     elif r.saved_cost:
         line += f"; saved {dollars(r.saved_cost)}"
     return line
+
+
+def batch_lines(batches: BatchReport, code: Callable[[str], str] = str) -> list[tuple[str, bool]]:
+    """``--eval-batch``: what was collected, what waits and was submitted, and what to run next,
+    each line with whether it tells of a failure (``eval batches: 200 trials wait; submitted 200
+    requests in 1 batch: openai gpt-4.1-mini /v1/chat/completions batch_6f1c (200)``)."""
+    b = batches
+    lines: list[tuple[str, bool]] = []
+    if b.collected_batches or b.still_running or b.failed_requests:
+        lines.append((collected_line(b), False))
+    submitted = [s for s in b.submissions if s.batch_id is not None]
+    if b.waiting_trials or submitted:
+        line = f"eval batches: {_count(b.waiting_trials, 'trial')} wait"
+        if submitted:
+            parts = ", ".join(
+                f"{s.provider} {s.model or ''} {s.endpoint} {s.batch_id} ({s.requests})" for s in submitted
+            )
+            requests = sum(s.requests for s in submitted)
+            line += f"; submitted {_count(requests, 'request')} in {_count(len(submitted), 'batch')}: {parts}"
+        lines.append((line, False))
+    for failed in b.submissions:
+        if failed.batch_id is None:
+            lines.append(
+                (
+                    f"eval batches: {_count(failed.requests, 'request')} not submitted "
+                    f"({failed.provider} {failed.model or ''} {failed.endpoint}): {failed.error}; "
+                    "the next resume submits them again",
+                    True,
+                )
+            )
+    if b.waiting_trials and b.resume_command:
+        status = f"see progress: {code(b.status_command)}; " if b.status_command else ""
+        lines.append((f"batches end within 24 h; {status}then finish them: {code(b.resume_command)}", False))
+    return lines
+
+
+def collected_line(b: BatchReport) -> str:
+    """What the start collected: ``eval batches collected: 200 answers from 1 batch; cost $0.02
+    at batch prices (live $0.04): saved $0.02``."""
+    answers = _count(b.answers, "answer")
+    line = f"eval batches collected: {answers} from {_count(b.collected_batches, 'batch')}"
+    if b.failed_requests:
+        line += (
+            f"; {_count(b.failed_requests, 'request')} without an answer, submitted again as their trials run"
+        )
+    if b.unknown_results:
+        line += f"; {_count(b.unknown_results, 'result')} of no request of the batch, ignored"
+    if b.still_running:
+        line += f"; still running: {', '.join(b.still_running)}"
+    if b.cost is not None and b.live_cost is not None:
+        line += (
+            f"; cost {dollars(b.cost)} at batch prices (live {dollars(b.live_cost)}): "
+            f"saved {dollars(b.live_cost - b.cost)}"
+        )
+    return line
+
+
+def _count(number: int, noun: str) -> str:
+    plural = noun + ("es" if noun.endswith("ch") else "s")
+    return f"{number:,} {noun if number == 1 else plural}"
 
 
 def sentence(line: str) -> str:

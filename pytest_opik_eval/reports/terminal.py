@@ -31,7 +31,12 @@ from pytest_opik_eval.reports.judge_lines import (
     judge_drift_line,
     self_agreement_line,
 )
-from pytest_opik_eval.reports.session_lines import budget_lines, judge_cache_lines, recording_line
+from pytest_opik_eval.reports.session_lines import (
+    batch_lines,
+    budget_lines,
+    judge_cache_lines,
+    recording_line,
+)
 from pytest_opik_eval.verdict.model import (
     ConfidenceInterval,
     ExperimentReport,
@@ -404,6 +409,9 @@ def _write_session_lines(
         terminal.line(
             recording_line(recordings), yellow=bool(recordings.missed), red=bool(recordings.refused)
         )
+    if report.batches is not None:
+        for line, failed in batch_lines(report.batches):
+            terminal.line(escape_control(line), yellow=not failed, red=failed)
     for unsaved in unsaved_recordings:
         terminal.line(
             escape_control(

@@ -110,7 +110,12 @@ class Budget:
             if any(span.cost is None and _tokens(span) for span in spans):
                 self.unpriced = True
         live = set() if replayed is None else replayed.live_under
-        amount = math.fsum(amount for _, amount in spend) - _replayed(spans, spend, saved, live)
+        self.spend(math.fsum(amount for _, amount in spend) - _replayed(spans, spend, saved, live))
+
+    def spend(self, amount: float) -> None:
+        """Count ``amount`` (in the budget's unit) as spent: a trial's, or the answers of
+        provider batches collected at the start of a resume (--eval-batch), paid when they ran
+        and replayed for free after."""
         if amount <= 0:
             return
         with self._lock:

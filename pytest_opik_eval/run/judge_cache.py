@@ -92,6 +92,7 @@ class JudgeCache:
         score: Callable[[], list[ScoreRecord]],
         *,
         sample: int = 0,
+        deferred: Callable[[], int] = lambda: 0,
     ) -> list[ScoreRecord]:
         """``score()``'s records: the cached ones of a judge, else those of calling it (kept when
         none failed: a judge that failed, a rate limit or a timeout, is called again next time).
@@ -99,7 +100,9 @@ class JudgeCache:
         apart; sample 0's key is the key of a judge scored once.
         When strict, a judge's score not in the cache fails the trial (``pytest.fail``, which
         leaves it pending) instead of calling the judge. A judge whose key cannot see all that
-        decides its score is never cached: called every time, and in strict replay, never."""
+        decides its score is never cached: called every time, and in strict replay, never.
+        ``deferred``: a count of the trial's requests deferred to a batch (--eval-batch); a call
+        that deferred one is not cached, whatever it returned."""
         judge = self._judge(metric)
         if judge is None:
             return score()
@@ -121,7 +124,10 @@ class JudgeCache:
             with self._lock:
                 self.counts.missed += 1
             pytest.fail(_miss_message(judge, item_id, trial, sample), pytrace=False)
+        before = deferred()
         records = score()
+        if deferred() != before:  # its answer comes from a batch: scored when it has
+            return records
         with self._lock:
             self.counts.scored += 1
         if not judge.unknown and not any(record.scoring_failed for record in records):

@@ -17,14 +17,22 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.escaping import shorten
 from pytest_opik_eval.store.records import SpanRecord
 
+if TYPE_CHECKING:
+    from pytest_opik_eval.store.http_recordings import RecordedUsage
+
 PRICE_TABLE = "price table"
+BATCH_PRICE_TABLE = "batch price table"
+BATCH_RULE = "batch rule"
+# OpenAI, Anthropic and Google price a batched request at half the live price (their batch
+# guides): the rule for a model whose batch price the table does not have.
+BATCH_SHARE = 0.5
 # Why a span has no price when the table is missing: short, the summary prints it.
 NOT_INSTALLED = (
     "no price table on Python 3.10"
@@ -61,10 +69,32 @@ _lock = threading.Lock()
 _models: dict[tuple[str, str | None], tuple[Any, Any] | str] = {}
 
 
-def priced(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+def priced(spans: Sequence[SpanRecord], batch: Collection[str] = ()) -> list[SpanRecord]:
     """``spans``, each that reported tokens and no cost of its own given the table's estimate
-    (``cost_source="price table"``), or the reason it has none (``unpriced``)."""
-    return [_priced(span) if _needs_price(span) else span for span in spans]
+    (``cost_source="price table"``), or the reason it has none (``unpriced``); those whose ids
+    are in ``batch`` (a provider's batch answered their call) at the batch price."""
+    return [
+        _batch_priced(span) if span.id in batch else _priced(span) if _needs_price(span) else span
+        for span in spans
+    ]
+
+
+def _batch_priced(span: SpanRecord) -> SpanRecord:
+    """The span at the batch price: the table's, when it has one below the live price, else
+    half the live price (the span's own, or the table's)."""
+    live = _priced(span) if _needs_price(span) else span
+    if live.cost is None:
+        return live
+    cost, source = live.cost * BATCH_SHARE, BATCH_RULE
+    found = _model(span.model, span.provider) if live.cost_source == PRICE_TABLE and span.model else None
+    if found is not None and not isinstance(found, str):
+        try:
+            table = _table_cost(span, found, batch=True)
+        except Exception:  # priced live a moment ago: the rule then
+            table = live.cost
+        if table < live.cost:
+            cost, source = table, BATCH_PRICE_TABLE
+    return live.model_copy(update={"cost": cost, "cost_source": source, "live_cost": live.cost})
 
 
 def _needs_price(span: SpanRecord) -> bool:
@@ -77,22 +107,29 @@ def _priced(span: SpanRecord) -> SpanRecord:
     found = _model(span.model, span.provider)
     if isinstance(found, str):
         return span.model_copy(update={"unpriced": found})
-    from genai_prices import Usage
-
-    provider, model = found
     try:
-        # Counts genai-prices refuses (checked before: see span_usage) leave the span unpriced.
-        usage = Usage(
-            input_tokens=span.prompt_tokens or 0,
-            output_tokens=span.completion_tokens or 0,
-            cache_read_tokens=_count(span, _CACHE_READ),
-            cache_write_tokens=_count(span, _CACHE_WRITE),
-        )
-        price = model.calc_price(usage, provider, genai_request_timestamp=_when(span))
-        cost = float(price.total_price)
+        cost = _table_cost(span, found)
     except Exception as error:  # a table entry this usage does not fit: unpriced, never an error
         return span.model_copy(update={"unpriced": shorten(f"{type(error).__name__}: {error}", 200)})
     return span.model_copy(update={"cost": cost, "cost_source": PRICE_TABLE})
+
+
+def _table_cost(span: SpanRecord, found: tuple[Any, Any], *, batch: bool = False) -> float:
+    """The table's price of the span's usage; ``batch``: the batch price, where it has one (the
+    same as live where it has none)."""
+    from genai_prices import Usage
+
+    provider, model = found
+    # Counts genai-prices refuses (checked before: see span_usage) leave the span unpriced.
+    usage = Usage(
+        input_tokens=span.prompt_tokens or 0,
+        output_tokens=span.completion_tokens or 0,
+        cache_read_tokens=_count(span, _CACHE_READ),
+        cache_write_tokens=_count(span, _CACHE_WRITE),
+    )
+    context = {"price_context": {"processing": "batch"}} if batch else {}
+    price = model.calc_price(usage, provider, genai_request_timestamp=_when(span), **context)
+    return float(price.total_price)
 
 
 def _count(span: SpanRecord, names: Sequence[str]) -> int | None:
@@ -156,3 +193,14 @@ def _when(span: SpanRecord) -> datetime:
         except ValueError:
             pass
     return datetime.now(timezone.utc)
+
+
+def priced_usage(usage: RecordedUsage | None, *, batch: bool = False) -> RecordedUsage | None:
+    """A recorded call's usage with its cost from the price table, when it has one;
+    ``batch``: a batch's answer, at the batch price (the live one in ``live_cost``)."""
+    if usage is None or usage.model is None:
+        return usage
+    tokens = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens}
+    recorded = SpanRecord(id="recorded", trace_id="recorded", model=usage.model, usage=tokens)
+    (span,) = priced([recorded], batch={"recorded"} if batch else ())
+    return usage.model_copy(update={"cost": span.cost, "live_cost": span.live_cost})

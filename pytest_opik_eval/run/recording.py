@@ -32,21 +32,34 @@ with threaded trials, another thread's connection opened in that instant is not 
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.option_values import RECORD_MODES, Host, host_text
 from pytest_opik_eval.own_requests import own_request
 from pytest_opik_eval.run import http_calls, trial_trace
 from pytest_opik_eval.run.call_context import within
+from pytest_opik_eval.run.network_guard import socket_guard, with_addresses
+from pytest_opik_eval.run.pricing import priced_usage
 from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
+
+
+class Deferrer(Protocol):
+    """What defers the requests no recording answers (``run/batching.Batcher``, --eval-batch)."""
+
+    def takes(self, request: Any, scope: TrialScope) -> bool: ...
+    def not_batched(self, request: Any) -> None: ...
+    def defer(
+        self, request: Any, scope: TrialScope, canonical: RecordedRequest, *, task: bool = True
+    ) -> dict[str, Any]: ...
+    def outside_trial(self, request: Any) -> None: ...
+
 
 MISS_TYPE = "opik_eval_no_recording"
 _CANONICAL = "_opik_eval_canonical"  # the attribute of vcrpy's request that keeps its canonical form
@@ -126,6 +139,8 @@ class Recorder:
         allowed: Sequence[Host] = (),
         live_judges: bool = True,
         notify: Callable[[str], None] = lambda message: None,
+        batcher: Deferrer | None = None,
+        run_id: str | None = None,
     ) -> None:
         if mode not in RECORD_MODES:
             raise ValueError(f"unknown recording mode {mode!r}: use one of {', '.join(RECORD_MODES)}")
@@ -137,6 +152,10 @@ class Recorder:
         self._given = tuple(allowed)
         self.allowed: frozenset[Host] = frozenset(allowed)  # with their addresses once started
         self.notify = notify
+        self.batcher = batcher  # --eval-batch: defers what the recordings cannot answer
+        # --eval-batch: the run whose recordings alone are replayed, and which new ones are marked
+        # with: a new run's trials must not replay the answers an earlier run was given.
+        self.run_id = run_id
         self._recorded: dict[str, _Recorded] = {}
         self._totals = RecordingCounts()
         self._running: list[TrialScope] = []  # the scopes whose task runs now, in any thread
@@ -152,12 +171,12 @@ class Recorder:
         from vcr.patch import CassettePatcherBuilder
 
         self._session_thread = threading.get_ident()
-        self.allowed = _with_addresses(self._given)
+        self.allowed = with_addresses(self._given)
         with contextlib.ExitStack() as patches:
             for patcher in CassettePatcherBuilder(_Cassette(self)).build():
                 patches.enter_context(patcher)
             if self.mode == "none":
-                patches.enter_context(_socket_guard(self))
+                patches.enter_context(socket_guard(self, _current.get))
             self._patches = patches.pop_all()
 
     def stop(self) -> None:
@@ -168,12 +187,16 @@ class Recorder:
 
     def scope(self, key: TrialKey, attempt: str) -> TrialScope:
         """The recording scope of ``attempt`` (the store's id of a trial attempt)."""
-        # A parametrize id made of a key (test_answer[sk-...]) names a file: masked as a body is.
-        key = TrialKey(mask(key.test, self.secrets), mask(key.item_id, self.secrets), key.trial)
+        key = self.masked(key)
         if self.mode == "all":  # the key its recordings are journaled under, for completed()
             with self.lock:
                 self._attempts[attempt] = key
         return TrialScope(self, key, attempt, self._loaded(key.test))
+
+    def masked(self, key: TrialKey) -> TrialKey:
+        """The key as files name it: a parametrize id made of a key (test_answer[sk-...]) names a
+        file, masked as a body is."""
+        return TrialKey(mask(key.test, self.secrets), mask(key.item_id, self.secrets), key.trial)
 
     @contextlib.contextmanager
     def scoring(self, scope: TrialScope) -> Iterator[None]:
@@ -281,18 +304,6 @@ _SESSION_REFUSED = (
 )
 
 
-def _with_addresses(hosts: Sequence[Host]) -> frozenset[Host]:
-    """The hosts, and the addresses their names resolve to (a socket connects to an address)."""
-    found = set(hosts)
-    for name, port in hosts:
-        try:
-            addresses = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
-        except (OSError, UnicodeError):  # not resolvable here: matched by name only
-            continue
-        found.update((str(address[4][0]), port) for address in addresses)
-    return frozenset(found)
-
-
 class TrialScope:
     """One trial attempt's recording: where its requests are answered from, what it missed."""
 
@@ -300,12 +311,15 @@ class TrialScope:
         self.key = key
         self.attempt = attempt
         self.misses: list[Miss] = []
+        self.deferred: list[str] = []  # --eval-batch: why each request deferred to a batch waits
+        self.deferred_requests: set[str] = set()  # their canonical keys
         self.counts = RecordingCounts()
         # What the replayed calls saved, by the id of the trial's span open where each was made
         # (see ``play``): a budget subtracts it only from what that span and those under it report,
         # but for the spans open around a call that went out (``live_under``), which were paid.
         self.saved_under: dict[str, RecordingCounts] = {}
         self.live_under: set[str] = set()
+        self.batched_under: set[str] = set()  # spans around a call a batch answered: batch-priced
         self.recorder = recorder
         self._recorded = recorded
         self._seen: Counter[str] = Counter()  # canonical request -> requests made so far
@@ -360,6 +374,8 @@ class TrialScope:
                 self.recorder.tally(self, saved)
                 if under is not None:
                     self.saved_under.setdefault(under, RecordingCounts()).add(saved)
+                    if found.batch is not None:
+                        self.batched_under.add(under)
                 return _vcr_response(
                     found.response.status,
                     found.response.reason,
@@ -385,6 +401,19 @@ class TrialScope:
             with self.recorder.lock:
                 self.live_under.add(under)
 
+    def next_occurrence(self, request: RecordedRequest) -> int:
+        """A request not played nor sent (deferred to a batch) takes its occurrence all the same."""
+        with self.recorder.lock:
+            times = self._seen[request.key]
+            self._seen[request.key] += 1
+            return times
+
+    def refuse(self, request: RecordedRequest, why: str) -> None:
+        """The request was not sent, for ``why``: the trial fails, pending."""
+        with self.recorder.lock:
+            self.recorder.tally(self, RecordingCounts(missed=1))
+            self.misses.append(Miss(http_calls.one_line(request), why, recordable=False))
+
     def record(self, request: RecordedRequest, response: dict[str, Any]) -> None:
         self.sent()
         status = int(response["status"]["code"])
@@ -407,7 +436,7 @@ class TrialScope:
             )
             self.recorder.notify(message)
             return
-        usage = _priced(http_calls.usage_of(stored))
+        usage = priced_usage(http_calls.usage_of(stored))
         key = self.key
         with self.recorder.lock:
             times = self._seen[request.key]
@@ -419,6 +448,7 @@ class TrialScope:
                 request=request,
                 response=stored,
                 usage=usage,
+                run=self.recorder.run_id,
             )
             self.recorder.journal.add(key.test, interaction, self._journaled_attempt)
             self.recorder.tally(self, RecordingCounts(recorded=1))
@@ -437,7 +467,9 @@ class TrialScope:
 
     def _find(self, request: RecordedRequest, times: int) -> Interaction | None:
         key = self.key
-        return self._recorded.by_key.get((key.item_id, key.trial, request.key, times))
+        found = self._recorded.by_key.get((key.item_id, key.trial, request.key, times))
+        run = self.recorder.run_id
+        return found if found is None or run is None or found.run == run else None
 
     def _diff(self, request: RecordedRequest, times: int) -> str:
         trial = (self.key.item_id, self.key.trial)
@@ -460,20 +492,38 @@ class _Cassette:
 
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
-        if scope is None:  # outside any trial: sent, unless strict replay refuses it
+        if scope is None:
+            if self._judged(request) is not None:  # a judge's, with --eval-batch
+                return True
+            if self.recorder.batcher is not None and _scoring.get() is None:
+                self.recorder.batcher.outside_trial(request)
+            # Outside any trial: sent, unless strict replay refuses it.
             return self.recorder.refuses(request.host, request.port)
         if self._left_alone(request):
             return False
         # Made before the request is sent, even by a trial that only records: sending consumes
         # what some bodies hold (the files of an aiohttp FormData).
         canonical = self._canonical(request, scope)
-        return scope.replays and scope.answers(canonical)
+        if scope.replays and scope.answers(canonical):
+            return True
+        batcher = self.recorder.batcher
+        if batcher is None:
+            return False
+        if batcher.takes(request, scope):
+            return True
+        batcher.not_batched(request)
+        return False
 
     def play_response(self, request: Any) -> dict[str, Any]:
-        scope = _current.get()
+        task = _current.get()
+        scope = task or self._judged(request)
         if scope is None:
             return self._refused(request)
-        return scope.play(self._canonical(request, scope))
+        canonical = self._canonical(request, scope)
+        batcher = self.recorder.batcher
+        if batcher is not None and not (scope.replays and scope.answers(canonical)):
+            return batcher.defer(request, scope, canonical, task=task is not None)
+        return scope.play(canonical)
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
@@ -484,6 +534,17 @@ class _Cassette:
             scope.sent()
             return
         scope.record(self._canonical(request, scope), response)
+
+    def _judged(self, request: Any) -> TrialScope | None:
+        """With --eval-batch, the trial being scored whose judge made the request, when a batch
+        answered it or takes it: the judges' calls go in the round after the task's last."""
+        batcher, scored = self.recorder.batcher, _scoring.get()
+        if batcher is None or scored is None or self._left_alone(request):
+            return None
+        canonical = self._canonical(request, scored)
+        if (scored.replays and scored.answers(canonical)) or batcher.takes(request, scored):
+            return scored
+        return None
 
     def _left_alone(self, request: Any) -> bool:
         # Most sessions let no host through: the request's URL is not parsed for them.
@@ -531,18 +592,6 @@ def _open_span() -> str | None:
     return None if trial is None else trial.parent_span_id()
 
 
-def _priced(usage: RecordedUsage | None) -> RecordedUsage | None:
-    """The usage with its cost from the price table (``run/pricing.py``), when it has one."""
-    if usage is None or usage.model is None:
-        return usage
-    from pytest_opik_eval.run.pricing import priced
-    from pytest_opik_eval.store.records import SpanRecord
-
-    tokens = {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens}
-    (span,) = priced([SpanRecord(id="recorded", trace_id="recorded", model=usage.model, usage=tokens)])
-    return usage.model_copy(update={"cost": span.cost})
-
-
 def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body: bytes) -> dict[str, Any]:
     # vcrpy's stubs mutate the headers they are given (the http.client one drops
     # transfer-encoding): a copy each time.
@@ -551,50 +600,3 @@ def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body:
         "headers": {k: list(v) for k, v in headers.items()},
         "body": {"string": body},
     }
-
-
-@contextlib.contextmanager
-def _socket_guard(recorder: Recorder) -> Iterator[None]:
-    """Mode ``none``: an internet TCP socket's connect is refused (a library vcrpy does not patch,
-    a raw socket) inside a trial, and outside any where :meth:`Recorder.refuses` it; a host let
-    through is left alone."""
-    from unittest import mock
-
-    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
-
-    def blocked(sock: socket.socket, address: Any) -> bool:
-        # TCP only: a datagram socket's connect sends nothing (a metrics client, a UDP exporter).
-        if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
-            return False
-        host, port = str(address[0]), int(address[1])
-        scope = _current.get()
-        if scope is None:
-            if not recorder.refuses(host, port):
-                return False
-            recorder.refused(f"CONNECT {host_text(host, port)}", host_text(host, port))
-            return True
-        if not scope.blocks_network or recorder.allows(host, port):
-            return False
-        scope.blocked(address)
-        return True
-
-    def connect(sock: socket.socket, address: Any) -> None:
-        if blocked(sock, address):
-            raise ConnectionRefusedError(
-                f"opik-eval: --eval-record=none blocks connecting to {address}: strict replay sends nothing "
-                "it cannot replay (let a local service through with --eval-record-allow-host=HOST:PORT)"
-            )
-        real_connect(sock, address)
-
-    def connect_ex(sock: socket.socket, address: Any) -> int:
-        if blocked(sock, address):
-            import errno
-
-            return errno.ECONNREFUSED
-        return real_connect_ex(sock, address)
-
-    with (
-        mock.patch.object(socket.socket, "connect", connect),
-        mock.patch.object(socket.socket, "connect_ex", connect_ex),
-    ):
-        yield

@@ -8,7 +8,7 @@ import json
 import math
 import numbers
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +88,9 @@ class Judged:
     cache: JudgeCache
     item_id: str
     trial: int
+    # --eval-batch: how many of the trial's requests were deferred so far. A judge whose call was
+    # deferred scored nothing real (whatever it returned): its score is not cached.
+    deferred: Callable[[], int] = lambda: 0
 
 
 class Scorer:
@@ -174,7 +177,13 @@ class Scorer:
         if judged is None:  # the cache is off: nothing computed
             return cls._run(metric, kwargs)
         return judged.cache.score(
-            metric, kwargs, judged.item_id, judged.trial, lambda: cls._run(metric, kwargs), sample=sample
+            metric,
+            kwargs,
+            judged.item_id,
+            judged.trial,
+            lambda: cls._run(metric, kwargs),
+            sample=sample,
+            deferred=judged.deferred,
         )
 
     @staticmethod

@@ -35,12 +35,14 @@ from pytest_opik_eval.run.scoring import (
     describe_failure,
     scorer_of,
 )
+from pytest_opik_eval.run.unanswered import fail_on_misses, wait_for_batch
 from pytest_opik_eval.store.base import span_recorder, timings_recorder
 from pytest_opik_eval.store.records import ScoreRecord, Usage
 from pytest_opik_eval.verdict.trial_scores import TrialResult
 from pytest_opik_eval.verdict.usage import trial_usage
 
 if TYPE_CHECKING:
+    from pytest_opik_eval.run.batching import Batcher
     from pytest_opik_eval.run.budget import Budget
     from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.run.recording import Recorder, TrialKey, TrialScope
@@ -60,11 +62,6 @@ _Function = TypeVar("_Function", bound=Callable[..., Any])
 # A task to call with the attempt's trace and recording scope (see threaded_task).
 Task = Callable[["trial_trace.TrialTrace | None", "TrialScope | None"], Any]
 
-# Set on a trial's test case whose task made a request that --eval-record could not replay, and
-# as this attribute on its call report (a plain bool: JSON-safe for pytest-xdist).
-RECORDING_MISSED = pytest.StashKey[bool]()
-RECORDING_MISSED_ATTR = "eval_recording_missed"
-
 
 @dataclasses.dataclass(frozen=True)
 class TrialContext:
@@ -79,6 +76,7 @@ class TrialContext:
     budget: Budget | None = None
     judge_cache: JudgeCache | None = None
     recorder: Recorder | None = None
+    batcher: Batcher | None = None  # --eval-batch: the trials whose requests wait in a batch
 
 
 def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None = None) -> None:
@@ -109,7 +107,8 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 # A task that raised took its time too: its latency is kept with its attempt. A
                 # stored output took none: a rescore measures no latency rather than a false one.
                 task_seconds = None if isinstance(task, StoredOutput) else time.perf_counter() - started
-            _fail_on_misses(item, trial, scope)
+            fail_on_misses(item, case.item_id, case.trial, scope)
+            wait_for_batch(item, scope)
             if returned is None:
                 notice(item.config, f"{case.plan.where}: {RETURNED_NONE}")
             output = _as_output(returned)
@@ -127,7 +126,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             scorer = scorer_of(case.plan)
             try:
                 cache = context.judge_cache
-                judged = None if cache is None else Judged(cache, case.item_id, case.trial)
+                judged = None if cache is None else _judged(cache, case.item_id, case.trial, scope)
                 # The metrics' requests are the judges' (strict replay sends them only if live).
                 with _NOTHING if scope is None else scope.recorder.scoring(scope):
                     scores = _score(scorer, case.task_item, output, trace, metric_seconds, judged)
@@ -135,7 +134,9 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 missing = str(error)
             else:
                 missing = ""
-            _fail_on_misses(item, trial, scope)  # a metric's request that strict replay refused
+            # A metric's request that strict replay refused, or deferred to a batch.
+            fail_on_misses(item, case.item_id, case.trial, scope)
+            wait_for_batch(item, scope)
         completed_scoring = not missing
     finally:
         # A task that failed spent its calls too: its spans are kept with its attempt.
@@ -169,6 +170,13 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)
+
+
+def _judged(cache: JudgeCache, item_id: str, trial: int, scope: TrialScope | None) -> Judged:
+    if scope is None:
+        return Judged(cache, item_id, trial)
+    # A call deferred, or refused (strict batching, a request out of tries): no score to keep.
+    return Judged(cache, item_id, trial, lambda: len(scope.deferred) + len(scope.misses))
 
 
 class StoredOutput:
@@ -209,46 +217,15 @@ def _task_output(
 ) -> Any:
     """What the task returned; None when it raised after a request that had no recording, which
     is then why it failed (a strict replay answers with an HTTP 400, which an SDK raises), and
-    what the trial fails with."""
+    what the trial fails with; or after a request deferred to a batch, answered likewise."""
     try:
         if task is None:
             return _call_task(item, task_args(item, trial, item), trace, scope)
         return task(trace, scope)
     except (Exception, pytest.fail.Exception):
-        if scope is None or not scope.misses:
+        if scope is None or not (scope.misses or scope.deferred):
             raise
         return None
-
-
-def _fail_on_misses(item: pytest.Function, trial: Trial, scope: TrialScope | None) -> None:
-    """The trial fails, pending, when its task made a request that had no recording."""
-    if scope is not None and scope.misses:
-        item.stash[RECORDING_MISSED] = True
-        pytest.fail(missed_message(trial.case.item_id, trial.case.trial, scope), pytrace=False)
-
-
-# The requests without a recording named in a trial's failure; the rest are counted.
-_MISSES_SHOWN = 3
-
-
-def missed_message(item_id: str, trial: int, scope: TrialScope) -> str:
-    """Why a trial failed under --eval-record: each request that had no recording, with its diff
-    against the closest recorded request, and how to record it."""
-    misses = scope.misses
-    lines = [
-        f"item {escape_control(item_id)} (trial {trial}): the app made {len(misses)} request"
-        f"{'s' if len(misses) > 1 else ''} with no recording (--eval-record={scope.recorder.mode}):"
-    ]
-    for miss in misses[:_MISSES_SHOWN]:
-        lines.append(f"  {escape_control(miss.request)}")
-        lines += [f"    {escape_control(line)}" for line in miss.diff.splitlines()]
-    if len(misses) > _MISSES_SHOWN:
-        lines.append(f"  ... and {len(misses) - _MISSES_SHOWN} more")
-    if any(miss.recordable for miss in misses):
-        lines.append("record what is missing with --eval-record=new_episodes (the trial stays pending)")
-    else:
-        lines.append("the trial stays pending")
-    return "\n".join(lines)
 
 
 def _entered(
@@ -320,7 +297,7 @@ def _record_spans(
     """The attempt's spans, in the store (none when the app, the judges and the manual API made
     none); their spend, less what the replayed calls saved, in the budget; a notice for each span
     whose usage or cost was rejected."""
-    spans = trace.close()
+    spans = trace.close(() if scope is None else scope.batched_under)
     for rejected in trace.rejected:
         notice(item.config, f"{where}: {rejected}")
     if spans:

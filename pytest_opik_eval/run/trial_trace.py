@@ -36,7 +36,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -253,11 +253,12 @@ class TrialTrace(OpikClient):
         started = datetime.fromtimestamp(self._started, timezone.utc)
         return pushed(self, self.trace_id, TRACE_NAME, started, self.item, self.task_span_id, self.name)
 
-    def close(self) -> list[SpanRecord]:
+    def close(self, batched: Collection[str] = ()) -> list[SpanRecord]:
         """The trial is over: the task span, the app's spans, the scoring spans and those of the
         metrics (a judge's), as records; none when no span was made (the app, the judges and
         the manual API made none: our own spans alone say nothing the attempt does not). A span
-        that ends after this is counted in ``late`` and dropped."""
+        that ends after this is counted in ``late`` and dropped. ``batched``: the spans whose call
+        a provider's batch answered, priced at the batch price."""
         with self._lock:
             self._closed = True
             spans, self._spans = self._spans, []
@@ -277,7 +278,7 @@ class TrialTrace(OpikClient):
         # Priced here, at the trial's end, so the store keeps the cost (see run/pricing.py).
         rejected: list[str] = []
         records = pricing.priced(
-            [record(params, rejected) for params in [*(s.params() for s in own), *spans]]
+            [record(params, rejected) for params in [*(s.params() for s in own), *spans]], batched
         )
         self.rejected = rejected
         records.sort(key=lambda span: span.start_time or "")

@@ -34,14 +34,21 @@ from pytest_opik_eval.run.distributed import (
     in_shard,
     is_controller,
 )
-from pytest_opik_eval.run.trial import RECORDING_MISSED_ATTR
+from pytest_opik_eval.run.unanswered import BATCHED_ATTR, RECORDING_MISSED_ATTR
+from pytest_opik_eval.session.batches import WORKER_BATCH, handed, received, submit_batches
 from pytest_opik_eval.session.resources import recordings_folder
 from pytest_opik_eval.session.state import SessionState
 from pytest_opik_eval.store import ExperimentRecord, GateSettings, TrialRecord
 from pytest_opik_eval.store.base import bind_test, end_begins, human_labels, record_calibrations
 from pytest_opik_eval.store.calibrations import CALIBRATIONS, Calibrations, StoredCalibration
 from pytest_opik_eval.store.records import learned_judges
-from pytest_opik_eval.verdict.model import BudgetReport, JudgeCacheReport, RecordingReport, Report
+from pytest_opik_eval.verdict.model import (
+    BatchReport,
+    BudgetReport,
+    JudgeCacheReport,
+    RecordingReport,
+    Report,
+)
 from pytest_opik_eval.verdict.results import ExperimentResult
 from pytest_opik_eval.verdict.summary import (
     Baselines,
@@ -67,6 +74,9 @@ class Ending:
         self.config = state.config
         self.options = state.options
         self.not_started = 0  # trials the budget kept from starting, in every process
+        self.batched = 0  # trials waiting for a provider batch (--eval-batch), in every process
+        self.workers_batched: list[Any] = []  # what each pytest-xdist worker's trials deferred
+        self.batches: BatchReport | None = None
         self.spent = 0.0
         # --eval-record: what each process's recorder counted, and the trials a miss failed.
         self.recording_counts: list[RecordingCounts] = []
@@ -85,6 +95,8 @@ class Ending:
             return  # both are set on call reports only (see running.CallReports), three times rarer
         if getattr(report, NOT_STARTED_ATTR, False) and self.state.resources.budget is not None:
             self.not_started += 1
+        if getattr(report, BATCHED_ATTR, None):
+            self.batched += 1
         if getattr(report, RECORDING_MISSED_ATTR, False):
             self.missed_trials += 1
 
@@ -93,6 +105,8 @@ class Ending:
         output = getattr(node, "workeroutput", {})
         if WORKER_JUDGES in output:
             self.workers_judges.append(output[WORKER_JUDGES])
+        if WORKER_BATCH in output:
+            self.workers_batched += received(output[WORKER_BATCH])
         counts = output.get(WORKER_RECORDINGS)
         if counts is not None:
             from pytest_opik_eval.run.recording import RecordingCounts
@@ -104,6 +118,7 @@ class Ending:
         resources = self.state.resources
         resources.pool.stop()
         self._end_recording(session)
+        self._end_batches()
         if resources.budget is not None:
             try:
                 self.spent = resources.budget.spent()
@@ -156,6 +171,25 @@ class Ending:
         )
         if (self.unsaved_recordings or total.refused) and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def _end_batches(self) -> None:
+        """--eval-batch: what the trials of every process deferred, submitted."""
+        if self.options.batch == "off":
+            return
+        batcher = self.state.resources.batcher
+        queued = [
+            *self.workers_batched,
+            *([] if batcher is None else batcher.drain()),
+        ]
+        target = self.state.target
+        self.batches = submit_batches(
+            self.options,
+            target.run_id,
+            target.session_id,
+            queued,
+            self.state.resources.batches_collected,
+            self.batched,
+        )
 
     def _experiments(self) -> list[ExperimentRecord]:
         """The run's experiments: the resumed run's, or those this process's trials created, or,
@@ -227,6 +261,7 @@ class Ending:
                 budget=self._budget_report(),
                 judge_cache=self._judge_cache_report(),
                 recordings=self.recordings,
+                batches=self.batches,
                 judge_drift=keep_calibrations(
                     kept, calibrations, self.options.max_judge_drift, target.drift_since
                 ),
@@ -307,7 +342,8 @@ class Ending:
                 session.exitstatus = pytest.ExitCode.OK
         # The budget left trials unstarted: the run is incomplete, as when Ctrl-C stops it, and
         # exits as that does (2), whatever the trials that ran say; its verdict waits for the resume.
-        if self.not_started and session.exitstatus in _INCOMPLETE_WINS_OVER:
+        # Trials waiting for a provider batch likewise (--eval-batch): the gates wait for the resume.
+        if (self.not_started or self.batched) and session.exitstatus in _INCOMPLETE_WINS_OVER:
             session.exitstatus = pytest.ExitCode.INTERRUPTED
 
     def _drifted(self) -> bool:
@@ -459,6 +495,10 @@ class Ending:
                 # budget's, and the run is incomplete.
                 key = f"eval trial{'s' if self.not_started > 1 else ''} not started (budget)"
                 stats.setdefault(key, []).extend(_VerdictPart() for _ in range(self.not_started))
+            if self.batched:
+                key = f"eval trial{'s' if self.batched > 1 else ''} waiting for a batch"
+                stats.setdefault(key, []).extend(_VerdictPart() for _ in range(self.batched))
+            # Trials waiting for a batch alone leave it yellow: incomplete by design, not a failure.
             if failed or self.not_started:
                 # pytest colours the line red when "failed" is among the stats; this entry is not
                 # counted as a failed test (the protocol pytest's own reports follow).
@@ -499,6 +539,10 @@ class WorkerEnding:
                 notice(state.config, str(error))
             state.store.take_notices()
         state.config.workeroutput[WORKER_NOTICES] = notices_of(state.config)  # type: ignore[attr-defined]
+        batcher = resources.batcher
+        queued = [] if batcher is None else batcher.drain()
+        if queued:
+            state.config.workeroutput[WORKER_BATCH] = handed(queued)  # type: ignore[attr-defined]
         if resources.judge_cache is not None:
             state.config.workeroutput[WORKER_JUDGE_COUNTS] = resources.judge_cache.counts.to_json()  # type: ignore[attr-defined]
         if state.run.judges:

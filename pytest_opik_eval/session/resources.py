@@ -18,11 +18,20 @@ from pytest_opik_eval.settings import judge_cache_enabled
 if TYPE_CHECKING:
     import pytest
 
+    from pytest_opik_eval.run.batching import Batcher
     from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.run.judges import Judges
     from pytest_opik_eval.run.recording import Recorder, RecordingCounts
     from pytest_opik_eval.settings import EvalOptions
     from pytest_opik_eval.store.records import BudgetSetting
+    from pytest_opik_eval.verdict.model import BatchReport
+
+
+def batches_folder(options: EvalOptions) -> Path:
+    """Where --eval-batch keeps its ledgers: ``batches/`` in the store's folder."""
+    from pytest_opik_eval.store.batch_ledger import batches_folder
+
+    return batches_folder(options.store_path.parent)
 
 
 def recordings_folder(options: EvalOptions) -> Path:
@@ -46,10 +55,12 @@ class Resources:
         budget: BudgetSetting | None,
         *,
         shared: bool,
+        run_id: str = "",
     ) -> None:
         self._config = config
         self._options = options
         self._session_id = session_id
+        self._run_id = run_id
         self.pool = Pool()
         self.budget: Budget | None = None
         if budget is not None:
@@ -67,6 +78,9 @@ class Resources:
             folder = options.store_path.parent / JUDGE_CACHE
             self.judge_cache = JudgeCache(folder, strict=strict, notify=functools.partial(notice, config))
         self.recorder: Recorder | None = None
+        self.batcher: Batcher | None = None  # --eval-batch, with the recorder
+        # --eval-batch: what the start collected of the resumed run's batches.
+        self.batches_collected: BatchReport | None = None
         self._judges: Judges | None = None
 
     def judges(self) -> Judges:
@@ -88,6 +102,7 @@ class Resources:
             return
         from pytest_opik_eval.run.recording import Recorder
 
+        self.batcher = self._batcher()
         self.recorder = Recorder(
             mode=options.record_mode,
             folder=recordings_folder(options),
@@ -97,8 +112,31 @@ class Resources:
             # Strict replay's judges run live only without the judge cache (--eval-judge-cache=off).
             live_judges=self.judge_cache is None or not self.judge_cache.strict,
             notify=functools.partial(notice, self._config),
+            batcher=self.batcher,
+            run_id=None if self.batcher is None else self._run_id,
         )
         self.recorder.start()
+
+    def _batcher(self) -> Batcher | None:
+        """With --eval-batch, what defers this process's requests, knowing the run's ledger as it
+        stands now (a resume collected what had ended before any trial started)."""
+        options = self._options
+        if options.batch == "off":
+            return None
+        from pytest_opik_eval.run.batching import Batcher
+        from pytest_opik_eval.store.batch_ledger import Writer, load
+
+        folder = batches_folder(options)
+        return Batcher(
+            mode=options.batch,
+            run_id=self._run_id,
+            ledger=load(folder, self._run_id),
+            writer=Writer(folder, self._run_id, self._session_id, worker_id(self._config)),
+            providers=dict(options.batch_providers),
+            notify=functools.partial(notice, self._config),
+            max_rounds=options.batch_max_rounds,
+            after_cap=options.batch_after_cap,
+        )
 
     def stop_recording(self) -> RecordingCounts | None:
         """The recorder unpatched and its journal closed (the process that ends the session folds
@@ -106,4 +144,6 @@ class Resources:
         if self.recorder is None:
             return None
         self.recorder.stop()
+        if self.batcher is not None:
+            self.batcher.writer.close()
         return self.recorder.counts()

@@ -31,17 +31,17 @@ from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.judges import is_judge
 from pytest_opik_eval.run.scoring import SCORER, new_scorer
 from pytest_opik_eval.run.trial import (
-    RECORDING_MISSED,
-    RECORDING_MISSED_ATTR,
     Task,
     TrialContext,
     capturing,
     clear_marker,
     is_async_task,
+    recording_key,
     run,
     stored_task,
     threaded_task,
 )
+from pytest_opik_eval.run.unanswered import BATCHED, BATCHED_ATTR, RECORDING_MISSED, RECORDING_MISSED_ATTR
 from pytest_opik_eval.session.state import (
     ASYNC_CAPTURE_PLUGIN,
     CALL_REPORTS_PLUGIN,
@@ -236,6 +236,13 @@ class Running:
         it up, not when it was queued: the trials in flight are then at most one per thread)."""
         if context.budget is not None:
             context.budget.check(item)
+        if context.batcher is not None and context.recorder is not None:
+            # A request of it waits in a batch not ended: running its task again would only
+            # reach that request again.
+            reason = context.batcher.waiting_reason(context.recorder.masked(recording_key(trial)))
+            if reason is not None:
+                item.stash[BATCHED] = reason
+                pytest.skip(reason)
         run(item, trial, context, task)
 
     def _context(self) -> TrialContext:
@@ -249,6 +256,7 @@ class Running:
                 budget=resources.budget,
                 judge_cache=resources.judge_cache,
                 recorder=resources.recorder,
+                batcher=resources.batcher,
             )
             self._learn_score_names()
         return self._trial_context
@@ -351,6 +359,12 @@ class CallReports:
             # Counted by the process that ends the session, which sees every worker's reports.
             setattr(report, RECORDING_MISSED_ATTR, True)
             del item.stash[RECORDING_MISSED]  # a rerun of the test case starts afresh
+        batched = item.stash.get(BATCHED, None) if call.when == "call" else None
+        if batched is not None:
+            setattr(report, BATCHED_ATTR, batched)
+            del item.stash[BATCHED]
+            path, line = item.reportinfo()[:2]  # where the test is: -rs folds them into one line
+            report.longrepr = (os.fspath(path), (line or 0) + 1, f"Skipped: {batched}")
         if call.when == "call" and item.stash.get(NOT_STARTED, False):  # set by the budget only
             budget = self.state.resources.budget
             assert budget is not None

@@ -5,6 +5,7 @@ pytest-xdist controller, which then hands its workers what they need.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -13,9 +14,10 @@ from pytest_opik_eval.collect.rescore import RescoreTarget, load_rescore_target
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.notices import notice
-from pytest_opik_eval.option_values import RECORD_MODES, host_text
+from pytest_opik_eval.option_values import BATCH_MODES, RECORD_MODES, host_text
 from pytest_opik_eval.run.distributed import Controller, is_controller
-from pytest_opik_eval.session.resources import recordings_folder
+from pytest_opik_eval.session.batches import check_resume, collect_batches
+from pytest_opik_eval.session.resources import batches_folder, recordings_folder
 from pytest_opik_eval.session.state import COLLECTION_PLUGIN, CONTROLLER_PLUGIN, RUNNING_PLUGIN, SessionState
 from pytest_opik_eval.session.target import Target
 from pytest_opik_eval.store.backends import backend
@@ -62,6 +64,11 @@ class Start:
                 f"{self.options.record_source}: {RECORD_MODES[mode]})"
                 + (f"; left alone: {allowed}" if allowed else "")
             )
+        if self.options.batch != "off":
+            lines.append(
+                f"eval batches: {batches_folder(self.options)} (--eval-batch={self.options.batch}, from "
+                f"{self.options.batch_source}: {BATCH_MODES[self.options.batch]})"
+            )
         return lines
 
     def pytest_sessionstart(self) -> None:
@@ -78,6 +85,8 @@ class Start:
         )
         controller = is_controller(self.config)
         self.state.begin(target, controller=controller)
+        if resume is not None:
+            self._collect_batches(resume)
         if controller:
             self._start_controller()
 
@@ -106,6 +115,21 @@ class Start:
                 f"one again instead: pytest --eval-rescore={rescore.rescore_of}"
             )
         return resume
+
+    def _collect_batches(self, resume: ResumeTarget) -> None:
+        """--eval-batch: the resumed run's ended batches collected into its recordings, before
+        any trial (or pytest-xdist worker) starts."""
+        run_id = resume.run.id
+        check_resume(self.options, run_id, resume.requested)
+        if self.options.batch != "off":
+            resources = self.state.resources
+            resources.batches_collected = collect_batches(
+                self.options,
+                run_id,
+                self.state.target.session_id,
+                functools.partial(notice, self.config),
+                resources.budget,
+            )
 
     def _budget_setting(self, resume: ResumeTarget | None) -> BudgetSetting | None:
         """The budget: given to this session (command line, then ini), else the one the resumed

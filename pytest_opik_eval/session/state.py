@@ -91,7 +91,7 @@ class SessionState:
         self._target = target
         shared = self.worker or controller
         self._resources = Resources(
-            self.config, self.options, target.session_id, target.budget, shared=shared
+            self.config, self.options, target.session_id, target.budget, shared=shared, run_id=target.run_id
         )
 
     @property

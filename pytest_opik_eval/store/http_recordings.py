@@ -110,8 +110,10 @@ class RecordedUsage(_Recorded):
     input_tokens: int = 0
     output_tokens: int = 0
     # USD, priced from the price table when recorded (as it stood when the call was paid for);
-    # None when the table is not installed or does not know the model.
+    # None when the table is not installed or does not know the model. A batch's answer: at the
+    # batch price, the live one in live_cost.
     cost: float | None = None
+    live_cost: float | None = None
 
 
 class Interaction(_Recorded):
@@ -123,6 +125,8 @@ class Interaction(_Recorded):
     request: RecordedRequest
     response: RecordedResponse
     usage: RecordedUsage | None = None
+    batch: str | None = None  # --eval-batch: the provider's batch that answered it
+    run: str | None = None  # --eval-batch: the run it was recorded in, the only one that replays it
 
     @property
     def key(self) -> tuple[str, int, str, int]:

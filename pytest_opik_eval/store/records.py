@@ -62,9 +62,12 @@ class SpanRecord(_Written):
     usage: dict[str, int] | None = None
     total_cost: float | None = Field(default=None, allow_inf_nan=False)  # USD, set by the app
     # USD: the span's own total_cost ("span"), or, for a span that reported tokens and no cost,
-    # genai-prices' estimate from its model and usage ("price table"; see run/pricing.py).
+    # genai-prices' estimate from its model and usage ("price table"; see run/pricing.py). A call
+    # a provider's batch answered (--eval-batch): the table's batch price ("batch price table"),
+    # or half the live price ("batch rule"), the live one kept in live_cost.
     cost: float | None = Field(default=None, allow_inf_nan=False)
-    cost_source: Literal["span", "price table"] | None = None
+    cost_source: Literal["span", "price table", "batch price table", "batch rule"] | None = None
+    live_cost: float | None = Field(default=None, allow_inf_nan=False)
     unpriced: str | None = None  # why a span with tokens has no cost: "unknown model 'foo-1'"...
     error: dict[str, str] | None = None  # exception_type, message, traceback (as the SDK's error_info)
 

@@ -419,6 +419,34 @@ class RecordingReport(_Report):
     saved_cost: float | None = None  # in USD; None: no replayed answer had a price
 
 
+class BatchSubmission(_Report):
+    """Requests of this session submitted in one provider batch, or refused."""
+
+    provider: str
+    model: str | None
+    endpoint: str
+    requests: int
+    batch_id: str | None = None  # None: the submission failed
+    error: str | None = None  # the provider's words, when it failed
+
+
+class BatchReport(_Report):
+    """``--eval-batch``: what this session collected from earlier rounds' batches, the trials that
+    wait for a batch, and what it submitted."""
+
+    waiting_trials: int = 0  # skipped, pending: a request of theirs waits in a batch
+    collected_batches: int = 0  # batches that had ended, their results read at the start
+    answers: int = 0  # answers collected into the trials' recordings
+    failed_requests: int = 0  # expired, cancelled, errored or missing: submitted again
+    unknown_results: int = 0  # results whose id no request of the batch had: ignored
+    cost: float | None = None  # USD, of the answers collected, at the batch price (None: none priced)
+    live_cost: float | None = None  # what they would have cost live
+    still_running: list[str] = []  # batches not ended at the start: their trials waited
+    submissions: list[BatchSubmission] = []
+    status_command: str | None = None  # how to see the batches' progress
+    resume_command: str | None = None  # what finishes the waiting trials
+
+
 class JudgeDrift(_Report):
     """A judge's verdicts on the labelled items of a calibration now, against those an earlier
     session stored for the same judge (the same identity: prompt, model, code), over the items
@@ -452,6 +480,7 @@ class Report(_Report):
     budget: BudgetReport | None = None  # None: no --eval-budget
     judge_cache: JudgeCacheReport | None = None  # None: the judge cache is off
     recordings: RecordingReport | None = None  # None: --eval-record=off
+    batches: BatchReport | None = None  # None: --eval-batch=off
     judge_drift: list[JudgeDrift] = []  # the judges whose verdicts changed since their calibration
 
 

@@ -1,0 +1,685 @@
+"""--eval-batch end to end: an app calling OpenAI through the official client, its requests
+deferred to the Batch API of a local fake (tests/fake_batches.py) whose batches end when the
+test says, and the trials finished by --eval-resume with the answers the batches gave.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import NEEDS_RECORD, Project, needs_extra
+from fake_batches import FakeAnthropic, FakeOpenAI
+from opik_server import OpikTestServer
+
+from pytest_opik_eval.cli import main
+from pytest_opik_eval.formatting import dollars
+
+pytestmark = NEEDS_RECORD
+
+APP = """
+import openai
+import pytest
+from pytest_opik_eval.metrics import Equals
+
+
+def ask(text, model="gpt-4.1-mini", **extra):
+    client = openai.OpenAI(max_retries=0)
+    answer = client.chat.completions.create(model=model, messages=[{{"role": "user", "content": text}}], **extra)
+    return answer.choices[0].message.content
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={{"reference": "expected_output"}})
+def test_qa(eval_item):
+    {body}
+"""
+
+SINGLE_CALL = "return ask(eval_item['input'])"
+
+
+@pytest.fixture
+def app(project: Project, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", fake_openai.api_key)
+    project.dataset(
+        [
+            {"id": name, "input": f"question {name}", "expected_output": f"answer to question {name}"}
+            for name in "abc"
+        ]
+    )
+    project.write("test_app.py", APP.format(body=SINGLE_CALL))
+    return project
+
+
+def batch_args(fake: FakeOpenAI) -> list[str]:
+    port = fake.base_url.split(":")[2].split("/")[0]
+    return ["--eval-batch", f"--eval-batch-provider=127.0.0.1:{port}=openai"]
+
+
+def input_lines(fake: FakeOpenAI, batch_id: str) -> list[dict[str, Any]]:
+    """The batch's input file, as the plugin uploaded it."""
+    return fake._batches[batch_id].requests
+
+
+def files_under(folder: Path) -> dict[str, str]:
+    return {
+        str(p): p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file() and p.suffix != ".db"
+    }
+
+
+def test_a_single_call_app_completes_in_two_sessions_with_no_live_call(
+    app: Project, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    step_summary = app.path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
+    first = app.run("--eval", *batch_args(fake_openai))
+    first.assert_outcomes(skipped=3)
+    assert first.ret == pytest.ExitCode.INTERRUPTED  # incomplete by design: the gates wait
+    output = first.stdout.str()
+    (batch_id,) = fake_openai.batches
+    assert (
+        f"eval batches: 3 trials wait; submitted 3 requests in 1 batch: openai gpt-4.1-mini /v1/chat/completions {batch_id} (3)"
+        in output
+    )
+    assert "3 eval trials waiting for a batch" in output
+    assert "then finish them: pytest --eval-resume=" in output
+    # The job summary says the same.
+    assert "⏳ eval batches: 3 trials wait; submitted 3 requests in 1 batch" in step_summary.read_text()
+    assert fake_openai.live_calls == []
+    assert fake_openai.rejected == []
+    assert app.completed() == set()
+    # Nothing the plugin wrote holds the key.
+    for path, text in files_under(app.path / ".opik-eval").items():
+        assert fake_openai.api_key not in text, path
+
+    # Not ended yet: the trials are not run again, and nothing is submitted twice.
+    waiting = app.run("--eval-resume=last", *batch_args(fake_openai))
+    waiting.assert_outcomes(skipped=3)
+    assert f"still running: {batch_id}" in waiting.stdout.str()
+    assert len(fake_openai.batches) == 1
+
+    fake_openai.finish()
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(passed=3)
+    assert second.ret == pytest.ExitCode.OK
+    assert "eval batches collected: 3 answers from 1 batch" in second.stdout.str()
+    assert fake_openai.live_calls == []
+    assert len(fake_openai.batches) == 1
+    assert app.completed() == {("a", 0), ("b", 0), ("c", 0)}
+    outputs = {t.dataset_item_id: t.output for t in app.trials()}
+    assert outputs["a"] == {"output": "answer to question a"}
+
+
+def test_expired_and_failed_requests_are_submitted_again(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (first,) = fake_openai.batches
+    lines = input_lines(fake_openai, first)
+    # "question a" asks for item a.
+    by_item = {line["body"]["messages"][0]["content"].split()[-1]: line["custom_id"] for line in lines}
+    fake_openai.finish(first, expire=[by_item["a"]], error=[by_item["b"]])
+    second = app.run("--eval-resume=last", "-rs", *batch_args(fake_openai))
+    second.assert_outcomes(passed=1, skipped=2)
+    output = second.stdout.str()
+    assert (
+        "eval batches collected: 1 answer from 1 batch; 2 requests without an answer, submitted again"
+        in output
+    )
+    assert "request deferred to a batch again" in output
+    assert len(fake_openai.batches) == 2
+    second_batch = [b for b in fake_openai.batches if b != first][0]
+    assert {line["custom_id"] for line in input_lines(fake_openai, second_batch)} == {
+        by_item["a"],
+        by_item["b"],
+    }
+    fake_openai.finish(second_batch)
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=2)
+    assert app.completed() == {("a", 0), ("b", 0), ("c", 0)}
+    assert fake_openai.live_calls == []
+
+
+@pytest.mark.parametrize(("status", "times"), [(400, 1), (500, 3)], ids=["refused", "failing"])
+def test_a_refused_submission_loses_nothing_and_the_next_resume_submits(
+    app: Project, fake_openai: FakeOpenAI, status: int, times: int
+) -> None:
+    fake_openai.refuse_creates(status, times)
+    first = app.run("--eval", *batch_args(fake_openai))
+    first.assert_outcomes(skipped=3)
+    output = first.stdout.str()
+    assert "eval batches: 3 requests not submitted (openai gpt-4.1-mini /v1/chat/completions)" in output
+    assert "the next resume submits them again" in output
+    assert f"HTTP {status}" in output  # the provider's answer, said
+    assert fake_openai.batches == {}
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    fake_openai.finish(batch_id)
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+
+
+def test_a_batch_deleted_at_the_provider_is_submitted_again(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    fake_openai.delete(batch_id)
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(skipped=3)
+    output = second.stdout.str()
+    assert f"batch {batch_id} not found at the provider (deleted?)" in output
+    assert "3 requests without an answer, submitted again as their trials run" in output
+    assert len([b for b in fake_openai.batches if b != batch_id]) == 1
+
+
+def test_a_streamed_request_goes_live_with_a_notice_or_fails_the_trial_in_strict_mode(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write(
+        "test_app.py",
+        APP.format(
+            body="return ''.join(c.choices[0].delta.content or '' for c in openai.OpenAI(max_retries=0).chat.completions.create(model='gpt-4.1-mini', messages=[{'role': 'user', 'content': eval_item['input']}], stream=True))"
+        ),
+    )
+    # Strict first: the live run records the calls, which a later run would replay.
+    strict = app.run(
+        "--eval", *batch_args(fake_openai)[:-2], "--eval-batch=strict", batch_args(fake_openai)[-1]
+    )
+    strict.assert_outcomes(failed=3)
+    assert (
+        "--eval-batch=strict: not batchable: /v1/chat/completions: a streamed request" in strict.stdout.str()
+    )
+    assert fake_openai.live_calls == []
+    live = app.run("--eval-resume=last", *batch_args(fake_openai))
+    live.assert_outcomes(passed=3)
+    assert (
+        "--eval-batch: sent live, not batched: /v1/chat/completions: a streamed request (stream=true) is not batchable"
+        in live.stdout.str()
+    )
+    assert len(fake_openai.live_calls) == 3
+    assert fake_openai.batches == {}
+
+
+def test_resuming_a_batched_run_without_eval_batch_says_how(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    result = app.run("--eval-resume=last")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*sent requests to provider batches; resume it with --eval-batch*"])
+
+
+def test_eval_batch_with_another_record_mode_is_a_usage_error(app: Project, fake_openai: FakeOpenAI) -> None:
+    result = app.run("--eval", *batch_args(fake_openai), "--eval-record=none")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*it records in mode new_episodes, not --eval-record=none*"])
+
+
+def custom_ids(fake: FakeOpenAI, batch_id: str) -> dict[str, str]:
+    """Item id -> the custom_id of its request in the batch ("question a" asks for item a)."""
+    return {
+        line["body"]["messages"][0]["content"].split()[-1]: line["custom_id"]
+        for line in input_lines(fake, batch_id)
+    }
+
+
+def test_results_of_unknown_ids_are_ignored_and_missing_ones_submitted_again(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    ids = custom_ids(fake_openai, batch_id)
+    fake_openai.finish(batch_id)
+    fake_openai.extra_results(batch_id, ["oe1_000000000000_not_ours"])
+    fake_openai.drop_results(batch_id, [ids["a"]])
+    result = app.run("--eval-resume=last", *batch_args(fake_openai))
+    result.assert_outcomes(passed=2, skipped=1)
+    output = result.stdout.str()
+    assert f"--eval-batch: batch {batch_id} returned 1 result of no request it was given; ignored" in output
+    assert (
+        "1 request without an answer, submitted again as their trials run; 1 result of no request" in output
+    )
+    (again,) = [b for b in fake_openai.batches if b != batch_id]
+    assert set(custom_ids(fake_openai, again).values()) == {ids["a"]}
+
+
+def test_a_submission_killed_mid_way_is_found_again_and_never_made_twice(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("conftest.py", "import os, pathlib\npathlib.Path('pid.txt').write_text(str(os.getpid()))\n")
+    fake_openai.kill_on_create(app.path / "pid.txt")
+    killed = app.pytester.runpytest_subprocess("-p", "opik_eval", "--eval", *batch_args(fake_openai))
+    assert killed.ret == -9  # SIGKILL, after the provider created the batch, before the ledger said so
+    assert fake_openai.creates == 1
+    resumed = app.run("--eval-resume=last", *batch_args(fake_openai))
+    resumed.assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    assert f"still running: {batch_id}" in resumed.stdout.str()
+    assert fake_openai.creates == 1
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+    assert fake_openai.creates == 1
+
+
+def test_under_xdist_the_workers_requests_go_in_one_batch(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", "-p", "xdist", "-n", "2", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    assert len(input_lines(fake_openai, batch_id)) == 3
+    fake_openai.finish()
+    result = app.run("--eval-resume=last", "-p", "xdist", "-n", "2", *batch_args(fake_openai))
+    result.assert_outcomes(passed=3)
+    assert "eval batches collected: 3 answers from 1 batch" in result.stdout.str()
+
+
+def test_a_batched_run_replays_offline_once_complete(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+    fake_openai.close()  # no network: the answers are recordings
+    app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)
+
+
+def test_batch_status_and_collect_commands(
+    app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    store = ["--store", str(app.store_path)]
+
+    def cli(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main([*store, "batch", *args])
+        return code, capsys.readouterr().out
+
+    code, out = cli("status")
+    assert code == 0
+    assert (
+        f"  {batch_id}  openai gpt-4.1-mini /v1/chat/completions  in_progress 0/3, 0 failed  submitted "
+        in out
+    )
+    assert "1 still running; once they end: pytest --eval-resume=" in out
+    fake_openai.finish()
+    code, out = cli("status", "last")
+    assert "completed 3/3, 0 failed" in out
+    assert "all ended: pytest --eval-resume=" in out
+    code, out = cli("collect")
+    assert code == 0
+    assert "eval batches collected: 3 answers from 1 batch" in out
+    # The resume replays what the command collected, and downloads nothing again.
+    result = app.run("--eval-resume=last", *batch_args(fake_openai))
+    result.assert_outcomes(passed=3)
+    assert "eval batches collected" not in result.stdout.str()
+    code, out = cli("status")
+    assert f"  {batch_id}  openai gpt-4.1-mini /v1/chat/completions  collected  submitted " in out
+
+
+def test_batch_status_of_a_run_without_batches(app: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    app.run("--eval").assert_outcomes(passed=3)  # live
+    capsys.readouterr()
+    assert main(["--store", str(app.store_path), "batch", "status"]) == 0
+    assert "has no provider batch (it ran without --eval-batch" in capsys.readouterr().out
+
+
+JUDGED_APP = """
+import openai
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+from pytest_opik_eval.tracing import trace
+
+
+def ask(text):
+    # Reported on a span of its own, as an instrumented client does: priced at the end.
+    with trace.span("chat", type="llm") as span:
+        client = openai.OpenAI(max_retries=0)
+        answer = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": text}])
+        span.model = "gpt-4.1-mini"
+        span.usage = {"prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens}
+    return answer.choices[0].message.content
+
+
+class Judge(BaseMetric):
+    # An LLM judge: the fake answers "answer to <prompt>", which it reads as a pass when the
+    # output it was shown answers the question.
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.5)
+
+    def score(self, input, output, **ignored):
+        verdict = ask(f"grade: {output}")
+        return ScoreResult(name="judge", value=1.0 if f"answer to grade: answer to {input}" == verdict else 0.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Judge()])
+def test_qa(eval_item):
+    return ask(eval_item["input"])
+"""
+
+
+def test_an_app_and_its_llm_judge_complete_in_three_sessions(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.write("test_app.py", JUDGED_APP)
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    # The task's answers replay; the judges' calls go in the next batch.
+    second = app.run("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(skipped=3)
+    assert "submitted 3 requests in 1 batch" in second.stdout.str()
+    (judges,) = [b for b, batch in fake_openai.batches.items() if batch["status"] != "completed"]
+    assert all(
+        line["body"]["messages"][0]["content"].startswith("grade: ")
+        for line in input_lines(fake_openai, judges)
+    )
+    assert list((app.path / ".opik-eval" / "judge-cache").rglob("*.json")) == []  # nothing scored yet
+    fake_openai.finish()
+    third = app.run("--eval-resume=last", *batch_args(fake_openai))
+    third.assert_outcomes(passed=3)
+    assert fake_openai.live_calls == []
+    assert {s.name: s.value for t in app.trials() for s in t.scores} == {"judge": 1.0}
+    assert len(list((app.path / ".opik-eval" / "judge-cache").rglob("*.json"))) == 3
+    # Offline, the judges' scores come from the cache.
+    fake_openai.close()
+    app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)
+
+
+def test_the_round_cap_leaves_the_trial_pending_or_sends_the_rest_live(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("test_app.py", APP.format(body="return ask('then ' + ask(eval_item['input']))"))
+    app.run("--eval", *batch_args(fake_openai), "--eval-batch-max-rounds=1").assert_outcomes(skipped=3)
+    fake_openai.finish()
+    capped = app.run("--eval-resume=last", *batch_args(fake_openai), "--eval-batch-max-rounds=1")
+    capped.assert_outcomes(failed=3)  # nothing will come: it says so, and stays pending
+    assert (
+        "the trial took 1 batched rounds (--eval-batch-max-rounds) and stays pending" in capped.stdout.str()
+    )
+    assert len(fake_openai.batches) == 1
+    assert fake_openai.live_calls == []
+    live = app.run(
+        "--eval-resume=last",
+        *batch_args(fake_openai),
+        "--eval-batch-max-rounds=1",
+        "--eval-batch-after-cap=live",
+    )
+    live.assert_outcomes(failed=3)  # completed: the output is not the dataset's expected one
+    assert (
+        "--eval-batch: sent live, not batched: its trial took --eval-batch-max-rounds=1 rounds"
+        in live.stdout.str()
+    )
+    assert len(fake_openai.live_calls) == 3
+    assert len(fake_openai.batches) == 1
+
+
+TRACED_BODY = """from pytest_opik_eval.tracing import trace
+    with trace.span("chat", type="llm") as span:
+        client = openai.OpenAI(max_retries=0)
+        answer = client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "user", "content": eval_item["input"]}]
+        )
+        span.model = "gpt-4.1-mini"
+        span.usage = {"prompt_tokens": answer.usage.prompt_tokens, "completion_tokens": answer.usage.completion_tokens}
+    return answer.choices[0].message.content"""
+
+
+@needs_extra("cost", "genai_prices")
+def test_batched_calls_cost_half_the_live_price(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.write("test_app.py", APP.format(body=TRACED_BODY))
+    live, live_report = app.run_report("--eval", "--eval-store=live/store.db")
+    live.assert_outcomes(passed=3)
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    batched, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    batched.assert_outcomes(passed=3)
+
+    def app_cost(report: dict[str, Any]) -> float:
+        return float(sum(t["usage"]["app"]["cost"] for e in report["experiments"] for t in e["trials"]))
+
+    assert app_cost(report) == pytest.approx(app_cost(live_report) / 2)
+    collected = report["batches"]
+    assert collected["cost"] == pytest.approx(app_cost(report))
+    assert collected["live_cost"] == pytest.approx(app_cost(live_report))
+    assert f"at batch prices (live {dollars(collected['live_cost'])})" in batched.stdout.str()
+    assert len(fake_openai.live_calls) == 3  # the live run's only
+
+
+ANTHROPIC_APP = """
+import anthropic
+import pytest
+from pytest_opik_eval.metrics import Equals
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "expected_output"})
+def test_qa(eval_item):
+    client = anthropic.Anthropic(max_retries=0)
+    message = client.messages.create(
+        model="claude-haiku-4-5", max_tokens=100, messages=[{"role": "user", "content": eval_item["input"]}]
+    )
+    return message.content[0].text
+"""
+
+
+@pytest.fixture
+def claude_app(app: Project, fake_anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", fake_anthropic.base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", fake_anthropic.api_key)
+    app.write("test_app.py", ANTHROPIC_APP)
+    return app
+
+
+def anthropic_args(fake: FakeAnthropic) -> list[str]:
+    port = fake.base_url.rsplit(":", 1)[1].strip("/")
+    return ["--eval-batch", f"--eval-batch-provider=127.0.0.1:{port}=anthropic"]
+
+
+@pytest.mark.usefixtures("claude_app")
+def test_an_anthropic_app_completes_in_two_sessions(app: Project, fake_anthropic: FakeAnthropic) -> None:
+    first = app.run("--eval", *anthropic_args(fake_anthropic))
+    first.assert_outcomes(skipped=3)
+    (batch_id,) = fake_anthropic.batches
+    assert (
+        f"submitted 3 requests in 1 batch: anthropic claude-haiku-4-5 /v1/messages {batch_id} (3)"
+        in first.stdout.str()
+    )
+    assert fake_anthropic.rejected == []
+    fake_anthropic.finish()  # its results come back in another order than the requests
+    second = app.run("--eval-resume=last", *anthropic_args(fake_anthropic))
+    second.assert_outcomes(passed=3)
+    assert fake_anthropic.live_calls == []
+    for path, text in files_under(app.path / ".opik-eval").items():
+        assert fake_anthropic.api_key not in text, path
+
+
+@pytest.mark.usefixtures("claude_app")
+def test_an_anthropic_submission_killed_mid_way_is_found_by_its_size(
+    app: Project, fake_anthropic: FakeAnthropic
+) -> None:
+    app.write("conftest.py", "import os, pathlib\npathlib.Path('pid.txt').write_text(str(os.getpid()))\n")
+    fake_anthropic.kill_on_create(app.path / "pid.txt")
+    killed = app.pytester.runpytest_subprocess("-p", "opik_eval", "--eval", *anthropic_args(fake_anthropic))
+    assert killed.ret == -9
+    resumed = app.run("--eval-resume=last", *anthropic_args(fake_anthropic))
+    resumed.assert_outcomes(skipped=3)
+    assert fake_anthropic.creates == 1
+    fake_anthropic.finish()
+    app.run("--eval-resume=last", *anthropic_args(fake_anthropic)).assert_outcomes(passed=3)
+    assert fake_anthropic.creates == 1
+
+
+def test_shards_batch_apart_and_the_merged_run_collects_them_all(
+    app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.dataset(
+        [
+            {"id": f"q{n}", "input": f"question q{n}", "expected_output": f"answer to question q{n}"}
+            for n in range(6)
+        ]
+    )
+    skipped = 0
+    for k in (1, 2):
+        shard = app.run(
+            "--eval",
+            "--eval-run-id=nightly",
+            f"--eval-shard={k}/2",
+            f"--eval-store=shard{k}/store.db",
+            *batch_args(fake_openai),
+        )
+        skipped += shard.parseoutcomes()["skipped"]
+    assert skipped == 6  # each shard its items
+    assert len(fake_openai.batches) == 2
+    merged = app.path / "merged" / "store.db"
+    assert (
+        main(["--store", str(merged), "merge", *(str(app.path / f"shard{k}" / "store.db") for k in (1, 2))])
+        == 0
+    )
+    assert capsys.readouterr().out.count(" batch ledger file(s) from ") == 2
+    fake_openai.finish()
+    result = app.run("--eval-resume=nightly", f"--eval-store={merged}", *batch_args(fake_openai))
+    result.assert_outcomes(passed=6)
+    assert "eval batches collected: 6 answers from 2 batches" in result.stdout.str()
+    assert fake_openai.live_calls == []
+
+
+@needs_extra("cost", "genai_prices")
+def test_a_200_item_suite_and_its_judge_end_as_a_live_run_does_at_half_the_price(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    items = [f"q{n:03d}" for n in range(200)]
+    app.dataset([{"id": name, "input": f"question {name}"} for name in items])
+    app.write("test_app.py", JUDGED_APP)
+    live, live_report = app.run_report("--eval", "--eval-store=live/store.db")
+    calls = len(fake_openai.live_calls)
+    assert calls == 400  # the app's and the judge's
+
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=200)
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(skipped=200)
+    fake_openai.finish()
+    batched, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    assert batched.ret == live.ret
+    assert batched.parseoutcomes()["passed"] == live.parseoutcomes()["passed"] == 200
+
+    def trials(report: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+        (experiment,) = report["experiments"]
+        return {
+            t["dataset_item_id"]: (t["output"], t["passed"], [s["value"] for s in t["scores"]])
+            for t in experiment["trials"]
+        }
+
+    def cost(report: dict[str, Any]) -> float:
+        (experiment,) = report["experiments"]
+        return float(
+            sum(t["usage"]["app"]["cost"] + t["usage"]["judge"]["cost"] for t in experiment["trials"])
+        )
+
+    assert trials(report) == trials(live_report)
+    assert len(fake_openai.live_calls) == calls  # none more: every call went in a batch
+    assert len(fake_openai.batches) == 2
+    assert app.completed() == {(name, 0) for name in items}
+    assert cost(report) == pytest.approx(cost(live_report) / 2)
+
+
+def test_a_three_call_agent_and_its_judge_take_four_rounds(app: Project, fake_openai: FakeOpenAI) -> None:
+    agent = JUDGED_APP.replace(
+        'return ask(eval_item["input"])', 'return ask("then " + ask("next " + ask(eval_item["input"])))'
+    )
+    app.write("test_app.py", agent)
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    for round_ in range(1, 4):  # the agent's second and third calls, then the judge's
+        fake_openai.finish()
+        app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+        assert len(fake_openai.batches) == round_ + 1
+    fake_openai.finish()
+    done = app.run("--eval-resume=last", *batch_args(fake_openai))
+    done.assert_outcomes(failed=3)  # completed: the judge reads the agent's answer as wrong
+    assert fake_openai.live_calls == []
+    outputs = {t.dataset_item_id: t.output for t in app.trials()}
+    assert outputs["a"] == {"output": "answer to then answer to next answer to question a"}
+
+
+@needs_extra("cost", "genai_prices")
+def test_a_budget_counts_the_answers_once_when_they_are_collected(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("test_app.py", APP.format(body=TRACED_BODY))
+    _, first = app.run_report("--eval", "--eval-budget=1", *batch_args(fake_openai))
+    assert first["budget"]["spent"] == 0  # a deferred request costs nothing yet
+    fake_openai.finish()
+    _, second = app.run_report("--eval-resume=last", "--eval-budget=1", *batch_args(fake_openai))
+    assert second["batches"]["cost"] > 0
+    # The answers' batch cost, once: their replay is not paid again.
+    assert second["budget"]["spent"] == pytest.approx(second["batches"]["cost"])
+
+
+def test_with_the_opik_backend_the_trials_wait_on_the_server(
+    app: Project, fake_openai: FakeOpenAI, opik: OpikTestServer
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    result, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    result.assert_outcomes(passed=3)
+    (experiment,) = report["experiments"]
+    assert {t["dataset_item_id"]: t["output"] for t in experiment["trials"]} == {
+        name: {"output": f"answer to question {name}"} for name in "abc"
+    }
+    assert fake_openai.live_calls == []
+
+
+def test_a_retry_of_a_deferred_request_is_not_submitted_again(app: Project, fake_openai: FakeOpenAI) -> None:
+    # A retry loop on the error answer (as tenacity's): one request in the batch, not three.
+    app.write(
+        "test_app.py",
+        APP.format(
+            body="""for attempt in range(3):
+        try:
+            return ask(eval_item['input'])
+        except openai.BadRequestError:
+            pass
+    raise RuntimeError('no answer')"""
+        ),
+    )
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    assert len(input_lines(fake_openai, batch_id)) == 3
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+
+
+def test_a_new_run_does_not_replay_the_answers_an_earlier_run_was_given(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    app.run("--eval-resume=last", *batch_args(fake_openai)).assert_outcomes(passed=3)
+    # Tomorrow's nightly run asks again: last night's answers measure last night's app.
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    assert len(fake_openai.batches) == 2
+
+
+def test_a_judge_that_swallows_a_refused_call_is_not_cached(app: Project, fake_openai: FakeOpenAI) -> None:
+    # A judge that streams (no batch takes it: strict mode refuses it) and returns 0 on an error.
+    forgiving = JUDGED_APP.replace(
+        '        verdict = ask(f"grade: {output}")',
+        """        try:
+            stream = openai.OpenAI(max_retries=0).chat.completions.create(
+                model="gpt-4.1-mini", messages=[{"role": "user", "content": f"grade: {output}"}], stream=True
+            )
+            verdict = "".join(chunk.choices[0].delta.content or "" for chunk in stream)
+        except openai.BadRequestError:
+            return ScoreResult(name="judge", value=0.0)""",
+    )
+    app.write("test_app.py", forgiving.replace('return ask(eval_item["input"])', 'return "a fixed output"'))
+    strict = app.run(
+        "--eval", *batch_args(fake_openai)[:-2], "--eval-batch=strict", batch_args(fake_openai)[-1]
+    )
+    strict.assert_outcomes(failed=3)  # pending: the judge's call was not sent
+    assert "--eval-batch=strict: not batchable" in strict.stdout.str()
+    assert list((app.path / ".opik-eval" / "judge-cache").rglob("*.json")) == []
+
+
+def test_cancelled_batches_are_submitted_again(
+    app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    capsys.readouterr()
+    assert main(["--store", str(app.store_path), "batch", "cancel"]) == 0
+    assert f"  {batch_id}  openai gpt-4.1-mini /v1/chat/completions  cancelling" in capsys.readouterr().out
+    fake_openai.finish()
+    again = app.run("--eval-resume=last", *batch_args(fake_openai))
+    again.assert_outcomes(skipped=3)
+    assert "3 requests without an answer, submitted again" in again.stdout.str()
+    assert len(fake_openai.batches) == 2
