@@ -20,7 +20,6 @@ from pytest_opik_eval.run.batch_providers import BatchNotFound, ProviderError
 from pytest_opik_eval.run.batch_submit import client_for, reconcile
 from pytest_opik_eval.store import Store
 from pytest_opik_eval.store.batch_ledger import Ledger, Writer, batches_folder, load, locked
-from pytest_opik_eval.verdict.model import BatchReport
 
 
 def batch(store: Store, path: Path, args: argparse.Namespace, resume: Callable[[str], str]) -> int:
@@ -82,16 +81,7 @@ def _collect(path: Path, run_id: str, session: str, command: str) -> int:
     done = collect_run(path.parent, run_id, session, "collect")
     for message in done.notices:
         _tell(message)
-    report = BatchReport(
-        collected_batches=done.batches,
-        answers=done.answers,
-        failed_requests=done.failed,
-        unknown_results=done.unknown,
-        still_running=done.still_running,
-        cost=done.cost,
-        live_cost=done.live_cost,
-    )
-    print(collected_line(report))
+    print(collected_line(done.report()))
     print(f"finish the trials: {command}")
     return 1 if done.unsaved else 0
 

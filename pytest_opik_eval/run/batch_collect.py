@@ -40,6 +40,7 @@ from pytest_opik_eval.store.batch_ledger import (
     locked,
 )
 from pytest_opik_eval.store.http_recordings import Interaction, Journal, fold, recordings_folder
+from pytest_opik_eval.verdict.model import BatchReport
 
 # Statuses a provider may answer differently when asked again.
 _TRANSIENT = frozenset({408, 409, 429})
@@ -57,6 +58,19 @@ class Collection:
     live_cost: float | None = None  # what they would have cost live
     tokens: int = 0  # of the answers, in and out
     unsaved: bool = False  # the recordings' files could not all be written (the journal keeps them)
+
+    def report(self) -> BatchReport:
+        """What every report says of it."""
+        return BatchReport(
+            collected_batches=self.batches,
+            answers=self.answers,
+            failed_requests=self.failed,
+            unknown_results=self.unknown,
+            cost=self.cost,
+            live_cost=self.live_cost,
+            still_running=self.still_running,
+        )
+
     still_running: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
 

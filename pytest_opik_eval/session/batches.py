@@ -61,15 +61,7 @@ def collect_batches(
         budget.spend(done.tokens if budget.unit == "tokens" else done.cost or 0.0)
     for message in done.notices:
         notify(message)
-    return BatchReport(
-        collected_batches=done.batches,
-        answers=done.answers,
-        failed_requests=done.failed,
-        unknown_results=done.unknown,
-        cost=done.cost,
-        live_cost=done.live_cost,
-        still_running=done.still_running,
-    )
+    return done.report()
 
 
 def submit_batches(
