@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval.option_values import Host
 from pytest_opik_eval.run.batch_requests import Batchable, batchable, custom_id, provider_of
-from pytest_opik_eval.run.http_calls import body_bytes
+from pytest_opik_eval.run.http_calls import error_answer
 from pytest_opik_eval.store.batch_ledger import Deferred, Group, Ledger, Writer
 
 if TYPE_CHECKING:
@@ -207,9 +207,4 @@ def waiting(batch_id: str | None) -> str:
 
 
 def _answer(message: str) -> dict[str, Any]:
-    body = {"error": {"message": message, "type": BATCHED_TYPE}}
-    return {
-        "status": {"code": 400, "message": "Bad Request"},
-        "headers": {"content-type": ["application/json"]},
-        "body": {"string": body_bytes({"json": body})},
-    }
+    return error_answer(message, BATCHED_TYPE)

@@ -478,3 +478,24 @@ def _tokens(usage: Mapping[str, Any], *names: str) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     return 0
+
+
+def vcr_response(
+    status: int, reason: str, headers: Mapping[str, Sequence[str]], body: bytes
+) -> dict[str, Any]:
+    """A response as vcrpy's stubs take it. They mutate the headers they are given (the
+    http.client one drops transfer-encoding): a copy each time."""
+    return {
+        "status": {"code": status, "message": reason},
+        "headers": {k: list(v) for k, v in headers.items()},
+        "body": {"string": body},
+    }
+
+
+def error_answer(message: str, kind: str) -> dict[str, Any]:
+    """The HTTP 400 a request the plugin does not send is answered with (SDKs do not retry it),
+    its JSON body an error of type ``kind`` that says why."""
+    body = {"error": {"message": message, "type": kind}}
+    return vcr_response(
+        400, "Bad Request", {"content-type": ["application/json"]}, body_bytes({"json": body})
+    )

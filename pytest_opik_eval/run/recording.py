@@ -376,7 +376,7 @@ class TrialScope:
                     self.saved_under.setdefault(under, RecordingCounts()).add(saved)
                     if found.batch is not None:
                         self.batched_under.add(under)
-                return _vcr_response(
+                return http_calls.vcr_response(
                     found.response.status,
                     found.response.reason,
                     found.response.headers,
@@ -388,10 +388,7 @@ class TrialScope:
             f"opik-eval: no recording for {http_calls.one_line(request)} in trial {self.key.trial} of item "
             f"{self.key.item_id!r} (--eval-record={self.recorder.mode}); the trial fails with a diff"
         )
-        body = {"error": {"message": message, "type": MISS_TYPE}}
-        return _vcr_response(
-            400, "Bad Request", {"content-type": ["application/json"]}, http_calls.body_bytes({"json": body})
-        )
+        return http_calls.error_answer(message, MISS_TYPE)
 
     def sent(self) -> None:
         """A request of the task went out (recorded, or to a host left alone): what the span open
@@ -560,10 +557,7 @@ class _Cassette:
             f"opik-eval: --eval-record=none did not send {line}: it was made outside any trial's context "
             "(a thread the task started itself?), so it has no recording; " + _THREAD_FIX.format(host=host)
         )
-        body = {"error": {"message": message, "type": MISS_TYPE}}
-        return _vcr_response(
-            400, "Bad Request", {"content-type": ["application/json"]}, http_calls.body_bytes({"json": body})
-        )
+        return http_calls.error_answer(message, MISS_TYPE)
 
     def filter_request(self, request: Any) -> Any:
         return request
@@ -590,13 +584,3 @@ def _open_span() -> str | None:
     usage on a span of its own (``trace.usage`` after the call)."""
     trial = trial_trace.current()
     return None if trial is None else trial.parent_span_id()
-
-
-def _vcr_response(status: int, reason: str, headers: dict[str, list[str]], body: bytes) -> dict[str, Any]:
-    # vcrpy's stubs mutate the headers they are given (the http.client one drops
-    # transfer-encoding): a copy each time.
-    return {
-        "status": {"code": status, "message": reason},
-        "headers": {k: list(v) for k, v in headers.items()},
-        "body": {"string": body},
-    }
