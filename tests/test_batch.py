@@ -683,3 +683,51 @@ def test_cancelled_batches_are_submitted_again(
     again.assert_outcomes(skipped=3)
     assert "3 requests without an answer, submitted again" in again.stdout.str()
     assert len(fake_openai.batches) == 2
+
+
+def two_tests(batch: str, body: str) -> str:
+    """The app's test, and a second one whose marker says ``batch=``."""
+    second = (
+        '@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], '
+        f'scoring_key_mapping={{"reference": "expected_output"}}, batch={batch})\n'
+        f"def test_live(eval_item):\n    {body}\n"
+    )
+    return APP.format(body=SINGLE_CALL) + "\n\n" + second
+
+
+def test_the_marker_sends_one_tests_calls_live_or_makes_it_strict(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("test_app.py", two_tests("False", SINGLE_CALL))
+    result = app.run("--eval", *batch_args(fake_openai))
+    result.assert_outcomes(passed=3, skipped=3)  # test_live's calls went live; test_qa's wait
+    assert len(fake_openai.live_calls) == 3
+    (batch_id,) = fake_openai.batches
+    assert len(input_lines(fake_openai, batch_id)) == 3
+    streamed = (
+        "return ''.join(c.choices[0].delta.content or '' for c in openai.OpenAI(max_retries=0)"
+        ".chat.completions.create(model='gpt-4.1-mini', messages=[{'role': 'user', 'content': "
+        "eval_item['input']}], stream=True))"
+    )
+    app.write("test_app.py", two_tests("'strict'", streamed))
+    strict = app.run("--eval", *batch_args(fake_openai), "-k", "test_live")
+    strict.assert_outcomes(failed=3)  # a streamed request no batch takes: strict for this test
+    assert "--eval-batch=strict: not batchable" in strict.stdout.str()
+
+
+def test_a_marker_that_batches_in_a_session_that_does_not_says_so(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("test_app.py", two_tests("True", SINGLE_CALL))
+    result = app.run("--eval", "-k", "test_live")
+    result.assert_outcomes(passed=3)
+    assert (
+        "batch='on' in its marker, but this session runs without --eval-batch: its calls go live"
+        in result.stdout.str()
+    )
+
+
+def test_a_bad_batch_in_the_marker_fails_collection(app: Project) -> None:
+    app.write("test_app.py", two_tests("'sometimes'", SINGLE_CALL))
+    result = app.run("--eval")
+    result.stdout.fnmatch_lines(["*batch must be True, False, 'strict', 'on' or 'off', not 'sometimes'*"])

@@ -20,7 +20,7 @@ MARKER_HELP = (
     "eval(dataset, *, metrics=(), scoring_key_mapping=None, trial_count=1, filter=None, "
     "item_ids=None, sampler=None, nb_samples=None, experiment_name=None, thresholds=None, "
     "fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, task_threads=None, "
-    "max_cost=None, max_latency=None, labels_field=None, judge_samples=None): "
+    "max_cost=None, max_latency=None, labels_field=None, judge_samples=None, batch=None): "
     "run the test as an evaluation with --eval: one test case per dataset item and trial; the "
     "test function is the task, its return value the output, and the metrics' scores its "
     "assertions. dataset: a .jsonl/.json/.csv path relative to the test file, a list of dicts, "
@@ -33,7 +33,8 @@ MARKER_HELP = (
     "holding human labels by score name, kept from the task and the metrics (wins over ini "
     "eval_labels_field; default: labels). judge_samples=N: each LLM judge scores each output N "
     "times, the score their mean, a pass/fail judge's majority (wins over --eval-judge-samples; "
-    "default: 1)."
+    "default: 1). batch: with --eval-batch, False sends this test's calls live, 'strict' fails a "
+    "trial whose request no batch takes (default: the option's mode)."
 )
 
 
@@ -58,6 +59,7 @@ def _signature(
     max_latency: float | str | None = None,
     labels_field: str | None = None,
     judge_samples: int | None = None,
+    batch: bool | str | None = None,
 ) -> None:
     """The marker's signature; binding the marker's arguments to it reports unknown ones."""
 
@@ -92,6 +94,7 @@ class EvalSpec:
     max_latency: tuple[float, float] | None = None  # (seconds, percentile)
     labels_field: str | None = None  # the item key of human labels; None: the ini's, else "labels"
     judge_samples: int | None = None  # times each LLM judge scores an output; None: the option's
+    batch: str | None = None  # "on", "strict" or "off": this test's --eval-batch mode; None: the option's
 
     def threshold(self, score_name: str, metric: Any) -> float | None:
         """The threshold a score named ``score_name`` is judged against (``metric``: the metric
@@ -149,6 +152,7 @@ def read_spec(marker: pytest.Mark, where: str) -> EvalSpec:
         max_latency=_max_latency(args["max_latency"], where),
         labels_field=_name(args["labels_field"], where, "labels_field"),
         judge_samples=_judge_samples(args["judge_samples"], where),
+        batch=_batch(args["batch"], where),
     )
 
 
@@ -203,6 +207,16 @@ def _count(value: object, name: str, where: str, *, default: int | None) -> Any:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         _fail(where, f"{name} must be an integer >= 1, got {value!r}")
     return value
+
+
+def _batch(value: object, where: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str) and value.strip().lower() in ("on", "strict", "off"):
+        return value.strip().lower()
+    _fail(where, f"batch must be True, False, 'strict', 'on' or 'off', not {value!r}")
 
 
 def _judge_samples(value: object, where: str) -> int | None:

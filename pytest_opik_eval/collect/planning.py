@@ -72,6 +72,7 @@ def plan_new(
         items=items,
         gates=settings_for_new(spec, options.ini_gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
+        batch=spec.batch,
         judge_samples=spec.judge_samples or options.judge_samples,
         where=where,
         labels_field=labels,
@@ -106,6 +107,7 @@ def plan_resumed(
         items=stored.items,
         gates=settings_for_resume(stored.gates, options.cli_gates),
         threads=spec.task_threads or options.threads,
+        batch=spec.batch,
         judge_samples=stored.judge_samples,  # as the experiment sampled its first trials
         resumed={e.params: e for e in experiments},
         where=where or definition.nodeid,
@@ -141,6 +143,7 @@ def plan_rescored(
         # gates (the original run's to meet) would fail as such. The run's spend, the judges', counts.
         gates=gates.model_copy(update={"max_latency": None, "max_cost_per_item": None}),
         threads=spec.task_threads or options.threads,
+        batch=spec.batch,
         judge_samples=spec.judge_samples or options.judge_samples,
         rescore_of={e.params: e.id for e in experiments},
         where=where,

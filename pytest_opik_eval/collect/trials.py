@@ -57,6 +57,8 @@ class TestPlan:
     labels_field: str = LABELS_FIELD
     # Times each LLM judge scores a trial's output (the marker's, else the option's).
     judge_samples: int = 1
+    # The marker's --eval-batch mode for this test (on, strict, off); None: the session's.
+    batch: str | None = None
     # What the phases after collection keep for the whole test, as pytest's nodes have a stash:
     # the run keeps its scorer there (see ``run.scoring.scorer_of``).
     stash: pytest.Stash = field(default_factory=pytest.Stash)

@@ -85,20 +85,28 @@ class Batcher:
     def takes(self, request: Any, scope: TrialScope) -> bool:
         """Whether the batcher answers the request (defers it, or in strict mode refuses it);
         not a request of a trial at the round cap that goes live after it."""
-        found = self.decision(request)
+        mode = self.mode_of(scope)
+        found = None if mode == "off" else self.decision(request)
         if found is None:
             return False
         if isinstance(found, Batchable) and self.after_cap == "live" and self.capped(scope.key):
             return False
-        return isinstance(found, Batchable) or self.mode == "strict"
+        return isinstance(found, Batchable) or mode == "strict"
+
+    def mode_of(self, scope: TrialScope) -> str:
+        """The trial's mode: its test's marker's (``batch=``), else the session's."""
+        return scope.batch_mode or self.mode
 
     def capped(self, key: TrialKey) -> bool:
         """The trial took --eval-batch-max-rounds rounds already."""
         return self.ledger.rounds(key.test, key.item_id, key.trial) >= self.max_rounds
 
-    def not_batched(self, request: Any) -> None:
+    def not_batched(self, request: Any, scope: TrialScope) -> None:
         """Mode on: a provider's request no batch takes goes live, and a trial's past the round
-        cap with --eval-batch-after-cap=live; said once per reason."""
+        cap with --eval-batch-after-cap=live; said once per reason. Not a test's whose marker
+        sends its calls live (``batch=False``)."""
+        if self.mode_of(scope) == "off":
+            return
         found = self.decision(request)
         if isinstance(found, Batchable):
             cap = self.max_rounds

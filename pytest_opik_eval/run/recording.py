@@ -54,7 +54,7 @@ class Deferrer(Protocol):
     """What defers the requests no recording answers (``run/batching.Batcher``, --eval-batch)."""
 
     def takes(self, request: Any, scope: TrialScope) -> bool: ...
-    def not_batched(self, request: Any) -> None: ...
+    def not_batched(self, request: Any, scope: TrialScope) -> None: ...
     def defer(
         self, request: Any, scope: TrialScope, canonical: RecordedRequest, *, task: bool = True
     ) -> dict[str, Any]: ...
@@ -185,13 +185,16 @@ class Recorder:
             self._patches = None
         self.journal.close()
 
-    def scope(self, key: TrialKey, attempt: str) -> TrialScope:
-        """The recording scope of ``attempt`` (the store's id of a trial attempt)."""
+    def scope(self, key: TrialKey, attempt: str, batch_mode: str | None = None) -> TrialScope:
+        """The recording scope of ``attempt`` (the store's id of a trial attempt); ``batch_mode``:
+        its test's marker's --eval-batch mode (None: the session's)."""
         key = self.masked(key)
         if self.mode == "all":  # the key its recordings are journaled under, for completed()
             with self.lock:
                 self._attempts[attempt] = key
-        return TrialScope(self, key, attempt, self._loaded(key.test))
+        scope = TrialScope(self, key, attempt, self._loaded(key.test))
+        scope.batch_mode = batch_mode
+        return scope
 
     def masked(self, key: TrialKey) -> TrialKey:
         """The key as files name it: a parametrize id made of a key (test_answer[sk-...]) names a
@@ -313,6 +316,7 @@ class TrialScope:
         self.misses: list[Miss] = []
         self.deferred: list[str] = []  # --eval-batch: why each request deferred to a batch waits
         self.deferred_requests: set[str] = set()  # their canonical keys
+        self.batch_mode: str | None = None  # --eval-batch: the test's marker's mode (None: the session's)
         self.counts = RecordingCounts()
         # What the replayed calls saved, by the id of the trial's span open where each was made
         # (see ``play``): a budget subtracts it only from what that span and those under it report,
@@ -508,7 +512,7 @@ class _Cassette:
             return False
         if batcher.takes(request, scope):
             return True
-        batcher.not_batched(request)
+        batcher.not_batched(request, scope)
         return False
 
     def play_response(self, request: Any) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
 
     trace = _trace(item, trial, store, attempt)
     # None in a rescore, which calls no task: its session records nothing.
-    scope = None if recorder is None else recorder.scope(recording_key(trial), attempt)
+    scope = None if recorder is None else recorder.scope(recording_key(trial), attempt, case.plan.batch)
     metric_seconds: dict[str, float] = {}
     task_seconds: float | None = None
     completed_scoring = False

@@ -78,6 +78,7 @@ class Running:
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
         self.state.resources.start_recording()
+        self._notice_unbatched()
         self._register_call_plugins(session.items)
         if any(plan.threads > 1 for plan in self.state.plans_seen):
             prepare_threads()
@@ -93,6 +94,19 @@ class Running:
         trials = [t for t in _trials(planned)]
         if trials:
             self._create_run(trials)
+
+    def _notice_unbatched(self) -> None:
+        """A marker that batches (``batch=True`` or ``'strict'``) in a session that does not:
+        its calls go live, which the test's author may not expect."""
+        if self.state.options.batch != "off":
+            return
+        for plan in self.state.plans_seen:
+            if plan.batch in ("on", "strict"):
+                notice(
+                    self.config,
+                    f"{plan.where}: batch={plan.batch!r} in its marker, but this session runs without "
+                    "--eval-batch: its calls go live (give --eval-batch, or ini eval_batch = on, to batch)",
+                )
 
     def _register_call_plugins(self, items: list[pytest.Item]) -> None:
         """The hooks around a trial's test case, only where they have something to do: pluggy
