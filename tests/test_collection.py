@@ -152,7 +152,7 @@ def test_marker_and_options_are_documented(project: Project) -> None:
             "@pytest.mark.eval(dataset, *, metrics=(), scoring_key_mapping=None, trial_count=1, "
             "filter=None, item_ids=None, sampler=None, nb_samples=None, experiment_name=None, "
             "thresholds=None, fail_under=None, min_pass_rate=None, pass_threshold=None, dataset_name=None, "
-            "task_threads=None, max_cost=None, max_latency=None, labels_field=None, judge_samples=None): "
+            "task_threads=None, max_cost=None, max_latency=None, labels_field=None, judge_samples=None, batch=None): "
             "run the test as an evaluation*"
         ]
     )
