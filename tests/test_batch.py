@@ -731,3 +731,17 @@ def test_a_bad_batch_in_the_marker_fails_collection(app: Project) -> None:
     app.write("test_app.py", two_tests("'sometimes'", SINGLE_CALL))
     result = app.run("--eval")
     result.stdout.fnmatch_lines(["*batch must be True, False, 'strict', 'on' or 'off', not 'sometimes'*"])
+
+
+def test_batch_status_says_why_requests_got_no_answer(
+    app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_openai.batches
+    ids = custom_ids(fake_openai, batch_id)
+    fake_openai.finish(batch_id, expire=[ids["a"], ids["b"]])
+    store = ["--store", str(app.store_path)]
+    assert main([*store, "batch", "collect"]) == 0
+    capsys.readouterr()
+    assert main([*store, "batch", "status"]) == 0
+    assert "  2 requests without an answer: " in capsys.readouterr().out

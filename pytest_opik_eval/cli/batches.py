@@ -10,6 +10,7 @@ import argparse
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,6 +74,9 @@ def _status(ledger: Ledger, run_id: str, command: str) -> int:
         if refused.failed is not None and refused.batch_id is None:
             count = len(refused.line.custom_ids)
             print(escape_control(f"  not submitted ({count} requests): {refused.failed}"))
+    reasons = Counter(s.reason for s in ledger.states.values() if s.state == "failed" and s.batch_id)
+    for reason, count in reasons.most_common():
+        print(escape_control(f"  {count} request{'s' if count > 1 else ''} without an answer: {reason}"))
     print(f"{running} still running; once they end: {command}" if running else f"all ended: {command}")
     return 0
 
