@@ -353,12 +353,14 @@ def _batch(config: pytest.Config, rescore: str | None) -> tuple[str, str]:
     given = _layered(config, "eval_batch", BATCH_ENV, batch_mode)
     if given is None or given[0] == "off":
         return given or ("off", "default")
-    if rescore is not None:
-        if given[1] != "--eval-batch":  # a project's ini or environment: a rescore sends its judges live
+    if rescore is not None and config.getoption("eval_calibrate"):
+        if given[1] != "--eval-batch":  # a project's ini or environment: a calibration's judges run live
             return "off", "default"
+        # Its verdicts are compared with the labels at the session's end, which a resume does not
+        # do: a calibration is made again, not resumed.
         raise pytest.UsageError(
-            f"--eval-batch (from {given[1]}) with --eval-rescore: a rescore's judges cannot be batched yet; "
-            "rescore without --eval-batch"
+            f"--eval-batch (from {given[1]}) with opik-eval calibrate or judge-drift: a calibration "
+            "measures the judges in one session, live; run it without --eval-batch"
         )
     return given
 

@@ -5,6 +5,8 @@ test says, and the trials finished by --eval-resume with the answers the batches
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -745,3 +747,57 @@ def test_batch_status_says_why_requests_got_no_answer(
     capsys.readouterr()
     assert main([*store, "batch", "status"]) == 0
     assert "  2 requests without an answer: " in capsys.readouterr().out
+
+
+def test_a_rescore_batches_only_its_judges_and_a_resume_collects_them(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    app.write("test_app.py", JUDGED_APP)
+    live, live_report = app.run_report("--eval")
+    live.assert_outcomes(passed=3)
+    assert len(fake_openai.live_calls) == 6  # the app's and the judge's
+    (original,) = (e["id"] for e in live_report["experiments"])
+
+    # opik-eval rescore --batch: the stored outputs, only the judges' calls, in one batch.
+    port = fake_openai.base_url.split(":")[2].split("/")[0]
+    first = subprocess.run(
+        [sys.executable, "-m", "pytest_opik_eval.cli", "rescore", "--batch", "last"]
+        + [f"--eval-batch-provider=127.0.0.1:{port}=openai", "-p", "no:randomly"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=app.path,
+        check=False,
+    )
+    assert first.returncode == pytest.ExitCode.INTERRUPTED, first.stdout + first.stderr
+    assert "3 eval trials waiting for a batch" in first.stdout
+    assert "then finish them: pytest --eval-resume=" in first.stdout
+    (batch_id,) = fake_openai.batches
+    assert all(
+        line["body"]["messages"][0]["content"].startswith("grade: answer to question ")
+        for line in input_lines(fake_openai, batch_id)
+    )
+    assert len(fake_openai.live_calls) == 6  # no task, no judge live
+
+    fake_openai.finish()
+    collected, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    collected.assert_outcomes(passed=3)
+    assert "eval: a rescore of run " in collected.stdout.str()
+    assert len(fake_openai.live_calls) == 6
+    (experiment,) = report["experiments"]
+    assert experiment["rescore_of"] == original
+    assert {t["dataset_item_id"]: [s["value"] for s in t["scores"]] for t in experiment["trials"]} == {
+        name: [1.0] for name in "abc"
+    }
+    judges = report["batches"]
+    assert judges["live_cost"] == pytest.approx(2 * judges["cost"])
+    assert judges["cost"] > 0
+
+
+def test_calibrate_with_eval_batch_is_a_usage_error(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.run("--eval").assert_outcomes(passed=3)
+    result = app.run("--eval-rescore=last", "--eval-calibrate", *batch_args(fake_openai))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: --eval-batch (from --eval-batch) with opik-eval calibrate or judge-drift: a calibration *"]
+    )

@@ -362,20 +362,63 @@ def test_the_apps_latency_and_cost_gates_are_left_to_the_original_run(project: P
     assert experiment["settings"]["max_cost_per_item"] is None
 
 
-def test_a_rescore_is_not_resumed_as_that_would_call_the_task(project: Project) -> None:
+def test_an_interrupted_rescore_resumes_with_its_metrics_and_never_calls_the_task(project: Project) -> None:
     original = recorded(project)
-    project.run("--eval-rescore=last")
+    # Its --eval-metric stops the session at item b's output while the stop file is there.
+    project.write(
+        "my_metrics.py",
+        """
+        import pathlib
+        from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+        class Short(BaseMetric):
+            def __init__(self):
+                super().__init__(name="short")
+
+            def score(self, output, **ignored):
+                if output == "bee" and pathlib.Path("stop").exists():
+                    raise KeyboardInterrupt
+                return ScoreResult(name=self.name, value=float(len(output) < 3))
+        """,
+    )
+    (project.path / "stop").touch()
+    # Ctrl-C, in a process of its own (pytester's in-process run would pass it to this one).
+    interrupted = project.run_report("--eval-rescore=last", "--eval-metric=my_metrics:Short", subprocess=True)[0]
+    assert interrupted.ret == pytest.ExitCode.INTERRUPTED
+    assert project.calls() == []
     rescore = project.last_experiment_id()
-    result = project.run(f"--eval-resume={rescore}")
+    done_before = project.completed()
+    assert not {("b", 0), ("b", 1)} & done_before
+    (project.path / "stop").unlink()
+
+    result, report = project.run_report("--eval-resume=last", subprocess=True)
+    assert project.calls() == []  # the pending trials scored the original's outputs
+    result.stdout.fnmatch_lines(["eval: a rescore of run *: its pending trials score the stored outputs*"])
+    result.assert_outcomes(passed=6 - len(done_before))
+    assert project.completed() == {(i, t) for i in "abc" for t in (0, 1)}
+    [experiment] = report["experiments"]
+    assert (experiment["id"], experiment["rescore_of"]) == (rescore, original)
+    # Scored with the rescore's --eval-metric, not the marker's Equals.
+    assert {s["name"] for t in experiment["trials"] for s in t["scores"]} == {"short"}
+    assert {t["dataset_item_id"]: t["output"] for t in experiment["trials"]}["b"] == {"output": "bee"}
+
+
+def test_a_calibration_is_not_resumed(project: Project) -> None:
+    project.dataset([{**i, "labels": {"equals_metric": True}} for i in items("a", "b")])
+    project.eval_test("")
+    project.run("--eval").assert_outcomes(passed=2)
+    original = project.last_experiment_id()
+    _, report = project.run_report("--eval-rescore=last", "--eval-calibrate")
+    calibration = report["experiments"][0]["id"]
+    result = project.run(f"--eval-resume={calibration}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
         [
-            f"ERROR: --eval-resume={rescore}: experiment {rescore} is a rescore of experiment {original}, "
-            f"whose outputs it scored without calling the task; rescore that one again instead: "
-            f"pytest --eval-rescore={original}"
+            f"ERROR: --eval-resume={calibration}: experiment {calibration} measured the judges of "
+            f"experiment {original} against its labels (opik-eval calibrate or judge-drift); run that "
+            f"command on {original} again instead"
         ]
     )
-    assert project.calls() == []
 
 
 def test_rescore_and_resume_cannot_be_combined(project: Project) -> None:

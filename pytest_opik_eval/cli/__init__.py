@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
         "rescore",
         help="score the stored outputs of an experiment or run again, without calling the task: "
         "runs pytest --eval-rescore=ID on the run's tests; the other arguments go to pytest",
-        usage="opik-eval rescore [-h] [--metric SPEC]... ID [PYTEST ARGS...]",
+        usage="opik-eval rescore [-h] [--metric SPEC]... [--batch] ID [PYTEST ARGS...]",
         # A pytest option must not pass for an abbreviation of ours.
         allow_abbrev=False,
     )
@@ -157,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help=f"score with this metric instead of the marker's (repeatable): {METRIC_FORMS}",
     )
+    rescore.add_argument(
+        "--batch",
+        action="store_true",
+        help="send the judges' calls through the providers' batch APIs, at half price (pytest "
+        "--eval-batch): the trials wait, pending, until pytest --eval-resume=RUN --eval-batch collects them",
+    )
     calibrate = commands.add_parser(
         "calibrate",
         help="judge the stored outputs of the labelled items of an experiment or run again with "
@@ -167,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     calibrate.add_argument("id", help="an experiment id, a run id or name, or 'last'")
-    calibrate.set_defaults(metric=[])
+    calibrate.set_defaults(metric=[], batch=False)
     drift = commands.add_parser(
         "judge-drift",
         help="judge the stored outputs of the labelled items of an experiment or run again with "
@@ -192,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
         help="compare with the calibration run RUN (id or name) kept, not the newest (pytest "
         "--eval-judge-drift-since; default: ini eval_judge_drift_since)",
     )
-    drift.set_defaults(metric=[])
+    drift.set_defaults(metric=[], batch=False)
     merge = commands.add_parser(
         "merge",
         help="copy the runs of other stores (CI shards), and the recordings beside them, into this one",

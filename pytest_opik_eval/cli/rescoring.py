@@ -45,6 +45,7 @@ def rescore(store_path: Path, args: argparse.Namespace, pytest_args: list[str]) 
         f"--eval-store={store_path.resolve()}",
         f"--eval-backend={args.backend}",
         *(f"--eval-metric={spec}" for spec in args.metric),
+        *(["--eval-batch=on"] if args.batch else []),
         *tests,
         *pytest_args,
     ]

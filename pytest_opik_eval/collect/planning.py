@@ -110,6 +110,7 @@ def plan_resumed(
         batch=spec.batch,
         judge_samples=stored.judge_samples,  # as the experiment sampled its first trials
         resumed={e.params: e for e in experiments},
+        metric_specs=tuple(stored.metric_specs),
         where=where or definition.nodeid,
         labels_field=stored.labels_field,
     )
@@ -146,6 +147,7 @@ def plan_rescored(
         batch=spec.batch,
         judge_samples=spec.judge_samples or options.judge_samples,
         rescore_of={e.params: e.id for e in experiments},
+        metric_specs=options.metric_specs,
         where=where,
         labels_field=stored.labels_field,
     )
@@ -220,6 +222,7 @@ def plan_run(
                 items=[],
                 gates=plan.gates,
                 rescore_of=plan.rescore_of.get(trial.params),
+                metric_specs=list(plan.metric_specs),
                 labels_field=plan.labels_field,
                 judge_samples=plan.judge_samples,
                 # The plan's items as they are, loaded and checked: validated here, each would be

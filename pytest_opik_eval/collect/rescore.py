@@ -1,6 +1,8 @@
 """``--eval-rescore``: the stored outputs of an experiment or run, scored again without calling
 the task. It collects as a resume does (the stored items, the same node ids), selects the trials
-that completed, and gives each its stored output; the new run is planned as any run is."""
+that completed, and gives each its stored output; the new run is planned as any run is. A rescore
+run is resumed as any run is (its judges' batches collected, or after Ctrl-C), its pending trials
+given their original's stored outputs again."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pytest
 
 from pytest_opik_eval.collect.planning import labelled_only
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
-from pytest_opik_eval.collect.trials import Trial
+from pytest_opik_eval.collect.trials import TRIAL_KEY, Trial
 from pytest_opik_eval.store import ExperimentRecord, Store, TrialState
 
 OPTION = "--eval-rescore"
@@ -56,6 +58,26 @@ class RescoreTarget:
 
         return self.original.select(items, stored)
 
+    def select_pending(
+        self, resume: ResumeTarget, items: list[pytest.Item]
+    ) -> tuple[list[pytest.Item], list[pytest.Item]]:
+        """A resumed rescore's: its pending trials, as any resume selects them, each given the
+        output its original trial stored."""
+        keep, deselected = resume.select_pending(items)
+        rescored = {e.id: e.rescore_of for e in resume.experiments if e.rescore_of is not None}
+        for item in keep:
+            trial = item.stash[TRIAL_KEY]
+            assert trial.experiment_id is not None, "bound to its stored trial as it was selected"
+            key = (rescored.get(trial.experiment_id, ""), trial.case.item_id, trial.case.trial)
+            trial.stored_output = self.outputs.get(key)
+            if trial.stored_output is None:  # the original's trial was deleted since
+                raise pytest.UsageError(
+                    f"{resume.option}={resume.requested}: experiment {trial.experiment_id} rescores "
+                    f"experiment {key[0]}, which no longer holds the output of item {key[1]} "
+                    f"(trial {key[2]}); rescore the original again: pytest --eval-rescore={key[0]}"
+                )
+        return keep, deselected
+
 
 def load_rescore_target(store: Store, requested: str, *, labelled: bool = False) -> RescoreTarget:
     """The experiments and the outputs of their completed trials, read fresh from the store
@@ -67,10 +89,34 @@ def load_rescore_target(store: Store, requested: str, *, labelled: bool = False)
         ids = {e.id for e in kept}
         trials = {key: trial for key, trial in original.trials.items() if key[0] in ids}
         original = replace(original, experiments=kept, trials=trials)
-    outputs = {
+    return RescoreTarget(original, _outputs(store, [e.id for e in original.experiments]))
+
+
+def resumed_rescore(store: Store, resume: ResumeTarget) -> RescoreTarget | None:
+    """For a resume of a rescore run (its experiments rescore others'), the originals and their
+    stored outputs, which its pending trials score; None for any other run. Raises ValueError
+    for what cannot be resumed: a calibration (``opik-eval calibrate`` makes a new one), and
+    ExperimentNotFound for an original since deleted."""
+    originals = [e.rescore_of for e in resume.experiments if e.rescore_of is not None]
+    if not originals:
+        return None
+    calibration = next((e for e in resume.experiments if e.selection.labelled), None)
+    if calibration is not None:
+        raise ValueError(
+            f"experiment {calibration.id} measured the judges of experiment {calibration.rescore_of} "
+            "against its labels (opik-eval calibrate or judge-drift); run that command on "
+            f"{calibration.rescore_of} again instead"
+        )
+    run, _ = store.find(originals[0])
+    original = load_target(store, run.id, OPTION)
+    return RescoreTarget(original, _outputs(store, originals))
+
+
+def _outputs(store: Store, experiment_ids: list[str]) -> dict[_Key, dict[str, Any]]:
+    """The outputs the experiments' completed trials stored."""
+    return {
         (t.experiment_id, t.dataset_item_id, t.trial): t.output
-        for experiment in original.experiments
-        for t in store.trials(experiment.id)
+        for experiment_id in experiment_ids
+        for t in store.trials(experiment_id)
         if t.status == "completed" and t.output is not None
     }
-    return RescoreTarget(original, outputs)

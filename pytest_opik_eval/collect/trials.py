@@ -49,6 +49,8 @@ class TestPlan:
     resumed: dict[str, ExperimentRecord] = field(default_factory=dict)
     # When rescoring: the id of the stored experiment each new one scores again, by parametrize id.
     rescore_of: dict[str, str] = field(default_factory=dict)
+    # A rescore's --eval-metric specs (or a resumed rescore's, as stored), kept with its experiments.
+    metric_specs: tuple[str, ...] = ()
     # The test as messages name it: its node id, and its file and line ("t.py::test_qa (t.py:12)").
     where: str = ""
     # Dataset items set aside (nested too deep to process): each is a failing test case.

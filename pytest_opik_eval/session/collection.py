@@ -71,11 +71,11 @@ class Collection:
             stored = target.experiments_of(definition.nodeid, spec.dataset)
             if not stored:
                 return  # not resumed (or rescored): left unexpanded, and deselected
-            if rescore is None:
+            if resume is not None:  # a rescore run too: its stored plan
                 plan = plan_resumed(definition, spec, stored, self.options, where)
             else:
                 plan = plan_rescored(definition, spec, stored, self.options, where)
-            self._warn_on_changes(plan, stored[0], "rescore" if rescore is not None else "resume")
+            self._warn_on_changes(plan, stored[0], "resume" if resume is not None else "rescore")
         self.state.plans_seen.append(plan)
         cases = trial_cases(plan)
         _prune_own_args(metafunc)
@@ -129,10 +129,12 @@ class Collection:
         self._warn_on_soft_mode_without_gates()
         resume, rescore = self.state.target.resume, self.state.target.rescore
         if resume is not None or rescore is not None:
-            if resume is not None:
+            if rescore is None:
+                assert resume is not None
                 keep, deselected = resume.select_pending(items)
+            elif resume is not None:  # a rescore run resumed: its pending trials score stored outputs
+                keep, deselected = rescore.select_pending(resume, items)
             else:
-                assert rescore is not None
                 keep, deselected = rescore.select_stored(items)
             if deselected:
                 config.hook.pytest_deselected(items=deselected)

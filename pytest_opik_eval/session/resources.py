@@ -96,9 +96,10 @@ class Resources:
     def start_recording(self) -> None:
         """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
         trials run (a single process, or each pytest-xdist worker), before the first one. Not in a
-        rescore: it calls no task, and its judges run live."""
+        rescore, which calls no task and whose judges run live, unless it batches them."""
         options = self._options
-        if options.record_mode == "off" or options.rescore is not None or self.recorder is not None:
+        rescore_live = options.rescore is not None and options.batch == "off"
+        if options.record_mode == "off" or rescore_live or self.recorder is not None:
             return
         from pytest_opik_eval.run.recording import Recorder
 

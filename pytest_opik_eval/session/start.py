@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_opik_eval.collect.rescore import RescoreTarget, load_rescore_target
+from pytest_opik_eval.collect.rescore import RescoreTarget, load_rescore_target, resumed_rescore
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.notices import notice
@@ -42,7 +42,12 @@ class Start:
             line += f"; resuming {resume.requested} (run {resume.run.id})"
         lines = [line]
         rescore = target.rescore
-        if rescore is not None:
+        if rescore is not None and resume is not None:
+            lines.append(
+                f"eval: a rescore of run {rescore.original.run.id}: its pending trials score the "
+                "stored outputs, the task is not called"
+            )
+        elif rescore is not None:
             lines.append(
                 f"eval: rescoring run {rescore.original.run.id}: {len(rescore.outputs)} trials from "
                 "stored outputs, the task is not called"
@@ -74,11 +79,11 @@ class Start:
     def pytest_sessionstart(self) -> None:
         self._check_backend_access()
         # Ids given on the command line are checked before anything runs (exit code 4).
-        resume = self._load_resume_target()
+        resume, rescored = self._load_resume_target()
         target = Target.new(
             run_name=self.options.run_name,
             resume=resume,
-            rescore=self._load_rescore_target(),
+            rescore=rescored or self._load_rescore_target(),
             baselines=self._load_baseline(),
             budget=self._budget_setting(resume),
             drift_since=self._load_drift_since(),
@@ -98,23 +103,17 @@ class Start:
             except StoreError as error:
                 raise pytest.UsageError(f"--eval-backend={self.options.backend}: {error}") from None
 
-    def _load_resume_target(self) -> ResumeTarget | None:
+    def _load_resume_target(self) -> tuple[ResumeTarget | None, RescoreTarget | None]:
+        """The resumed run, and for a rescore run the outputs its pending trials score."""
         if self.options.resume is None:
-            return None
+            return None, None
         try:
             # Resuming never creates a store: an empty one could not hold the experiment.
-            resume = load_target(self.state.store.existing(), self.options.resume)
-        except (ExperimentNotFound, StoreError) as error:
+            store = self.state.store.existing()
+            resume = load_target(store, self.options.resume)
+            return resume, resumed_rescore(store, resume)
+        except (ExperimentNotFound, StoreError, ValueError) as error:
             raise pytest.UsageError(f"--eval-resume={self.options.resume}: {error}") from None
-        rescore = next((e for e in resume.experiments if e.rescore_of is not None), None)
-        if rescore is not None:
-            # Its outputs are the original's: resuming it would call the task for them.
-            raise pytest.UsageError(
-                f"--eval-resume={self.options.resume}: experiment {rescore.id} is a rescore of experiment "
-                f"{rescore.rescore_of}, whose outputs it scored without calling the task; rescore that "
-                f"one again instead: pytest --eval-rescore={rescore.rescore_of}"
-            )
-        return resume
 
     def _collect_batches(self, resume: ResumeTarget) -> None:
         """--eval-batch: the resumed run's ended batches collected into its recordings, before

@@ -70,10 +70,7 @@ class SessionState:
         # process imports them (they are code): a bad spec stops the session before it starts.
         self.metrics: tuple[Any, ...] | None = None
         if options.metric_specs:
-            try:
-                self.metrics = load_metrics(options.metric_specs)
-            except MetricSpecError as error:
-                raise pytest.UsageError(str(error)) from None
+            self._load_metrics(options.metric_specs)
         self.shards = None if options.shard is None else ShardSelector(options.shard)
         self.store = StoreHandle(config, options, worker=self.worker)
         self.plans_seen: list[TestPlan] = []  # collection's, one per eval test it expands
@@ -89,10 +86,21 @@ class SessionState:
         shares the budget's ledger with its workers."""
         assert self._target is None, "a session's target is decided once"
         self._target = target
+        if target.resume is not None and target.rescore is not None:
+            # A resumed rescore scores with the --eval-metric specs it was started with.
+            specs = next((e.metric_specs for e in target.resume.experiments if e.metric_specs), None)
+            if specs:
+                self._load_metrics(tuple(specs))
         shared = self.worker or controller
         self._resources = Resources(
             self.config, self.options, target.session_id, target.budget, shared=shared, run_id=target.run_id
         )
+
+    def _load_metrics(self, specs: tuple[str, ...]) -> None:
+        try:
+            self.metrics = load_metrics(specs)
+        except MetricSpecError as error:
+            raise pytest.UsageError(str(error)) from None
 
     @property
     def target(self) -> Target:

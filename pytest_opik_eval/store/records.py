@@ -211,6 +211,9 @@ class ExperimentRecord(_Written):
     gates: GateSettings = GateSettings()
     # A rescore's (--eval-rescore): the experiment whose stored outputs this one scored again.
     rescore_of: str | None = None
+    # A rescore's --eval-metric specs, scored with in place of the marker's metrics: a resume of
+    # the rescore (its judges' batches collected) scores with the same ones.
+    metric_specs: list[str] = []
     # The item key of the human labels in ``items`` (the marker's labels_field, or ini
     # eval_labels_field): calibration reads them; the task and the metrics never saw them.
     labels_field: str = "labels"  # options.LABELS_FIELD, the default
@@ -227,7 +230,7 @@ class ExperimentRecord(_Written):
         # Every experiment that is not a rescore, labelled under another key, judged by an LLM
         # judge or sampling its judges reads as before.
         return _left_out_at_default(
-            self, handler(self), "rescore_of", "labels_field", "judges", "judge_samples"
+            self, handler(self), "rescore_of", "metric_specs", "labels_field", "judges", "judge_samples"
         )
 
 
