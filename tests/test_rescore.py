@@ -362,34 +362,44 @@ def test_the_apps_latency_and_cost_gates_are_left_to_the_original_run(project: P
     assert experiment["settings"]["max_cost_per_item"] is None
 
 
+# A rescore's metric that stops the session (Ctrl-C) at item b's output while the stop file is there.
+STOPPING_METRIC = """
+import pathlib
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+class Short(BaseMetric):
+    def __init__(self):
+        super().__init__(name="short")
+
+    def score(self, output, **ignored):
+        if output == "bee" and pathlib.Path("stop").exists():
+            raise KeyboardInterrupt
+        return ScoreResult(name=self.name, value=float(len(output) < 3))
+"""
+
+
+def interrupted_rescore(project: Project) -> set[tuple[str, int]]:
+    """A rescore of the last run with --eval-metric=my_metrics:Short, stopped by Ctrl-C at item
+    b; the trials it completed."""
+    project.write("my_metrics.py", STOPPING_METRIC)
+    (project.path / "stop").touch()
+    # In a process of its own: pytester's in-process run would pass the Ctrl-C to this one.
+    interrupted = project.run_report(
+        "--eval-rescore=last", "--eval-metric=my_metrics:Short", subprocess=True
+    )[0]
+    assert interrupted.ret == pytest.ExitCode.INTERRUPTED
+    assert project.calls() == []
+    done = project.completed()
+    assert not {("b", 0), ("b", 1)} & done
+    (project.path / "stop").unlink()
+    return done
+
+
 def test_an_interrupted_rescore_resumes_with_its_metrics_and_never_calls_the_task(project: Project) -> None:
     original = recorded(project)
     # Its --eval-metric stops the session at item b's output while the stop file is there.
-    project.write(
-        "my_metrics.py",
-        """
-        import pathlib
-        from pytest_opik_eval.metrics import BaseMetric, ScoreResult
-
-        class Short(BaseMetric):
-            def __init__(self):
-                super().__init__(name="short")
-
-            def score(self, output, **ignored):
-                if output == "bee" and pathlib.Path("stop").exists():
-                    raise KeyboardInterrupt
-                return ScoreResult(name=self.name, value=float(len(output) < 3))
-        """,
-    )
-    (project.path / "stop").touch()
-    # Ctrl-C, in a process of its own (pytester's in-process run would pass it to this one).
-    interrupted = project.run_report("--eval-rescore=last", "--eval-metric=my_metrics:Short", subprocess=True)[0]
-    assert interrupted.ret == pytest.ExitCode.INTERRUPTED
-    assert project.calls() == []
+    done_before = interrupted_rescore(project)
     rescore = project.last_experiment_id()
-    done_before = project.completed()
-    assert not {("b", 0), ("b", 1)} & done_before
-    (project.path / "stop").unlink()
 
     result, report = project.run_report("--eval-resume=last", subprocess=True)
     assert project.calls() == []  # the pending trials scored the original's outputs
@@ -550,3 +560,24 @@ def test_with_the_opik_backend_a_new_experiment_carries_the_scores(
     assert seen["name"] == new["name"]
     names = {name for name, _ in seen["scores"]}
     assert names == {"equals_metric", "levenshtein_ratio_metric"}
+
+
+def test_with_the_opik_backend_an_interrupted_rescore_resumes(project: Project, opik: OpikTestServer) -> None:
+    original = recorded(project)
+    interrupted_rescore(project)
+    [rescore] = [e for e in opik.experiments.values() if e["id"] != original]
+    assert rescore["metadata"]["_pytest_opik_eval"]["record"]["metric_specs"] == ["my_metrics:Short"]
+
+    result = project.run_report("--eval-resume=last", subprocess=True)[0]
+    assert result.ret == pytest.ExitCode.OK
+    assert project.calls() == []
+    links = [link for link in opik.experiment_items if link["experiment_id"] == rescore["id"]]
+    traces = {link["trace_id"]: opik.traces[link["trace_id"]] for link in links}
+    outputs = sorted(
+        (t["metadata"]["dataset_item_id"], t["metadata"]["trial"], t["output"]["output"])
+        for t in traces.values()
+        if t.get("output")
+    )
+    assert outputs == sorted((i, n, "bee" if i == "b" else i) for i in "abc" for n in (0, 1))
+    scores = {s["name"] for s in opik.feedback_scores if s["id"] in traces}
+    assert scores == {"short"}
