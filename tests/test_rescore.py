@@ -401,7 +401,7 @@ def test_an_interrupted_rescore_resumes_with_its_metrics_and_never_calls_the_tas
     done_before = interrupted_rescore(project)
     rescore = project.last_experiment_id()
 
-    result, report = project.run_report("--eval-resume=last", subprocess=True)
+    result, report = project.run_report("--eval-resume=last", "-p", "xdist", "-n", "2", subprocess=True)
     assert project.calls() == []  # the pending trials scored the original's outputs
     result.stdout.fnmatch_lines(["eval: a rescore of run *: its pending trials score the stored outputs*"])
     result.assert_outcomes(passed=6 - len(done_before))
