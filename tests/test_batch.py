@@ -212,6 +212,22 @@ def test_eval_batch_with_another_record_mode_is_a_usage_error(app: Project, fake
     result.stderr.fnmatch_lines(["*it records in mode new_episodes, not --eval-record=none*"])
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("eval_batch_max_rounds", "0", "ini eval_batch_max_rounds: *got '0'"),
+        ("eval_batch_after_cap", "later", "ini eval_batch_after_cap: expected one of pending, live; got 'later'"),
+    ],
+)
+def test_a_bad_ini_batch_setting_is_a_usage_error_naming_the_key(
+    app: Project, fake_openai: FakeOpenAI, key: str, value: str, message: str
+) -> None:
+    app.pytester.makeini(f"[pytest]\nfilterwarnings = error\n{key} = {value}\n")
+    result = app.run("--eval", *batch_args(fake_openai))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
 def custom_ids(fake: FakeOpenAI, batch_id: str) -> dict[str, str]:
     """Item id -> the custom_id of its request in the batch ("question a" asks for item a)."""
     return {
