@@ -216,7 +216,11 @@ def test_eval_batch_with_another_record_mode_is_a_usage_error(app: Project, fake
     ("key", "value", "message"),
     [
         ("eval_batch_max_rounds", "0", "ini eval_batch_max_rounds: *got '0'"),
-        ("eval_batch_after_cap", "later", "ini eval_batch_after_cap: expected one of pending, live; got 'later'"),
+        (
+            "eval_batch_after_cap",
+            "later",
+            "ini eval_batch_after_cap: expected one of pending, live; got 'later'",
+        ),
     ],
 )
 def test_a_bad_ini_batch_setting_is_a_usage_error_naming_the_key(
@@ -226,6 +230,17 @@ def test_a_bad_ini_batch_setting_is_a_usage_error_naming_the_key(
     result = app.run("--eval", *batch_args(fake_openai))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_a_test_path_after_the_bare_flag_says_how_to_write_it(app: Project) -> None:
+    result = app.run("--eval-batch", "test_app.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*argument --eval-batch: expected one of off, on, strict; got 'test_app.py' (a test path after the "
+            "bare flag is read as its mode: write --eval-batch=on)"
+        ]
+    )
 
 
 def custom_ids(fake: FakeOpenAI, batch_id: str) -> dict[str, str]:
