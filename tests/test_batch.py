@@ -973,6 +973,8 @@ def test_gemini_requests_that_failed_or_expired_are_submitted_again(
     }
     assert fake_gemini.live_calls == []
     assert fake_gemini.rejected == []
+    for path, text in files_under(app.path / ".opik-eval").items():
+        assert fake_gemini.api_key not in text, path
 
 
 @pytest.mark.usefixtures("gemini_app")

@@ -809,6 +809,10 @@ def test_gemini_results_without_a_key_are_skipped_and_errors_never_show_the_key(
             "state": "BATCH_STATE_SUCCEEDED",
             "createTime": "2026-12-05T10:00:00.123456Z",
             "batchStats": {"requestCount": "3", "successfulRequestCount": "3"},
+        },
+        "done": True,
+        # Where the REST reference also puts the output of an ended batch.
+        "response": {
             "output": {
                 "inlinedResponses": {
                     "inlinedResponses": [
@@ -818,9 +822,8 @@ def test_gemini_results_without_a_key_are_skipped_and_errors_never_show_the_key(
                         "not an object",
                     ]
                 }
-            },
+            }
         },
-        "done": True,
     }
 
     def answer(request: httpx.Request) -> httpx.Response:

@@ -11,7 +11,8 @@ read at ``GET {version}/batches/{id}``, cancelled with ``POST {version}/batches/
 listed at ``GET {version}/batches`` (``operations``, ``nextPageToken``). The batch's fields are
 in its metadata: ``displayName``, ``state`` (``BATCH_STATE_PENDING``... ``_EXPIRED``),
 ``createTime``, ``batchStats`` and, once ended, ``output.inlinedResponses.inlinedResponses``:
-``InlinedResponse {response | error, metadata}`` in the order of the requests.
+``InlinedResponse {response | error, metadata}`` in the order of the requests (or, the REST
+reference says, in the ended operation's ``response.output``).
 
 How it differs from the others: the model is in the URL, not the body; requests go inline (up to
 20 MB a batch: ``batch_requests.LIMITS`` splits under it), each carrying its custom_id as
@@ -113,16 +114,27 @@ class _Metadata(Tolerant):
     output: _Output | None = None
 
 
+class _Done(Tolerant):
+    output: _Output | None = None
+
+
 class _Operation(ProviderBatch):
     name: str
     metadata: _Metadata
     error: _Status | None = None  # a failed batch's reason
+    # An ended operation's BatchGenerateContentResponse, whose output the REST reference says may
+    # hold the responses instead of the batch's own (python-genai reads the batch's).
+    response: _Done | None = None
+
+    @property
+    def output(self) -> _Output | None:
+        return self.metadata.output or (self.response.output if self.response is not None else None)
 
     def view(self) -> BatchView:
         meta, stats = self.metadata, self.metadata.batchStats
         state = _STATE.sub("", meta.state).lower()
         errors = () if self.error is None else ((None, _status_text(self.error)),)
-        output = meta.output
+        output = self.output
         return BatchView(
             id=self.name.removeprefix("batches/"),
             status=state,
@@ -218,7 +230,7 @@ class GeminiBatches(WireClient):
         are part of it). A response with no custom_id in its metadata is counted in ``skipped``."""
         answer = self._operation(view.id)
         try:
-            output = _Operation.model_validate(answer).metadata.output
+            output = _Operation.model_validate(answer).output
         except pydantic.ValidationError as error:
             raise not_a_batch(error) from None
         if output is not None and output.inlinedResponses is None and output.responsesFile:
