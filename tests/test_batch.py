@@ -993,3 +993,35 @@ def test_a_gemini_submission_killed_mid_way_is_found_by_its_name(
     fake_gemini.finish()
     app.run("--eval-resume=last", *gemini_args(fake_gemini)).assert_outcomes(passed=3)
     assert fake_gemini.creates == 1
+
+
+@pytest.mark.usefixtures("gemini_app")
+def test_gemini_batch_status_and_cancel_commands(
+    app: Project, fake_gemini: FakeGemini, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval", *gemini_args(fake_gemini)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_gemini.batches
+    store = ["--store", str(app.store_path)]
+
+    def cli(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main([*store, "batch", *args])
+        return code, capsys.readouterr().out
+
+    code, out = cli("status")
+    assert code == 0
+    assert (
+        f"  {batch_id}  gemini gemini-2.5-flash /models/gemini-2.5-flash:generateContent  running 0/3, 0 failed"
+        in out
+    )
+    code, out = cli("cancel")
+    assert code == 0
+    assert fake_gemini.batches[batch_id]["metadata"]["state"] == "BATCH_STATE_CANCELLED"
+    # A cancelled batch answered nothing: its requests go in a new batch, and end as live would.
+    resumed = app.run("--eval-resume=last", *gemini_args(fake_gemini))
+    resumed.assert_outcomes(skipped=3)
+    assert "3 requests without an answer, submitted again" in resumed.stdout.str()
+    fake_gemini.finish()
+    app.run("--eval-resume=last", *gemini_args(fake_gemini)).assert_outcomes(passed=3)
+    assert len(fake_gemini.batches) == 2
+    assert fake_gemini.live_calls == []
