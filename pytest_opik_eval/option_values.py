@@ -253,7 +253,7 @@ def batch_mode(text: str) -> str:
         raise
 
 
-BATCH_PROVIDERS = ("openai", "anthropic")
+BATCH_PROVIDERS = ("openai", "anthropic", "gemini")
 BATCH_AFTER_CAP = ("pending", "live")  # a trial at --eval-batch-max-rounds: stays pending, or goes live
 BATCH_MAX_ROUNDS = 8
 

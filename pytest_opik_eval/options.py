@@ -344,8 +344,9 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eval_batch_provider",
         action="append",
         type=batch_provider,
-        help="The batch API a host speaks when its name does not tell (api.openai.com and "
-        "api.anthropic.com do): openai or anthropic (repeatable; with ini eval_batch_provider, one per line)",
+        help="The batch API a host speaks when its name does not tell (api.openai.com, api.anthropic.com "
+        "and generativelanguage.googleapis.com do): openai, anthropic or gemini (repeatable; with ini "
+        "eval_batch_provider, one per line)",
     )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")
