@@ -278,3 +278,40 @@ def test_the_store_holds_no_conversation_object(support: Project) -> None:
     assert set(task.input) == {"eval_item", "eval_trial"}
     assert json.dumps(task.input)
     assert Path(support.store_path).exists()
+
+
+def test_the_simulated_users_usage_is_counted_apart_from_the_apps(project: Project) -> None:
+    project.dataset([{"id": "a", "first_message": "hi"}, {"id": "b", "first_message": "hello"}], "chat.jsonl")
+    project.write(
+        "test_chat.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+        from pytest_opik_eval.tracing import trace
+
+
+        def app(message):
+            trace.usage(model="gpt-4.1-mini", input_tokens=10, output_tokens=4, cost=0.001)
+            return "ok"
+
+
+        def user(history):
+            trace.usage(model="gpt-4.1-nano", input_tokens=5, output_tokens=3, cost=0.0002)
+            return "thanks"
+
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "output"})
+        def test_chat(eval_conversation):
+            return eval_conversation.run(app, user=user, max_turns=2)
+        """,
+    )
+    result, report = project.run_report("--eval", "--eval-max-cost=0.1/run")
+    (experiment,) = report["experiments"]
+    usage = experiment["summary"]["usage"]
+    # Per conversation: two app turns, one simulated user's message (the item opens).
+    assert (usage["app"]["prompt_tokens"], usage["app"]["cost"]) == (40, pytest.approx(0.004))
+    assert (usage["simulator"]["prompt_tokens"], usage["simulator"]["cost"]) == (10, pytest.approx(0.0004))
+    assert (usage["judge"], experiment["trials"][0]["usage"]["simulator"]["spans"]) == (None, 1)
+    result.stdout.fnmatch_lines(["*simulated users:*tokens 10 in / 6 out*"])
+    (gate,) = experiment["gates"]
+    assert "(app $0.004, simulated users $0.0004)" in gate["detail"]

@@ -16,13 +16,12 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from pytest_opik_eval.run.manual_spans import trace
+from pytest_opik_eval.store.records import SIMULATOR_TAG
 
 # What a simulated user answers when its goal is met (the default persona asks for it): the
 # conversation ends there, and the token is not part of it.
 STOP = "<<END>>"
 MAX_TURNS = 5  # the default, as the Opik SDK's run_simulation
-# The tag of the simulated user's spans: its calls are the eval's, not the app's.
-SIMULATOR_TAG = "simulated_user"
 # What the Opik SDK's SimulatedUser answers when its model fails: no user turn, an error.
 _SIMULATOR_FAILED = "I'm having trouble responding right now."
 
