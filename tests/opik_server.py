@@ -192,6 +192,7 @@ _REQUEST_MODELS: dict[tuple[str, str], tuple[str, str]] = {
     ("PUT", "traces.feedback_score"): ("traces", "add_trace_feedback_score"),
     ("POST", "spans.batch"): ("spans", "create_spans"),
     ("POST", "spans.search"): ("spans", "search_spans"),
+    ("POST", "traces.threads.search"): ("traces", "search_trace_threads"),
     ("POST", "projects.retrieve"): ("projects", "retrieve_project"),
 }
 
@@ -1302,6 +1303,7 @@ class OpikTestServer:
             ("PATCH", "v1/private/traces/" + id_.format("trace_id"), "traces.update", self._update_trace),
             ("POST", "v1/private/spans/batch", "spans.batch", self._create_spans),
             ("POST", "v1/private/spans/search", "spans.search", self._search_spans),
+            ("POST", "v1/private/traces/threads/search", "traces.threads.search", self._search_threads),
         ]
         return [
             _Route(method, re.compile(pattern), name, handler) for method, pattern, name, handler in table
@@ -2177,6 +2179,51 @@ class OpikTestServer:
             found = [s for s in found if s["id"] < str(cursor).lower()]
         limit = int(body.get("limit") or 500)
         return self._ndjson(self._span_public(s) for s in found[:limit])
+
+    def _search_threads(self, body: Any, query: dict[str, str]) -> _Response:
+        """The threads of a project, made of its traces by ``thread_id`` (``Opik.search_threads``),
+        newest first, as NDJSON; of filters only ``id =`` is supported here. A thread's messages
+        are its traces' inputs and outputs, as Opik counts them."""
+        filters = body.get("filters") or []
+        wanted: str | None = None
+        for found_filter in filters:
+            if (found_filter.get("field"), found_filter.get("operator")) != ("id", "="):
+                raise _HttpError(400, "the test server supports only the thread filter id = VALUE")
+            wanted = str(found_filter.get("value"))
+        traces = [t for t in self._traces.values() if t.get("thread_id")]
+        if body.get("project_name"):
+            name = str(body["project_name"]).lower()
+            traces = [t for t in traces if (t.get("project_name") or "").lower() == name]
+        threads: dict[str, list[dict[str, Any]]] = {}
+        for trace in sorted(traces, key=lambda t: t["start_time"]):
+            threads.setdefault(trace["thread_id"], []).append(trace)
+        found = []
+        for thread_id, turns in threads.items():
+            if wanted is not None and thread_id != wanted:
+                continue
+            found.append(
+                {
+                    "id": thread_id,
+                    "thread_model_id": turns[0]["id"],
+                    "project_id": turns[0].get("project_id"),
+                    "start_time": turns[0]["start_time"],
+                    "end_time": turns[-1].get("end_time"),
+                    "first_message": json.dumps(turns[0].get("input")),
+                    "last_message": json.dumps(turns[-1].get("output")),
+                    "number_of_messages": sum(
+                        (t.get("input") is not None) + (t.get("output") is not None) for t in turns
+                    ),
+                    "status": "active",
+                    "created_at": turns[0].get("created_at"),
+                    "last_updated_at": turns[-1].get("last_updated_at"),
+                }
+            )
+        found.sort(key=lambda t: t["thread_model_id"], reverse=True)
+        cursor = body.get("last_retrieved_thread_model_id")
+        if cursor:
+            found = [t for t in found if t["thread_model_id"] < str(cursor)]
+        limit = int(body.get("limit") or 500)
+        return self._ndjson(_strip_none(t) for t in found[:limit])
 
     def _span_public(self, span: dict[str, Any]) -> dict[str, Any]:
         public = dict(span)

@@ -6,12 +6,15 @@ strict offline replay and pytest-xdist as for any trial."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import NEEDS_RECORD, Project
 from fake_batches import FakeOpenAI
+from opik_server import OpikTestServer
 
 from pytest_opik_eval.store.local import LocalStore
 
@@ -315,3 +318,45 @@ def test_the_simulated_users_usage_is_counted_apart_from_the_apps(project: Proje
     result.stdout.fnmatch_lines(["*simulated users:*tokens 10 in / 6 out*"])
     (gate,) = experiment["gates"]
     assert "(app $0.004, simulated users $0.0004)" in gate["detail"]
+
+
+SDK_THREADS = """
+import json, opik
+threads = opik.Opik().search_threads(project_name="pytest-evals")
+print(json.dumps(sorted((t.id, t.number_of_messages) for t in threads)))
+"""
+
+
+def test_with_the_opik_backend_each_conversation_is_a_thread(project: Project, opik: OpikTestServer) -> None:
+    project.dataset(
+        [{"id": name, "user_responses": [f"hi from {name}", "bye"]} for name in "ab"], "chat.jsonl"
+    )
+    project.write(
+        "test_chat.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "output"}, trial_count=2)
+        def test_chat(eval_conversation):
+            return eval_conversation.run(lambda message: message.upper())
+        """,
+    )
+    project.run("--eval").assert_outcomes(passed=4)
+    # Each trial's trace, linked by its experiment item, names its conversation's thread.
+    linked = [opik.traces[link["trace_id"]] for link in opik.experiment_items]
+    threads = {trace["metadata"]["thread_id"] for trace in linked}
+    assert threads == {trace["id"] for trace in linked}
+    # The turns: one trace each, in the thread, as the Opik SDK's run_simulation logs them.
+    turns = [t for t in opik.traces.values() if t.get("thread_id")]
+    assert len(turns) == 4 * 2
+    first = min((t for t in turns if t["input"]["content"] == "hi from a"), key=lambda t: t["start_time"])
+    assert first["output"] == {"role": "assistant", "content": "HI FROM A"}
+    assert first["name"] == "conversation_turn"
+
+    # Read back through the Opik SDK's own API.
+    done = subprocess.run(
+        [sys.executable, "-c", SDK_THREADS], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted([thread, 4] for thread in threads)
