@@ -524,6 +524,27 @@ def test_a_scores_metadata_is_shown_as_text_in_its_trial(page: Any, tmp_path: Pa
     assert page.problems == []
 
 
+def test_a_conversation_is_shown_as_its_transcript(page: Any, tmp_path: Path) -> None:
+    conversation = [
+        {"role": "user", "content": "Where is my order?"},
+        {"role": "assistant", "content": INJECTION},
+    ]
+    output = {"conversation": conversation, "output": INJECTION, "turns": 1}
+    chat = trial("a", 0, 1.0).model_copy(update={"output": output})
+    path = tmp_path / "eval.html"
+    write_html(Report(run_id=None, resumed=None, experiments=[experiment([chat])]), {}, path)
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    page.click("tr.item-row[data-item-id=a]")
+    messages = page.locator(".item-details ol.transcript li.message")
+    assert [messages.nth(n).get_attribute("class") for n in range(2)] == ["message user", "message assistant"]
+    assert messages.nth(0).locator(".content").inner_text() == "Where is my order?"
+    assert messages.nth(1).locator(".content").inner_text() == INJECTION  # text, never markup
+    assert page.locator(".item-details pre.output").count() == 0
+    assert page.locator("script").count() == 2
+    assert page.problems == []
+
+
 def test_ten_thousand_trials_load_without_freezing(page: Any, tmp_path: Path) -> None:
     def load(size: int) -> float:
         path = tmp_path / f"report-{size}.html"

@@ -137,7 +137,9 @@
       if (typeof t.seconds === "number") facts.push(duration(t.seconds));
       if (t.usage) facts.push(tokens(t.usage[0], t.usage[1]), t.usage[2] == null ? "cost unknown" : t.usage[2]);
       box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state + (facts.length ? " \u00b7 " + facts.join(" \u00b7 ") : "")));
-      if (t.status === "completed") box.appendChild(el("pre", "output", shown(t.output)));
+      if (t.status === "completed") {
+        box.appendChild(isConversation(t.output) ? transcript(t.output.conversation) : el("pre", "output", shown(t.output)));
+      }
       if (t.scores.length) {
         var table = el("table", "scores");
         t.scores.forEach(function (s) {
@@ -164,6 +166,24 @@
     });
     row.appendChild(cell);
     return row;
+  }
+
+  // A conversation's output (run/conversation.py): its transcript as chat messages.
+  function isConversation(output) {
+    var messages = output && output.conversation;
+    return Array.isArray(messages) && messages.length > 0 && messages.every(function (m) {
+      return m && typeof m === "object" && typeof m.role === "string";
+    });
+  }
+  function transcript(messages) {
+    var list = el("ol", "transcript");
+    messages.forEach(function (m) {
+      var line = el("li", "message " + (m.role === "user" ? "user" : "assistant"));
+      line.appendChild(el("span", "role", m.role));
+      line.appendChild(el("span", "content", shown(m.content)));
+      list.appendChild(line);
+    });
+    return list;
   }
 
   function toggle(row, experiment) {
