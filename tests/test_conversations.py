@@ -360,3 +360,70 @@ def test_with_the_opik_backend_each_conversation_is_a_thread(project: Project, o
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted([thread, 4] for thread in threads)
+
+
+PER_TURN = """
+import pytest
+from opik.evaluation.metrics import ConversationDegenerationMetric
+from pytest_opik_eval.metrics import BaseMetric, Contains, PerTurn, ScoreResult
+
+
+class Polite(BaseMetric):
+    judge = True  # as an LLM judge would be: its scores go in the judge cache
+
+    def __init__(self):
+        super().__init__(name="polite", threshold=1.0)
+
+    def score(self, output, turn, **ignored):
+        return ScoreResult(name=self.name, value=float("please" in output), reason=f"turn {turn}: {output!r}")
+
+
+@pytest.mark.eval(
+    dataset="chat.jsonl",
+    metrics=[
+        PerTurn(Contains(case_sensitive=False, name="mentions_order"), "all"),
+        PerTurn(Contains(case_sensitive=False, name="mentions_order_mean"), "mean"),
+        PerTurn(Contains(case_sensitive=False, name="mentions_order_last"), "last"),
+        PerTurn(Polite(), "mean"),
+        ConversationDegenerationMetric(),  # the Opik SDK's conversation metric, unchanged
+    ],
+    scoring_key_mapping={"reference": lambda item: "order"},
+)
+def test_chat(eval_conversation):
+    replies = iter(["Your order, please wait", "Anything else?", "Order shipped, please rate us"])
+    return eval_conversation.run(lambda message: next(replies))
+"""
+
+
+def test_per_turn_metrics_aggregate_the_turns_and_opiks_conversation_metrics_score_unchanged(
+    project: Project,
+) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi", "and?", "ok"]}], "chat.jsonl")
+    project.write("test_chat.py", PER_TURN)
+    result, report = project.run_report("--eval", "--eval-judge-cache=on")
+    result.assert_outcomes(failed=1)
+    scores = {s["name"]: s for s in report["experiments"][0]["trials"][0]["scores"]}
+    # Turn 2 does not mention the order: "all" is the share of turns that do, and fails.
+    assert scores["mentions_order"]["value"] == pytest.approx(2 / 3)
+    assert scores["mentions_order"]["reason"] == "all of 3 turns (1, 0, 1); turn 2 below 1"
+    assert scores["mentions_order"]["metadata"]["turns"][1][0] == 0.0
+    assert scores["mentions_order_mean"]["value"] == pytest.approx(2 / 3)
+    assert scores["mentions_order_last"]["value"] == 1.0
+    assert scores["polite"]["value"] == pytest.approx(2 / 3)
+    assert scores["polite"]["metadata"]["turns"][0] == [1.0, "turn 1: 'Your order, please wait'"]
+    assert (
+        scores["polite"]["reason"]
+        == "mean of 3 turns (1, 0, 1); turn 2 below 1 (turn 2: turn 2: 'Anything else?')"
+    )
+    assert scores["conversation_degeneration_metric"]["scoring_failed"] is False
+    result.stdout.fnmatch_lines(["*mentions_order*0.667*"])
+    # A judge turn by turn is a judge: its score is kept in the judge cache.
+    assert len(list((project.path / ".opik-eval" / "judge-cache").rglob("*.json"))) == 1
+
+
+def test_a_bad_per_turn_aggregate_fails_collection_naming_it(project: Project) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi"]}], "chat.jsonl")
+    project.write("test_chat.py", PER_TURN.replace('"last"', '"median"'))
+    result = project.run("--eval")
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["*PerTurn aggregate must be one of all, mean, last; got 'median'*"])

@@ -531,6 +531,10 @@ def test_a_conversation_is_shown_as_its_transcript(page: Any, tmp_path: Path) ->
     ]
     output = {"conversation": conversation, "output": INJECTION, "turns": 1}
     chat = trial("a", 0, 1.0).model_copy(update={"output": output})
+    per_turn = chat.scores[0].model_copy(
+        update={"name": "polite", "metadata": {"aggregate": "mean", "turns": [[0.5, INJECTION]]}}
+    )
+    chat = chat.model_copy(update={"scores": [per_turn, chat.scores[1]]})
     path = tmp_path / "eval.html"
     write_html(Report(run_id=None, resumed=None, experiments=[experiment([chat])]), {}, path)
     page.goto(path.as_uri())
@@ -540,6 +544,11 @@ def test_a_conversation_is_shown_as_its_transcript(page: Any, tmp_path: Path) ->
     assert [messages.nth(n).get_attribute("class") for n in range(2)] == ["message user", "message assistant"]
     assert messages.nth(0).locator(".content").inner_text() == "Where is my order?"
     assert messages.nth(1).locator(".content").inner_text() == INJECTION  # text, never markup
+    # The reply's per-turn score, its reason as the chip's title.
+    chip = messages.nth(1).locator(".turn-score")
+    assert chip.inner_text() == "polite 0.500"
+    assert chip.get_attribute("title") == INJECTION
+    assert messages.nth(0).locator(".turn-score").count() == 0
     assert page.locator(".item-details pre.output").count() == 0
     assert page.locator("script").count() == 2
     assert page.problems == []

@@ -8,6 +8,7 @@ for ``BaseMetric`` subclasses that do not choose one.
 """
 
 from .base import BaseMetric, MetricComputationError, ScoreResult
+from .conversation import PerTurn
 from .heuristics import (
     PASS_FAIL_THRESHOLD,
     Contains,
@@ -25,6 +26,7 @@ __all__ = [
     "IsJson",
     "LevenshteinRatio",
     "MetricComputationError",
+    "PerTurn",
     "RegexMatch",
     "ScoreResult",
 ]

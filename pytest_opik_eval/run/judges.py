@@ -217,7 +217,12 @@ class ScoreNames:
 
 def is_judge(metric: Any) -> bool:
     """Whether ``metric`` calls an LLM judge: its class says so (``judge = True``), or it is an
-    Opik SDK LLM-judge metric (it holds an Opik model, or comes from the SDK's ``llm_judges``)."""
+    Opik SDK LLM-judge metric (it holds an Opik model, or comes from the SDK's ``llm_judges``),
+    or it scores a conversation turn by turn with one (``PerTurn``)."""
+    # Looked up, not imported: a PerTurn exists only where its module was imported.
+    conversation = sys.modules.get("pytest_opik_eval.metrics.conversation")
+    if conversation is not None and isinstance(metric, conversation.PerTurn):
+        return is_judge(metric.metric)  # a judge's, turn by turn, is a judge
     declared = getattr(type(metric), "judge", None)
     if isinstance(declared, bool):
         return declared

@@ -138,7 +138,7 @@
       if (t.usage) facts.push(tokens(t.usage[0], t.usage[1]), t.usage[2] == null ? "cost unknown" : t.usage[2]);
       box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state + (facts.length ? " \u00b7 " + facts.join(" \u00b7 ") : "")));
       if (t.status === "completed") {
-        box.appendChild(isConversation(t.output) ? transcript(t.output.conversation) : el("pre", "output", shown(t.output)));
+        box.appendChild(isConversation(t.output) ? transcript(t.output.conversation, t.scores) : el("pre", "output", shown(t.output)));
       }
       if (t.scores.length) {
         var table = el("table", "scores");
@@ -175,12 +175,28 @@
       return m && typeof m === "object" && typeof m.role === "string";
     });
   }
-  function transcript(messages) {
+  // Each reply with its turn's scores from the per-turn metrics (metrics/conversation.py: a
+  // score whose metadata holds "turns", [value, reason] per reply).
+  function transcript(messages, scores) {
+    var perTurn = scores.filter(function (s) {
+      return s.length > 4 && s[4] && Array.isArray(s[4].turns);
+    });
     var list = el("ol", "transcript");
+    var turn = 0;
     messages.forEach(function (m) {
       var line = el("li", "message " + (m.role === "user" ? "user" : "assistant"));
       line.appendChild(el("span", "role", m.role));
       line.appendChild(el("span", "content", shown(m.content)));
+      if (m.role === "assistant") {
+        perTurn.forEach(function (s) {
+          var found = s[4].turns[turn];
+          if (!found) return;
+          var chip = el("span", "turn-score", s[0] + " " + num(found[0]));
+          if (found[1] != null) chip.title = String(found[1]);
+          line.appendChild(chip);
+        });
+        turn += 1;
+      }
       list.appendChild(line);
     });
     return list;
