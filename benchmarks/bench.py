@@ -31,6 +31,9 @@ pair alike, and the median is not moved by the pairs it hit unevenly. The figure
    request deferred to a batch, against the same call replayed and sent live (target < 1 ms a
    request), and per round, the submission and collection of 200 and 10,000 answers
    (``benchmarks/batch.py``, which also writes them to benchmarks/results/batch.json).
+10. conversation: what the conversation driver (``eval_conversation``) costs a turn, in this
+   process, against the same loop written by hand, inside a trial's trace (target < 50 us a
+   turn; ``benchmarks/conversation.py``).
 
 The runs write bytecode to a cache of their own (PYTHONPYCACHEPREFIX), as an installed package
 has it: without it (PYTHONDONTWRITEBYTECODE) every run would compile the plugin's modules anew.
@@ -457,13 +460,31 @@ def batch_figures(folder: Path, quick: bool) -> None:
     figures(folder, quick=quick)
 
 
+def conversation_figure(quick: bool) -> None:
+    # Imported only for this figure, as batch's.
+    from conversation import main as conversation
+
+    sys.argv = [sys.argv[0], *(["--quick"] if quick else [])]
+    conversation()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes, few pairs: a smoke run")
     parser.add_argument(
         "--figure",
         action="append",
-        choices=["overhead", "latency", "resume", "inert", "spans", "replay", "rescore", "batch"],
+        choices=[
+            "overhead",
+            "latency",
+            "resume",
+            "inert",
+            "spans",
+            "replay",
+            "rescore",
+            "batch",
+            "conversation",
+        ],
         help="run only this figure (repeatable); latency includes -n 2",
     )
     parser.add_argument(
@@ -484,6 +505,7 @@ def main() -> None:
         "replay": lambda run, d: replay(run, d, 50 if quick else 300, 2 if quick else 7),
         "rescore": lambda run, d: rescore(run, d, 50 if quick else 300, 2 if quick else 7),
         "batch": lambda run, d: batch_figures(d, quick),
+        "conversation": lambda run, d: conversation_figure(quick),
     }
     with tempfile.TemporaryDirectory() as cache:
         run = Runner(Path(cache))
