@@ -137,3 +137,16 @@ def parse_usage(usage: Any, logger: logging.Logger, provider: str | None) -> dic
 
     parsed: dict[str, int] | None = validation_helpers.validate_and_parse_usage(usage, logger, provider)
     return parsed
+
+
+# What the SDK's SimulatedUser answers when its model fails (simulated_user.py,
+# _generate_llm_response): no user's message, an error.
+SIMULATOR_FAILED = "I'm having trouble responding right now."
+
+
+def simulated_user(persona: str, model: str | None) -> Any:
+    """The SDK's ``SimulatedUser`` (``opik.simulation``) with this persona and model; ImportError
+    without the SDK."""
+    from opik.simulation import SimulatedUser
+
+    return SimulatedUser(persona=persona, model=model)

@@ -82,11 +82,59 @@ def _digest(body: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:24]
 
 
+# A tool plan, in the first user message of a request that offers tools: the calls the model
+# asks for, one per answer, in order (``name{json arguments}`` steps joined by ``>``, ``DONE``
+# ending it, ``LOOP step`` asking for that call forever); an answer counts the tool results
+# already in the request to know where the plan is, then answers with text. A pure function of
+# the request, as every answer here: the same live and in a batch.
+_PLAN = re.compile(r"PLAN:\s*(.*)")
+
+
+def tool_plan(first_user_text: str) -> tuple[list[tuple[str, dict[str, Any]]], bool] | None:
+    """The plan's calls and whether its last repeats forever (LOOP), or None without a plan."""
+    found = _PLAN.search(first_user_text)
+    if found is None:
+        return None
+    calls: list[tuple[str, dict[str, Any]]] = []
+    loop = False
+    for step in (part.strip() for part in found.group(1).split(">")):
+        if not step or step == "DONE":
+            break
+        if step.startswith("LOOP "):
+            loop, step = True, step[len("LOOP ") :].strip()
+        name, _, arguments = step.partition("{")
+        calls.append((name.strip(), json.loads("{" + arguments) if arguments else {}))
+        if loop:
+            break
+    return calls, loop
+
+
+def planned_call(
+    plan: tuple[list[tuple[str, dict[str, Any]]], bool], done: int
+) -> tuple[str, dict[str, Any]] | None:
+    """The call the plan asks for after ``done`` tool results, or None: answer with text."""
+    calls, loop = plan
+    if done < len(calls):
+        return calls[done]
+    return calls[-1] if loop and calls else None
+
+
+def _first_user_text(messages: list[Any]) -> str:
+    users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+    return _text(users[0].get("content")) if users else ""
+
+
 def chat_answer(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A chat completion: ``"answer to "`` the last user message; usage counts words."""
+    """A chat completion: ``"answer to "`` the last user message; usage counts words. With
+    ``tools`` and a tool plan (see ``tool_plan``), the planned call as ``tool_calls``."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or "model" not in body:
         raise Refused(400, "'messages' and 'model' are required", param="messages")
+    plan = tool_plan(_first_user_text(messages)) if body.get("tools") else None
+    done = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool")
+    call = None if plan is None else planned_call(plan, done)
+    if call is not None:
+        return _chat_tool_call(body, call, done)
     users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
     content = "answer to " + (_text(users[-1].get("content")) if users else "")
     prompt = sum(_words(_text(m.get("content"))) for m in messages if isinstance(m, dict))
@@ -109,6 +157,38 @@ def chat_answer(body: Mapping[str, Any]) -> dict[str, Any]:
             "completion_tokens": _words(content),
             "total_tokens": prompt + _words(content),
         },
+    }
+
+
+def _chat_tool_call(body: Mapping[str, Any], call: tuple[str, dict[str, Any]], done: int) -> dict[str, Any]:
+    name, arguments = call
+    digest = _digest(body)
+    return {
+        "id": f"chatcmpl-{digest}",
+        "object": "chat.completion",
+        "created": ANSWERED_AT,
+        "model": body["model"],
+        "system_fingerprint": "fp_fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "refusal": None,
+                    "tool_calls": [
+                        {
+                            "id": f"call_{digest[:12]}_{done}",
+                            "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(arguments)},
+                        }
+                    ],
+                },
+                "logprobs": None,
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
 
 
@@ -868,7 +948,35 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(messages, list) or not messages:
         raise Refused(400, "messages: at least one message is required")
     turns = [m for m in messages if isinstance(m, dict)]
-    users = [m for m in turns if m.get("role") == "user"]
+    plan = tool_plan(_first_user_text(turns)) if params.get("tools") else None
+    results = [
+        block
+        for m in turns
+        if m.get("role") == "user" and isinstance(m.get("content"), list)
+        for block in m["content"]
+        if isinstance(block, dict) and block.get("type") == "tool_result"
+    ]
+    call = None if plan is None else planned_call(plan, len(results))
+    if call is not None:
+        digest = _digest(params)
+        return {
+            "id": f"msg_{digest}",
+            "type": "message",
+            "role": "assistant",
+            "model": params["model"],
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{digest[:12]}_{len(results)}",
+                    "name": call[0],
+                    "input": call[1],
+                }
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        }
+    users = [m for m in turns if m.get("role") == "user" and _text(m.get("content"))]
     text = "answer to " + (_text(users[-1].get("content")) if users else "")
     prompt = sum(_words(_text(m.get("content"))) for m in turns) + _words(_text(params.get("system")))
     return {

@@ -111,6 +111,8 @@ OPIK_USES = (
     "span.SpanData(trace_id, id, parent_span_id, name)",
     "trace.TraceData(id, start_time, name, input, created_by)",
     "validation_helpers.validate_and_parse_usage(usage, logger, provider)",
+    "simulation.SimulatedUser(persona, model)",
+    "simulated_user.SimulatedUser._generate_llm_response",
 )
 
 
@@ -169,10 +171,21 @@ def test_pytest_xdist_still_has_what_compat_xdist_uses(worker_interactor: object
 def opik_modules() -> dict[str, object]:
     """The Opik SDK's modules that _compat_opik.py reaches, by the first name of its uses."""
     import opik
-    from opik import config, context_storage
+    from opik import config, context_storage, simulation
     from opik.api_objects import opik_client, span, trace, validation_helpers
+    from opik.simulation import simulated_user
 
-    found = (opik, opik_client, config, context_storage, span, trace, validation_helpers)
+    found = (
+        opik,
+        opik_client,
+        config,
+        context_storage,
+        span,
+        trace,
+        validation_helpers,
+        simulation,
+        simulated_user,
+    )
     return {module.__name__.rpartition(".")[2]: module for module in found}
 
 
@@ -254,3 +267,14 @@ def test_private_xdist_and_opik_api_is_used_in_their_fences_only(tmp_path: Path)
     ]
     assert names_used(XDIST_FENCE) != []  # where they belong
     assert names_used(OPIK_FENCE) != []  # where they belong
+
+
+def test_the_opik_sdks_simulated_user_still_answers_its_failures_as_compat_opik_reads_them() -> None:
+    from opik.simulation.simulated_user import SimulatedUser
+
+    from pytest_opik_eval._compat_opik import SIMULATOR_FAILED
+
+    assert SIMULATOR_FAILED in inspect.getsource(SimulatedUser._generate_llm_response), (
+        "the Opik SDK's SimulatedUser no longer answers a failed model with "
+        f"{SIMULATOR_FAILED!r}: adapt _compat_opik.SIMULATOR_FAILED"
+    )

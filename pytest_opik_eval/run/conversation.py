@@ -15,6 +15,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from pytest_opik_eval._compat_opik import SIMULATOR_FAILED, simulated_user
 from pytest_opik_eval.run.manual_spans import trace
 from pytest_opik_eval.store.records import SIMULATOR_TAG, TURN_TAG
 
@@ -22,8 +23,6 @@ from pytest_opik_eval.store.records import SIMULATOR_TAG, TURN_TAG
 # conversation ends there, and the token is not part of it.
 STOP = "<<END>>"
 MAX_TURNS = 5  # the default, as the Opik SDK's run_simulation
-# What the Opik SDK's SimulatedUser answers when its model fails: no user turn, an error.
-_SIMULATOR_FAILED = "I'm having trouble responding right now."
 
 Message = dict[str, str]
 User = Callable[[list[Message]], Any]
@@ -124,7 +123,7 @@ class _Driver:
             raise ConversationError(
                 f"the simulated user returned {type(message).__name__}, not the user's next message (a str)"
             )
-        if message.startswith(_SIMULATOR_FAILED):
+        if message.startswith(SIMULATOR_FAILED):
             raise ConversationError(f"the simulated user's model failed: {message}")
         return message
 
@@ -233,17 +232,16 @@ def _simulated_user(item: Mapping[str, Any]) -> Any:
             "no simulated user: give the item a persona (and a goal) for the Opik SDK's SimulatedUser, "
             "or user_responses (a scripted user), or pass user= to run() (a callable (history) -> str)"
         )
+    goal = item.get("goal")
+    described = persona + (f"\nYour goal: {goal}" if goal else "")
+    described += f"\nWhen your goal is met, or cannot be, answer exactly {STOP} and nothing else."
     try:
-        from opik.simulation import SimulatedUser
+        return simulated_user(described, item.get("simulator_model"))
     except ImportError:
         raise ConversationError(
             "the item's persona needs the Opik SDK's SimulatedUser (pip install opik), or pass user= "
             "to run() (a callable (history) -> str)"
         ) from None
-    goal = item.get("goal")
-    described = persona + (f"\nYour goal: {goal}" if goal else "")
-    described += f"\nWhen your goal is met, or cannot be, answer exactly {STOP} and nothing else."
-    return SimulatedUser(persona=described, model=item.get("simulator_model"))
 
 
 class _Scripted:
