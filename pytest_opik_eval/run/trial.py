@@ -28,6 +28,8 @@ from pytest_opik_eval.escaping import escape_control, property_key
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import trial_trace
 from pytest_opik_eval.run.scoring import (
+    NO_SPANS,
+    RESCORED_CALLS,
     RETURNED_NONE,
     Judged,
     MissingScoreArguments,
@@ -134,6 +136,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 missing = str(error)
             else:
                 missing = ""
+            _notice_calls(item, case.plan.where, scorer, output, trace, task)
             # A metric's request that strict replay refused, or deferred to a batch.
             fail_on_misses(item, case.item_id, case.trial, scope)
             wait_for_batch(item, scope)
@@ -170,6 +173,23 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)
+
+
+def _notice_calls(
+    item: pytest.Function,
+    where: str,
+    scorer: Scorer,
+    output: dict[str, Any],
+    trace: trial_trace.TrialTrace | None,
+    task: Task | None,
+) -> None:
+    """Once per test: its metrics read tool calls that this trial could not give them."""
+    if not scorer.reads_calls or "tool_calls" in output:
+        return
+    if isinstance(task, StoredOutput):
+        notice(item.config, f"{where}: {RESCORED_CALLS}")
+    elif trace is None:
+        notice(item.config, f"{where}: {NO_SPANS}")
 
 
 def _judged(cache: JudgeCache, item_id: str, trial: int, scope: TrialScope | None) -> Judged:

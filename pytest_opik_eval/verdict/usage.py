@@ -9,11 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
+from pytest_opik_eval.metrics.tool_calls import METRICS_SPAN
 from pytest_opik_eval.store.records import SpanRecord, TrialRecord, Usage, UsageTotals
 from pytest_opik_eval.verdict.model import Latency, LatencySummary
-
-# The span the scoring runs in (see run/trial_trace.py): the spans under it are the judges'.
-_METRICS_SPAN = "metrics_calculation"
 
 
 def trial_latency(trial: TrialRecord) -> Latency | None:
@@ -42,7 +40,7 @@ def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
         root = _root(span.id, parents, roots)
         if root == task_id and span.id != task_id:
             app.append(span)
-        elif root is not None and names.get(root) == _METRICS_SPAN:
+        elif root is not None and names.get(root) == METRICS_SPAN:
             judge.append(span)
     if not app and not judge:
         return None
