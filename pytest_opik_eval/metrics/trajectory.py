@@ -67,6 +67,14 @@ class _TrajectoryMetric(BaseMetric):
         except TypeError as error:
             raise MetricComputationError(f"{type(self).__name__}: {error}") from None
 
+    def _kind(self, tool_calls: Any) -> str:
+        """Which calls were read: "executed", "requested", or "returned" (by the task)."""
+        if not isinstance(tool_calls, ToolCalls):
+            return "returned"
+        if self.calls != "auto":
+            return self.calls
+        return "executed" if tool_calls.executed else "requested"
+
     def _result(self, value: float, reason: str, metadata: dict[str, Any] | None = None) -> ScoreResult:
         return ScoreResult(name=self.name, value=value, reason=reason, metadata=metadata)
 
@@ -184,7 +192,7 @@ class ToolSequence(_TrajectoryMetric):
             expected = _expected_calls(_required(expected_tool_calls, "ToolSequence"), EXPECTED_FIELD)
         actual = self._calls(tool_calls)
         diff = sequence_diff(expected, actual, self.mode)
-        return self._result(diff.value, diff.reason(), diff.metadata(self.mode, self.calls))
+        return self._result(diff.value, diff.reason(), diff.metadata(self.mode, self._kind(tool_calls)))
 
 
 class ToolArgs(_TrajectoryMetric):
