@@ -31,6 +31,9 @@ pair alike, and the median is not moved by the pairs it hit unevenly. The figure
    request deferred to a batch, against the same call replayed and sent live (target < 1 ms a
    request), and per round, the submission and collection of 200 and 10,000 answers
    (``benchmarks/batch.py``, which also writes them to benchmarks/results/batch.json).
+10. trajectory: what reading a trial's tool calls from its spans costs, per span by kind of span
+   (target < 5 us), in this process (``benchmarks/trajectory.py``, which also writes them to
+   benchmarks/results/trajectory.json).
 
 The runs write bytecode to a cache of their own (PYTHONPYCACHEPREFIX), as an installed package
 has it: without it (PYTHONDONTWRITEBYTECODE) every run would compile the plugin's modules anew.
@@ -457,13 +460,30 @@ def batch_figures(folder: Path, quick: bool) -> None:
     figures(folder, quick=quick)
 
 
+def trajectory_figures(quick: bool) -> None:
+    from trajectory import figures  # in this process: no pytest run to compare with
+
+    print("10. trajectory: extracting tool calls, processor time (target < 5 us a span)")
+    figures(quick)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes, few pairs: a smoke run")
     parser.add_argument(
         "--figure",
         action="append",
-        choices=["overhead", "latency", "resume", "inert", "spans", "replay", "rescore", "batch"],
+        choices=[
+            "overhead",
+            "latency",
+            "resume",
+            "inert",
+            "spans",
+            "replay",
+            "rescore",
+            "batch",
+            "trajectory",
+        ],
         help="run only this figure (repeatable); latency includes -n 2",
     )
     parser.add_argument(
@@ -484,6 +504,7 @@ def main() -> None:
         "replay": lambda run, d: replay(run, d, 50 if quick else 300, 2 if quick else 7),
         "rescore": lambda run, d: rescore(run, d, 50 if quick else 300, 2 if quick else 7),
         "batch": lambda run, d: batch_figures(d, quick),
+        "trajectory": lambda run, d: trajectory_figures(quick),
     }
     with tempfile.TemporaryDirectory() as cache:
         run = Runner(Path(cache))
