@@ -333,6 +333,42 @@ def test_a_mapping_callable_sees_the_computed_calls(project: Project) -> None:
     assert values == {"right": 1.0, "missing": 0.0}
 
 
+def test_a_kwargs_metric_gets_no_computed_input_it_does_not_name(project: Project) -> None:
+    # A judge's cache key would hold the span ids, new each run: it would never be found again.
+    project.dataset([{"id": "a", "expected_tool_calls": ["search"]}])
+    project.write(
+        "test_agent.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import BaseMetric, ScoreResult, ToolCalled
+        from pytest_opik_eval.tracing import trace
+
+
+        class Keys(BaseMetric):
+            def score(self, **kwargs):
+                return ScoreResult(self.name, 1.0, " ".join(sorted(kwargs)))
+
+
+        class Named(BaseMetric):
+            def score(self, tool_calls, **kwargs):
+                return ScoreResult(self.name, 1.0, " ".join(sorted([*kwargs, "tool_calls"])))
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[ToolCalled("search"), Keys(), Named()])
+        def test_agent(eval_item):
+            with trace.span("search", type="tool"):
+                return "done"
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    assert reasons(report)["a"] == {
+        "tool_called:search": "search called (#1)",
+        "Keys": "expected_tool_calls id output",
+        "Named": "expected_tool_calls id output tool_calls",
+    }
+
+
 def test_bad_constructor_arguments_fail_the_collection_naming_the_metric(project: Project) -> None:
     project.dataset([{"id": "a"}])
     project.write(

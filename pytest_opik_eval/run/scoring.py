@@ -179,11 +179,18 @@ class Scorer:
             missing = [name for name in parameters.required if name not in inputs]
             if missing:
                 raise MissingScoreArguments(self._missing_message(metric, missing, inputs))
-            kwargs = (
-                inputs
-                if parameters.accepted is None
-                else {k: v for k, v in inputs.items() if k in parameters.accepted}
-            )
+            if parameters.accepted is not None:
+                kwargs = {k: v for k, v in inputs.items() if k in parameters.accepted}
+            elif computed is None:
+                kwargs = inputs
+            else:
+                # A **kwargs metric gets no computed input it does not name: a judge's cache key
+                # would hold the span ids, new each run, and never be found again.
+                kwargs = {
+                    k: v
+                    for k, v in inputs.items()
+                    if k not in computed or v is not computed[k] or k in parameters.computed
+                }
             started = time.perf_counter()
             if trace is None or tracked:
                 # An Opik SDK metric's score() is an @opik.track of its own: its span is there.
