@@ -182,7 +182,12 @@ class ToolSequence(_TrajectoryMetric):
         _one_of("ToolSequence", "mode", mode, MODES)
         super().__init__(name, threshold, calls)
         self.mode = mode
-        self.expected = None if expected is None else _expected_calls(expected, "ToolSequence(expected=...)")
+        try:
+            self.expected = (
+                None if expected is None else _expected_calls(expected, "ToolSequence(expected=...)")
+            )
+        except MetricComputationError as error:  # at collection: a bad argument, not a bad score
+            raise ValueError(str(error)) from None
 
     def score(
         self, tool_calls: Any = None, expected_tool_calls: Any = None, **ignored_kwargs: Any
@@ -203,7 +208,7 @@ class ToolArgs(_TrajectoryMetric):
         name: The tool's name.
         args: The arguments each call must have; None: the item's ``expected_tool_calls``
             entries of that name, the first for the first call, and so on (a call count that
-            differs counts as mismatches).
+            differs counts as mismatches); with a callable ``match`` and no such field, None.
         match: "subset" (the expected arguments are among the call's, nested dicts alike),
             "exact" (equal), or a callable ``(actual, expected) -> bool``.
         calls: Which calls to read: "auto", "executed" or "requested" (see the module).
@@ -231,7 +236,8 @@ class ToolArgs(_TrajectoryMetric):
         self, tool_calls: Any = None, expected_tool_calls: Any = None, **ignored_kwargs: Any
     ) -> ScoreResult:
         named = [c for c in self._calls(tool_calls) if c.name == self.tool]
-        if self.args is not None:
+        if self.args is not None or (callable(self.match) and expected_tool_calls is None):
+            # A callable alone judges each call by itself (expected None).
             wanted = [self.args] * max(len(named), 1)
         else:
             entries = _expected_calls(_required(expected_tool_calls, "ToolArgs"), EXPECTED_FIELD)
@@ -245,7 +251,8 @@ class ToolArgs(_TrajectoryMetric):
             return self._result(0.0, f"{self.tool} not called")
         # The counts may differ (said below): zip pairs what both have.
         bad = [
-            f"#{n} {_text(call.arguments)} != {_text(want)}"
+            f"#{n} {_text(call.arguments)} "
+            + ("refused by match" if callable(self.match) else f"!= {_text(want)}")
             for n, (call, want) in enumerate(zip(named, wanted, strict=False), 1)
             if not self._agrees(call.arguments, want)
         ]
