@@ -16,6 +16,7 @@ import pytest
 from conftest import Project, offline_opik
 
 from pytest_opik_eval.metrics import (
+    LLMCall,
     MetricComputationError,
     StepCount,
     ToolArgs,
@@ -282,6 +283,28 @@ def test_a_trial_without_spans_gets_no_calls_and_one_notice(project: Project) ->
     text = result.stdout.str()
     assert text.count("but the trial has no spans, so they got none") == 1
     assert '@opik.track(type="tool")' in text
+
+
+def test_an_item_field_named_tool_calls_is_hidden_and_said_once(project: Project) -> None:
+    project.dataset([{"id": label, "tool_calls": ["search"]} for label in ("a", "b")])
+    project.write(
+        "test_agent.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import ToolCalled
+        from pytest_opik_eval.tracing import trace
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[ToolCalled("search")])
+        def test_agent(eval_item):
+            with trace.span("refund", type="tool"):
+                return "done"
+        """,
+    )
+    result = project.run("--eval")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*tool_called:search  0 < 1  search not called; calls: refund"])
+    assert result.stdout.str().count("the items' tool_calls field is not what the metrics get") == 1
 
 
 def test_the_tool_calls_the_task_returns_win(project: Project) -> None:
@@ -627,6 +650,16 @@ def test_tool_args() -> None:
         ToolArgs("refund").score(tool_calls=calls)
     with pytest.raises(MetricComputationError, match="has no call named 'refund'"):
         ToolArgs("refund").score(tool_calls=calls, expected_tool_calls=["search"])
+
+
+def test_step_count_counts_llm_and_tool_calls() -> None:
+    llm = [LLMCall(f"span-{n}", "chat", "gpt-4o-mini") for n in range(4)]
+    calls = seq("search", "search", "refund")
+    both = StepCount(max_llm_calls=3, max_tool_calls=2).score(tool_calls=calls, llm_calls=llm)
+    assert (both.value, both.reason) == (0.0, "3 tool calls > 2 (search x2, refund x1); 4 LLM calls > 3")
+    assert both.metadata == {"tool_calls": 3, "llm_calls": 4}
+    within = StepCount(max_llm_calls=4).score(tool_calls=calls, llm_calls=llm)
+    assert (within.value, within.reason) == (1.0, "3 tool calls, 4 LLM calls")
 
 
 def test_which_calls_a_metric_reads() -> None:
