@@ -231,8 +231,13 @@ def test_the_five_trajectories(
     if style is SDK:
         offline_opik(project, monkeypatch)
     agent_project(project, style)
-    result, report = project.run_report("--eval")
+    result, report = project.run_report("--eval", "--eval-html=report.html")
     check_five_cases(result, report, kind)
+    # A metric's span keeps the calls it was given (its input), as the store and the reports show it.
+    right = next(t for t in project.trials() if t.dataset_item_id == "right")
+    (sequence,) = [span for span in right.spans if span.name == "tool_sequence"]
+    assert [call[0] for call in sequence.input["tool_calls"]] == ["search", "fetch_order", "refund"]
+    assert (project.path / "report.html").exists()
 
 
 def test_the_expected_trajectory_from_a_mapped_field(project: Project) -> None:
