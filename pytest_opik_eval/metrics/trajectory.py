@@ -370,37 +370,39 @@ class SequenceDiff:
 
 def sequence_diff(expected: list[_Expected], actual: list[ToolCall], mode: str) -> SequenceDiff:
     """Compare ``actual`` with ``expected`` as ``ToolSequence``'s ``mode`` says (see there)."""
+    # Whether each expected call matches each actual one: asked once, read by every step below.
+    same = [[_matches(e, a) for a in actual] for e in expected]
     if mode == "exact":
-        distance, missing, extra = _edit(expected, actual)
+        distance, missing, extra = _edit(same, len(actual))
         longest = max(len(expected), len(actual))
         value = 1.0 - distance / longest if longest else 1.0
     elif mode == "in_order":
-        kept, missing, extra = _common(expected, actual)
+        kept, missing, extra = _common(same, len(actual))
         value = kept / len(expected) if expected else 1.0
     else:
-        matched, missing, extra = _matched(expected, actual)
+        matched, missing, extra = _matched(same, len(actual), [e.arguments is None for e in expected])
         if mode == "subset":
             value = matched / len(expected) if expected else 1.0
         else:
             longest = max(len(expected), len(actual))
             value = matched / longest if longest else 1.0
-    moved = _moved(expected, actual, missing, extra)
-    taken = {j for _, j in moved}
+    moved = _moved(same, missing, extra)
+    moved_expected, moved_actual = {i for i, _ in moved}, {j for _, j in moved}
     return SequenceDiff(
         value,
         expected,
         actual,
-        [i for i in missing if i not in {i for i, _ in moved}],
-        [j for j in extra if j not in taken],
+        [i for i in missing if i not in moved_expected],
+        [j for j in extra if j not in moved_actual],
         moved,
         mode,
     )
 
 
-def _edit(expected: list[_Expected], actual: list[ToolCall]) -> tuple[int, list[int], list[int]]:
+def _edit(same: list[list[bool]], cols: int) -> tuple[int, list[int], list[int]]:
     """The edit distance (insert, delete, substitute) and, from one cheapest alignment, the
     expected calls left out and the actual calls added (a substitution is one of each)."""
-    rows, cols = len(expected), len(actual)
+    rows = len(same)
     table = [[0] * (cols + 1) for _ in range(rows + 1)]
     for i in range(rows + 1):
         table[i][0] = i
@@ -408,20 +410,14 @@ def _edit(expected: list[_Expected], actual: list[ToolCall]) -> tuple[int, list[
         table[0][j] = j
     for i in range(1, rows + 1):
         for j in range(1, cols + 1):
-            same = _matches(expected[i - 1], actual[j - 1])
-            table[i][j] = min(
-                table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + (0 if same else 1)
-            )
+            cost = 0 if same[i - 1][j - 1] else 1
+            table[i][j] = min(table[i - 1][j] + 1, table[i][j - 1] + 1, table[i - 1][j - 1] + cost)
     missing: list[int] = []
     extra: list[int] = []
     i, j = rows, cols
     while i or j:
-        if (
-            i
-            and j
-            and table[i][j] == table[i - 1][j - 1] + (0 if _matches(expected[i - 1], actual[j - 1]) else 1)
-        ):
-            if not _matches(expected[i - 1], actual[j - 1]):
+        if i and j and table[i][j] == table[i - 1][j - 1] + (0 if same[i - 1][j - 1] else 1):
+            if not same[i - 1][j - 1]:
                 missing.append(i - 1)
                 extra.append(j - 1)
             i, j = i - 1, j - 1
@@ -434,14 +430,14 @@ def _edit(expected: list[_Expected], actual: list[ToolCall]) -> tuple[int, list[
     return table[rows][cols], sorted(missing), sorted(extra)
 
 
-def _common(expected: list[_Expected], actual: list[ToolCall]) -> tuple[int, list[int], list[int]]:
+def _common(same: list[list[bool]], cols: int) -> tuple[int, list[int], list[int]]:
     """The longest common subsequence's length, the expected calls out of it and the actual ones
     out of it."""
-    rows, cols = len(expected), len(actual)
+    rows = len(same)
     table = [[0] * (cols + 1) for _ in range(rows + 1)]
     for i in range(rows - 1, -1, -1):
         for j in range(cols - 1, -1, -1):
-            if _matches(expected[i], actual[j]):
+            if same[i][j]:
                 table[i][j] = table[i + 1][j + 1] + 1
             else:
                 table[i][j] = max(table[i + 1][j], table[i][j + 1])
@@ -449,7 +445,7 @@ def _common(expected: list[_Expected], actual: list[ToolCall]) -> tuple[int, lis
     kept_actual: set[int] = set()
     i = j = 0
     while i < rows and j < cols:
-        if _matches(expected[i], actual[j]) and table[i][j] == table[i + 1][j + 1] + 1:
+        if same[i][j] and table[i][j] == table[i + 1][j + 1] + 1:
             kept_expected.add(i)
             kept_actual.add(j)
             i, j = i + 1, j + 1
@@ -464,29 +460,27 @@ def _common(expected: list[_Expected], actual: list[ToolCall]) -> tuple[int, lis
     )
 
 
-def _matched(expected: list[_Expected], actual: list[ToolCall]) -> tuple[int, list[int], list[int]]:
+def _matched(same: list[list[bool]], cols: int, loose: list[bool]) -> tuple[int, list[int], list[int]]:
     """Each expected call paired with an actual one that matches it, in any order: those with
     arguments first (the pickier), each taking the first free call. The count, the expected
     calls left unpaired and the actual ones."""
-    free = list(range(len(actual)))
+    free = list(range(cols))
     missing = []
-    for i in sorted(range(len(expected)), key=lambda i: expected[i].arguments is None):
-        j = next((j for j in free if _matches(expected[i], actual[j])), None)
+    for i in sorted(range(len(same)), key=loose.__getitem__):
+        j = next((j for j in free if same[i][j]), None)
         if j is None:
             missing.append(i)
         else:
             free.remove(j)
-    return len(expected) - len(missing), sorted(missing), free
+    return len(same) - len(missing), sorted(missing), free
 
 
-def _moved(
-    expected: list[_Expected], actual: list[ToolCall], missing: list[int], extra: list[int]
-) -> list[tuple[int, int]]:
+def _moved(same: list[list[bool]], missing: list[int], extra: list[int]) -> list[tuple[int, int]]:
     """The missing expected calls that an extra actual call matches: made, out of place."""
     free = list(extra)
     moved = []
     for i in missing:
-        j = next((j for j in free if _matches(expected[i], actual[j])), None)
+        j = next((j for j in free if same[i][j]), None)
         if j is not None:
             free.remove(j)
             moved.append((i, j))
