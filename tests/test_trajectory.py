@@ -523,7 +523,7 @@ def test_executed_calls_win_and_borrow_the_requests_ids() -> None:
     assert [c.name for c in calls.tool_calls.requested] == ["search", "refund"]
 
 
-def test_duplicates_and_the_scoring_spans_do_not_count() -> None:
+def test_duplicates_and_the_evals_own_spans_do_not_count() -> None:
     answer = openai_answer(("call_1", "search", "{}"))
     spans = [
         span("outer", "llm", start=1.0, output=answer),
@@ -534,6 +534,8 @@ def test_duplicates_and_the_scoring_spans_do_not_count() -> None:
         span("m", start=3.0, name="metrics_calculation"),
         span("judge", "llm", parent="m", start=3.1, output=openai_answer(("call_9", "grade", "{}"))),
         span("judge-tool", "tool", parent="judge", start=3.2, name="lookup"),
+        span("user", start=4.0, name="simulated user", tags=["simulated_user"]),
+        span("user-llm", "llm", parent="user", start=4.1, output=openai_answer(("call_8", "ask", "{}"))),
     ]
     calls = extract(spans)
     assert [(c.name, c.span_id) for c in calls.tool_calls] == [("search", "t"), ("rank", "t-inner")]

@@ -20,8 +20,8 @@ in response order. Both stay on the list (``ToolCalls.executed``, ``.requested``
 Deduplicated: a requested call seen in two LLM spans (two instrumentations of one client) counts
 once, by its provider id (calls without one are not merged); a tool span whose nearest tool span
 above it has its name is the same call seen twice (the outer one counts), and an LLM span inside
-another LLM span is the same model call. Spans under the scoring's span (a judge's) are never the
-app's.
+another LLM span is the same model call. Spans under the scoring's span (a judge's) or a simulated
+user's (a conversation's, tagged ``SIMULATOR_TAG``) are never the app's.
 
 Pure and cheap (a dict lookup per span; JSON decoded only for actual calls): it works on the
 span parameters a trial holds while it runs (``TrialTrace.snapshot``) and on stored
@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # the metrics import no pydantic: a SpanRecord is read as its
 # The span a trial's scoring runs in (see run/trial_trace.py): the spans under it are the
 # metrics' (a judge's calls), never the app's.
 METRICS_SPAN = "metrics_calculation"
+# The tag of a conversation's simulated-user spans (run/conversation.py): its calls are the eval's.
+SIMULATOR_TAG = "simulated_user"
 # The key the Opik SDK's spans carry in a trial (``_compat_opik.FROM_SDK``), named here so that
 # this bottom layer imports nothing of the SDK's compatibility module.
 _FROM_SDK = "__pytest_opik_eval_from_sdk__"
@@ -94,8 +96,8 @@ class Calls(NamedTuple):
 
 Span: TypeAlias = "Mapping[str, Any] | SpanRecord"
 
-# What a span's ancestors say of it: whether it is under the scoring's span, the name of the
-# nearest tool span above it, and whether an LLM span is above it.
+# What a span's ancestors say of it: whether it is none of the app's (under the scoring's span or
+# a simulated user's), the name of the nearest tool span above it, and whether an LLM span is.
 _Above = tuple[bool, str | None, bool]
 _TOP: _Above = (False, None, False)
 
@@ -120,8 +122,8 @@ def extract(spans: Iterable[Span]) -> Calls:
     memo: dict[Any, _Above] = {}
     executed = []
     for fields in sorted(tools, key=_start) if len(tools) > 1 else tools:
-        under_scoring, tool_above, _ = _above(fields.get("parent_span_id"), by_id, memo)
-        if under_scoring or tool_above == fields.get("name"):
+        foreign, tool_above, _ = _above(fields.get("parent_span_id"), by_id, memo)
+        if foreign or tool_above == fields.get("name"):
             continue
         executed.append(_executed(fields))
     llm_calls, requested = _llm_calls(sorted(llms, key=_start) if len(llms) > 1 else llms, by_id, memo)
@@ -140,8 +142,8 @@ def _llm_calls(
     requested: list[ToolCall] = []
     seen_ids: set[str] = set()
     for fields in llms:
-        under_scoring, _, llm_above = _above(fields.get("parent_span_id"), by_id, memo)
-        if under_scoring:
+        foreign, _, llm_above = _above(fields.get("parent_span_id"), by_id, memo)
+        if foreign:
             continue
         first = len(requested)
         _requested(fields, seen_ids, requested)
@@ -189,10 +191,10 @@ def _above(parent: Any, by_id: Mapping[Any, Mapping[str, Any]], memo: dict[Any, 
         parent = fields.get("parent_span_id")
     state = memo.get(parent, _TOP) if parent is not None else _TOP
     for fields in reversed(chain):
-        under_scoring, tool, llm = state
+        foreign, tool, llm = state
         kind = fields.get("type")
         state = (
-            under_scoring or fields.get("name") == METRICS_SPAN,
+            foreign or fields.get("name") == METRICS_SPAN or SIMULATOR_TAG in (fields.get("tags") or ()),
             fields.get("name") if kind == "tool" else tool,
             llm or kind == "llm",
         )
