@@ -207,6 +207,23 @@ class Scorer:
             scores.extend(records)
         return scores
 
+    def calls_advice(
+        self, item: Mapping[str, Any], output: Mapping[str, Any], traced: bool, rescored: bool
+    ) -> list[str]:
+        """What to tell the user, once per test, when its metrics read tool calls that a trial
+        (``traced``: it had a trace; ``rescored``: its output was stored) could not give them,
+        or that hid the item's fields of those names. Nothing when the task returned its own."""
+        if not self.reads_calls or "tool_calls" in output:
+            return []
+        advice = [RESCORED_CALLS] if rescored else [] if traced else [NO_SPANS]
+        hidden = sorted(COMPUTED.intersection(item))
+        if hidden:
+            advice.append(
+                f"the items' {', '.join(hidden)} field is not what the metrics get: the calls read "
+                "from the trial's spans take its place; to score the field, rename it in the dataset"
+            )
+        return advice
+
     def _scored(
         self, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, samples: int
     ) -> list[ScoreRecord]:

@@ -23,14 +23,11 @@ import pytest
 
 from pytest_opik_eval._compat import argument_names
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
-from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS, Trial, TrialCase
+from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control, property_key
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import trial_trace
 from pytest_opik_eval.run.scoring import (
-    COMPUTED,
-    NO_SPANS,
-    RESCORED_CALLS,
     RETURNED_NONE,
     Judged,
     MissingScoreArguments,
@@ -137,7 +134,10 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 missing = str(error)
             else:
                 missing = ""
-            _notice_calls(item, case, scorer, output, trace, task)
+            advice = scorer.calls_advice(
+                case.task_item, output, trace is not None, isinstance(task, StoredOutput)
+            )
+            _notice_all(item, case.plan.where, advice)
             # A metric's request that strict replay refused, or deferred to a batch.
             fail_on_misses(item, case.item_id, case.trial, scope)
             wait_for_batch(item, scope)
@@ -176,30 +176,9 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             pytest.fail(message, pytrace=False)
 
 
-def _notice_calls(
-    item: pytest.Function,
-    case: TrialCase,
-    scorer: Scorer,
-    output: dict[str, Any],
-    trace: trial_trace.TrialTrace | None,
-    task: Task | None,
-) -> None:
-    """Once per test: its metrics read tool calls that this trial could not give them, or that
-    hide the item's fields of those names."""
-    if not scorer.reads_calls or "tool_calls" in output:
-        return
-    where = case.plan.where
-    if isinstance(task, StoredOutput):
-        notice(item.config, f"{where}: {RESCORED_CALLS}")
-    elif trace is None:
-        notice(item.config, f"{where}: {NO_SPANS}")
-    hidden = sorted(COMPUTED.intersection(case.task_item))
-    if hidden:
-        notice(
-            item.config,
-            f"{where}: the items' {', '.join(hidden)} field is not what the metrics get: the calls "
-            "read from the trial's spans take its place; to score the field, rename it in the dataset",
-        )
+def _notice_all(item: pytest.Function, where: str, messages: list[str]) -> None:
+    for message in messages:
+        notice(item.config, f"{where}: {message}")
 
 
 def _judged(cache: JudgeCache, item_id: str, trial: int, scope: TrialScope | None) -> Judged:
