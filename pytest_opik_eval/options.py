@@ -237,7 +237,8 @@ def add_options(parser: pytest.Parser) -> None:
         action="append",
         type=cost_limit,
         help="Fail when an item's mean cost (the app's spans, per trial) is above USD, or with /run "
-        "when the experiment's whole spend (app, judges and simulated users) is; give both to gate both (ini eval_max_cost)",
+        "when the experiment's whole spend (app, judges and simulated users) is; give both to gate "
+        "both (ini eval_max_cost)",
     )
     group.addoption(
         "--eval-max-latency",

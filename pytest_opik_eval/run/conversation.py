@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from pytest_opik_eval.run.manual_spans import trace
-from pytest_opik_eval.store.records import SIMULATOR_TAG
+from pytest_opik_eval.store.records import SIMULATOR_TAG, TURN_TAG
 
 # What a simulated user answers when its goal is met (the default persona asks for it): the
 # conversation ends there, and the token is not part of it.
@@ -135,6 +135,7 @@ class _Driver:
             f"turn {number}",
             input={"role": "user", "content": message},
             metadata={"turn": number},
+            tags=[TURN_TAG],
         )
 
     def replied(self, reply: Any) -> Message:

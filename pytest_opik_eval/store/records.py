@@ -108,6 +108,9 @@ class UsageTotals(_Summed):
 # The tag of a conversation's simulated user's spans (run/conversation.py): what they and the
 # spans under them report is the eval's, not the app's.
 SIMULATOR_TAG = "simulated_user"
+# The tag of a conversation's turn spans: with the Opik backend, each is also a trace of the
+# conversation's thread (store/opik/payloads.turn_traces).
+TURN_TAG = "conversation_turn"
 
 
 class Usage(_Summed):
