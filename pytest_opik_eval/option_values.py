@@ -237,8 +237,23 @@ BATCH_MODES = {
     "on": "deferred to provider batches at half price; a request no batch takes is sent live, with a notice",
     "strict": "deferred to provider batches; a request no batch takes fails its trial",
 }
-batch_mode = one_of(BATCH_MODES)
-BATCH_PROVIDERS = ("openai", "anthropic")
+_batch_modes = one_of(BATCH_MODES)
+
+
+def batch_mode(text: str) -> str:
+    """--eval-batch's mode. Its value is optional, so a bare flag before a test path takes the
+    path for its mode: the error says how to write it."""
+    try:
+        return _batch_modes(text)
+    except argparse.ArgumentTypeError as error:
+        if "/" in text or "::" in text or text.endswith(".py") or text == ".":
+            raise argparse.ArgumentTypeError(
+                f"{error} (a test path after the bare flag is read as its mode: write --eval-batch=on)"
+            ) from None
+        raise
+
+
+BATCH_PROVIDERS = ("openai", "anthropic", "gemini")
 BATCH_AFTER_CAP = ("pending", "live")  # a trial at --eval-batch-max-rounds: stays pending, or goes live
 BATCH_MAX_ROUNDS = 8
 

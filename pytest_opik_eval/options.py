@@ -237,7 +237,8 @@ def add_options(parser: pytest.Parser) -> None:
         action="append",
         type=cost_limit,
         help="Fail when an item's mean cost (the app's spans, per trial) is above USD, or with /run "
-        "when the experiment's whole spend (app and judges) is; give both to gate both (ini eval_max_cost)",
+        "when the experiment's whole spend (app, judges and simulated users) is; give both to gate "
+        "both (ini eval_max_cost)",
     )
     group.addoption(
         "--eval-max-latency",
@@ -344,8 +345,9 @@ def add_options(parser: pytest.Parser) -> None:
         dest="eval_batch_provider",
         action="append",
         type=batch_provider,
-        help="The batch API a host speaks when its name does not tell (api.openai.com and "
-        "api.anthropic.com do): openai or anthropic (repeatable; with ini eval_batch_provider, one per line)",
+        help="The batch API a host speaks when its name does not tell (api.openai.com, api.anthropic.com "
+        "and generativelanguage.googleapis.com do): openai, anthropic or gemini (repeatable; with ini "
+        "eval_batch_provider, one per line)",
     )
     parser.addini("eval_store", "The local store file of pytest-opik-eval", type="string")
     parser.addini("eval_threads", "How many trials of an eval test may run at once", type="string")

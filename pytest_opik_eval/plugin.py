@@ -13,6 +13,7 @@ from pytest_opik_eval.options import add_options
 
 if TYPE_CHECKING:
     from pytest_opik_eval.collect.trials import Trial
+    from pytest_opik_eval.run.conversation import Conversation
     from pytest_opik_eval.run.manual_spans import EvalTrace
 
 
@@ -83,6 +84,18 @@ def eval_item(request: pytest.FixtureRequest) -> dict[str, Any]:
 def eval_trial(request: pytest.FixtureRequest) -> int:
     """The index of this trial of its item, from 0 to ``trial_count - 1``."""
     return _trial(request).case.trial
+
+
+@pytest.fixture
+def eval_conversation(request: pytest.FixtureRequest) -> Conversation:
+    """This trial's conversation with a simulated user made from its item (``persona``, ``goal``,
+    ``first_message``, ``max_turns``, or a scripted ``user_responses``):
+    ``return eval_conversation.run(app)`` drives it to its end and returns the transcript, the
+    trial's output (see docs/how-to/conversations.md)."""
+    from pytest_opik_eval.run.conversation import Conversation
+    from pytest_opik_eval.run.trial import fresh_copy
+
+    return Conversation(fresh_copy(_trial(request).case.task_item))
 
 
 @pytest.fixture

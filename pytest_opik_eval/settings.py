@@ -367,24 +367,16 @@ def _batch(config: pytest.Config, rescore: str | None) -> tuple[str, str]:
 
 def _batch_max_rounds(config: pytest.Config) -> int:
     given: int | None = config.getoption("eval_batch_max_rounds")
-    ini = str(config.getini("eval_batch_max_rounds") or "").strip()
-    if given is not None or not ini:
-        return given or BATCH_MAX_ROUNDS
-    try:
-        return batch_rounds(ini)
-    except argparse.ArgumentTypeError as error:
-        raise pytest.UsageError(f"ini eval_batch_max_rounds: {error}") from None
+    if given is None:
+        given = _ini_value(config, "eval_batch_max_rounds", batch_rounds)
+    return BATCH_MAX_ROUNDS if given is None else given
 
 
 def _batch_after_cap(config: pytest.Config) -> str:
     given: str | None = config.getoption("eval_batch_after_cap")
-    ini = str(config.getini("eval_batch_after_cap") or "").strip()
-    if given is not None or not ini:
-        return given or "pending"
-    try:
-        return one_of(BATCH_AFTER_CAP)(ini)
-    except argparse.ArgumentTypeError as error:
-        raise pytest.UsageError(f"ini eval_batch_after_cap: {error}") from None
+    if given is None:
+        given = _ini_value(config, "eval_batch_after_cap", one_of(BATCH_AFTER_CAP))
+    return "pending" if given is None else given
 
 
 def _batch_providers(config: pytest.Config) -> tuple[tuple[Host, str], ...]:

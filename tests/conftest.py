@@ -17,7 +17,7 @@ from typing import Any
 # would surface as a raw httpcore error. Importing it here, once, keeps it across runs.
 import httpcore  # noqa: F401
 import pytest
-from fake_batches import FakeAnthropic, FakeOpenAI
+from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI
 from fake_llm import SECRET, FakeLLM
 from opik_server import OpikTestServer
 from packaging.version import Version
@@ -258,6 +258,14 @@ def fake_openai() -> Iterator[FakeOpenAI]:
 def fake_anthropic() -> Iterator[FakeAnthropic]:
     """A fake of Anthropic's Messages and Message Batches API (tests/fake_batches.py)."""
     server = FakeAnthropic()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def fake_gemini() -> Iterator[FakeGemini]:
+    """A fake of the Gemini Developer API's generateContent and Batch Mode (tests/fake_batches.py)."""
+    server = FakeGemini()
     yield server
     server.close()
 

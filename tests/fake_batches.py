@@ -1,6 +1,7 @@
-"""Local fakes of OpenAI's and Anthropic's APIs for the tests of --eval-batch: the live endpoints a
-batch replaces (OpenAI's chat completions, responses, embeddings; Anthropic's messages) and the
-batch APIs (OpenAI's files and batches, Anthropic's message batches), on 127.0.0.1 in a thread,
+"""Local fakes of OpenAI's, Anthropic's and Gemini's APIs for the tests of --eval-batch: the live
+endpoints a batch replaces (OpenAI's chat completions, responses, embeddings; Anthropic's messages;
+Gemini's generateContent) and the batch APIs (OpenAI's files and batches, Anthropic's message
+batches, Gemini's batchGenerateContent and batches), on 127.0.0.1 in a thread,
 with a clock the test controls instead of sleeps.
 
 Answers are a pure function of the request, the same live and in a batch, so a batched run and a
@@ -13,6 +14,7 @@ nothing wrong. Everything lives in memory: the fake writes no file (the keys it 
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import email.parser
 import email.policy
@@ -317,6 +319,10 @@ class FakeProvider:
     def ended(self, state: BatchState) -> bool:
         raise NotImplementedError
 
+    def key(self, batch: Mapping[str, Any]) -> str:
+        """The batch's id, by which the test's controls name it."""
+        return str(batch["id"])
+
     def _results_changed(self, state: BatchState) -> None:
         """The test changed what an ended batch's results hold (``extra``, ``dropped``)."""
 
@@ -342,7 +348,7 @@ class FakeProvider:
     def _add(self, state: BatchState) -> None:
         """A batch created; then the kill ``kill_on_create`` asked for, before the answer."""
         with self._lock:
-            self._batches[state.object["id"]] = state
+            self._batches[self.key(state.object)] = state
             self.creates += 1
             kill, self._kill = self._kill, None
         if kill is not None:
@@ -1145,4 +1151,282 @@ ANTHROPIC_ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/v1/messages/batches/([^/]+)/cancel"): lambda f, r, batch_id: f.cancel(batch_id),
     ("DELETE", "/v1/messages/batches/([^/]+)"): lambda f, r, batch_id: f.delete_batch(batch_id),
     ("GET", "/v1/messages/batches/([^/]+)/results"): lambda f, r, batch_id: f.results(batch_id),
+}
+
+
+# -- Gemini ------------------------------------------------------------------------------------
+
+GEMINI_KEY = "AIza-fake-SECRET-0123456789abcdef"
+# What Gemini's errors carry, by HTTP status: the google.rpc.Code's name (google/rpc/code.proto).
+GEMINI_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+# The google.rpc.Code of a request's error inside a batch (an InlinedResponse's ``error``).
+GRPC_CODES = {
+    "INVALID_ARGUMENT": 3,
+    "RESOURCE_EXHAUSTED": 8,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "CANCELLED": 1,
+}
+GEMINI_ENDED = frozenset(
+    {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"}
+)
+_BATCH_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatch"
+# Gemini's inlined requests may total 20 MB (its Batch Mode guide).
+GEMINI_MAX_BYTES = 20 * 1024 * 1024
+
+
+def gemini_answer(model: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A GenerateContentResponse: ``"answer to "`` the last user turn's text; usage counts words.
+    Checked as Gemini checks a request: ``contents``, a non-empty list of turns with parts."""
+    contents = body.get("contents")
+    if not isinstance(contents, list) or not contents:
+        raise Refused(400, "* GenerateContentRequest.contents: contents is not specified")
+    turns = [turn for turn in contents if isinstance(turn, dict)]
+    if len(turns) != len(contents) or any(not isinstance(turn.get("parts"), list) for turn in turns):
+        raise Refused(400, "* GenerateContentRequest.contents: each content needs parts")
+    users = [turn for turn in turns if turn.get("role", "user") == "user"]
+    text = "answer to " + (_text(users[-1]["parts"]) if users else "")
+    prompt = sum(_words(_text(turn["parts"])) for turn in turns)
+    return {
+        "candidates": [
+            {"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": {
+            "promptTokenCount": prompt,
+            "candidatesTokenCount": _words(text),
+            "totalTokenCount": prompt + _words(text),
+        },
+        "modelVersion": model,
+        "responseId": _digest({"model": model, **body}),
+    }
+
+
+class FakeGemini(FakeProvider):
+    """The Gemini Developer API's generateContent, live and in Batch Mode, on ``origin`` (the URL
+    python-genai's ``HttpOptions.base_url`` takes), under ``/v1beta`` and ``/v1`` alike; see the
+    module's docstring.
+
+    A batch is a long-running operation whose metadata holds the batch (python-genai reads
+    ``name``, ``metadata.displayName``, ``state``, ``createTime``, ``output``): pending when
+    created, running when first read, ended by the test. Its listing is oldest first: the order
+    of Gemini's is not documented, and the plugin must not depend on it."""
+
+    def __init__(self, *, api_key: str = GEMINI_KEY, max_bytes: int = GEMINI_MAX_BYTES) -> None:
+        super().__init__(api_key=api_key)
+        self.max_bytes = max_bytes
+        self.base_url = self.origin
+
+    def routes(self) -> Mapping[tuple[str, str], Route]:
+        return GEMINI_ROUTES
+
+    def authorize(self, headers: Mapping[str, str]) -> None:
+        if headers.get("x-goog-api-key") != self.api_key:
+            raise Refused(400, "API key not valid. Please pass a valid API key.")
+
+    def error_body(self, refused: Refused) -> dict[str, Any]:
+        status = GEMINI_STATUS.get(
+            refused.status, "INTERNAL" if refused.status >= 500 else "INVALID_ARGUMENT"
+        )
+        return {"error": {"code": refused.status, "message": refused.message, "status": status}}
+
+    def ended(self, state: BatchState) -> bool:
+        return state.object["metadata"]["state"] in GEMINI_ENDED
+
+    def _results_changed(self, state: BatchState) -> None:
+        self._write_output(state)
+
+    # -- the test's controls ------------------------------------------------------------------
+
+    def finish(self, batch_id: str | None = None, *, error: Mapping[str, str] | None = None) -> None:
+        """End a batch (or every batch not ended), succeeded: each request is answered now, as
+        live, but those in ``error`` (custom_id -> a google.rpc.Code's name: ``INVALID_ARGUMENT``,
+        ``RESOURCE_EXHAUSTED``...), which get that error."""
+        errors = dict(error or {})
+        with self._lock:
+            for state in self._pick(batch_id):
+                if self.ended(state):
+                    raise ValueError(f"batch {state.object['name']} has already ended")
+                for request in state.requests:
+                    key = request["metadata"]["key"]
+                    if key in errors:
+                        code = errors[key]
+                        result: dict[str, Any] = {
+                            "error": {
+                                "code": GRPC_CODES[code],
+                                "message": f"The request failed with {code} (as asked).",
+                            }
+                        }
+                    else:
+                        model = state.object["metadata"]["model"].removeprefix("models/")
+                        result = {"response": gemini_answer(model, request["request"])}
+                    state.results[key] = {**result, "metadata": dict(request["metadata"])}
+                self._end(state, "BATCH_STATE_SUCCEEDED")
+
+    def fail(self, batch_id: str, message: str) -> None:
+        """The whole batch fails: no results, the operation's error says why."""
+        with self._lock:
+            state = self._batches[batch_id]
+            self._end(state, "BATCH_STATE_FAILED")
+            state.object["error"] = {"code": 3, "message": message}
+
+    def expire(self, batch_id: str) -> None:
+        """The batch ran out of time (Gemini's expire after 48 hours): no results."""
+        with self._lock:
+            self._end(self._batches[batch_id], "BATCH_STATE_EXPIRED")
+
+    # -- the batches' life ----------------------------------------------------------------------
+
+    def _end(self, state: BatchState, ended: str) -> None:
+        meta = state.object["metadata"]
+        now = _rfc3339(self.clock())
+        meta.update(state=ended, endTime=now, updateTime=now)
+        state.object["done"] = True
+        self._write_output(state)
+
+    def _write_output(self, state: BatchState) -> None:
+        """The inlined responses of an ended batch, in the order of its requests (with the
+        test's extra ones last), and its stats."""
+        meta = state.object["metadata"]
+        if meta["state"] not in GEMINI_ENDED:
+            return
+        lines = [
+            state.results[r["metadata"]["key"]]
+            for r in state.requests
+            if r["metadata"]["key"] in state.results
+        ]
+        lines = [line for line in lines if line["metadata"]["key"] not in state.dropped]
+        model = meta["model"].removeprefix("models/")
+        for key in state.extra:
+            answer = gemini_answer(model, {"contents": [{"role": "user", "parts": [{"text": key}]}]})
+            lines.append({"response": answer, "metadata": {"key": key}})
+        failed = sum(1 for line in state.results.values() if "error" in line)
+        meta["batchStats"] = {
+            "requestCount": str(len(state.requests)),
+            "successfulRequestCount": str(len(state.results) - failed),
+            "failedRequestCount": str(failed),
+            "pendingRequestCount": str(len(state.requests) - len(state.results)),
+        }
+        if lines:
+            meta["output"] = {"inlinedResponses": {"inlinedResponses": lines}}
+
+    # -- the API ----------------------------------------------------------------------------------
+
+    def live(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+        answer = gemini_answer(model, body)
+        with self._lock:
+            self.live_calls.append((f"/models/{model}:generateContent", body))
+        return answer
+
+    def create(self, model: str, raw: bytes) -> dict[str, Any]:
+        self._refuse_if_asked()
+        if len(raw) > self.max_bytes:
+            raise Refused(400, f"Request payload size exceeds the limit: {self.max_bytes} bytes.")
+        batch = _json_object(raw).get("batch")
+        if not isinstance(batch, dict) or not isinstance(batch.get("displayName"), str):
+            raise Refused(400, "* batch.displayName: a name is required")
+        given = ((batch.get("inputConfig") or {}).get("requests") or {}).get("requests")
+        if not isinstance(given, list) or not given:
+            raise Refused(400, "* batch.inputConfig: inlined requests or a file are required")
+        seen: set[str] = set()
+        for number, request in enumerate(given):
+            where = f"batch.inputConfig.requests.requests[{number}]"
+            if not isinstance(request, dict) or not isinstance(request.get("request"), dict):
+                raise Refused(400, f"* {where}.request: a GenerateContentRequest is required")
+            key = (request.get("metadata") or {}).get("key")
+            if not isinstance(key, str) or key in seen:
+                raise Refused(400, f"* {where}.metadata.key: this fake wants a unique key per request")
+            seen.add(key)
+            try:
+                gemini_answer(model, request["request"])
+            except Refused as refused:
+                raise Refused(400, f"{where}: {refused.message}") from None
+        now = _rfc3339(self.clock())
+        name = self._new_id("batches/")
+        operation = {
+            "name": name,
+            "metadata": {
+                "@type": _BATCH_TYPE,
+                "model": f"models/{model}",
+                "displayName": batch["displayName"],
+                "createTime": now,
+                "updateTime": now,
+                "batchStats": {"requestCount": str(len(given)), "pendingRequestCount": str(len(given))},
+                "state": "BATCH_STATE_PENDING",
+                "name": name,
+            },
+        }
+        self._add(BatchState(operation, [dict(request) for request in given]))
+        return copy.deepcopy(operation)
+
+    def _state(self, batch_id: str) -> BatchState:
+        with self._lock:
+            state = self._batches.get(batch_id)
+        if state is None or state.deleted:
+            raise Refused(404, f"Batch batches/{batch_id} not found.")
+        return state
+
+    def retrieve(self, batch_id: str) -> dict[str, Any]:
+        with self._lock:
+            state = self._state(batch_id)
+            meta = state.object["metadata"]
+            if meta["state"] == "BATCH_STATE_PENDING":
+                meta["state"] = "BATCH_STATE_RUNNING"
+            return copy.deepcopy(state.object)
+
+    def cancel(self, batch_id: str) -> dict[str, Any]:
+        with self._lock:
+            state = self._state(batch_id)
+            if self.ended(state):
+                raise Refused(400, f"Batch batches/{batch_id} has already ended.")
+            self._end(state, "BATCH_STATE_CANCELLED")
+        return {}
+
+    def delete_batch(self, batch_id: str) -> dict[str, Any]:
+        with self._lock:
+            self._state(batch_id).deleted = True
+        return {}
+
+    def list_batches(self, query: Mapping[str, list[str]]) -> dict[str, Any]:
+        """Oldest first, ``pageSize`` at a time (default 50, at most 1000), ``pageToken`` the
+        offset of the next page."""
+        try:
+            size = int(query.get("pageSize", ["50"])[0])
+            offset = int(query.get("pageToken", ["0"])[0])
+        except ValueError:
+            raise Refused(400, "Invalid pageSize or pageToken.") from None
+        size = min(max(size, 1), 1000)  # coerced, as Google's APIs do (AIP-158)
+        with self._lock:
+            items = [copy.deepcopy(s.object) for s in self._batches.values() if not s.deleted]
+        page: dict[str, Any] = {"operations": items[offset : offset + size]}
+        if offset + size < len(items):
+            page["nextPageToken"] = str(offset + size)
+        return page
+
+    def key(self, batch: Mapping[str, Any]) -> str:
+        return str(batch["name"]).removeprefix("batches/")
+
+    def requests_of(self, batch_id: str) -> list[dict[str, Any]]:
+        """The batch's inlined requests, as the plugin sent them."""
+        return self._batches[batch_id].requests
+
+
+_VERSION = "/(?:v1|v1beta)"
+GEMINI_ROUTES: dict[tuple[str, str], Route] = {
+    ("POST", _VERSION + "/models/([^/:]+):generateContent"): lambda f, r, model: f.live(
+        model, _json_object(r.raw)
+    ),
+    ("POST", _VERSION + "/models/([^/:]+):batchGenerateContent"): lambda f, r, model: f.create(model, r.raw),
+    ("GET", _VERSION + "/batches"): lambda f, r: f.list_batches(r.query),
+    ("GET", _VERSION + "/batches/([^/:]+)"): lambda f, r, batch_id: f.retrieve(batch_id),
+    ("POST", _VERSION + "/batches/([^/:]+):cancel"): lambda f, r, batch_id: f.cancel(batch_id),
+    ("DELETE", _VERSION + "/batches/([^/:]+)"): lambda f, r, batch_id: f.delete_batch(batch_id),
 }

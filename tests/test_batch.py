@@ -1,6 +1,6 @@
-"""--eval-batch end to end: an app calling OpenAI through the official client, its requests
-deferred to the Batch API of a local fake (tests/fake_batches.py) whose batches end when the
-test says, and the trials finished by --eval-resume with the answers the batches gave.
+"""--eval-batch end to end: an app calling OpenAI (Anthropic, Gemini) through the official client,
+its requests deferred to the batch API of a local fake (tests/fake_batches.py) whose batches end
+when the test says, and the trials finished by --eval-resume with the answers the batches gave.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import NEEDS_RECORD, Project, needs_extra
-from fake_batches import FakeAnthropic, FakeOpenAI
+from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI
 from opik_server import OpikTestServer
 
 from pytest_opik_eval.cli import main
@@ -210,6 +210,37 @@ def test_eval_batch_with_another_record_mode_is_a_usage_error(app: Project, fake
     result = app.run("--eval", *batch_args(fake_openai), "--eval-record=none")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*it records in mode new_episodes, not --eval-record=none*"])
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("eval_batch_max_rounds", "0", "ini eval_batch_max_rounds: *got '0'"),
+        (
+            "eval_batch_after_cap",
+            "later",
+            "ini eval_batch_after_cap: expected one of pending, live; got 'later'",
+        ),
+    ],
+)
+def test_a_bad_ini_batch_setting_is_a_usage_error_naming_the_key(
+    app: Project, fake_openai: FakeOpenAI, key: str, value: str, message: str
+) -> None:
+    app.pytester.makeini(f"[pytest]\nfilterwarnings = error\n{key} = {value}\n")
+    result = app.run("--eval", *batch_args(fake_openai))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+
+
+def test_a_test_path_after_the_bare_flag_says_how_to_write_it(app: Project) -> None:
+    result = app.run("--eval-batch", "test_app.py")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*argument --eval-batch: expected one of off, on, strict; got 'test_app.py' (a test path after the "
+            "bare flag is read as its mode: write --eval-batch=on)"
+        ]
+    )
 
 
 def custom_ids(fake: FakeOpenAI, batch_id: str) -> dict[str, str]:
@@ -801,3 +832,196 @@ def test_calibrate_with_eval_batch_is_a_usage_error(app: Project, fake_openai: F
     result.stderr.fnmatch_lines(
         ["ERROR: --eval-batch (from --eval-batch) with opik-eval calibrate or judge-drift: a calibration *"]
     )
+
+
+GEMINI_APP = """
+import pytest
+from google import genai
+from pytest_opik_eval.metrics import BaseMetric, Equals, ScoreResult
+from pytest_opik_eval.tracing import trace
+
+
+def ask(text):
+    # The client as a user makes it: its key and base URL from the environment.
+    with trace.span("generate", type="llm") as span:
+        client = genai.Client()  # kept while in use: a Client closes its connections when collected
+        answer = client.models.generate_content(model="gemini-2.5-flash", contents=text)
+        span.model = "gemini-2.5-flash"
+        usage = answer.usage_metadata
+        span.usage = {"prompt_tokens": usage.prompt_token_count, "completion_tokens": usage.candidates_token_count}
+    return answer.text
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.5)
+
+    def score(self, input, output, **ignored):
+        verdict = ask(f"grade: {output}")
+        return ScoreResult(name="judge", value=1.0 if f"answer to grade: answer to {input}" == verdict else 0.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[METRIC], scoring_key_mapping={"reference": "expected_output"})
+def test_qa(eval_item):
+    return ask(eval_item["input"])
+"""
+
+
+@pytest.fixture
+def gemini_app(app: Project, fake_gemini: FakeGemini, monkeypatch: pytest.MonkeyPatch) -> Project:
+    # python-genai takes GOOGLE_API_KEY over GEMINI_API_KEY when both are set.
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.setenv("GEMINI_API_KEY", fake_gemini.api_key)
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", fake_gemini.origin)
+    app.write("test_app.py", GEMINI_APP.replace("METRIC", "Equals()"))
+    return app
+
+
+def gemini_args(fake: FakeGemini) -> list[str]:
+    return ["--eval-batch", f"--eval-batch-provider=127.0.0.1:{fake.port}=gemini"]
+
+
+def gemini_keys(fake: FakeGemini, batch_id: str) -> dict[str, str]:
+    """Item -> the custom_id of its request in the batch ("question a" asks for item a)."""
+    return {
+        request["request"]["contents"][0]["parts"][0]["text"].split()[-1]: request["metadata"]["key"]
+        for request in fake.requests_of(batch_id)
+    }
+
+
+@needs_extra("cost", "genai_prices")
+@pytest.mark.usefixtures("gemini_app")
+def test_a_gemini_app_and_its_judge_end_as_a_live_run_does_at_half_the_price(
+    app: Project, fake_gemini: FakeGemini
+) -> None:
+    app.write("test_app.py", GEMINI_APP.replace("METRIC", "Judge()"))
+    live, live_report = app.run_report("--eval", "--eval-store=live/store.db")
+    live.assert_outcomes(passed=3)
+    calls = len(fake_gemini.live_calls)
+    assert calls == 6  # the app's and the judge's
+
+    first = app.run("--eval", *gemini_args(fake_gemini))
+    first.assert_outcomes(skipped=3)
+    (batch_id,) = fake_gemini.batches
+    assert (
+        f"submitted 3 requests in 1 batch: gemini gemini-2.5-flash /models/gemini-2.5-flash:generateContent "
+        f"{batch_id} (3)" in first.stdout.str()
+    )
+    fake_gemini.finish()
+    second = app.run("--eval-resume=last", *gemini_args(fake_gemini))
+    second.assert_outcomes(skipped=3)
+    assert "submitted 3 requests in 1 batch" in second.stdout.str()
+    fake_gemini.finish()
+    batched, report = app.run_report("--eval-resume=last", *gemini_args(fake_gemini))
+    batched.assert_outcomes(passed=3)
+
+    def trials(report: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
+        (experiment,) = report["experiments"]
+        return {
+            t["dataset_item_id"]: (t["output"], t["passed"], [s["value"] for s in t["scores"]])
+            for t in experiment["trials"]
+        }
+
+    def cost(report: dict[str, Any]) -> float:
+        (experiment,) = report["experiments"]
+        return float(
+            sum(t["usage"]["app"]["cost"] + t["usage"]["judge"]["cost"] for t in experiment["trials"])
+        )
+
+    assert trials(report) == trials(live_report)
+    assert trials(report)["a"][0] == {"output": "answer to question a"}
+    assert cost(report) == pytest.approx(cost(live_report) / 2)
+    assert len(fake_gemini.live_calls) == calls  # none more: every call went in a batch
+    assert len(fake_gemini.batches) == 2
+    assert fake_gemini.rejected == []
+    for path, text in files_under(app.path / ".opik-eval").items():
+        assert fake_gemini.api_key not in text, path
+
+
+@pytest.mark.usefixtures("gemini_app")
+def test_gemini_requests_that_failed_or_expired_are_submitted_again(
+    app: Project, fake_gemini: FakeGemini
+) -> None:
+    app.run("--eval", *gemini_args(fake_gemini)).assert_outcomes(skipped=3)
+    (first,) = fake_gemini.batches
+    keys = gemini_keys(fake_gemini, first)
+    # A rate limit is worth another try; a bad request is answered as live would answer it.
+    fake_gemini.finish(first, error={keys["a"]: "RESOURCE_EXHAUSTED", keys["b"]: "INVALID_ARGUMENT"})
+    second = app.run("--eval-resume=last", *gemini_args(fake_gemini))
+    second.assert_outcomes(passed=1, failed=1, skipped=1)
+    output = second.stdout.str()
+    assert (
+        "eval batches collected: 2 answers from 1 batch; 1 request without an answer, submitted again"
+        in output
+    )
+    assert "400 INVALID_ARGUMENT" in output
+    (again,) = [b for b in fake_gemini.batches if b != first]
+    assert set(gemini_keys(fake_gemini, again).values()) == {keys["a"]}
+    fake_gemini.expire(again)  # the whole batch: its request is submitted once more
+    # b's trial runs again, as a failed one does on a resume, and replays its 400.
+    app.run("--eval-resume=last", *gemini_args(fake_gemini)).assert_outcomes(failed=1, skipped=1)
+    assert len(fake_gemini.batches) == 3
+    fake_gemini.finish()
+    app.run("--eval-resume=last", *gemini_args(fake_gemini)).assert_outcomes(passed=1, failed=1)
+    # b's task raised on the 400, as it would live: its trial stays pending, as any task error leaves it.
+    assert {(t.dataset_item_id, t.status) for t in app.trials()} == {
+        ("a", "completed"),
+        ("b", "pending"),
+        ("c", "completed"),
+    }
+    assert fake_gemini.live_calls == []
+    assert fake_gemini.rejected == []
+    for path, text in files_under(app.path / ".opik-eval").items():
+        assert fake_gemini.api_key not in text, path
+
+
+@pytest.mark.usefixtures("gemini_app")
+def test_a_gemini_submission_killed_mid_way_is_found_by_its_name(
+    app: Project, fake_gemini: FakeGemini
+) -> None:
+    app.write("conftest.py", "import os, pathlib\npathlib.Path('pid.txt').write_text(str(os.getpid()))\n")
+    fake_gemini.kill_on_create(app.path / "pid.txt")
+    killed = app.pytester.runpytest_subprocess("-p", "opik_eval", "--eval", *gemini_args(fake_gemini))
+    assert killed.ret == -9  # after Gemini created the batch, before the ledger said so
+    resumed = app.run("--eval-resume=last", *gemini_args(fake_gemini))
+    resumed.assert_outcomes(skipped=3)
+    (batch_id,) = fake_gemini.batches
+    assert f"still running: {batch_id}" in resumed.stdout.str()
+    assert fake_gemini.creates == 1
+    fake_gemini.finish()
+    app.run("--eval-resume=last", *gemini_args(fake_gemini)).assert_outcomes(passed=3)
+    assert fake_gemini.creates == 1
+
+
+@pytest.mark.usefixtures("gemini_app")
+def test_gemini_batch_status_and_cancel_commands(
+    app: Project, fake_gemini: FakeGemini, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app.run("--eval", *gemini_args(fake_gemini)).assert_outcomes(skipped=3)
+    (batch_id,) = fake_gemini.batches
+    store = ["--store", str(app.store_path)]
+
+    def cli(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code = main([*store, "batch", *args])
+        return code, capsys.readouterr().out
+
+    code, out = cli("status")
+    assert code == 0
+    assert (
+        f"  {batch_id}  gemini gemini-2.5-flash /models/gemini-2.5-flash:generateContent  running 0/3, 0 failed"
+        in out
+    )
+    code, out = cli("cancel")
+    assert code == 0
+    assert fake_gemini.batches[batch_id]["metadata"]["state"] == "BATCH_STATE_CANCELLED"
+    # A cancelled batch answered nothing: its requests go in a new batch, and end as live would.
+    resumed = app.run("--eval-resume=last", *gemini_args(fake_gemini))
+    resumed.assert_outcomes(skipped=3)
+    assert "3 requests without an answer, submitted again" in resumed.stdout.str()
+    fake_gemini.finish()
+    app.run("--eval-resume=last", *gemini_args(fake_gemini)).assert_outcomes(passed=3)
+    assert len(fake_gemini.batches) == 2
+    assert fake_gemini.live_calls == []

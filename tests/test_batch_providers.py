@@ -1,18 +1,21 @@
-"""The plugin's wire to OpenAI's Batch API (run/batch_providers.py) and Anthropic's Message Batches
-(run/anthropic_batches.py), against the fake providers (tests/fake_batches.py): what it sends is
+"""The plugin's wire to OpenAI's Batch API (run/batch_providers.py), Anthropic's Message Batches
+(run/anthropic_batches.py) and Gemini's Batch Mode (run/gemini_batches.py), against the fake
+providers (tests/fake_batches.py), and which requests a batch takes (run/batch_requests.py): what it sends is
 what the provider takes (the fake refuses anything else), what it reads back is normalized, and
 the provider's faults end in one clear error or a retry."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from fake_batches import FakeAnthropic, FakeOpenAI
+from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI
 
 from pytest_opik_eval.own_requests import own_request
+from pytest_opik_eval.run import gemini_batches
 from pytest_opik_eval.run.anthropic_batches import AnthropicBatches
 from pytest_opik_eval.run.batch_providers import (
     SUBMISSION_KEY,
@@ -24,6 +27,9 @@ from pytest_opik_eval.run.batch_providers import (
     batch_client,
     request_line,
 )
+from pytest_opik_eval.run.batch_requests import Batchable, batchable, provider_of, split
+from pytest_opik_eval.run.gemini_batches import GeminiBatches
+from pytest_opik_eval.store.batch_ledger import Group
 
 CHAT = "/v1/chat/completions"
 
@@ -382,8 +388,11 @@ def test_batch_client_by_provider() -> None:
     assert (type(openai), type(claude)) == (OpenAIBatches, AnthropicBatches)
     openai.close()
     claude.close()
-    with pytest.raises(ValueError, match="'gemini'"):
-        batch_client("gemini", "https://api.example", "k", {})
+    gemini = batch_client("gemini", "https://api.example/v1beta", "AIza-x", {})
+    assert type(gemini) is GeminiBatches
+    gemini.close()
+    with pytest.raises(ValueError, match="'anthropic', 'gemini' or 'openai'"):
+        batch_client("vertex", "https://api.example", "k", {})
 
 
 # -- Anthropic ---------------------------------------------------------------------------------
@@ -653,3 +662,227 @@ def test_anthropic_bearer_key_and_errors_never_show_it(fake_anthropic: FakeAnthr
         == "GET https://api.example/v1/messages/batches/msgbatch_1 failed: HTTP 401: bad key ***"
     )
     client.close()
+
+
+# -- Gemini ------------------------------------------------------------------------------------
+
+FLASH = "/models/gemini-2.5-flash:generateContent"
+CREATE = "/v1beta/models/gemini-2.5-flash:batchGenerateContent"
+
+
+@pytest.fixture
+def flash(fake_gemini: FakeGemini, wire: Wire, sleeps: list[float]) -> Iterator[GeminiBatches]:
+    client = GeminiBatches(
+        f"{fake_gemini.origin}/v1beta", fake_gemini.api_key, transport=wire, sleep=sleeps.append
+    )
+    yield client
+    client.close()
+
+
+def content(prompt: str) -> bytes:
+    return json.dumps({"contents": [{"role": "user", "parts": [{"text": prompt}]}]}).encode()
+
+
+def generate(client: GeminiBatches, *prompts: str, submission: str = "S") -> BatchView:
+    return client.submit(submission, FLASH, [(f"c{n}", content(p)) for n, p in enumerate(prompts)], {}, never)
+
+
+def test_a_gemini_batch_from_submit_to_results(
+    fake_gemini: FakeGemini, flash: GeminiBatches, wire: Wire
+) -> None:
+    created = generate(flash, *(str(n) for n in range(6)))
+    assert (created.status, created.ended, created.total, created.metadata) == (
+        "pending",
+        False,
+        6,
+        {"displayName": "S"},
+    )
+    assert fake_gemini.requests_of(created.id)[0] == {
+        "request": json.loads(content("0")),
+        "metadata": {"key": "c0"},
+    }
+    assert flash.retrieve(created.id).status == "running"
+    fake_gemini.finish(
+        created.id,
+        error={"c1": "INVALID_ARGUMENT", "c2": "RESOURCE_EXHAUSTED", "c3": "INTERNAL", "c4": "CANCELLED"},
+    )
+    ended = flash.retrieve(created.id)
+    assert (ended.status, ended.ended, ended.completed, ended.failed, ended.total) == (
+        "succeeded",
+        True,
+        2,
+        4,
+        6,
+    )
+    lines = {line.custom_id: line for line in flash.results(ended)}
+    assert lines["c0"].status_code == 200
+    assert lines["c0"].body["candidates"][0]["content"]["parts"][0]["text"] == "answer to 0"
+    # A request's error comes back with the HTTP status and the body the app would have had live.
+    assert {cid: lines[cid].status_code for cid in ("c1", "c2", "c3")} == {"c1": 400, "c2": 429, "c3": 500}
+    assert lines["c1"].body == {
+        "error": {
+            "code": 400,
+            "message": "The request failed with INVALID_ARGUMENT (as asked).",
+            "status": "INVALID_ARGUMENT",
+        }
+    }
+    # Cancelled never ran: no answer, so it is submitted again.
+    assert lines["c4"] == ResultLine(
+        "c4", None, None, "cancelled: The request failed with CANCELLED (as asked)."
+    )
+    assert lines["c5"].status_code == 200
+    assert flash.skipped == 0
+    assert fake_gemini.rejected == []
+    assert all(own for _, _, own, _ in wire.seen)
+    assert {(h["x-goog-api-key"], "authorization" in h) for _, _, _, h in wire.seen} == {
+        (fake_gemini.api_key, False)
+    }
+    assert wire.calls("POST", CREATE) == 1
+
+
+def test_gemini_failed_expired_and_cancelled_batches(fake_gemini: FakeGemini, flash: GeminiBatches) -> None:
+    failed, expired, cancelled = (generate(flash, name, submission=name) for name in ("F", "E", "C"))
+    fake_gemini.fail(failed.id, "over the enqueued-token quota")
+    view = flash.retrieve(failed.id)
+    assert (view.status, view.ended, view.errors) == (
+        "failed",
+        True,
+        ((None, "INVALID_ARGUMENT: over the enqueued-token quota"),),
+    )
+    fake_gemini.expire(expired.id)
+    view = flash.retrieve(expired.id)
+    assert (view.status, view.ended, list(flash.results(view))) == ("expired", True, [])
+    view = flash.cancel(cancelled.id)
+    assert (view.status, view.ended) == ("cancelled", True)
+    fake_gemini.delete(cancelled.id)
+    with pytest.raises(BatchNotFound):
+        flash.retrieve(cancelled.id)
+    with pytest.raises(BatchNotFound):
+        flash.cancel(cancelled.id)
+
+
+def test_gemini_find_submission_by_name_on_every_page(
+    fake_gemini: FakeGemini, flash: GeminiBatches, wire: Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gemini_batches, "_PAGE", 2)
+    views = [generate(flash, str(n), submission=f"S{n}") for n in range(5)]
+    # The fake lists oldest first: the one wanted is on the last page.
+    assert flash.find_submission("S4", 1, 0, ()) == views[4]
+    assert wire.calls("GET", "/v1beta/batches") == 3
+    assert flash.find_submission("S4", 1, 0, {views[4].id}) is None  # known already
+    assert flash.find_submission("S4", 1, views[4].created_at + 1, ()) is None  # older than asked
+    assert flash.find_submission("S9", 1, 0, ()) is None
+    flash.forget_submission("S9", 0)  # nothing to forget: no file is uploaded
+
+
+def test_a_gemini_create_whose_answer_was_lost_is_not_made_twice(
+    fake_gemini: FakeGemini, flash: GeminiBatches, wire: Wire
+) -> None:
+    wire.lose = f"POST {CREATE}"
+    batch = generate(flash, "a")
+    assert list(fake_gemini.batches) == [batch.id]
+    assert wire.calls("POST", CREATE) == 1  # found by its name: no retry
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "requests", "message"),
+    [
+        ("/v1/chat/completions", [("c0", b"{}")], "models/{model}:generateContent only"),
+        (FLASH, [("c0", b"{}"), ("c0", b"{}")], "twice in one batch"),
+        (FLASH, [("c0", b"[]")], "must be a JSON object"),
+    ],
+)
+def test_what_no_gemini_batch_takes_is_refused_before_sending(
+    flash: GeminiBatches, wire: Wire, endpoint: str, requests: list[tuple[str, bytes]], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        flash.submit("S", endpoint, requests, {}, never)
+    assert wire.seen == []
+
+
+def test_gemini_results_without_a_key_are_skipped_and_errors_never_show_the_key() -> None:
+    key = "AIza-SECRET-42"
+    operation = {
+        "name": "batches/b1",
+        "metadata": {
+            "displayName": "S",
+            "state": "BATCH_STATE_SUCCEEDED",
+            "createTime": "2026-12-05T10:00:00.123456Z",
+            "batchStats": {"requestCount": "3", "successfulRequestCount": "3"},
+        },
+        "done": True,
+        # Where the REST reference also puts the output of an ended batch.
+        "response": {
+            "output": {
+                "inlinedResponses": {
+                    "inlinedResponses": [
+                        {"response": {"candidates": []}, "metadata": {"key": "c0"}},
+                        {"response": {"candidates": []}},
+                        {"metadata": {"key": "c2"}},
+                        "not an object",
+                    ]
+                }
+            }
+        },
+    }
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.headers["x-goog-api-key"] == key
+        if request.url.path.endswith("/b2"):
+            return httpx.Response(403, json={"error": {"code": 403, "message": f"key {key} is not allowed"}})
+        return httpx.Response(200, json=operation)
+
+    client = GeminiBatches("https://api.example/v1beta", key, transport=httpx.MockTransport(answer))
+    view = client.retrieve("b1")
+    assert (view.id, view.status, view.created_at, view.total) == ("b1", "succeeded", 1_796_464_800.123456, 3)
+    assert list(client.results(view)) == [
+        ResultLine("c0", 200, {"candidates": []}, None),
+        ResultLine("c2", None, None, "no_response: the provider gave no response and no error"),
+    ]
+    assert client.skipped == 2
+    with pytest.raises(ProviderError) as refused:
+        client.retrieve("b2")
+    assert (
+        str(refused.value)
+        == "GET https://api.example/v1beta/batches/b2 failed: HTTP 403: key *** is not allowed"
+    )
+    client.close()
+
+
+def test_gemini_requests_a_batch_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GEMINI_API_KEY", "AIza-batch-key")
+    host = "https://generativelanguage.googleapis.com"
+    body = content("hi")
+    assert provider_of("generativelanguage.googleapis.com", None, {}) == "gemini"
+    for version in ("v1beta", "v1"):
+        url = f"{host}/{version}/models/gemini-2.5-flash:generateContent"
+        found = batchable("gemini", "POST", url, {"X-Goog-Api-Key": "AIza-batch-key"}, body)
+        assert found == Batchable(
+            Group(
+                provider="gemini",
+                base_url=f"{host}/{version}",
+                endpoint=FLASH,
+                model="gemini-2.5-flash",
+                key_env="GEMINI_API_KEY",
+            ),
+            body,
+        )
+    # The key as the REST examples pass it; a gateway's path before the version is kept.
+    by_query = batchable(
+        "gemini", "POST", f"https://gw.example/google/v1beta{FLASH}?key=AIza-batch-key", {}, body
+    )
+    assert isinstance(by_query, Batchable)
+    assert by_query.group.base_url == "https://gw.example/google/v1beta"
+    stream = batchable(
+        "gemini", "POST", f"{host}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", {}, body
+    )
+    assert stream == (
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent is not an endpoint of gemini's batch API "
+        "(models/{model}:generateContent)"
+    )
+    unknown_key = batchable("gemini", "POST", f"{host}/v1beta{FLASH}", {"x-goog-api-key": "AIza-other"}, body)
+    assert isinstance(unknown_key, str)
+    assert unknown_key.startswith("--eval-batch needs the API key in an environment variable")
+    # Gemini's inlined requests total 20 MB: split under it.
+    parts = list(split("gemini", [(f"c{n}", b"x" * (5 * 1024 * 1024)) for n in range(8)]))
+    assert [len(part) for part in parts] == [3, 3, 2]

@@ -1,6 +1,6 @@
-"""The fakes of OpenAI and Anthropic (tests/fake_batches.py) are faithful: the official ``openai``
-and ``anthropic`` clients drive them as they drive the providers, and every object they return
-validates with the SDK's own models, with no field the SDK does not know. The batch tests trust their verdicts to it, so it is tested first."""
+"""The fakes of OpenAI, Anthropic and Gemini (tests/fake_batches.py) are faithful: the official
+``openai``, ``anthropic`` and ``google-genai`` clients drive them as they drive the providers, and
+every object they return validates with the SDK's own models, with no field the SDK does not know. The batch tests trust their verdicts to it, so it is tested first."""
 
 from __future__ import annotations
 
@@ -19,7 +19,10 @@ import pytest
 from anthropic.types import Message
 from anthropic.types.messages import DeletedMessageBatch, MessageBatch, MessageBatchIndividualResponse
 from anthropic.types.messages.batch_create_params import Request
-from fake_batches import FakeAnthropic, FakeOpenAI
+from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 from openai.types import Batch, FileDeleted, FileObject
 from openai.types.chat import ChatCompletion
 
@@ -498,3 +501,194 @@ def test_a_refused_message_batch_create_is_a_fault_not_a_rejection(
     assert refused.value.status_code == 529
     claude.messages.batches.create(requests=[ask("a", "1")])
     assert (fake_anthropic.creates, fake_anthropic.rejected) == (1, [])
+
+
+# -- Gemini ------------------------------------------------------------------------------------
+
+# What python-genai reads of a batch of the Gemini Developer API (batches.py, _BatchJob_from_mldev),
+# and what the REST reference adds that it does not read (the operation's type, the batch's
+# name again, its counts; done and error on the operation).
+GENAI_READS = {"displayName", "state", "createTime", "endTime", "updateTime", "model", "output"}
+REST_ONLY = {"@type", "name", "batchStats"}
+
+
+@pytest.fixture
+def gemini(fake_gemini: FakeGemini) -> Any:
+    with genai.Client(
+        api_key=fake_gemini.api_key, http_options=genai_types.HttpOptions(base_url=fake_gemini.origin)
+    ) as sdk:
+        yield sdk
+
+
+def inlined(key: str, prompt: str) -> genai_types.InlinedRequest:
+    return genai_types.InlinedRequest(
+        contents=[genai_types.Content(role="user", parts=[genai_types.Part(text=prompt)])],
+        metadata={"key": key},
+    )
+
+
+def test_a_gemini_batch_through_the_sdk(fake_gemini: FakeGemini, gemini: genai.Client) -> None:
+    job = gemini.batches.create(
+        model="gemini-2.5-flash",
+        src=[inlined(key, f"what is {key}") for key in "abcd"],
+        config={"display_name": "oe1_submission"},
+    )
+    assert (job.display_name, job.state, job.model) == (
+        "oe1_submission",
+        genai_types.JobState.JOB_STATE_PENDING,
+        "models/gemini-2.5-flash",
+    )
+    assert job.name is not None
+    assert job.name.startswith("batches/")
+    batch_id = job.name.removeprefix("batches/")
+    assert set(fake_gemini.batches[batch_id]["metadata"]) <= GENAI_READS | REST_ONLY
+    assert gemini.batches.get(name=job.name).state == genai_types.JobState.JOB_STATE_RUNNING
+    # As python-genai sends them: each request a generateContent body, its metadata kept.
+    assert fake_gemini.requests_of(batch_id)[0] == {
+        "request": {"contents": [{"role": "user", "parts": [{"text": "what is a"}]}]},
+        "metadata": {"key": "a"},
+    }
+
+    fake_gemini.finish(batch_id, error={"b": "RESOURCE_EXHAUSTED", "c": "INVALID_ARGUMENT"})
+    ended = gemini.batches.get(name=job.name)
+    assert ended.state == genai_types.JobState.JOB_STATE_SUCCEEDED
+    assert ended.done
+    assert ended.dest is not None
+    assert ended.dest.inlined_responses is not None
+    responses = {(r.metadata or {})["key"]: r for r in ended.dest.inlined_responses}
+    assert list(responses) == ["a", "b", "c", "d"]  # in the order of the requests
+    answered = responses["a"].response
+    assert answered is not None
+    assert answered.text == "answer to what is a"
+    assert (
+        responses["b"].error and responses["b"].error.code,
+        responses["c"].error and responses["c"].error.code,
+    ) == (
+        8,
+        3,
+    )
+    assert fake_gemini.batches[batch_id]["metadata"]["batchStats"] == {
+        "requestCount": "4",
+        "successfulRequestCount": "2",
+        "failedRequestCount": "2",
+        "pendingRequestCount": "0",
+    }
+    raw = fake_gemini.batches[batch_id]["metadata"]["output"]["inlinedResponses"]["inlinedResponses"][0]
+    genai_types.GenerateContentResponse.model_validate(raw["response"])  # no field the SDK does not know
+
+    # The same request live gets the same answer: a batched run and a live run agree.
+    live = gemini.models.generate_content(model="gemini-2.5-flash", contents="what is a")
+    transport = {"sdk_http_response", "automatic_function_calling_history"}  # the client's, not the answer
+    assert live.model_dump(exclude=transport) == answered.model_dump(exclude=transport)
+    assert live.usage_metadata is not None
+    assert (live.usage_metadata.prompt_token_count, live.usage_metadata.candidates_token_count) == (3, 5)
+    assert fake_gemini.live_calls == [
+        (
+            "/models/gemini-2.5-flash:generateContent",
+            {"contents": [{"parts": [{"text": "what is a"}], "role": "user"}]},
+        )
+    ]
+    assert fake_gemini.rejected == []
+
+
+def test_gemini_batches_list_page_cancel_fail_expire_and_delete(
+    fake_gemini: FakeGemini, gemini: genai.Client
+) -> None:
+    names = [
+        gemini.batches.create(
+            model="gemini-2.5-flash", src=[inlined("a", str(n))], config={"display_name": f"b{n}"}
+        ).name
+        for n in range(5)
+    ]
+    listed = [job.name for job in gemini.batches.list(config={"page_size": 2})]
+    assert listed == names  # every page, oldest first
+    assert all(isinstance(name, str) for name in names)
+    first, second, third, fourth, fifth = (str(name) for name in names)
+    gemini.batches.cancel(name=first)
+    assert gemini.batches.get(name=first).state == genai_types.JobState.JOB_STATE_CANCELLED
+    fake_gemini.fail(second.removeprefix("batches/"), "over the quota")
+    assert gemini.batches.get(name=second).state == genai_types.JobState.JOB_STATE_FAILED
+    assert fake_gemini.batches[second.removeprefix("batches/")]["error"] == {
+        "code": 3,
+        "message": "over the quota",
+    }
+    fake_gemini.expire(third.removeprefix("batches/"))
+    expired = gemini.batches.get(name=third)
+    assert (expired.state, expired.dest) == (genai_types.JobState.JOB_STATE_EXPIRED, None)
+    with pytest.raises(genai_errors.ClientError) as ended:
+        gemini.batches.cancel(name=third)
+    assert ended.value.code == 400
+    gemini.batches.delete(name=fourth)
+    with pytest.raises(genai_errors.ClientError) as gone:
+        gemini.batches.get(name=fourth)
+    assert (gone.value.code, gone.value.status) == (404, "NOT_FOUND")
+    fake_gemini.delete(fifth.removeprefix("batches/"))
+    assert [job.name for job in gemini.batches.list()] == [first, second, third]
+
+
+@pytest.mark.parametrize(
+    ("batch", "message"),
+    [
+        (
+            {"inputConfig": {"requests": {"requests": [{"request": {"contents": [{"parts": []}]}}]}}},
+            "displayName",
+        ),
+        ({"displayName": "S", "inputConfig": {}}, "inlined requests or a file are required"),
+        (
+            {"displayName": "S", "inputConfig": {"requests": {"requests": [{"request": {"contents": []}}]}}},
+            "metadata.key",
+        ),
+        (
+            {
+                "displayName": "S",
+                "inputConfig": {
+                    "requests": {"requests": [{"request": {"contents": []}, "metadata": {"key": "a"}}]}
+                },
+            },
+            "contents is not specified",
+        ),
+    ],
+)
+def test_bad_gemini_batches_are_refused(fake_gemini: FakeGemini, batch: dict[str, Any], message: str) -> None:
+    answer = httpx.post(
+        f"{fake_gemini.origin}/v1beta/models/gemini-2.5-flash:batchGenerateContent",
+        headers={"x-goog-api-key": fake_gemini.api_key},
+        json={"batch": batch},
+    )
+    assert answer.status_code == 400
+    assert message in answer.json()["error"]["message"]
+    assert answer.json()["error"]["status"] == "INVALID_ARGUMENT"
+    assert fake_gemini.creates == 0
+    assert [r.status for r in fake_gemini.rejected] == [400]
+
+
+def test_gemini_wants_its_key_and_a_refused_create_is_a_fault(
+    fake_gemini: FakeGemini, gemini: genai.Client
+) -> None:
+    with genai.Client(
+        api_key="AIza-wrong", http_options=genai_types.HttpOptions(base_url=fake_gemini.origin)
+    ) as wrong:
+        with pytest.raises(genai_errors.ClientError) as refused:
+            wrong.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    assert (refused.value.code, refused.value.message) == (
+        400,
+        "API key not valid. Please pass a valid API key.",
+    )
+    assert [r.status for r in fake_gemini.rejected] == [400]
+    fake_gemini.refuse_creates(503)
+    with pytest.raises(genai_errors.ServerError) as failed:
+        gemini.batches.create(model="gemini-2.5-flash", src=[inlined("a", "1")], config={"display_name": "S"})
+    assert failed.value.code == 503
+    gemini.batches.create(model="gemini-2.5-flash", src=[inlined("a", "1")], config={"display_name": "S"})
+    assert (fake_gemini.creates, len(fake_gemini.rejected)) == (1, 1)
+
+
+def test_gemini_serves_v1beta_as_older_clients_send(fake_gemini: FakeGemini) -> None:
+    options = genai_types.HttpOptions(base_url=fake_gemini.origin, api_version="v1beta")
+    with genai.Client(api_key=fake_gemini.api_key, http_options=options) as beta:
+        assert beta.models.generate_content(model="gemini-2.5-flash", contents="hi").text == "answer to hi"
+        job = beta.batches.create(
+            model="gemini-2.5-flash", src=[inlined("a", "1")], config={"display_name": "S"}
+        )
+        assert job.name is not None
+        assert beta.batches.get(name=job.name).display_name == "S"

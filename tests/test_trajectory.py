@@ -543,6 +543,13 @@ def test_duplicates_and_the_evals_own_spans_do_not_count() -> None:
     assert [c.id for c in calls.tool_calls.requested] == ["call_1"]
 
 
+def test_the_span_names_and_tags_agree_with_those_that_make_the_spans() -> None:
+    from pytest_opik_eval.metrics import tool_calls
+    from pytest_opik_eval.store import records
+
+    assert tool_calls.SIMULATOR_TAG == records.SIMULATOR_TAG
+
+
 def test_stored_span_records_give_the_same_calls() -> None:
     def at(seconds: float) -> str:
         return datetime.fromtimestamp(seconds, timezone.utc).isoformat()

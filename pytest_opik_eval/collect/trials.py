@@ -143,6 +143,6 @@ TRIAL_KEY = pytest.StashKey[Trial]()
 # The task's arguments that are its trial's own: the trial passes them to the task itself, and
 # they are kept out of pytest's fixture setup (see session/collection.py), which costs
 # more per test case than a trivial task does. The fixtures of the same names serve the rest.
-OWN_ARGS = frozenset({"eval_item", "eval_trial"})
+OWN_ARGS = frozenset({"eval_item", "eval_trial", "eval_conversation"})
 
 ANYIO_BACKEND = "anyio_backend"  # the fixture through which anyio's pytest plugin runs a test

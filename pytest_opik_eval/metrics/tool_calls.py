@@ -42,7 +42,9 @@ if TYPE_CHECKING:  # the metrics import no pydantic: a SpanRecord is read as its
 # The span a trial's scoring runs in (see run/trial_trace.py): the spans under it are the
 # metrics' (a judge's calls), never the app's.
 METRICS_SPAN = "metrics_calculation"
-# The tag of a conversation's simulated-user spans (run/conversation.py): its calls are the eval's.
+# The tag of a conversation's simulated-user spans: their calls are the eval's. The value of
+# store/records.py's SIMULATOR_TAG, named here so that the metrics import no pydantic
+# (tests/test_trajectory.py checks the two agree).
 SIMULATOR_TAG = "simulated_user"
 # The key the Opik SDK's spans carry in a trial (``_compat_opik.FROM_SDK``), named here so that
 # this bottom layer imports nothing of the SDK's compatibility module.

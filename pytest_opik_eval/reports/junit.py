@@ -157,7 +157,10 @@ def _usage_properties(base: str, s: ExperimentSummary) -> list[tuple[str, str]]:
             (base + "latency.max", plain_number(s.latency.max)),
         ]
     usage = s.usage
-    for who, totals in (("app", usage.app), ("judge", usage.judge)) if usage is not None else ():
+    whose = (
+        () if usage is None else (("app", usage.app), ("judge", usage.judge), ("simulator", usage.simulator))
+    )
+    for who, totals in whose:
         if totals is None:
             continue
         name = f"{base}usage.{who}."

@@ -119,7 +119,12 @@ def _usage_lines(e: ExperimentReport) -> list[str]:
     if s.latency is not None:
         parts.append(f"latency p50 {duration(s.latency.p50)}, p95 {duration(s.latency.p95)}")
     usage = s.usage
-    for who, totals in (("app", usage.app), ("judges", usage.judge)) if usage is not None else ():
+    whose = (
+        ()
+        if usage is None
+        else (("app", usage.app), ("judges", usage.judge), ("simulated users", usage.simulator))
+    )
+    for who, totals in whose:
         if totals is None:
             continue
         cost = "unknown" if totals.cost is None else dollars(totals.cost)

@@ -121,8 +121,9 @@ def trial_verdicts(summary: ExperimentSummary) -> str:
 
 
 def cost_lines(summary: ExperimentSummary) -> list[str]:
-    """The task latency (p50, p95), the app's tokens and cost, then the judges' (the parts that
-    were measured or reported): one line within 80 columns, or as many as that takes."""
+    """The task latency (p50, p95), the app's tokens and cost, then the judges' and the simulated
+    users' (the parts that were measured or reported): one line within 80 columns, or as many as
+    that takes."""
     parts = []
     if summary.latency is not None:
         parts.append(f"latency p50 {duration(summary.latency.p50)}  p95 {duration(summary.latency.p95)}")
@@ -132,6 +133,8 @@ def cost_lines(summary: ExperimentSummary) -> list[str]:
     lines = _fill(parts, "  ")
     if usage is not None and usage.judge is not None:
         lines += _fill(["judges:", *_usage_parts(usage.judge)], "  ")
+    if usage is not None and usage.simulator is not None:
+        lines += _fill(["simulated users:", *_usage_parts(usage.simulator)], "  ")
     return [escape_control(line) for line in lines]  # a model's name is the app's data
 
 

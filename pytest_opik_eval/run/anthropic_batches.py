@@ -24,12 +24,14 @@ from pytest_opik_eval.run.provider_http import (
     CLOCK_SKEW,
     BatchNotFound,
     BatchView,
+    ProviderBatch,
     ProviderError,
     ProviderHTTP,
     ResultLine,
     Tolerant,
+    WireClient,
     json_object,
-    not_a_batch,
+    read_batch,
 )
 
 ANTHROPIC_VERSION = "2023-06-01"  # sent unless the app's own anthropic-version header says otherwise
@@ -62,7 +64,7 @@ class _Counts(Tolerant):
     expired: int = 0
 
 
-class _Batch(Tolerant):
+class _Batch(ProviderBatch):
     id: str
     processing_status: str
     created_at: datetime
@@ -99,7 +101,7 @@ class _Line(Tolerant):
     result: _Result
 
 
-class AnthropicBatches:
+class AnthropicBatches(WireClient):
     """Anthropic's Message Batches at ``base_url``, the URL before ``/v1``
     (``https://api.anthropic.com`` or a compatible one).
 
@@ -126,15 +128,7 @@ class AnthropicBatches:
             sent["Authorization"] = f"Bearer {api_key}"
         else:
             sent["x-api-key"] = api_key
-        self._wire = ProviderHTTP(base_url, api_key, sent, transport=transport, sleep=sleep, tries=tries)
-
-    @property
-    def skipped(self) -> int:
-        """Result lines that were not JSON or named no custom_id."""
-        return self._wire.skipped
-
-    def close(self) -> None:
-        self._wire.close()
+        super().__init__(ProviderHTTP(base_url, api_key, sent, transport=transport, sleep=sleep, tries=tries))
 
     def submit(
         self,
@@ -261,7 +255,4 @@ def _line(raw: str) -> ResultLine | None:
 
 
 def _batch(answer: Any) -> BatchView:
-    try:
-        return _Batch.model_validate(answer).view()
-    except pydantic.ValidationError as error:
-        raise not_a_batch(error) from None
+    return read_batch(_Batch, answer)

@@ -1,7 +1,7 @@
 """The wire of a provider's batch API, for ``--eval-batch``: :class:`BatchClient`, what the rest
 of the plugin asks of any provider, and OpenAI's Batch API over httpx (the plugin does not depend
 on the ``openai`` package, and the app's client may be anything); Anthropic's is in
-``anthropic_batches``.
+``anthropic_batches``, Gemini's in ``gemini_batches``.
 
 What the rest of the plugin sees is normalized: a :class:`BatchView` of a batch's state and a
 :class:`ResultLine` per answer, so the submission and collection logic does not depend on one
@@ -20,16 +20,19 @@ import httpx
 import pydantic
 
 from pytest_opik_eval.run.anthropic_batches import AnthropicBatches
+from pytest_opik_eval.run.gemini_batches import GeminiBatches
 from pytest_opik_eval.run.provider_http import (
     CLOCK_SKEW,
     BatchNotFound,
     BatchView,
+    ProviderBatch,
     ProviderError,
     ProviderHTTP,
     ResultLine,
     Tolerant,
+    WireClient,
     json_object,
-    not_a_batch,
+    read_batch,
 )
 
 __all__ = [
@@ -96,14 +99,17 @@ class BatchClient(Protocol):
 def batch_client(
     provider: str, base_url: str, api_key: str, headers: Mapping[str, str], *, bearer: bool = False
 ) -> BatchClient:
-    """The batch API of ``provider`` (``openai`` or ``anthropic``) at ``base_url``, the URL the
-    app called (OpenAI's ends in ``/v1``, Anthropic's is before it). ``bearer``: the app sent its
-    Anthropic key as ``Authorization: Bearer`` (OpenAI's always is)."""
+    """The batch API of ``provider`` (``openai``, ``anthropic`` or ``gemini``) at ``base_url``,
+    the URL the app called (OpenAI's ends in ``/v1``, Gemini's in its API version, Anthropic's is
+    before ``/v1``). ``bearer``: the app sent its Anthropic key as ``Authorization: Bearer``
+    (OpenAI's always is)."""
     if provider == "openai":
         return OpenAIBatches(base_url, api_key, headers)
     if provider == "anthropic":
         return AnthropicBatches(base_url, api_key, headers, bearer=bearer)
-    raise ValueError(f"no batch API for the provider {provider!r}: 'anthropic' or 'openai'")
+    if provider == "gemini":
+        return GeminiBatches(base_url, api_key, headers)
+    raise ValueError(f"no batch API for the provider {provider!r}: 'anthropic', 'gemini' or 'openai'")
 
 
 class _Counts(Tolerant):
@@ -122,7 +128,7 @@ class _Errors(Tolerant):
     data: list[_BatchError] | None = None
 
 
-class _Batch(Tolerant):
+class _Batch(ProviderBatch):
     id: str
     status: str
     created_at: float
@@ -180,7 +186,7 @@ def upload_name(submission: str) -> str:
     return f"opik-eval-{submission}.jsonl"
 
 
-class OpenAIBatches:
+class OpenAIBatches(WireClient):
     """OpenAI's Batch API at ``base_url`` (``https://api.openai.com/v1`` or a compatible one).
 
     Retries connection errors, 408, 409, 429 and 5xx up to ``tries`` attempts, waiting through
@@ -198,22 +204,16 @@ class OpenAIBatches:
         sleep: Callable[[float], None] = time.sleep,
         tries: int = 3,
     ) -> None:
-        self._wire = ProviderHTTP(
-            base_url,
-            api_key,
-            httpx.Headers({**headers, "Authorization": f"Bearer {api_key}"}),
-            transport=transport,
-            sleep=sleep,
-            tries=tries,
+        super().__init__(
+            ProviderHTTP(
+                base_url,
+                api_key,
+                httpx.Headers({**headers, "Authorization": f"Bearer {api_key}"}),
+                transport=transport,
+                sleep=sleep,
+                tries=tries,
+            )
         )
-
-    @property
-    def skipped(self) -> int:
-        """Result lines that were not JSON or named no custom_id."""
-        return self._wire.skipped
-
-    def close(self) -> None:
-        self._wire.close()
 
     def submit(
         self,
@@ -339,7 +339,4 @@ def _line(raw: str) -> ResultLine | None:
 
 
 def _batch(answer: Any) -> BatchView:
-    try:
-        return _Batch.model_validate(answer).view()
-    except pydantic.ValidationError as error:
-        raise not_a_batch(error) from None
+    return read_batch(_Batch, answer)

@@ -11,31 +11,46 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from pytest_opik_eval.masking import EnvironmentSecrets
 from pytest_opik_eval.option_values import Host
 from pytest_opik_eval.store.batch_ledger import Group
 
-# The hosts whose provider the host alone tells.
-KNOWN_HOSTS = {"api.openai.com": "openai", "api.anthropic.com": "anthropic"}
+# The hosts whose provider the host alone tells (Gemini's: the Gemini Developer API, Google AI
+# Studio's; Vertex AI batches through Cloud Storage or BigQuery, which is not this).
+KNOWN_HOSTS = {
+    "api.openai.com": "openai",
+    "api.anthropic.com": "anthropic",
+    "generativelanguage.googleapis.com": "gemini",
+}
 # The batch endpoints evals call: OpenAI's (the client's BatchCreateParams.endpoint) and
 # Anthropic's Messages (its Message Batches take nothing else).
 _ENDPOINTS = {
     "openai": ("/v1/chat/completions", "/v1/responses", "/v1/embeddings", "/v1/completions"),
     "anthropic": ("/v1/messages",),
 }
+# Gemini's generateContent, after the API version python-genai puts first (v1 by default in
+# google-genai 3, v1beta before, either by HttpOptions.api_version): the model is in the path.
+# streamGenerateContent, a stream, is no batch's.
+_GEMINI = re.compile(r"(?P<base>.*/v1(?:alpha|beta)?)(?P<endpoint>/models/(?P<model>[^/:]+):generateContent)")
 # Sent with every batch call when the app sent them: the account the batch is billed to, and
 # the API version and betas its requests are written for.
 _FORWARDED = ("openai-organization", "openai-project", "anthropic-version", "anthropic-beta")
 # Per batch: OpenAI's input file takes 50,000 requests and 200 MB (the client's batches.create
-# docstring), Anthropic's 100,000 requests or 256 MB (its batch-processing guide); a margin under
-# the size for the encoding.
-LIMITS = {"openai": (50_000, 190 * 1024 * 1024), "anthropic": (100_000, 245 * 1024 * 1024)}
+# docstring), Anthropic's 100,000 requests or 256 MB (its batch-processing guide), Gemini's
+# inlined requests 20 MB in all, with no count given (its Batch Mode guide); a margin under the
+# size for the encoding.
+LIMITS = {
+    "openai": (50_000, 190 * 1024 * 1024),
+    "anthropic": (100_000, 245 * 1024 * 1024),
+    "gemini": (100_000, 19 * 1024 * 1024),
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,7 @@ class Route:
     provider: str
     base_url: str
     endpoint: str
+    model: str | None = None  # when the path names it (Gemini's)
 
 
 @dataclass(frozen=True)
@@ -62,15 +78,21 @@ def provider_of(host: str | None, port: int | None, providers: Mapping[Host, str
 
 def route(provider: str, method: str, url: str) -> Route | str:
     """Where the provider's batch takes the request, or why it cannot. The base URL is the one
-    the app called: OpenAI's up to and including ``/v1``, Anthropic's before it."""
+    the app called: OpenAI's up to and including ``/v1``, Gemini's up to and including its API
+    version, Anthropic's before ``/v1``."""
     parts = urlsplit(url)
     if method.upper() != "POST":
         return f"{method} is not batchable (a batch takes POST requests)"
+    host = parts.netloc.rpartition("@")[2]  # user:password@ never kept
+    if provider == "gemini":
+        found = _GEMINI.fullmatch(parts.path)
+        if found is None:
+            return f"{parts.path} is not an endpoint of gemini's batch API (models/{{model}}:generateContent)"
+        return Route(provider, f"{parts.scheme}://{host}{found['base']}", found["endpoint"], found["model"])
     endpoints = _ENDPOINTS[provider]
     for endpoint in endpoints:
         if parts.path.endswith(endpoint):
             base = parts.path[: -len(endpoint)] + ("/v1" if provider == "openai" else "")
-            host = parts.netloc.rpartition("@")[2]  # user:password@ never kept
             return Route(provider, f"{parts.scheme}://{host}{base}", endpoint)
     return f"{parts.path} is not an endpoint of {provider}'s batch API ({', '.join(endpoints)})"
 
@@ -92,17 +114,22 @@ def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], 
     if parsed.get("background"):
         return f"{found.endpoint}: a background response is not batchable"
     lowered = {str(name).lower(): value for name, value in headers.items()}
-    api_key = _one(lowered.get("x-api-key")) or None
-    bearer = api_key is None
-    key = api_key or _bearer(lowered.get("authorization"))
+    if provider == "gemini":
+        # python-genai sends x-goog-api-key; the REST examples, a key= parameter.
+        key = _one(lowered.get("x-goog-api-key")) or _one(parse_qs(urlsplit(url).query).get("key")) or None
+        bearer = False
+    else:
+        api_key = _one(lowered.get("x-api-key")) or None
+        bearer = api_key is None and provider == "anthropic"
+        key = api_key or _bearer(lowered.get("authorization"))
     key_env = None if key is None else key_variable(key)
     if key_env is None:
         return (
-            "--eval-batch needs the API key in an environment variable (OPENAI_API_KEY, ANTHROPIC_API_KEY), "
-            "so that a later session can collect the answers"
+            "--eval-batch needs the API key in an environment variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, "
+            "GEMINI_API_KEY), so that a later session can collect the answers"
         )
     forwarded = tuple((name, _one(lowered[name])) for name in _FORWARDED if name in lowered)
-    model = parsed.get("model")
+    model = found.model or parsed.get("model")
     group = Group(
         provider=provider,
         base_url=found.base_url,
@@ -110,7 +137,7 @@ def batchable(provider: str, method: str, url: str, headers: Mapping[str, Any], 
         model=model if isinstance(model, str) else None,
         key_env=key_env,
         headers=forwarded,
-        bearer=bearer and provider == "anthropic",
+        bearer=bearer,
     )
     return Batchable(group, raw)
 
@@ -176,5 +203,6 @@ def split(provider: str, requests: Sequence[tuple[str, bytes]]) -> Iterator[list
         yield part
 
 
-# The bytes around a body in the batch: its custom_id, method and URL (OpenAI), or params (Anthropic).
+# The bytes around a body in the batch: its custom_id, method and URL (OpenAI), params (Anthropic),
+# or request and metadata (Gemini).
 _WRAPPING = 160

@@ -76,6 +76,37 @@ class Tolerant(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="ignore")
 
 
+class ProviderBatch(Tolerant):
+    """A provider's batch object as it answers it, and its normalized view."""
+
+    def view(self) -> BatchView:
+        raise NotImplementedError
+
+
+def read_batch(model: type[ProviderBatch], answer: Any) -> BatchView:
+    """The view of ``answer``, which should be a batch of the provider's (``model``)."""
+    try:
+        return model.model_validate(answer).view()
+    except pydantic.ValidationError as error:
+        raise not_a_batch(error) from None
+
+
+class WireClient:
+    """What every provider's :class:`~pytest_opik_eval.run.batch_providers.BatchClient` shares:
+    its :class:`ProviderHTTP`, the count of result lines it could not read, and closing it."""
+
+    def __init__(self, wire: ProviderHTTP) -> None:
+        self._wire = wire
+
+    @property
+    def skipped(self) -> int:
+        """Result lines that were not JSON or named no custom_id."""
+        return self._wire.skipped
+
+    def close(self) -> None:
+        self._wire.close()
+
+
 def json_object(body: bytes) -> dict[str, Any]:
     """The app's raw JSON request as an object; ValueError when it is not one, which no batch can
     take."""

@@ -401,6 +401,10 @@ def task_args(item: pytest.Function, trial: Trial, shared: pytest.Function) -> d
             args[name] = fresh_copy(trial.case.task_item)  # the task may change its copy
         elif name == "eval_trial":
             args[name] = trial.case.trial
+        elif name == "eval_conversation":
+            from pytest_opik_eval.run.conversation import Conversation  # imported at collection
+
+            args[name] = Conversation(fresh_copy(trial.case.task_item))  # one per trial, as its item
         elif callspec is not None and name in callspec.params:
             args[name] = callspec.params[name]
         else:

@@ -88,7 +88,13 @@ def current_frame() -> Frame | None:
 # OpenTelemetry SDK (our processor on the app's provider, or added by hand), and the public
 # module of the manual API (the ``eval_trace`` fixture imports it too). A session that has
 # imported none of them can make no span: its trials are not traced at all, and pay nothing.
-_SPAN_SOURCES = ("opik", "opentelemetry.sdk.trace", "pytest_opik_eval.tracing", "pytest_opik_eval.run.otel")
+_SPAN_SOURCES = (
+    "opik",
+    "opentelemetry.sdk.trace",
+    "pytest_opik_eval.tracing",
+    "pytest_opik_eval.run.otel",
+    "pytest_opik_eval.run.conversation",  # a conversation's turns are spans
+)
 
 
 def start(

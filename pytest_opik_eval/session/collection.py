@@ -78,6 +78,9 @@ class Collection:
             self._warn_on_changes(plan, stored[0], "resume" if resume is not None else "rescore")
         self.state.plans_seen.append(plan)
         cases = trial_cases(plan)
+        if "eval_conversation" in metafunc.fixturenames:
+            # Before the first trial: a session that imports it traces its trials (turns are spans).
+            import pytest_opik_eval.run.conversation  # noqa: F401
         _prune_own_args(metafunc)
         metafunc.fixturenames.append(CASE_ARG)
         params: list[TrialCase | RejectedItem] = [*cases, *plan.rejected]
@@ -189,7 +192,8 @@ class Collection:
 
 
 def _prune_own_args(metafunc: pytest.Metafunc) -> None:
-    """The trial passes eval_item and eval_trial to its task itself (trial.task_args), so
+    """The trial passes its own arguments (eval_item, eval_trial, eval_conversation) to its task
+    itself (trial.task_args), so
     pytest need not set them up as fixtures, unless another fixture of the test needs them
     (and then shares them with the task, as pytest does). Pruning the closure is what pytest
     itself does for the arguments that direct parametrization shadows."""

@@ -41,9 +41,11 @@ class Group(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    provider: str  # "openai" or "anthropic"
-    base_url: str  # OpenAI's up to and including /v1 (https://api.openai.com/v1), Anthropic's before it
-    endpoint: str  # /v1/chat/completions
+    provider: str  # "openai", "anthropic" or "gemini"
+    # OpenAI's up to and including /v1 (https://api.openai.com/v1), Gemini's up to and including its
+    # API version (https://generativelanguage.googleapis.com/v1beta), Anthropic's before /v1
+    base_url: str
+    endpoint: str  # /v1/chat/completions; Gemini's /models/gemini-2.5-flash:generateContent
     model: str | None = None
     key_env: str  # the environment variable holding the API key: the key itself is never written
     headers: tuple[

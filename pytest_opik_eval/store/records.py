@@ -105,12 +105,27 @@ class UsageTotals(_Summed):
     unpriced: dict[str, int] = {}
 
 
+# The tag of a conversation's simulated user's spans (run/conversation.py): what they and the
+# spans under them report is the eval's, not the app's.
+SIMULATOR_TAG = "simulated_user"
+# The tag of a conversation's turn spans: with the Opik backend, each is also a trace of the
+# conversation's thread (store/opik/payloads.turn_traces).
+TURN_TAG = "conversation_turn"
+
+
 class Usage(_Summed):
-    """What the app's spans (under the task span) and the judges' (under the metric spans)
-    reported, apart: a judge's tokens are the eval's cost, not the app's."""
+    """What the app's spans (under the task span), the judges' (under the metric spans) and a
+    simulated user's (under its spans, see ``SIMULATOR_TAG``) reported, apart: a judge's or a
+    simulated user's tokens are the eval's cost, not the app's."""
 
     app: UsageTotals | None = None  # None: no span of the app reported usage
     judge: UsageTotals | None = None
+    simulator: UsageTotals | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_simulator(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A trial without a simulated user reads as before.
+        return _left_out_at_default(self, handler(self), "simulator")
 
 
 class Timings(_Written):

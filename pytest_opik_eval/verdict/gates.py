@@ -124,12 +124,14 @@ def _max_cost(result: ExperimentResult, settings: GateSettings) -> list[GateVerd
         )
     bound = settings.max_cost_per_run
     if bound is not None:
-        reported = spent.app_reported or spent.judge_reported
+        reported = spent.app_reported or spent.judge_reported or spent.simulator_reported
         if not reported:
             detail = _nothing_reported("any", spent.trials)
         else:
             # The parts of the total, as precise as it is (they add up to it).
             judged = f", judges {dollars(spent.judge, against=[bound])}" if spent.judge_reported else ""
+            if spent.simulator_reported:
+                judged += f", simulated users {dollars(spent.simulator, against=[bound])}"
             verb = "<=" if spent.total <= bound else "is above"
             app = dollars(spent.app, against=[bound])
             detail = (

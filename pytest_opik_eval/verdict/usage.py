@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
 from pytest_opik_eval.metrics.tool_calls import METRICS_SPAN
-from pytest_opik_eval.store.records import SpanRecord, TrialRecord, Usage, UsageTotals
+from pytest_opik_eval.store.records import SIMULATOR_TAG, SpanRecord, TrialRecord, Usage, UsageTotals
 from pytest_opik_eval.verdict.model import Latency, LatencySummary
 
 
@@ -22,29 +22,35 @@ def trial_latency(trial: TrialRecord) -> Latency | None:
 
 def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
     """The usage and cost the spans reported (or the price table estimated), summed: those
-    under the task span (the first, the root) as the app's, those under the
-    "metrics_calculation" span as the judges'. Every span
-    that reports counts, at whatever depth: the SDK reports usage on the LLM call's span only,
-    unless the app sets it on another too, which would then count twice."""
+    under the task span (the first, the root) as the app's, but those under a simulated user's
+    span (a conversation's, see ``SIMULATOR_TAG``) as the simulated user's, and those under the
+    "metrics_calculation" span as the judges'. Every span that reports counts, at whatever
+    depth: the SDK reports usage on the LLM call's span only, unless the app sets it on another
+    too, which would then count twice."""
     if not spans:
         return None
     parents = {span.id: span.parent_span_id for span in spans}
     names = {span.id: span.name for span in spans}
+    simulated = {span.id for span in spans if span.tags and SIMULATOR_TAG in span.tags}
     task_id = spans[0].id
     roots: dict[str, str | None] = {}
     app: list[SpanRecord] = []
     judge: list[SpanRecord] = []
+    simulator: list[SpanRecord] = []
     for span in spans:
         if span.usage is None and span.cost is None:
             continue
         root = _root(span.id, parents, roots)
         if root == task_id and span.id != task_id:
-            app.append(span)
+            if simulated and not simulated.isdisjoint(lineage(span.id, parents)):
+                simulator.append(span)
+            else:
+                app.append(span)
         elif root is not None and names.get(root) == METRICS_SPAN:
             judge.append(span)
-    if not app and not judge:
+    if not app and not judge and not simulator:
         return None
-    return Usage(app=_totals(app), judge=_totals(judge))
+    return Usage(app=_totals(app), judge=_totals(judge), simulator=_totals(simulator))
 
 
 def usage_of(trial: TrialRecord) -> Usage | None:
@@ -52,7 +58,8 @@ def usage_of(trial: TrialRecord) -> Usage | None:
     written before it kept that sum, from the spans themselves."""
     if trial.usage is None:
         return trial_usage(trial.spans)
-    return trial.usage if trial.usage.app is not None or trial.usage.judge is not None else None
+    usage = trial.usage
+    return usage if usage.app is not None or usage.judge is not None or usage.simulator is not None else None
 
 
 def _root(span_id: str, parents: dict[str, str | None], roots: dict[str, str | None]) -> str | None:
@@ -128,18 +135,21 @@ def percentile(ordered: Sequence[float], p: float) -> float:
 
 
 def usage_summary(usages: Iterable[Usage | None]) -> Usage | None:
-    """The trials' usage, summed, the app's and the judges' apart."""
+    """The trials' usage, summed, the app's, the judges' and the simulated users' apart."""
     app: list[UsageTotals] = []
     judge: list[UsageTotals] = []
+    simulator: list[UsageTotals] = []
     for usage in usages:
         if usage is not None:
             if usage.app is not None:
                 app.append(usage.app)
             if usage.judge is not None:
                 judge.append(usage.judge)
-    if not app and not judge:
+            if usage.simulator is not None:
+                simulator.append(usage.simulator)
+    if not app and not judge and not simulator:
         return None
-    return Usage(app=_sum(app), judge=_sum(judge))
+    return Usage(app=_sum(app), judge=_sum(judge), simulator=_sum(simulator))
 
 
 def _sum(totals: Sequence[UsageTotals]) -> UsageTotals | None:
@@ -167,19 +177,21 @@ class Spend:
     trials: int = 0  # completed
     app: float = 0.0  # USD, every trial's app cost
     judge: float = 0.0
+    simulator: float = 0.0  # a conversation's simulated users'
     # Each item's mean, per completed trial, of the app's cost and total tokens: only when the app
     # reported some (every reader checks ``app_reported`` first; 100,000 zeros cost 0.1 s).
     cost_by_item: dict[str, float] = field(default_factory=dict)
     tokens_by_item: dict[str, float] = field(default_factory=dict)
     app_reported: bool = False  # some span of the app reported usage or a cost
     judge_reported: bool = False
+    simulator_reported: bool = False
     # The spans with tokens and no cost, by why: the costs above are floors.
     unpriced_app: Counter[str] = field(default_factory=Counter)
-    unpriced_judge: Counter[str] = field(default_factory=Counter)
+    unpriced_judge: Counter[str] = field(default_factory=Counter)  # the simulated users' too
 
     @property
     def total(self) -> float:
-        return self.app + self.judge
+        return self.app + self.judge + self.simulator
 
 
 def spend(trials: Sequence[TrialRecord]) -> Spend:
@@ -201,6 +213,10 @@ def spend(trials: Sequence[TrialRecord]) -> Spend:
             result.judge_reported = True
             result.judge += usage.judge.cost or 0.0
             result.unpriced_judge.update(usage.judge.unpriced)
+        if usage.simulator is not None:
+            result.simulator_reported = True
+            result.simulator += usage.simulator.cost or 0.0
+            result.unpriced_judge.update(usage.simulator.unpriced)
     if result.app_reported:
         result.cost_by_item, result.tokens_by_item = _by_item(trials, apps)
     return result

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from pytest_opik_eval.ids import uuid7_for
 from pytest_opik_eval.store.opik.datasets import RemoteExperiment
 from pytest_opik_eval.store.opik.spool import Message
 from pytest_opik_eval.store.records import (
+    TURN_TAG,
     ExperimentRecord,
     PlannedTrial,
     RunRecord,
@@ -62,6 +64,7 @@ class AttemptInfo:
     score_samples: dict[str, list[float]] = field(default_factory=dict)  # score name -> judge samples
     passed: bool | None = None
     task_span: SpanRecord | None = None  # sent again with its output, once the output is known
+    thread_id: str | None = None  # a conversation's: the thread of its turns' traces
 
 
 def now() -> str:
@@ -190,6 +193,9 @@ def trace(
         metadata["score_samples"] = attempt.score_samples
     if completed:
         metadata["passed"] = attempt.passed  # the verdict, which Opik does not otherwise keep
+    if attempt.thread_id is not None:
+        # The conversation it held: an experiment item points at one trace, this one.
+        metadata["thread_id"] = attempt.thread_id
     payload = {
         "id": attempt_id,
         "project_name": project,
@@ -223,6 +229,37 @@ def spans(
     if task_output is not None and payload:
         payload[0]["output"] = _json_field(task_output)
     return "spans", json.dumps({"spans": payload}, default=repr)
+
+
+def turn_traces(attempt_id: str, spans: Sequence[SpanRecord], project: str) -> list[Message]:
+    """A conversation's turns (its spans tagged ``TURN_TAG``) as traces of one thread, its id the
+    attempt's, as the Opik SDK's ``run_simulation`` logs a conversation: the Opik UI shows them as
+    the thread's messages. Their spans stay under the attempt's trace, which names the thread
+    in its metadata; the turn traces are linked to no experiment (``_link`` None)."""
+    stamp = now()
+    turns = [span for span in spans if span.tags and TURN_TAG in span.tags]
+    return [
+        (
+            "trace",
+            json.dumps(
+                {
+                    "id": uuid7_for(attempt_id, f"turn {number}"),  # the same when sent again
+                    "project_name": project,
+                    "name": "conversation_turn",
+                    "start_time": _utc(span.start_time) or stamp,
+                    "end_time": _utc(span.end_time),
+                    "input": _json_field(span.input),
+                    "output": _json_field(span.output),
+                    "metadata": {"turn": number, "trial_trace_id": attempt_id},
+                    "thread_id": attempt_id,
+                    "last_updated_at": stamp,
+                    "_link": None,
+                },
+                default=repr,
+            ),
+        )
+        for number, span in enumerate(turns, 1)
+    ]
 
 
 def _span(span: SpanRecord, project: str, stamp: str) -> dict[str, Any]:

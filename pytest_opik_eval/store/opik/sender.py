@@ -67,7 +67,7 @@ def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool)
         # Renewed again if even the new id has grown too old (the outage went on).
         if now_ms - _uuid7_ms(new or old) > REKEY_AFTER_MS:
             new = spool.renew_id(old, uuid7())
-            if not spool.outbox_links(old):
+            if trace["_link"] is not None and not spool.outbox_links(old):
                 # Its experiment item went out under the old id: link the renewed trace too.
                 link = {**trace["_link"], "id": uuid7(), "trace_id": new}
                 by_kind.setdefault("experiment_item", []).append(link)

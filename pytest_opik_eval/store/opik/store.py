@@ -234,6 +234,10 @@ class OpikStore:
         attempt.task_span = spans[0] if spans else None
         # The output is known here if the trial records its spans after it (metric spans too).
         outbox = [payloads.spans(spans, self.settings.project, task_output=attempt.output)] if spans else []
+        turns = payloads.turn_traces(attempt_id, spans, self.settings.project)
+        if turns:
+            attempt.thread_id = attempt_id
+            outbox += turns
         self.spool.record_spans(attempt_id, spans, usage, outbox=outbox)
         self.sender.wake()
 

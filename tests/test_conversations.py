@@ -1,0 +1,317 @@
+"""Conversations as trials, end to end: an app and a simulated user that both call a fake of
+OpenAI through the official client, one trial per whole conversation (``eval_conversation``),
+its transcript the output, each turn a span; k-of-n verdicts and gates, SIGKILL then resume,
+strict offline replay and pytest-xdist as for any trial."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import NEEDS_RECORD, Project
+from fake_batches import FakeOpenAI
+
+from pytest_opik_eval.store.local import LocalStore
+
+SCENARIOS = 20
+
+# A support agent (one model call per turn) and a simulated user whose next message is its own
+# model's answer. Scenario s0, s5, s10 and s15 get a confused agent in two trials of three: they
+# fail their k-of-n verdict (2 of 3); the others fail one trial of three and pass.
+APP = """
+import os
+import pathlib
+import signal
+
+import openai
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+HERE = pathlib.Path(__file__).parent
+
+
+def chat(model, messages):
+    client = openai.OpenAI(max_retries=0)
+    return client.chat.completions.create(model=model, messages=messages).choices[0].message.content
+
+
+class Resolved(BaseMetric):
+    # A whole-conversation metric: reads the transcript, as Opik's conversation metrics do.
+    def __init__(self):
+        super().__init__(name="resolved", threshold=0.5)
+
+    def score(self, conversation, **ignored):
+        replies = [m["content"] for m in conversation if m["role"] == "assistant"]
+        return ScoreResult(name=self.name, value=float(bool(replies) and replies[-1] != "I do not know"))
+
+
+@pytest.mark.eval(dataset="scenarios.jsonl", metrics=[Resolved()], trial_count=3, pass_threshold=2{gates})
+def test_support(eval_conversation, eval_item, eval_trial):
+    number = int(eval_item["id"][1:])
+    confused = eval_trial != 0 if number % 5 == 0 else eval_trial == number % 3
+
+    def agent(message, history):
+        kill = HERE / "kill"
+        if len(history) == 2 and kill.exists() and kill.read_text() == eval_item["id"]:
+            kill.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-conversation, at its second turn
+        reply = chat("gpt-4.1-mini", [*history, {{"role": "user", "content": message}}])
+        return "I do not know" if confused and len(history) == 2 else reply
+
+    def user(history):
+        return chat("gpt-4.1-nano", [{{"role": "user", "content": "follow up: " + history[-1]["content"][-40:]}}])
+
+    return eval_conversation.run(agent, user=user)
+"""
+
+
+def scenario(number: int) -> dict[str, Any]:
+    return {"id": f"s{number}", "first_message": f"help with order {number}", "max_turns": 2}
+
+
+@pytest.fixture
+def support(project: Project, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> Project:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", fake_openai.api_key)
+    project.dataset([scenario(n) for n in range(SCENARIOS)], "scenarios.jsonl")
+    project.write("test_support.py", APP.format(gates=""))
+    return project
+
+
+def verdicts(report: dict[str, Any]) -> dict[str, Any]:
+    (experiment,) = report["experiments"]
+    return {
+        "trials": {
+            (t["dataset_item_id"], t["trial"]): (t["output"], t["passed"]) for t in experiment["trials"]
+        },
+        "items": {i["dataset_item_id"]: (i["passed"], i["verdict"]) for i in experiment["items"]},
+        "gates": experiment["gates"],
+    }
+
+
+def test_a_conversation_suite_gives_k_of_n_verdicts_and_gates(
+    support: Project, fake_openai: FakeOpenAI
+) -> None:
+    support.write("test_support.py", APP.format(gates=", min_pass_rate=0.7"))
+    result, report = support.run_report("--eval")
+    # 20 scenarios x 3 trials: s0, s5, s10, s15 miss in two trials each, the others in one; with
+    # pass_threshold, a trial's miss is soft: the items' k-of-n verdicts and the gates decide.
+    result.assert_outcomes(passed=36)
+    result.stdout.fnmatch_lines(["*36 passed, 24 soft-failed, 1 eval gate not met*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    found = verdicts(report)
+    failed = [item for item, (_, verdict) in found["items"].items() if verdict != "passed"]
+    assert failed == ["s0", "s5", "s10", "s15"]
+    assert {passed for item, (passed, _) in found["items"].items() if item in failed} == {1}
+    assert {g["kind"]: g["met"] for g in found["gates"]} == {"min_pass_rate": True, "items": False}
+    # One trial is one conversation: its transcript, two turns each, the user's opening first.
+    output, _ = found["trials"][("s1", 0)]
+    assert [m["role"] for m in output["conversation"]] == ["user", "assistant", "user", "assistant"]
+    assert output["conversation"][0] == {"role": "user", "content": "help with order 1"}
+    assert output["conversation"][1]["content"] == "answer to help with order 1"
+    assert output["conversation"][2]["content"].startswith("answer to follow up: ")
+    assert (output["turns"], output["stopped_by"]) == (2, "max_turns")
+    assert output["output"] == output["conversation"][3]["content"]
+    # Each conversation: 2 agent calls and 1 simulated user's call.
+    assert len(fake_openai.live_calls) == 60 * 3
+
+
+def spans_of(project: Project, item: str, trial: int) -> list[Any]:
+    store = LocalStore(project.store_path, create=False)
+    try:
+        _, experiments = store.find("last")
+        (found,) = [
+            t
+            for t in store.trials(experiments[0].id, spans=True)
+            if (t.dataset_item_id, t.trial) == (item, trial)
+        ]
+        return list(found.spans or [])
+    finally:
+        store.close()
+
+
+def test_each_turn_is_a_span_and_the_simulated_user_is_apart(support: Project) -> None:
+    support.run("--eval", "-k", "s1-").assert_outcomes(passed=2)
+    spans = spans_of(support, "s1", 0)
+    by_id = {s.id: s for s in spans}
+    turns = [s for s in spans if s.name.startswith("turn ")]
+    assert [(s.name, s.metadata) for s in turns] == [("turn 1", {"turn": 1}), ("turn 2", {"turn": 2})]
+    assert turns[0].input == {"role": "user", "content": "help with order 1"}
+    assert turns[1].output == {"role": "assistant", "content": turns[1].output["content"]}
+    (simulated,) = [s for s in spans if s.name == "simulated user"]
+    assert simulated.tags == ["simulated_user"]
+    assert simulated.output["content"].startswith("answer to follow up: ")
+    task = by_id[turns[0].parent_span_id]
+    assert task.id == simulated.parent_span_id  # both under the task span, the user's outside a turn
+
+
+def test_a_conversation_killed_mid_way_reruns_whole_and_only_the_unfinished(
+    support: Project, fake_openai: FakeOpenAI
+) -> None:
+    (support.path / "kill").write_text("s7")
+    killed = support.pytester.runpytest_subprocess("--eval", "-p", "no:randomly")
+    assert killed.ret == -9
+    done = support.completed()
+    assert ("s7", 0) not in done
+    assert len(done) < 60
+    calls = len(fake_openai.live_calls)
+
+    resumed, report = support.run_report("--eval-resume=last")
+    assert support.completed() == {(f"s{n}", t) for n in range(SCENARIOS) for t in range(3)}
+    unfinished = 60 - len(done)
+    assert len(fake_openai.live_calls) - calls == 3 * unfinished  # whole conversations, none twice
+    outcomes = resumed.parseoutcomes()
+    assert outcomes["passed"] + outcomes.get("soft", 0) == unfinished  # "N soft-failed", as pytest parses it
+    output, _ = verdicts(report)["trials"][("s7", 0)]
+    assert output["turns"] == 2
+
+
+@NEEDS_RECORD
+def test_a_recorded_suite_replays_offline_with_identical_transcripts_and_verdicts(
+    support: Project, fake_openai: FakeOpenAI
+) -> None:
+    _, recorded = support.run_report("--eval", "--eval-record=once")
+    fake_openai.close()  # offline: every call of the app and the simulated user is replayed
+    replayed_result, replayed = support.run_report("--eval", "--eval-record=none")
+    assert "0 missed" in replayed_result.stdout.str()
+    assert verdicts(replayed) == verdicts(recorded)
+
+
+def test_under_xdist_the_verdicts_are_the_same(support: Project) -> None:
+    _, alone = support.run_report("--eval")
+    _, spread = support.run_report("--eval", "-p", "xdist", "-n", "2")
+    assert verdicts(spread) == verdicts(alone)
+
+
+def test_an_async_app_converses_with_arun(support: Project) -> None:
+    support.write(
+        "test_support.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+        class Turns(BaseMetric):
+            def __init__(self):
+                super().__init__(name="turns")
+
+            def score(self, turns, stopped_by, **ignored):
+                return ScoreResult(name=self.name, value=float(turns == 2 and stopped_by == "user"))
+
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Turns()])
+        async def test_chat(eval_conversation):
+            async def app(message):
+                return {"role": "assistant", "content": message.upper()}
+
+            return await eval_conversation.arun(app)
+        """,
+    )
+    support.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
+    # As tests/test_async.py runs pytest-asyncio in process (its module is imported already).
+    support.pytester.makeini(
+        "[pytest]\nfilterwarnings = default\nasyncio_default_fixture_loop_scope = function\nasyncio_mode = auto\n"
+    )
+    result, report = support.run_report("--eval", "-p", "asyncio")
+    result.assert_outcomes(passed=1)
+    (trial,) = report["experiments"][0]["trials"]
+    assert trial["output"]["conversation"] == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "HI"},
+        {"role": "user", "content": "bye"},
+        {"role": "assistant", "content": "BYE"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("item", "run", "message"),
+    [
+        (
+            {"id": "a"},
+            "eval_conversation.run(str)",
+            "*ConversationError: no simulated user: give the item a persona*",
+        ),
+        (
+            {"id": "a", "user_responses": ["hi"], "max_turns": 0},
+            "eval_conversation.run(str)",
+            "*max_turns must be a whole number of turns, 1 or more; got 0*",
+        ),
+        (
+            {"id": "a", "user_responses": ["hi"]},
+            "eval_conversation.run(lambda message: 7)",
+            "*the app replied int, not a str or a {'role': 'assistant', 'content': str} message*",
+        ),
+        (
+            {"id": "a", "first_message": "hi"},
+            'eval_conversation.run(str, user=lambda history: "I\'m having trouble responding right now. (x)")',
+            "*the simulated user's model failed: I'm having trouble responding right now. (x)*",
+        ),
+    ],
+)
+def test_a_conversation_that_cannot_go_on_fails_its_trial_pending(
+    project: Project, item: dict[str, Any], run: str, message: str
+) -> None:
+    project.dataset([item], "chat.jsonl")
+    project.write(
+        "test_chat.py",
+        f"""
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Equals()])
+        def test_chat(eval_conversation):
+            return {run}
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([message])
+    assert [t["status"] for t in report["experiments"][0]["trials"]] == ["pending"]
+
+
+def test_the_store_holds_no_conversation_object(support: Project) -> None:
+    # The task span's input shows the item, never the fixture's object.
+    support.run("--eval", "-k", "s2-").assert_outcomes(passed=2)
+    (task,) = [s for s in spans_of(support, "s2", 0) if s.name == "test_support"]
+    assert set(task.input) == {"eval_item", "eval_trial"}
+    assert json.dumps(task.input)
+    assert Path(support.store_path).exists()
+
+
+def test_the_simulated_users_usage_is_counted_apart_from_the_apps(project: Project) -> None:
+    project.dataset([{"id": "a", "first_message": "hi"}, {"id": "b", "first_message": "hello"}], "chat.jsonl")
+    project.write(
+        "test_chat.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+        from pytest_opik_eval.tracing import trace
+
+
+        def app(message):
+            trace.usage(model="gpt-4.1-mini", input_tokens=10, output_tokens=4, cost=0.001)
+            return "ok"
+
+
+        def user(history):
+            trace.usage(model="gpt-4.1-nano", input_tokens=5, output_tokens=3, cost=0.0002)
+            return "thanks"
+
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "output"})
+        def test_chat(eval_conversation):
+            return eval_conversation.run(app, user=user, max_turns=2)
+        """,
+    )
+    result, report = project.run_report("--eval", "--eval-max-cost=0.1/run")
+    (experiment,) = report["experiments"]
+    usage = experiment["summary"]["usage"]
+    # Per conversation: two app turns, one simulated user's message (the item opens).
+    assert (usage["app"]["prompt_tokens"], usage["app"]["cost"]) == (40, pytest.approx(0.004))
+    assert (usage["simulator"]["prompt_tokens"], usage["simulator"]["cost"]) == (10, pytest.approx(0.0004))
+    assert (usage["judge"], experiment["trials"][0]["usage"]["simulator"]["spans"]) == (None, 1)
+    result.stdout.fnmatch_lines(["*simulated users:*tokens 10 in / 6 out*"])
+    (gate,) = experiment["gates"]
+    assert "(app $0.004, simulated users $0.0004)" in gate["detail"]
