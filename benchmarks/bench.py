@@ -31,7 +31,10 @@ pair alike, and the median is not moved by the pairs it hit unevenly. The figure
    request deferred to a batch, against the same call replayed and sent live (target < 1 ms a
    request), and per round, the submission and collection of 200 and 10,000 answers
    (``benchmarks/batch.py``, which also writes them to benchmarks/results/batch.json).
-10. conversation: what the conversation driver (``eval_conversation``) costs a turn, in this
+10. trajectory: what reading a trial's tool calls from its spans costs, per span by kind of span
+   (target < 5 us), in this process (``benchmarks/trajectory.py``, which also writes them to
+   benchmarks/results/trajectory.json).
+11. conversation: what the conversation driver (``eval_conversation``) costs a turn, in this
    process, against the same loop written by hand, inside a trial's trace (target < 50 us a
    turn; ``benchmarks/conversation.py``).
 
@@ -460,10 +463,18 @@ def batch_figures(folder: Path, quick: bool) -> None:
     figures(folder, quick=quick)
 
 
+def trajectory_figures(quick: bool) -> None:
+    from trajectory import figures  # in this process: no pytest run to compare with
+
+    print("10. trajectory: extracting tool calls, processor time (target < 5 us a span)")
+    figures(quick)
+
+
 def conversation_figure(quick: bool) -> None:
     # Imported only for this figure, as batch's.
     from conversation import main as conversation
 
+    print("11. conversation: the driver's cost per turn")
     sys.argv = [sys.argv[0], *(["--quick"] if quick else [])]
     conversation()
 
@@ -483,6 +494,7 @@ def main() -> None:
             "replay",
             "rescore",
             "batch",
+            "trajectory",
             "conversation",
         ],
         help="run only this figure (repeatable); latency includes -n 2",
@@ -505,6 +517,7 @@ def main() -> None:
         "replay": lambda run, d: replay(run, d, 50 if quick else 300, 2 if quick else 7),
         "rescore": lambda run, d: rescore(run, d, 50 if quick else 300, 2 if quick else 7),
         "batch": lambda run, d: batch_figures(d, quick),
+        "trajectory": lambda run, d: trajectory_figures(quick),
         "conversation": lambda run, d: conversation_figure(quick),
     }
     with tempfile.TemporaryDirectory() as cache:

@@ -1,4 +1,6 @@
-"""Metrics: the ``BaseMetric`` contract and Opik-compatible heuristic metrics.
+"""Metrics: the ``BaseMetric`` contract, Opik-compatible heuristic metrics, and the trajectory
+metrics that score an agent's tool calls (``ToolCalled``, ``ToolNotCalled``, ``ToolSequence``,
+``ToolArgs``, ``StepCount``).
 
 Every metric has a ``threshold``: the minimum score value a trial must reach, or
 ``None`` for a metric that is reported but never fails a trial. The defaults are
@@ -17,6 +19,8 @@ from .heuristics import (
     LevenshteinRatio,
     RegexMatch,
 )
+from .tool_calls import LLMCall, ToolCall
+from .trajectory import StepCount, ToolArgs, ToolCalled, ToolNotCalled, ToolSequence
 
 __all__ = [
     "PASS_FAIL_THRESHOLD",
@@ -24,9 +28,16 @@ __all__ = [
     "Contains",
     "Equals",
     "IsJson",
+    "LLMCall",
     "LevenshteinRatio",
     "MetricComputationError",
     "PerTurn",
     "RegexMatch",
     "ScoreResult",
+    "StepCount",
+    "ToolArgs",
+    "ToolCall",
+    "ToolCalled",
+    "ToolNotCalled",
+    "ToolSequence",
 ]

@@ -18,6 +18,7 @@ from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
+from pytest_opik_eval.metrics.tool_calls import extract
 from pytest_opik_eval.run.judges import is_judge
 from pytest_opik_eval.store.records import ScoreRecord
 
@@ -34,16 +35,39 @@ RETURNED_NONE = (
 )
 
 
+# The scoring inputs computed from the trial's spans (see metrics/tool_calls.py), for the tests
+# whose metrics name them in their score() (a **kwargs metric does not ask for them) or whose
+# scoring_key_mapping reads them.
+COMPUTED = frozenset({"tool_calls", "llm_calls"})
+
+# Said once per test whose metrics read the tool calls of a trial that has no spans.
+NO_SPANS = (
+    "its metrics read the trial's tool calls (tool_calls, llm_calls), but the trial has no spans, "
+    'so they got none: instrument the app\'s tools with the Opik SDK (@opik.track(type="tool")), '
+    "or with the manual API (from pytest_opik_eval.tracing import trace; "
+    'with trace.span(name, type="tool", input=args) as span: ...), '
+    'or return them from the test ({"output": ..., "tool_calls": [...]})'
+)
+RESCORED_CALLS = (
+    "its metrics read the trial's tool calls (tool_calls, llm_calls), which a rescore does not "
+    "read from the stored spans yet: they got none, unless the stored output holds them"
+)
+
+
 class MissingScoreArguments(EvalError):
     """A metric needs an argument that neither the item, the output nor the mapping provides."""
 
 
 def scoring_inputs(
-    item: Mapping[str, Any], output: Mapping[str, Any], mapping: ScoringKeyMapping
+    item: Mapping[str, Any],
+    output: Mapping[str, Any],
+    mapping: ScoringKeyMapping,
+    computed: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``{**item, **output}``, then each ``{metric_param: source_key}`` entry copies a value
-    (or a callable computes one from the merged dict), in order, as in the Opik SDK."""
-    inputs = {**item, **output}
+    """``{**item, **computed, **output}``, then each ``{metric_param: source_key}`` entry copies
+    a value (or a callable computes one from the merged dict), in order, as in the Opik SDK. The
+    task output wins over what was computed from the trial's spans, which wins over the item."""
+    inputs = {**item, **output} if computed is None else {**item, **computed, **output}
     for param, source in mapping.items():
         if callable(source):
             inputs[param] = source(inputs)
@@ -56,6 +80,7 @@ def scoring_inputs(
 class _Parameters:
     required: tuple[str, ...]
     accepted: frozenset[str] | None  # None: the metric takes **kwargs
+    computed: frozenset[str]  # the COMPUTED inputs it names
 
     @classmethod
     def of(cls, metric: Any) -> _Parameters:
@@ -69,7 +94,8 @@ class _Parameters:
             for p in parameters
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         )
-        return cls(required, accepted)
+        named = frozenset(p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
+        return cls(required, accepted, named & COMPUTED)
 
 
 @dataclass(frozen=True)
@@ -117,6 +143,13 @@ class Scorer:
         self._samples = [
             judge_samples if judge_samples > 1 and is_judge(metric) else 1 for metric in spec.metrics
         ]
+        # Whether the metrics (or the mapping, by name) read the trial's tool calls; a mapping's
+        # callable may read them too: they are computed for it, but it is not told of a trial
+        # without spans.
+        self.reads_calls = any(p.computed for p in self._parameters) or any(
+            isinstance(source, str) and source in COMPUTED for source in self.mapping.values()
+        )
+        self._computes = self.reads_calls or any(callable(source) for source in self.mapping.values())
 
     def score(
         self,
@@ -132,8 +165,13 @@ class Scorer:
         (see ``TrialTrace.metric``); ``seconds`` gets each metric's wall time, by its name; with
         ``judged``, a judge's scores come from the judge cache when it has them. A judge sampled
         several times (``judge_samples``) gives each score once: its samples' mean, or a pass/fail
-        judge's majority (``sampled_value``)."""
-        inputs = scoring_inputs(item, output, self.mapping)
+        judge's majority (``sampled_value``). The tool calls (``COMPUTED``) come from the spans
+        ``trace`` holds as the scoring starts, computed only for a test that reads them."""
+        computed = None
+        if self._computes:
+            calls = extract(() if trace is None else trace.snapshot())
+            computed = {"tool_calls": calls.tool_calls, "llm_calls": calls.llm_calls}
+        inputs = scoring_inputs(item, output, self.mapping, computed)
         scores: list[ScoreRecord] = []
         for metric, parameters, tracked, samples in zip(
             self.metrics, self._parameters, self._tracked, self._samples, strict=True
@@ -141,11 +179,18 @@ class Scorer:
             missing = [name for name in parameters.required if name not in inputs]
             if missing:
                 raise MissingScoreArguments(self._missing_message(metric, missing, inputs))
-            kwargs = (
-                inputs
-                if parameters.accepted is None
-                else {k: v for k, v in inputs.items() if k in parameters.accepted}
-            )
+            if parameters.accepted is not None:
+                kwargs = {k: v for k, v in inputs.items() if k in parameters.accepted}
+            elif computed is None:
+                kwargs = inputs
+            else:
+                # A **kwargs metric gets no computed input it does not name: a judge's cache key
+                # would hold the span ids, new each run, and never be found again.
+                kwargs = {
+                    k: v
+                    for k, v in inputs.items()
+                    if k not in computed or v is not computed[k] or k in parameters.computed
+                }
             started = time.perf_counter()
             if trace is None or tracked:
                 # An Opik SDK metric's score() is an @opik.track of its own: its span is there.
@@ -161,6 +206,23 @@ class Scorer:
                 seconds[metric.name] = seconds.get(metric.name, 0.0) + time.perf_counter() - started
             scores.extend(records)
         return scores
+
+    def calls_advice(
+        self, item: Mapping[str, Any], output: Mapping[str, Any], traced: bool, rescored: bool
+    ) -> list[str]:
+        """What to tell the user, once per test, when its metrics read tool calls that a trial
+        (``traced``: it had a trace; ``rescored``: its output was stored) could not give them,
+        or that hid the item's fields of those names. Nothing when the task returned its own."""
+        if not self.reads_calls or "tool_calls" in output:
+            return []
+        advice = [RESCORED_CALLS] if rescored else [] if traced else [NO_SPANS]
+        hidden = sorted(COMPUTED.intersection(item))
+        if hidden:
+            advice.append(
+                f"the items' {', '.join(hidden)} field is not what the metrics get: the calls read "
+                "from the trial's spans take its place; to score the field, rename it in the dataset"
+            )
+        return advice
 
     def _scored(
         self, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, samples: int

@@ -134,6 +134,10 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 missing = str(error)
             else:
                 missing = ""
+            advice = scorer.calls_advice(
+                case.task_item, output, trace is not None, isinstance(task, StoredOutput)
+            )
+            _notice_all(item, case.plan.where, advice)
             # A metric's request that strict replay refused, or deferred to a batch.
             fail_on_misses(item, case.item_id, case.trial, scope)
             wait_for_batch(item, scope)
@@ -170,6 +174,11 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.soft_failure = message  # reported as soft-failed: the gates decide
         else:
             pytest.fail(message, pytrace=False)
+
+
+def _notice_all(item: pytest.Function, where: str, messages: list[str]) -> None:
+    for message in messages:
+        notice(item.config, f"{where}: {message}")
 
 
 def _judged(cache: JudgeCache, item_id: str, trial: int, scope: TrialScope | None) -> Judged:

@@ -50,6 +50,7 @@ from pytest_opik_eval._compat_opik import (
     top_span_id,
 )
 from pytest_opik_eval.ids import uuid7
+from pytest_opik_eval.metrics.tool_calls import METRICS_SPAN
 from pytest_opik_eval.run import pricing
 from pytest_opik_eval.run.bounded import bounded
 from pytest_opik_eval.run.call_context import within
@@ -58,9 +59,8 @@ from pytest_opik_eval.run.span_records import error_info, record, span_time
 from pytest_opik_eval.store.records import SpanRecord
 
 TRACE_NAME = "evaluation_task"  # as opik.evaluate() names an item's trace
-# As opik.evaluate() lays out the scoring: one span for it, tagged as the SDK's own (the Opik UI
-# folds such spans), and one span per metric under it.
-METRICS_SPAN = "metrics_calculation"
+# As opik.evaluate() lays out the scoring: one span for it (METRICS_SPAN), tagged as the SDK's own
+# (the Opik UI folds such spans), and one span per metric under it.
 INTERNAL_TAG = "__opik_eval_internal__"
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
@@ -185,6 +185,12 @@ class TrialTrace(OpikClient):
                 self.foreign += 1
             else:
                 self._spans.append(params)
+
+    def snapshot(self) -> list[Mapping[str, Any]]:
+        """The spans the trial has so far (the app's, the manual API's), as ``add_span`` got
+        them: taken as the scoring starts, before any metric made one, they are the app's."""
+        with self._lock:
+            return list(self._spans)
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:

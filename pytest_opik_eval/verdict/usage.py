@@ -9,11 +9,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 
+from pytest_opik_eval.metrics.tool_calls import METRICS_SPAN
 from pytest_opik_eval.store.records import SIMULATOR_TAG, SpanRecord, TrialRecord, Usage, UsageTotals
 from pytest_opik_eval.verdict.model import Latency, LatencySummary
-
-# The span the scoring runs in (see run/trial_trace.py): the spans under it are the judges'.
-_METRICS_SPAN = "metrics_calculation"
 
 
 def trial_latency(trial: TrialRecord) -> Latency | None:
@@ -48,7 +46,7 @@ def trial_usage(spans: Sequence[SpanRecord]) -> Usage | None:
                 simulator.append(span)
             else:
                 app.append(span)
-        elif root is not None and names.get(root) == _METRICS_SPAN:
+        elif root is not None and names.get(root) == METRICS_SPAN:
             judge.append(span)
     if not app and not judge and not simulator:
         return None
