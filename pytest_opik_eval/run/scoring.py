@@ -38,7 +38,10 @@ RETURNED_NONE = (
 # The scoring inputs computed from the trial's spans (see metrics/tool_calls.py), for the tests
 # whose metrics name them in their score() (a **kwargs metric does not ask for them) or whose
 # scoring_key_mapping reads them.
-COMPUTED = frozenset({"tool_calls", "llm_calls"})
+COMPUTED = frozenset({"tool_calls", "llm_calls", "task_span"})
+# Of them, the Opik SDK's SpanModel tree that opik.evaluate gives a metric naming it: made only
+# for a test whose metrics (or mapping, by name) read it.
+TASK_SPAN = "task_span"
 
 # Said once per test whose metrics read the tool calls of a trial that has no spans.
 NO_SPANS = (
@@ -146,10 +149,12 @@ class Scorer:
         # Whether the metrics (or the mapping, by name) read the trial's tool calls; a mapping's
         # callable may read them too: they are computed for it, but it is not told of a trial
         # without spans.
-        self.reads_calls = any(p.computed for p in self._parameters) or any(
-            isinstance(source, str) and source in COMPUTED for source in self.mapping.values()
-        )
-        self._computes = self.reads_calls or any(callable(source) for source in self.mapping.values())
+        named = {name for p in self._parameters for name in p.computed} | {
+            source for source in self.mapping.values() if isinstance(source, str) and source in COMPUTED
+        }
+        self.reads_calls = bool(named - {TASK_SPAN})
+        self._reads_span = TASK_SPAN in named
+        self._computes = bool(named) or any(callable(source) for source in self.mapping.values())
 
     def score(
         self,
@@ -167,10 +172,12 @@ class Scorer:
         several times (``judge_samples``) gives each score once: its samples' mean, or a pass/fail
         judge's majority (``sampled_value``). The tool calls (``COMPUTED``) come from the spans
         ``trace`` holds as the scoring starts, computed only for a test that reads them."""
-        computed = None
+        computed: dict[str, Any] | None = None
         if self._computes:
             calls = extract(() if trace is None else trace.snapshot())
             computed = {"tool_calls": calls.tool_calls, "llm_calls": calls.llm_calls}
+            if self._reads_span:
+                computed[TASK_SPAN] = None if trace is None else trace.task_span(output)
         inputs = scoring_inputs(item, output, self.mapping, computed)
         scores: list[ScoreRecord] = []
         for metric, parameters, tracked, samples in zip(
