@@ -1025,3 +1025,46 @@ def test_gemini_batch_status_and_cancel_commands(
     app.run("--eval-resume=last", *gemini_args(fake_gemini)).assert_outcomes(passed=3)
     assert len(fake_gemini.batches) == 2
     assert fake_gemini.live_calls == []
+
+
+PER_TURN_JUDGE = """
+import openai
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, PerTurn, ScoreResult
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.5)
+
+    def score(self, output, **ignored):
+        client = openai.OpenAI(max_retries=0)
+        answer = client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "user", "content": f"grade: {output}"}]
+        )
+        return ScoreResult(name=self.name, value=float(answer.choices[0].message.content.startswith("answer to grade")))
+
+
+@pytest.mark.eval(dataset="chat.jsonl", metrics=[PerTurn(Judge())])
+def test_chat(eval_conversation):
+    return eval_conversation.run(str.upper)
+"""
+
+
+def test_a_judge_turn_by_turn_sends_every_turn_in_one_batch(app: Project, fake_openai: FakeOpenAI) -> None:
+    app.dataset([{"id": "a", "user_responses": ["one", "two", "three", "four"]}], "chat.jsonl")
+    app.write("test_app.py", PER_TURN_JUDGE)
+    first = app.run("--eval", *batch_args(fake_openai))
+    first.assert_outcomes(skipped=1)
+    (batch_id,) = fake_openai.batches
+    assert [line["body"]["messages"][0]["content"] for line in input_lines(fake_openai, batch_id)] == [
+        f"grade: {word.upper()}" for word in ("one", "two", "three", "four")
+    ]
+    fake_openai.finish()
+    second, report = app.run_report("--eval-resume=last", *batch_args(fake_openai))
+    second.assert_outcomes(passed=1)
+    (score,) = report["experiments"][0]["trials"][0]["scores"]
+    assert score["value"] == 1.0
+    assert len(fake_openai.batches) == 1

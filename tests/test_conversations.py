@@ -427,3 +427,45 @@ def test_a_bad_per_turn_aggregate_fails_collection_naming_it(project: Project) -
     result = project.run("--eval")
     assert result.ret == pytest.ExitCode.INTERRUPTED
     result.stdout.fnmatch_lines(["*PerTurn aggregate must be one of all, mean, last; got 'median'*"])
+
+
+def test_per_turn_of_an_opik_pass_fail_metric_fails_a_turn_below_one(project: Project) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi", "and?"]}], "chat.jsonl")
+    project.write(
+        "test_chat.py",
+        """
+        import pytest
+        from opik.evaluation.metrics import Contains
+        from pytest_opik_eval.metrics import PerTurn
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[PerTurn(Contains(reference="ok"))])
+        def test_chat(eval_conversation):
+            replies = iter(["ok then", "no"])
+            return eval_conversation.run(lambda message: next(replies))
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(failed=1)  # the Opik SDK's Contains carries no threshold: 1.0, as in a marker
+    (score,) = report["experiments"][0]["trials"][0]["scores"]
+    assert (score["value"], score["reason"]) == (0.5, "all of 2 turns (1, 0); turn 2 below 1")
+
+
+def test_a_one_turn_conversation_from_the_items_first_message_needs_no_simulated_user(
+    project: Project,
+) -> None:
+    project.dataset([{"id": "a", "first_message": "hi", "max_turns": 1}], "chat.jsonl")
+    project.write(
+        "test_chat.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "output"})
+        def test_chat(eval_conversation):
+            return eval_conversation.run(str.upper)
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    (trial,) = report["experiments"][0]["trials"]
+    assert trial["output"]["conversation"][-1] == {"role": "assistant", "content": "HI"}

@@ -57,3 +57,31 @@ def test_an_opik_metric_over_task_span_works_unchanged(
     result.assert_outcomes(passed=1)
     (score,) = report["experiments"][0]["trials"][0]["scores"]
     assert (score["value"], score["reason"]) == (1.0, "test_agent: ['search', 'rerank']")
+
+
+JUDGED = APP.replace(
+    "class ToolSpans(base_metric.BaseMetric):",
+    """class SpanJudge(base_metric.BaseMetric):
+    judge = True  # an LLM judge of the task span: cached by what the spans say
+
+    def __init__(self):
+        super().__init__(name="span_judge", track=False)
+
+    def score(self, task_span, **ignored):
+        return score_result.ScoreResult(name=self.name, value=float(len(task_span.spans) == 2))
+
+
+class ToolSpans(base_metric.BaseMetric):""",
+).replace("metrics=[ToolSpans()]", "metrics=[SpanJudge()]")
+
+
+def test_a_judge_of_the_task_span_is_cached_by_what_its_spans_say(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_opik(project, monkeypatch)
+    project.write("test_agent.py", JUDGED)
+    _, first = project.run_report("--eval", "--eval-judge-cache=on")
+    assert first["judge_cache"]["scored"] == 1
+    # New spans, new span ids and times: the same tree, a hit.
+    _, second = project.run_report("--eval", "--eval-judge-cache=on")
+    assert (second["judge_cache"]["hits"], second["judge_cache"]["scored"]) == (1, 0)

@@ -290,6 +290,28 @@ def test_a_trial_without_spans_gets_no_calls_and_one_notice(project: Project) ->
     assert '@opik.track(type="tool")' in text
 
 
+def test_with_the_opik_sdk_imported_a_trial_without_spans_still_gets_the_notice(project: Project) -> None:
+    # The Opik SDK's own pytest plugin imports it in every session of a user who has it: the
+    # trial is traced, and still the app made no span.
+    project.dataset([{"id": "a", "expected_tool_calls": ["search"]}])
+    project.write(
+        "test_agent.py",
+        """
+        import opik
+        import pytest
+        from pytest_opik_eval.metrics import ToolCalled
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[ToolCalled("search")])
+        def test_agent(eval_item):
+            return "done"
+        """,
+    )
+    result = project.run("--eval")
+    result.assert_outcomes(failed=1)
+    assert result.stdout.str().count("but the trial has no spans, so they got none") == 1
+
+
 def test_an_item_field_named_tool_calls_is_hidden_and_said_once(project: Project) -> None:
     project.dataset([{"id": label, "tool_calls": ["search"]} for label in ("a", "b")])
     project.write(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from pytest_opik_eval.option_values import cost_limit, latency_limit, score_bound_problem
+from pytest_opik_eval.thresholds import own_threshold
 
 if TYPE_CHECKING:
     from pytest_opik_eval.filtering import Filter
@@ -66,10 +67,6 @@ def _signature(
 
 ScoringKeyMapping = Mapping[str, "str | Callable[[dict[str, Any]], Any]"]
 
-# Opik's pass/fail heuristics, when passed in from the Opik SDK (which carries no threshold):
-# anything below 1.0 is a miss, as with this package's own Equals, Contains, RegexMatch, IsJson.
-_EXACT_METRICS = frozenset({"equals_metric", "contains_metric", "regex_match_metric", "is_json_metric"})
-
 
 @dataclass(frozen=True)
 class EvalSpec:
@@ -101,10 +98,7 @@ class EvalSpec:
         of that name, or None): the marker's, else the metric's own, else none."""
         if score_name in self.thresholds:
             return self.thresholds[score_name]
-        if hasattr(metric, "threshold"):
-            value = metric.threshold
-            return None if value is None else float(value)
-        return 1.0 if getattr(metric, "name", None) in _EXACT_METRICS else None
+        return own_threshold(metric)
 
     def thresholds_in_force(self) -> dict[str, float | None]:
         """Each metric's threshold and the marker's, by score name, as stored with the experiment."""

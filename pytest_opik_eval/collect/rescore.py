@@ -92,17 +92,21 @@ def load_rescore_target(store: Store, requested: str, *, labelled: bool = False)
     return RescoreTarget(original, _outputs(store, [e.id for e in original.experiments]))
 
 
+class NotResumable(ValueError):
+    """A run that a resume cannot finish: the message says what to run instead."""
+
+
 def resumed_rescore(store: Store, resume: ResumeTarget) -> RescoreTarget | None:
     """For a resume of a rescore run (its experiments rescore others'), the originals and their
-    stored outputs, which its pending trials score; None for any other run. Raises ValueError
-    for what cannot be resumed: a calibration (``opik-eval calibrate`` makes a new one), and
-    ExperimentNotFound for an original since deleted."""
+    stored outputs, which its pending trials score; None for any other run. Raises NotResumable
+    for a calibration (``opik-eval calibrate`` makes a new one), and ExperimentNotFound for an
+    original since deleted."""
     originals = [e.rescore_of for e in resume.experiments if e.rescore_of is not None]
     if not originals:
         return None
     calibration = next((e for e in resume.experiments if e.selection.labelled), None)
     if calibration is not None:
-        raise ValueError(
+        raise NotResumable(
             f"experiment {calibration.id} measured the judges of experiment {calibration.rescore_of} "
             "against its labels (opik-eval calibrate or judge-drift); run that command on "
             f"{calibration.rescore_of} again instead"

@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from pytest_opik_eval.thresholds import own_threshold
+
 from .base import BaseMetric, MetricComputationError, ScoreResult
 
 Aggregate = Literal["all", "mean", "last"]
@@ -29,19 +31,29 @@ class PerTurn(BaseMetric):
             passing only when every turn does (threshold 1.0); ``"mean"``: the turns' mean,
             against the metric's threshold; ``"last"``: the last turn's value, likewise.
         name: Defaults to the metric's name.
+        turn_threshold: What each turn must meet; defaults to the metric's own threshold (1.0 for
+            the Opik SDK's Equals, Contains, RegexMatch and IsJson, which carry none).
 
     The score's metadata holds each turn's value and reason (``turns``), which the HTML
     report shows beside the transcript.
     """
 
-    def __init__(self, metric: Any, aggregate: Aggregate = "all", *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        metric: Any,
+        aggregate: Aggregate = "all",
+        *,
+        name: str | None = None,
+        turn_threshold: float | None = None,
+    ) -> None:
         if aggregate not in AGGREGATES:
             raise ValueError(f"PerTurn aggregate must be one of {', '.join(AGGREGATES)}; got {aggregate!r}")
         score = getattr(metric, "score", None)
         if not callable(score):
             raise TypeError(f"PerTurn needs a metric with a score() method; got {type(metric).__name__}")
-        # What each turn must meet: the metric's own threshold.
-        self.turn_threshold: float | None = getattr(metric, "threshold", None)
+        # What each turn must meet: the metric's own threshold (1.0 for the Opik SDK's pass/fail
+        # heuristics, which carry none), unless given.
+        self.turn_threshold = own_threshold(metric) if turn_threshold is None else float(turn_threshold)
         threshold = 1.0 if aggregate == "all" and self.turn_threshold is not None else self.turn_threshold
         super().__init__(name=name or getattr(metric, "name", type(metric).__name__), threshold=threshold)
         self.metric = metric
@@ -53,24 +65,36 @@ class PerTurn(BaseMetric):
             raise MetricComputationError("the conversation has no reply to score")
         accepted = _accepted(self.metric.score)
         values: list[list[Any]] = []
+        failure: Exception | None = None
         for number, (message, reply, transcript) in enumerate(turns, 1):
             inputs = {**fields, "input": message, "output": reply, "turn": number, "conversation": transcript}
-            result = self.metric.score(**accepted(inputs))
-            if isinstance(result, list):
-                raise MetricComputationError(
-                    f"PerTurn({type(self.metric).__name__}): the metric returned {len(result)} scores; "
-                    "PerTurn aggregates a metric that returns one"
-                )
-            value = float(result.value)
-            if not math.isfinite(value):
-                raise MetricComputationError(f"turn {number}: the metric scored {value}")
-            values.append([value, getattr(result, "reason", None)])
+            try:
+                values.append(self._turn(number, accepted(inputs)))
+            except Exception as error:
+                # Every turn is still scored: a judge's request deferred to a batch (or refused)
+                # for one turn would otherwise hold back the next turns' to another round.
+                failure = failure or error
+        if failure is not None:
+            raise failure
         return ScoreResult(
             name=self.name,
             value=self._aggregated([v for v, _ in values]),
             reason=self._reason(values),
             metadata={"aggregate": self.aggregate, "turns": values},
         )
+
+    def _turn(self, number: int, inputs: dict[str, Any]) -> list[Any]:
+        """One turn's [value, reason]."""
+        result = self.metric.score(**inputs)
+        if isinstance(result, list):
+            raise MetricComputationError(
+                f"PerTurn({type(self.metric).__name__}): the metric returned {len(result)} scores; "
+                "PerTurn aggregates a metric that returns one"
+            )
+        value = getattr(result, "value", None)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise MetricComputationError(f"turn {number}: the metric scored {value!r}, not a finite number")
+        return [float(value), getattr(result, "reason", None)]
 
     def _aggregated(self, values: list[float]) -> float:
         if self.aggregate == "mean":

@@ -93,14 +93,24 @@ class ToolCalls(list[ToolCall]):
 
 def stable(value: Any) -> Any:
     """``value`` with each tool call and LLM call as what it says (name, arguments, result, kind;
-    model, the calls it asked for), without the span and provider ids that change from one run
-    to the next: what a judge's cache key sees of them (``run/judge_cache``)."""
+    model, the calls it asked for), and an Opik SDK ``SpanModel`` tree (``task_span``) as its
+    spans' names, types, inputs, outputs and models, without the ids and times that change from
+    one run to the next: what a judge's cache key sees of them (``run/judge_cache``)."""
     if isinstance(value, ToolCall):
         return {"name": value.name, "arguments": value.arguments, "result": value.result, "kind": value.kind}
     if isinstance(value, LLMCall):
         return {"name": value.name, "model": value.model, "tool_calls": [stable(c) for c in value.tool_calls]}
     if isinstance(value, list) and value and isinstance(value[0], ToolCall | LLMCall):
         return [stable(entry) for entry in value]
+    if type(value).__name__ == "SpanModel" and hasattr(value, "spans"):  # task_span (_compat_opik)
+        return {
+            "name": value.name,
+            "type": value.type,
+            "input": value.input,
+            "output": value.output,
+            "model": value.model,
+            "spans": [stable(child) for child in value.spans],
+        }
     return value
 
 
@@ -320,8 +330,8 @@ def _decoded(arguments: Any) -> Any:
 def _start(fields: Mapping[str, Any]) -> float:
     """A span's start as seconds: a float (ours), a datetime (the SDK's) or ISO text (stored)."""
     value = fields.get("start_time")
-    if isinstance(value, float):
-        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
     if isinstance(value, datetime):
         return value.timestamp()
     if isinstance(value, str):

@@ -99,13 +99,22 @@ class _Driver:
         max_turns: int | None,
         stop: Callable[[list[Message]], bool] | None,
     ) -> None:
-        self.user = _simulated_user(item) if user is None else user
+        self._item = item
+        self._user = user
         self.max_turns = _max_turns(max_turns if max_turns is not None else item.get("max_turns", MAX_TURNS))
         self.stop = stop
         self.history: list[Message] = []
         self.first: str | None = _first_message(item)
         self.stopped_by = "max_turns"
         self.ended = False  # by the user or the stop rule
+
+    @property
+    def user(self) -> Any:
+        """The simulated user, made from the item when first asked: a conversation the item's
+        first message and one turn make needs none."""
+        if self._user is None:
+            self._user = _simulated_user(self._item)
+        return self._user
 
     def done(self) -> bool:
         return self.ended or len(self.history) // 2 >= self.max_turns

@@ -218,7 +218,7 @@ class Scorer:
         self, item: Mapping[str, Any], output: Mapping[str, Any], traced: bool, rescored: bool
     ) -> list[str]:
         """What to tell the user, once per test, when its metrics read tool calls that a trial
-        (``traced``: it had a trace; ``rescored``: its output was stored) could not give them,
+        (``traced``: the app made spans; ``rescored``: its output was stored) could not give them,
         or that hid the item's fields of those names. Nothing when the task returned its own."""
         if not self.reads_calls or "tool_calls" in output:
             return []

@@ -124,6 +124,9 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.output = output
 
             scorer = scorer_of(case.plan)
+            # Whether the app made spans (taken before the metrics make theirs): a trace alone
+            # says nothing, as the Opik SDK's own pytest plugin imports it in every session.
+            app_spans = trace is not None and scorer.reads_calls and bool(trace.snapshot())
             try:
                 cache = context.judge_cache
                 judged = None if cache is None else _judged(cache, case.item_id, case.trial, scope)
@@ -134,9 +137,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
                 missing = str(error)
             else:
                 missing = ""
-            advice = scorer.calls_advice(
-                case.task_item, output, trace is not None, isinstance(task, StoredOutput)
-            )
+            advice = scorer.calls_advice(case.task_item, output, app_spans, isinstance(task, StoredOutput))
             _notice_all(item, case.plan.where, advice)
             # A metric's request that strict replay refused, or deferred to a batch.
             fail_on_misses(item, case.item_id, case.trial, scope)

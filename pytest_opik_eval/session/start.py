@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_opik_eval.collect.rescore import RescoreTarget, load_rescore_target, resumed_rescore
+from pytest_opik_eval.collect.rescore import NotResumable, RescoreTarget, load_rescore_target, resumed_rescore
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.notices import notice
@@ -112,7 +112,7 @@ class Start:
             store = self.state.store.existing()
             resume = load_target(store, self.options.resume)
             return resume, resumed_rescore(store, resume)
-        except (ExperimentNotFound, StoreError, ValueError) as error:
+        except (ExperimentNotFound, StoreError, NotResumable) as error:
             raise pytest.UsageError(f"--eval-resume={self.options.resume}: {error}") from None
 
     def _collect_batches(self, resume: ResumeTarget) -> None:

@@ -138,7 +138,14 @@
       if (t.usage) facts.push(tokens(t.usage[0], t.usage[1]), t.usage[2] == null ? "cost unknown" : t.usage[2]);
       box.appendChild(el("h4", "", "Trial " + t.trial + ": " + state + (facts.length ? " \u00b7 " + facts.join(" \u00b7 ") : "")));
       if (t.status === "completed") {
-        box.appendChild(isConversation(t.output) ? transcript(t.output.conversation, t.scores) : el("pre", "output", shown(t.output)));
+        if (isConversation(t.output)) {
+          box.appendChild(transcript(t.output.conversation, t.scores));
+          var rest = {};
+          Object.keys(t.output).forEach(function (k) { if (k !== "conversation") rest[k] = t.output[k]; });
+          if (Object.keys(rest).length) box.appendChild(el("pre", "output-rest", shown(rest)));
+        } else {
+          box.appendChild(el("pre", "output", shown(t.output)));
+        }
       }
       if (t.scores.length) {
         var table = el("table", "scores");
