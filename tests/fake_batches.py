@@ -193,31 +193,45 @@ def _chat_tool_call(body: Mapping[str, Any], call: tuple[str, dict[str, Any]], d
 
 
 def responses_answer(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A Responses API answer, the same rule: the text of the last user input."""
+    """A Responses API answer, the same rule: the text of the last user input. With ``tools``
+    and a tool plan (see ``tool_plan``), the planned call as a ``function_call`` output item."""
     given = body.get("input")
     if "model" not in body or given is None:
         raise Refused(400, "'input' and 'model' are required", param="input")
-    turns = (
-        [given] if isinstance(given, str) else [_text(m.get("content")) for m in given if isinstance(m, dict)]
-    )
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+    # The model's earlier function_call items and the app's outputs have no role: not turns.
+    turns = [_text(m.get("content")) for m in items if isinstance(m, dict) and "role" in m]
+    plan = tool_plan(_first_user_text(items)) if body.get("tools") else None
+    done = sum(1 for m in items if isinstance(m, dict) and m.get("type") == "function_call_output")
+    call = None if plan is None else planned_call(plan, done)
     content = "answer to " + (turns[-1] if turns else "")
     prompt = sum(_words(t) for t in turns)
     digest = _digest(body)
+    if call is None:
+        output: dict[str, Any] = {
+            "type": "message",
+            "id": f"msg_{digest}",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": content, "annotations": []}],
+        }
+    else:
+        output = {
+            "type": "function_call",
+            "id": f"fc_{digest}",
+            "call_id": f"call_{digest[:12]}_{done}",
+            "name": call[0],
+            "arguments": json.dumps(call[1]),
+            "status": "completed",
+        }
+        content = ""
     return {
         "id": f"resp_{digest}",
         "object": "response",
         "created_at": ANSWERED_AT,
         "status": "completed",
         "model": body["model"],
-        "output": [
-            {
-                "type": "message",
-                "id": f"msg_{digest}",
-                "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": content, "annotations": []}],
-            }
-        ],
+        "output": [output],
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -227,7 +241,7 @@ def responses_answer(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {},
         "usage": {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": _words(content),
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + _words(content),
