@@ -851,18 +851,17 @@ ROUTES: dict[tuple[str, str], Route] = {
 
 
 def _stream(answer: dict[str, Any], usage: bool) -> list[bytes]:
-    """A chat completion as server-sent events: the content in one chunk, then the end."""
+    """A chat completion as server-sent events: the content (or the tool calls, each with its
+    index) in one chunk, then the end."""
     base = {key: answer[key] for key in ("id", "created", "model", "system_fingerprint")}
     base["object"] = "chat.completion.chunk"
-    content = answer["choices"][0]["message"]["content"]
+    (choice,) = answer["choices"]
+    delta = {"role": "assistant", "content": choice["message"]["content"]}
+    if "tool_calls" in choice["message"]:
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(choice["message"]["tool_calls"])]
     chunks = [
-        {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}
-            ],
-        },
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
     ]
     if usage:
         chunks.append({**base, "choices": [], "usage": answer["usage"]})
@@ -1006,8 +1005,14 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _message_stream(message: dict[str, Any]) -> list[bytes]:
-    """A Message as Anthropic streams it: start, one text block in one delta, stop."""
-    text = message["content"][0]["text"]
+    """A Message as Anthropic streams it: start, its one block (text, or a tool_use whose input
+    comes as one input_json_delta) in one delta, stop."""
+    (block,) = message["content"]
+    if block["type"] == "tool_use":
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    else:
+        start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
     usage = message["usage"]
     events: list[tuple[str, dict[str, Any]]] = [
         (
@@ -1021,13 +1026,13 @@ def _message_stream(message: dict[str, Any]) -> list[bytes]:
                 }
             },
         ),
-        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ("content_block_start", {"index": 0, "content_block": start}),
+        ("content_block_delta", {"index": 0, "delta": delta}),
         ("content_block_stop", {"index": 0}),
         (
             "message_delta",
             {
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                 "usage": {"output_tokens": usage["output_tokens"]},
             },
         ),

@@ -775,3 +775,24 @@ def test_an_anthropic_tool_plan_through_the_sdk(
     for _, params in fake_anthropic.live_calls:
         Message.model_validate_json(json.dumps(fake_batches.message_answer(params)), strict=True)
     assert fake_anthropic.rejected == []
+
+
+def test_tool_calls_stream(
+    fake_openai: FakeOpenAI, client: openai.OpenAI, claude: anthropic.Anthropic
+) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "user", "content": PLAN}], tools=CHAT_TOOLS, stream=True
+        )
+    )
+    calls = [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or ()]
+    assert [(c.index, c.function and c.function.name) for c in calls] == [(0, "search")]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    tools: Any = [{"name": "search", "input_schema": FUNCTION}]
+    with claude.messages.stream(
+        model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": PLAN}], tools=tools
+    ) as stream:
+        final = stream.get_final_message()
+    (block,) = final.content
+    assert block.type == "tool_use"
+    assert (block.name, block.input, final.stop_reason) == ("search", {"q": "order 7"}, "tool_use")
