@@ -10,7 +10,9 @@ kinds: a general span (no call: what every other span of an app costs), an execu
 Opik SDK (``@track(type="tool")``: a datetime start, the SDK's marker) and from the manual API (a
 float start), an LLM span whose OpenAI chat answer asks for 1 and for 5 tool calls (arguments as
 JSON text, decoded), an Anthropic answer with 1 ``tool_use`` block, the Responses API's
-``function_call`` item, and a stored tool ``SpanRecord`` (ISO text start). Then an agent trial as
+``function_call`` item, an OpenTelemetry tool span as ``run/otel.py`` converts it (its call id in
+the metadata) and chat span (output messages with a GenAI ``tool_call`` part), and a stored tool
+``SpanRecord`` (ISO text start). Then an agent trial as
 the tests have it: 10 steps of an LLM span asking for a call and the tool span that runs it, and
 ``ToolSequence`` scoring its 10 calls. Target: under 5 us a span, for every kind (an LLM span
 that asks for 5 calls: a call).
@@ -58,6 +60,25 @@ def openai_answer(calls: int) -> dict[str, Any]:
     return {"choices": [{"index": 0, "message": message}]}
 
 
+def llm_output(n: int, kind: str) -> Any:
+    """The output of the n-th span of a trial, an LLM span of ``kind``: each call with an id of
+    its own (an id seen twice is one call, counted once)."""
+    if kind.startswith("openai llm"):
+        answer = openai_answer(int(kind.split()[-2]))
+        for call in answer["choices"][0]["message"]["tool_calls"]:
+            call["id"] += f"-{n}"
+        return answer
+    if kind == "anthropic llm":
+        return {"content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "search", "input": {}}]}
+    if kind == "responses llm":
+        return {
+            "output": [{"type": "function_call", "call_id": f"c{n}", "name": "search", "arguments": "{}"}]
+        }
+    # "otel chat llm": output messages as run/otel.py decodes gen_ai.output.messages.
+    part = {"type": "tool_call", "id": f"call_{n}", "name": "search", "arguments": {"q": "query"}}
+    return [{"role": "assistant", "parts": [part], "finish_reason": "tool_call"}]
+
+
 def span(n: int, kind: str) -> Any:
     """The n-th span of a trial, of ``kind``."""
     base: dict[str, Any] = {
@@ -80,23 +101,14 @@ def span(n: int, kind: str) -> Any:
         )
     elif kind == "manual tool":
         base.update(type="tool", name="search", input={"q": "query", "limit": 5})
-    elif kind.startswith("openai llm"):
-        base.update(type="llm", output=openai_answer(int(kind.split()[-2])))
-        # Unique ids per span: each call is another (an id seen twice is one call, counted once).
-        for choice in base["output"]["choices"]:
-            for call in choice["message"]["tool_calls"]:
-                call["id"] += f"-{n}"
-    elif kind == "anthropic llm":
+    elif kind.endswith(("llm", "calls")):
+        base.update(type="llm", output=llm_output(n, kind))
+    elif kind == "otel tool":
         base.update(
-            type="llm",
-            output={"content": [{"type": "tool_use", "id": f"toolu_{n}", "name": "search", "input": {}}]},
-        )
-    elif kind == "responses llm":
-        base.update(
-            type="llm",
-            output={
-                "output": [{"type": "function_call", "call_id": f"c{n}", "name": "search", "arguments": "{}"}]
-            },
+            type="tool",
+            name="search",
+            input={"q": "query", "limit": 5},
+            metadata={"gen_ai.tool.name": "search", "gen_ai.tool.call.id": f"call_{n}"},
         )
     elif kind == "stored tool":
         return SpanRecord(
@@ -119,6 +131,8 @@ KINDS = [
     "openai llm 5 calls",
     "anthropic llm",
     "responses llm",
+    "otel tool",
+    "otel chat llm",
     "stored tool",
 ]
 

@@ -193,31 +193,45 @@ def _chat_tool_call(body: Mapping[str, Any], call: tuple[str, dict[str, Any]], d
 
 
 def responses_answer(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A Responses API answer, the same rule: the text of the last user input."""
+    """A Responses API answer, the same rule: the text of the last user input. With ``tools``
+    and a tool plan (see ``tool_plan``), the planned call as a ``function_call`` output item."""
     given = body.get("input")
     if "model" not in body or given is None:
         raise Refused(400, "'input' and 'model' are required", param="input")
-    turns = (
-        [given] if isinstance(given, str) else [_text(m.get("content")) for m in given if isinstance(m, dict)]
-    )
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+    # The model's earlier function_call items and the app's outputs have no role: not turns.
+    turns = [_text(m.get("content")) for m in items if isinstance(m, dict) and "role" in m]
+    plan = tool_plan(_first_user_text(items)) if body.get("tools") else None
+    done = sum(1 for m in items if isinstance(m, dict) and m.get("type") == "function_call_output")
+    call = None if plan is None else planned_call(plan, done)
     content = "answer to " + (turns[-1] if turns else "")
     prompt = sum(_words(t) for t in turns)
     digest = _digest(body)
+    if call is None:
+        output: dict[str, Any] = {
+            "type": "message",
+            "id": f"msg_{digest}",
+            "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": content, "annotations": []}],
+        }
+    else:
+        output = {
+            "type": "function_call",
+            "id": f"fc_{digest}",
+            "call_id": f"call_{digest[:12]}_{done}",
+            "name": call[0],
+            "arguments": json.dumps(call[1]),
+            "status": "completed",
+        }
+        content = ""
     return {
         "id": f"resp_{digest}",
         "object": "response",
         "created_at": ANSWERED_AT,
         "status": "completed",
         "model": body["model"],
-        "output": [
-            {
-                "type": "message",
-                "id": f"msg_{digest}",
-                "status": "completed",
-                "role": "assistant",
-                "content": [{"type": "output_text", "text": content, "annotations": []}],
-            }
-        ],
+        "output": [output],
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
@@ -227,7 +241,7 @@ def responses_answer(body: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {},
         "usage": {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": 0},
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": _words(content),
             "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": prompt + _words(content),
@@ -837,18 +851,17 @@ ROUTES: dict[tuple[str, str], Route] = {
 
 
 def _stream(answer: dict[str, Any], usage: bool) -> list[bytes]:
-    """A chat completion as server-sent events: the content in one chunk, then the end."""
+    """A chat completion as server-sent events: the content (or the tool calls, each with its
+    index) in one chunk, then the end."""
     base = {key: answer[key] for key in ("id", "created", "model", "system_fingerprint")}
     base["object"] = "chat.completion.chunk"
-    content = answer["choices"][0]["message"]["content"]
+    (choice,) = answer["choices"]
+    delta = {"role": "assistant", "content": choice["message"]["content"]}
+    if "tool_calls" in choice["message"]:
+        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(choice["message"]["tool_calls"])]
     chunks = [
-        {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}
-            ],
-        },
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
     ]
     if usage:
         chunks.append({**base, "choices": [], "usage": answer["usage"]})
@@ -992,8 +1005,14 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _message_stream(message: dict[str, Any]) -> list[bytes]:
-    """A Message as Anthropic streams it: start, one text block in one delta, stop."""
-    text = message["content"][0]["text"]
+    """A Message as Anthropic streams it: start, its one block (text, or a tool_use whose input
+    comes as one input_json_delta) in one delta, stop."""
+    (block,) = message["content"]
+    if block["type"] == "tool_use":
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    else:
+        start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
     usage = message["usage"]
     events: list[tuple[str, dict[str, Any]]] = [
         (
@@ -1007,13 +1026,13 @@ def _message_stream(message: dict[str, Any]) -> list[bytes]:
                 }
             },
         ),
-        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ("content_block_start", {"index": 0, "content_block": start}),
+        ("content_block_delta", {"index": 0, "delta": delta}),
         ("content_block_stop", {"index": 0}),
         (
             "message_delta",
             {
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                 "usage": {"output_tokens": usage["output_tokens"]},
             },
         ),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 import anthropic
+import fake_batches
 import httpx
 import openai
 import pydantic
@@ -24,7 +25,8 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 from openai.types import Batch, FileDeleted, FileObject
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionMessageToolCall
+from openai.types.responses import Response
 
 
 class _Response(pydantic.BaseModel, extra="forbid"):
@@ -692,3 +694,105 @@ def test_gemini_serves_v1beta_as_older_clients_send(fake_gemini: FakeGemini) -> 
         )
         assert job.name is not None
         assert beta.batches.get(name=job.name).display_name == "S"
+
+
+# -- tool plans: a request with tools whose first user message holds a plan ---------------------
+
+PLAN = 'PLAN: search{"q": "order 7"} > refund{"id": 7} > DONE'
+LOOP = 'PLAN: LOOP search{"q": "again"}'
+FUNCTION = {"type": "object", "properties": {}, "additionalProperties": True}
+CHAT_TOOLS: Any = [
+    {"type": "function", "function": {"name": name, "parameters": FUNCTION}} for name in ("search", "refund")
+]
+
+
+def test_a_chat_tool_plan_through_the_sdk(fake_openai: FakeOpenAI, client: openai.OpenAI) -> None:
+    messages: list[Any] = [{"role": "user", "content": PLAN}]
+    asked = []
+    for _ in range(3):
+        answer = client.chat.completions.create(model="gpt-4.1-mini", messages=messages, tools=CHAT_TOOLS)
+        message = answer.choices[0].message
+        if not message.tool_calls:
+            break
+        (call,) = message.tool_calls
+        assert call.type == "function"
+        asked.append((call.function.name, json.loads(call.function.arguments), call.id))
+        messages += [
+            message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": "ok"},
+        ]
+    assert [(name, args) for name, args, _ in asked] == [("search", {"q": "order 7"}), ("refund", {"id": 7})]
+    assert len({call_id for _, _, call_id in asked}) == 2  # each call its own id
+    assert (answer.choices[0].finish_reason, message.content) == ("stop", f"answer to {PLAN}")
+    # Each answer is a ChatCompletion with no field the SDK does not know; and no tools, no plan.
+    for _, body in fake_openai.live_calls:
+        raw = fake_batches.chat_answer(body)
+        ChatCompletion.model_validate_json(json.dumps(raw), strict=True)
+        for call in raw["choices"][0]["message"].get("tool_calls", []):
+            assert known(call, ChatCompletionMessageToolCall) == set()
+    plain = fake_batches.chat_answer({"model": "m", "messages": [{"role": "user", "content": PLAN}]})
+    assert "tool_calls" not in plain["choices"][0]["message"]
+    assert fake_openai.rejected == []
+
+
+def test_a_responses_tool_plan_through_the_sdk(fake_openai: FakeOpenAI, client: openai.OpenAI) -> None:
+    tools: Any = [{"type": "function", "name": name, "parameters": FUNCTION} for name in ("search", "refund")]
+    items: list[Any] = [{"role": "user", "content": PLAN}]
+    asked = []
+    for _ in range(3):
+        response = client.responses.create(model="gpt-4.1-mini", input=items, tools=tools)
+        calls = [item for item in response.output if item.type == "function_call"]
+        if not calls:
+            break
+        asked.append((calls[0].name, json.loads(calls[0].arguments)))
+        items += [calls[0].model_dump(exclude_none=True)]
+        items += [{"type": "function_call_output", "call_id": calls[0].call_id, "output": "ok"}]
+    assert asked == [("search", {"q": "order 7"}), ("refund", {"id": 7})]
+    assert response.output_text == f"answer to {PLAN}"
+    for _, body in fake_openai.live_calls:
+        Response.model_validate_json(json.dumps(fake_batches.responses_answer(body)), strict=True)
+    assert fake_openai.rejected == []
+
+
+def test_an_anthropic_tool_plan_through_the_sdk(
+    fake_anthropic: FakeAnthropic, claude: anthropic.Anthropic
+) -> None:
+    tools: Any = [{"name": name, "input_schema": FUNCTION} for name in ("search", "refund")]
+    messages: list[Any] = [{"role": "user", "content": LOOP}]
+    for _ in range(4):  # a loop asks for its call forever
+        answer = claude.messages.create(
+            model="claude-haiku-4-5", max_tokens=64, messages=messages, tools=tools
+        )
+        (block,) = answer.content
+        assert answer.stop_reason == "tool_use"
+        assert block.type == "tool_use"
+        assert (block.name, block.input) == ("search", {"q": "again"})
+        result = {"type": "tool_result", "tool_use_id": block.id, "content": "ok"}
+        messages += [
+            {"role": "assistant", "content": [block.model_dump()]},
+            {"role": "user", "content": [result]},
+        ]
+    for _, params in fake_anthropic.live_calls:
+        Message.model_validate_json(json.dumps(fake_batches.message_answer(params)), strict=True)
+    assert fake_anthropic.rejected == []
+
+
+def test_tool_calls_stream(
+    fake_openai: FakeOpenAI, client: openai.OpenAI, claude: anthropic.Anthropic
+) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4.1-mini", messages=[{"role": "user", "content": PLAN}], tools=CHAT_TOOLS, stream=True
+        )
+    )
+    calls = [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or ()]
+    assert [(c.index, c.function and c.function.name) for c in calls] == [(0, "search")]
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    tools: Any = [{"name": "search", "input_schema": FUNCTION}]
+    with claude.messages.stream(
+        model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": PLAN}], tools=tools
+    ) as stream:
+        final = stream.get_final_message()
+    (block,) = final.content
+    assert block.type == "tool_use"
+    assert (block.name, block.input, final.stop_reason) == ("search", {"q": "order 7"}, "tool_use")

@@ -497,3 +497,102 @@ def test_otel_spans_reach_the_opik_server_under_each_trials_trace(
         assert (llm["usage"]["prompt_tokens"], llm["usage"]["completion_tokens"]) == (1000, 100)
     assert len(opik.traces) == len(LABELS)
     assert len(spans) == 8 * len(LABELS)  # none orphaned, none twice
+
+
+def finished(name: str, attributes: dict[str, Any]) -> Any:
+    """One span, ended, as a span processor's ``on_end`` gets it."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exported = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exported))
+    with provider.get_tracer("test").start_as_current_span(name) as span:
+        span.set_attributes(attributes)
+    (ended,) = exported.get_finished_spans()
+    return ended
+
+
+@pytest.mark.parametrize(
+    ("attributes", "metadata"),
+    [
+        (
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "refund",
+                "gen_ai.tool.call.id": "call_9",
+                "gen_ai.tool.call.arguments": '{"id": 7}',
+                "gen_ai.tool.call.result": '{"ok": true}',
+            },
+            {
+                "gen_ai.tool.name": "refund",
+                "gen_ai.tool.call.id": "call_9",
+            },
+        ),
+        (
+            {
+                "openinference.span.kind": "TOOL",
+                "tool.name": "refund",
+                "input.value": '{"id": 7}',
+                "output.value": '{"ok": true}',
+            },
+            {"tool.name": "refund"},
+        ),
+        (
+            {
+                "traceloop.span.kind": "tool",
+                "traceloop.entity.name": "refund",
+                "traceloop.entity.input": '{"id": 7}',
+                "traceloop.entity.output": '{"ok": true}',
+            },
+            {"traceloop.entity.name": "refund"},
+        ),
+    ],
+    ids=["semconv", "openinference", "openllmetry"],
+)
+def test_a_tool_span_is_named_after_its_tool_with_its_arguments_and_result(
+    attributes: dict[str, Any], metadata: dict[str, Any]
+) -> None:
+    # More attributes than the metadata keeps, sorted before the tool's own: the tool's stay.
+    many = {f"app.detail.{i:03}": i for i in range(otel.MAX_METADATA_KEYS + 10)}
+    params = otel.span_params(finished("execute_tool refund", {**many, **attributes}), "s", "t", "p")
+    assert (params["name"], params["type"], params["input"], params["output"]) == (
+        "refund",
+        "tool",
+        {"id": 7},
+        {"ok": True},
+    )
+    assert len(params["metadata"]) <= otel.MAX_METADATA_KEYS + len(metadata)
+    assert {key: params["metadata"].get(key) for key in metadata} == metadata
+
+
+def test_a_chat_span_with_indexed_tool_calls_gathers_them() -> None:
+    attributes = {
+        "llm.request.type": "chat",
+        "gen_ai.completion.0.role": "assistant",
+        "gen_ai.completion.0.tool_calls.0.id": "call_1",
+        "gen_ai.completion.0.tool_calls.0.name": "search",
+        "gen_ai.completion.0.tool_calls.0.arguments": '{"q": "x"}',
+        "gen_ai.completion.0.tool_calls.1.name": "refund",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "ignored: one source is enough",
+    }
+    params = otel.span_params(finished("openai.chat", attributes), "s", "t", "p")
+    assert params["type"] == "llm"
+    assert params["output"] == [
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "call_1", "name": "search", "arguments": '{"q": "x"}'}, {"name": "refund"}],
+        }
+    ]
+    openinference = {
+        "openinference.span.kind": "LLM",
+        "llm.output_messages.0.message.role": "assistant",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.id": "call_2",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.name": "refund",
+        "llm.output_messages.0.message.tool_calls.0.tool_call.function.arguments": "{}",
+    }
+    params = otel.span_params(finished("ChatCompletion", openinference), "s", "t", "p")
+    assert params["output"] == [
+        {"role": "assistant", "tool_calls": [{"id": "call_2", "name": "refund", "arguments": "{}"}]}
+    ]

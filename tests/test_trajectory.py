@@ -515,6 +515,74 @@ def test_requested_calls_in_the_three_provider_shapes() -> None:
     assert [call.span_id for call in calls.llm_calls] == ["a", "b", "c"]
 
 
+def test_requested_calls_in_opentelemetry_chat_messages() -> None:
+    # A chat span's output as run/otel.py makes it: a list of messages, with the GenAI
+    # conventions' tool_call parts, or gathered tool_calls (OpenLLMetry's, OpenInference's).
+    spans = [
+        span(
+            "a",
+            "llm",
+            start=1.0,
+            output=[
+                {
+                    "role": "assistant",
+                    "parts": [
+                        {"type": "text", "content": "looking"},
+                        {"type": "tool_call", "id": "call_1", "name": "search", "arguments": {"q": "x"}},
+                    ],
+                    "finish_reason": "tool_call",
+                }
+            ],
+        ),
+        span(
+            "b",
+            "llm",
+            start=2.0,
+            output=[
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "call_2", "name": "fetch_order", "arguments": '{"id": 7}'}],
+                }
+            ],
+        ),
+        span(
+            "c",
+            "llm",
+            start=3.0,
+            output=[
+                {
+                    "role": "assistant",
+                    "tool_calls": [{"id": "call_3", "function": {"name": "refund", "arguments": "{}"}}],
+                },
+                "not a message",
+            ],
+        ),
+    ]
+    calls = extract(spans)
+    assert [(c.name, c.arguments, c.id, c.span_id) for c in calls.tool_calls] == [
+        ("search", {"q": "x"}, "call_1", "a"),
+        ("fetch_order", {"id": 7}, "call_2", "b"),
+        ("refund", {}, "call_3", "c"),
+    ]
+
+
+def test_an_executed_call_with_its_own_id_takes_the_request_of_that_id() -> None:
+    # An OpenTelemetry tool span carries its call id (gen_ai.tool.call.id): the request of that
+    # id ran, whatever its position; the other one of the same name did not.
+    spans = [
+        span(
+            "l",
+            "llm",
+            start=1.0,
+            output=openai_answer(("call_1", "search", "{}"), ("call_2", "search", "{}")),
+        ),
+        span("t", "tool", start=2.0, name="search", metadata={"gen_ai.tool.call.id": "call_2"}),
+    ]
+    calls = extract(spans)
+    assert [(c.name, c.id) for c in calls.tool_calls] == [("search", "call_2")]
+    assert [c.id for c in calls.tool_calls.requested_not_run] == ["call_1"]
+
+
 def test_executed_calls_win_and_borrow_the_requests_ids() -> None:
     spans = [
         span(

@@ -6,11 +6,16 @@ Two kinds of call, from two kinds of span:
 
 - **executed**: a span of type ``"tool"``, one per call the app ran: an Opik SDK
   ``@track(type="tool")`` function (name = the span's, arguments = its bound arguments, result =
-  what it returned), or a manual ``trace.span(name, type="tool", input=...)``;
+  what it returned), a manual ``trace.span(name, type="tool", input=...)``, or an OpenTelemetry
+  tool span (``execute_tool``), which ``run/otel.py`` names after its tool, with its arguments
+  as input, its result as output and its call id in the metadata (``TOOL_CALL_ID``);
 - **requested**: a tool call the model asked for, in the output of a span of type ``"llm"``, in
   the shapes the Opik SDK's integrations log: OpenAI chat completions
   (``choices[].message.tool_calls[]``), OpenAI Responses (``output[]`` items of type
-  ``function_call``) and Anthropic messages (``content[]`` blocks of type ``tool_use``).
+  ``function_call``) and Anthropic messages (``content[]`` blocks of type ``tool_use``); or in
+  the messages of an OpenTelemetry chat span (``run/otel.py`` makes its output a list of
+  messages): the GenAI conventions' ``parts[]`` of type ``tool_call``, or a ``tool_calls[]``
+  list (OpenLLMetry's and OpenInference's indexed attributes, gathered).
 
 Per trial, not per call (so an app that renames a tool or rewrites its arguments does not make
 calls vanish silently): a trial with at least one executed call has those as its ``tool_calls``,
@@ -49,6 +54,8 @@ SIMULATOR_TAG = "simulated_user"
 # The key the Opik SDK's spans carry in a trial (``_compat_opik.FROM_SDK``), named here so that
 # this bottom layer imports nothing of the SDK's compatibility module.
 _FROM_SDK = "__pytest_opik_eval_from_sdk__"
+# Where an OpenTelemetry tool span's call id is (its metadata; the GenAI conventions' name).
+TOOL_CALL_ID = "gen_ai.tool.call.id"
 
 
 class ToolCall(NamedTuple):
@@ -232,11 +239,13 @@ def _executed(fields: Mapping[str, Any]) -> ToolCall:
     # The SDK logs a result that is not a dict as {"output": result}.
     if isinstance(output, dict) and len(output) == 1 and "output" in output:
         output = output["output"]
+    metadata = fields.get("metadata")
+    call_id = metadata.get(TOOL_CALL_ID) if type(metadata) is dict else None
     return ToolCall(
         str(fields.get("name")),
         fields.get("input"),
         output,
-        None,
+        call_id if type(call_id) is str and call_id else None,
         "executed",
         "sdk" if _FROM_SDK in fields else "span",
         fields.get("id"),
@@ -248,9 +257,12 @@ def _requested(fields: Mapping[str, Any], seen_ids: set[str], into: list[ToolCal
     integrations log (plain dicts and lists, as every span holds them), but those of an id seen
     already."""
     output = fields.get("output")
+    span_id = fields.get("id")
+    if type(output) is list:  # an OpenTelemetry chat span's output messages
+        _message_calls(output, seen_ids, into, span_id)
+        return
     if type(output) is not dict:
         return
-    span_id = fields.get("id")
     choices = output.get("choices")
     if type(choices) is list:  # OpenAI chat completions
         _chat_calls(choices, seen_ids, into, span_id)
@@ -277,6 +289,26 @@ def _chat_calls(choices: list[Any], seen_ids: set[str], into: list[ToolCall], sp
                 _add(into, seen_ids, function["name"], function.get("arguments"), call.get("id"), span_id)
 
 
+def _message_calls(messages: list[Any], seen_ids: set[str], into: list[ToolCall], span_id: Any) -> None:
+    """OpenTelemetry chat messages: the GenAI conventions' ``tool_call`` parts, or a message's
+    ``tool_calls`` (``{name, arguments, id}``, or OpenAI's ``{id, function: {name, arguments}}``)."""
+    for message in messages:
+        if type(message) is not dict:
+            continue
+        parts = message.get("parts")
+        for part in parts if type(parts) is list else ():
+            if type(part) is dict and part.get("type") == "tool_call" and type(part.get("name")) is str:
+                _add(into, seen_ids, part["name"], part.get("arguments"), part.get("id"), span_id)
+        calls = message.get("tool_calls")
+        for call in calls if type(calls) is list else ():
+            if type(call) is not dict:
+                continue
+            function = call.get("function")
+            named = function if type(function) is dict else call
+            if type(named.get("name")) is str:
+                _add(into, seen_ids, named["name"], named.get("arguments"), call.get("id"), span_id)
+
+
 def _add(
     into: list[ToolCall], seen_ids: set[str], name: str, arguments: Any, call_id: Any, span_id: Any
 ) -> None:
@@ -290,13 +322,15 @@ def _add(
 
 
 def _lend_ids(executed: list[ToolCall], requested: list[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
-    """Each executed call with the id of the first request of its name not yet matched; and the
-    requests that no executed call matched."""
+    """Each executed call without an id of its own given the id of the first request of its name
+    not yet matched; and the requests that no executed call matched (by id, else so)."""
     if not requested:
         return executed, []
+    own = {call.id for call in executed if call.id is not None}
     pending: dict[str, list[ToolCall]] = {}
     for call in requested:
-        pending.setdefault(call.name, []).append(call)
+        if call.id is None or call.id not in own:
+            pending.setdefault(call.name, []).append(call)
     lent = []
     taken: set[int] = set()  # the requests matched, by identity (two may be equal tuples)
     for call in executed:
@@ -308,7 +342,9 @@ def _lend_ids(executed: list[ToolCall], requested: list[ToolCall]) -> tuple[list
                 call.name, call.arguments, call.result, request.id, call.kind, call.source, call.span_id
             )
         lent.append(call)
-    return lent, [call for call in requested if id(call) not in taken]
+    return lent, [
+        call for call in requested if id(call) not in taken and (call.id is None or call.id not in own)
+    ]
 
 
 # The JSON scanner itself: a third of json.loads's cost for the small objects tool arguments are

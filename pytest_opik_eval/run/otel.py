@@ -36,6 +36,7 @@ from opentelemetry.trace import StatusCode
 
 from pytest_opik_eval._compat_opik import top_span_id
 from pytest_opik_eval.ids import uuid7
+from pytest_opik_eval.metrics.tool_calls import TOOL_CALL_ID
 from pytest_opik_eval.run import span_usage, trial_trace
 
 _logger = logging.getLogger(__name__)
@@ -79,6 +80,13 @@ _INPUT_EVENTS = (
 )
 _OUTPUT_EVENT = "gen_ai.choice"
 _LLM_OPERATIONS = {"chat", "text_completion", "generate_content", "embeddings"}
+# A tool span's tool, call and result: the GenAI conventions' (``execute_tool`` spans), then
+# OpenInference's and OpenLLMetry's. Read at conversion, once, so that the trajectory metrics
+# (metrics/tool_calls.py) read every tool span alike: the span named after its tool, its
+# arguments as input, its result as output, its call id in the metadata.
+_TOOL_NAME = ("gen_ai.tool.name", "tool.name", "traceloop.entity.name")
+_TOOL_INPUT = ("gen_ai.tool.call.arguments", "traceloop.entity.input")
+_TOOL_OUTPUT = ("gen_ai.tool.call.result", "traceloop.entity.output")
 # The semantic conventions' provider names that Opik names otherwise (opik.types.LLMProvider).
 _PROVIDERS = {"aws.bedrock": "bedrock", "gcp.vertex_ai": "google_vertexai", "gcp.gemini": "google_ai"}
 # Attributes kept as metadata: the rest of a span's, at most this many (an app may set hundreds).
@@ -219,14 +227,30 @@ def span_params(span: ReadableSpan, id: str, trace_id: str, parent_id: str) -> d
     span_input = _messages(attributes, used, _INPUT, _INPUT_INDEXED) or _events(span, _INPUT_EVENTS)
     output = _messages(attributes, used, _OUTPUT, _OUTPUT_INDEXED) or _events(span, (_OUTPUT_EVENT,))
     kind = _type(attributes, model is not None and (usage is not None or bad_usage is not None))
+    name = span.name
+    # What names a tool call is kept in the metadata whatever the cut below drops.
+    kept: dict[str, Any] = {}
+    if kind == "tool":
+        for key in (*_TOOL_NAME, TOOL_CALL_ID):
+            if key in attributes:
+                used.add(key)
+                kept[key] = _plain(attributes[key])
+        tool = next((kept[key] for key in _TOOL_NAME if key in kept), None)
+        if isinstance(tool, str) and tool:
+            name = tool
+        arguments = first(_TOOL_INPUT)
+        result = first(_TOOL_OUTPUT)
+        span_input = _decoded(arguments, None) if span_input is None else span_input
+        output = _decoded(result, None) if output is None else output
     metadata = {key: _plain(value) for key, value in attributes.items() if key not in used}
     if len(metadata) > MAX_METADATA_KEYS:
         metadata = dict(sorted(metadata.items())[:MAX_METADATA_KEYS])
+    metadata.update(kept)
     params = {
         "id": id,
         "trace_id": trace_id,
         "parent_span_id": parent_id,
-        "name": span.name,
+        "name": name,
         "type": kind,
         "start_time": _time(span.start_time),
         "end_time": _time(span.end_time),
@@ -309,8 +333,22 @@ def _messages(
                 used.add(name)
                 messages.setdefault(int(index), {})[field.removeprefix("message.")] = _plain(value)
         if messages and found is None:
-            found = [messages[index] for index in sorted(messages)]
+            found = [_with_tool_calls(messages[index]) for index in sorted(messages)]
     return found
+
+
+def _with_tool_calls(message: dict[str, Any]) -> dict[str, Any]:
+    """A message spread over indexed attributes, its tool calls gathered as a list of
+    ``{name, arguments, id}``: OpenLLMetry's ``tool_calls.{j}.name`` and OpenInference's
+    ``tool_calls.{j}.tool_call.function.name`` (and ``arguments``, ``id``) alike."""
+    calls: dict[int, dict[str, Any]] = {}
+    for field in [field for field in message if field.startswith("tool_calls.")]:
+        index, _, rest = field[len("tool_calls.") :].partition(".")
+        if index.isdigit() and rest:
+            calls.setdefault(int(index), {})[rest.rpartition(".")[2]] = message.pop(field)
+    if calls:
+        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+    return message
 
 
 def _events(span: ReadableSpan, names: Iterable[str]) -> Any:

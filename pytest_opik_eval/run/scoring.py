@@ -47,6 +47,7 @@ TASK_SPAN = "task_span"
 NO_SPANS = (
     "its metrics read the trial's tool calls (tool_calls, llm_calls), but the trial has no spans, "
     'so they got none: instrument the app\'s tools with the Opik SDK (@opik.track(type="tool")), '
+    "with OpenTelemetry (execute_tool spans, the otel extra), "
     "or with the manual API (from pytest_opik_eval.tracing import trace; "
     'with trace.span(name, type="tool", input=args) as span: ...), '
     'or return them from the test ({"output": ..., "tool_calls": [...]})'
