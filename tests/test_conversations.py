@@ -469,3 +469,30 @@ def test_a_one_turn_conversation_from_the_items_first_message_needs_no_simulated
     result.assert_outcomes(passed=1)
     (trial,) = report["experiments"][0]["trials"]
     assert trial["output"]["conversation"][-1] == {"role": "assistant", "content": "HI"}
+
+
+def test_a_persona_gets_the_opik_sdks_simulated_user_and_its_model_failing_leaves_the_trial_pending(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LiteLLM, under the SDK's SimulatedUser, would fetch its price table over the network.
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-a-key")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing answers: the model fails
+    project.dataset([{"id": "a", "persona": "a hurried customer", "goal": "a refund"}], "chat.jsonl")
+    project.write(
+        "test_chat.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "output"})
+        def test_chat(eval_conversation):
+            return eval_conversation.run(str.upper, max_turns=2)
+        """,
+    )
+    result, report = project.run_report("--eval", "-p", "no:randomly", subprocess=True)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*ConversationError: the simulated user's model failed: I'm having trouble*"]
+    )
+    assert [t["status"] for t in report["experiments"][0]["trials"]] == ["pending"]
