@@ -46,7 +46,9 @@ NO_SPANS = (
     'so they got none: instrument the app\'s tools with the Opik SDK (@opik.track(type="tool")), '
     "or with the manual API (from pytest_opik_eval.tracing import trace; "
     'with trace.span(name, type="tool", input=args) as span: ...), '
-    'or return them from the test ({"output": ..., "tool_calls": [...]})'
+    'or return them from the test ({"output": ..., "tool_calls": [...]}); '
+    "the OpenAI and Anthropic calls the app makes itself are read from their HTTP answers with "
+    "--eval-llm-spans=auto (the default) and the record extra (pip install 'pytest-opik-eval[record]')"
 )
 RESCORED_CALLS = (
     "its metrics read the trial's tool calls (tool_calls, llm_calls), which a rescore does not "
@@ -74,6 +76,13 @@ def scoring_inputs(
         elif source in inputs:
             inputs[param] = inputs[source]
     return inputs
+
+
+def reads_calls(spec: EvalSpec) -> bool:
+    """Whether a test's metrics (or its mapping, by name) read its trials' tool calls."""
+    return any(_Parameters.of(metric).computed for metric in spec.metrics) or any(
+        isinstance(source, str) and source in COMPUTED for source in spec.scoring_key_mapping.values()
+    )
 
 
 @dataclass(frozen=True)
@@ -143,12 +152,9 @@ class Scorer:
         self._samples = [
             judge_samples if judge_samples > 1 and is_judge(metric) else 1 for metric in spec.metrics
         ]
-        # Whether the metrics (or the mapping, by name) read the trial's tool calls; a mapping's
-        # callable may read them too: they are computed for it, but it is not told of a trial
-        # without spans.
-        self.reads_calls = any(p.computed for p in self._parameters) or any(
-            isinstance(source, str) and source in COMPUTED for source in self.mapping.values()
-        )
+        # A mapping's callable may read the calls too: they are computed for it, but it is not
+        # told of a trial without spans.
+        self.reads_calls = reads_calls(spec)
         self._computes = self.reads_calls or any(callable(source) for source in self.mapping.values())
 
     def score(

@@ -91,8 +91,8 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, context.session_id)
 
     trace = _trace(item, trial, store, attempt)
-    # None in a rescore, which calls no task: its session records nothing.
-    scope = None if recorder is None else recorder.scope(recording_key(trial), attempt, case.plan.batch)
+    scorer = scorer_of(case.plan)
+    scope = _scope(recorder, trial, attempt, trace, scorer.reads_calls)
     metric_seconds: dict[str, float] = {}
     task_seconds: float | None = None
     completed_scoring = False
@@ -123,7 +123,6 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             store.record_output(attempt, output)
             trial.output = output
 
-            scorer = scorer_of(case.plan)
             try:
                 cache = context.judge_cache
                 judged = None if cache is None else _judged(cache, case.item_id, case.trial, scope)
@@ -135,7 +134,10 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             else:
                 missing = ""
             advice = scorer.calls_advice(
-                case.task_item, output, trace is not None, isinstance(task, StoredOutput)
+                case.task_item,
+                output,
+                trace is not None and trace.has_spans(),
+                isinstance(task, StoredOutput),
             )
             _notice_all(item, case.plan.where, advice)
             # A metric's request that strict replay refused, or deferred to a batch.
@@ -203,6 +205,24 @@ class StoredOutput:
 def stored_task(trial: Trial) -> StoredOutput | None:
     """The task that stands for a rescored trial's, or None for a trial whose task runs."""
     return None if trial.stored_output is None else StoredOutput(trial.stored_output)
+
+
+def _scope(
+    recorder: Recorder | None,
+    trial: Trial,
+    attempt: str,
+    trace: trial_trace.TrialTrace | None,
+    reads_calls: bool,
+) -> TrialScope | None:
+    """The attempt's recording scope: with --eval-record, every trial's; with an observing
+    recorder (--eval-record=off, --eval-llm-spans), only a trial whose model calls become its
+    spans. None in a rescore, which calls no task: its session records nothing."""
+    if recorder is None:
+        return None
+    spans = trace if trace is not None and recorder.makes_spans(reads_calls) else None
+    if spans is None and recorder.mode == "off":
+        return None
+    return recorder.scope(recording_key(trial), attempt, trial.case.plan.batch, spans)
 
 
 def recording_key(trial: Trial) -> TrialKey:
