@@ -837,19 +837,29 @@ ROUTES: dict[tuple[str, str], Route] = {
 
 
 def _stream(answer: dict[str, Any], usage: bool) -> list[bytes]:
-    """A chat completion as server-sent events: the content in one chunk, then the end."""
+    """A chat completion as server-sent events: the content in one chunk (a tool call in two:
+    its id and name, then its arguments, as OpenAI cuts them), then the end."""
     base = {key: answer[key] for key in ("id", "created", "model", "system_fingerprint")}
     base["object"] = "chat.completion.chunk"
-    content = answer["choices"][0]["message"]["content"]
-    chunks = [
-        {
-            **base,
-            "choices": [
-                {"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None}
-            ],
-        },
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-    ]
+    choice = answer["choices"][0]
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": choice["message"]["content"]}]
+    for index, call in enumerate(choice["message"].get("tool_calls") or ()):
+        function = call["function"]
+        deltas.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": function["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+        deltas.append({"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]})
+    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
     if usage:
         chunks.append({**base, "choices": [], "usage": answer["usage"]})
     return [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks] + [b"data: [DONE]\n\n"]
@@ -992,9 +1002,19 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _message_stream(message: dict[str, Any]) -> list[bytes]:
-    """A Message as Anthropic streams it: start, one text block in one delta, stop."""
-    text = message["content"][0]["text"]
+    """A Message as Anthropic streams it: start, its block (text in one delta, a tool_use's input
+    in two input_json_delta fragments), stop."""
     usage = message["usage"]
+    block = message["content"][0]
+    if block["type"] == "tool_use":
+        arguments = json.dumps(block["input"])
+        start = {**block, "input": {}}
+        deltas = [
+            {"type": "input_json_delta", "partial_json": part} for part in (arguments[:3], arguments[3:])
+        ]
+    else:
+        start = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": block["text"]}]
     events: list[tuple[str, dict[str, Any]]] = [
         (
             "message_start",
@@ -1007,13 +1027,13 @@ def _message_stream(message: dict[str, Any]) -> list[bytes]:
                 }
             },
         ),
-        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+        ("content_block_start", {"index": 0, "content_block": start}),
+        *(("content_block_delta", {"index": 0, "delta": delta}) for delta in deltas),
         ("content_block_stop", {"index": 0}),
         (
             "message_delta",
             {
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
                 "usage": {"output_tokens": usage["output_tokens"]},
             },
         ),

@@ -47,6 +47,7 @@ import os
 
 {imports}
 
+STREAM = {stream}
 SCHEMA = {{"type": "object", "properties": {{}}, "additionalProperties": True}}
 NAMES = ["search", "fetch_order", "refund", "delete_account"]
 
@@ -73,12 +74,20 @@ TOOLS = {{"search": search, "fetch_order": fetch_order, "refund": refund, "delet
 """
 
 OPENAI_AGENT = """
+def ask(client, **params):
+    if not STREAM:
+        return client.chat.completions.create(**params)
+    # Usage in a stream only when asked for, as OpenAI sends it.
+    with client.chat.completions.stream(**params, stream_options={{"include_usage": True}}) as stream:
+        return stream.get_final_completion()
+
+
 def agent(prompt):
     client = {client}
     tools = [{{"type": "function", "function": {{"name": n, "parameters": SCHEMA}}}} for n in NAMES]
     messages = [{{"role": "user", "content": prompt}}]
     for _ in range(8):
-        answer = client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=tools)
+        answer = ask(client, model="gpt-4o-mini", messages=messages, tools=tools)
         message = answer.choices[0].message
         if not message.tool_calls:
             return message.content
@@ -90,12 +99,19 @@ def agent(prompt):
 """
 
 ANTHROPIC_AGENT = """
+def ask(client, **params):
+    if not STREAM:
+        return client.messages.create(**params)
+    with client.messages.stream(**params) as stream:
+        return stream.get_final_message()
+
+
 def agent(prompt):
     client = anthropic.Anthropic(base_url=os.environ["FAKE_ANTHROPIC_URL"], api_key=os.environ["FAKE_ANTHROPIC_KEY"])
     tools = [{"name": n, "input_schema": SCHEMA} for n in NAMES]
     messages = [{"role": "user", "content": prompt}]
     for _ in range(8):
-        answer = client.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=messages, tools=tools)
+        answer = ask(client, model="claude-sonnet-4-5", max_tokens=100, messages=messages, tools=tools)
         uses = [block for block in answer.content if block.type == "tool_use"]
         if not uses:
             return answer.content[0].text
@@ -134,16 +150,16 @@ def agent_project(
     labels: tuple[str, ...] = (*PLANS, "loop"),
     openai_style: dict[str, str] = PLAIN_OPENAI,
     metrics: str = TRAJECTORY,
+    stream: bool = False,
 ) -> Project:
     project.dataset(
         [{"id": label, "input": plan_text(label), "expected_tool_calls": EXPECTED} for label in labels]
     )
     if provider == "openai":
-        app = APP.format(
-            imports=openai_style["imports"], agent=OPENAI_AGENT.format(client=openai_style["client"])
-        )
+        agent = OPENAI_AGENT.format(client=openai_style["client"])
+        app = APP.format(imports=openai_style["imports"], agent=agent, stream=stream)
     else:
-        app = APP.format(imports="import anthropic", agent=ANTHROPIC_AGENT)
+        app = APP.format(imports="import anthropic", agent=ANTHROPIC_AGENT, stream=stream)
     project.write("app.py", app)
     names = ", ".join(sorted({name.split("(")[0] for name in metrics.split(", ")}))
     project.write("test_agent.py", TEST.format(metric_names=names, metrics=metrics))
@@ -240,6 +256,25 @@ def test_the_five_trajectories_of_an_agent_with_no_instrumentation(
     assert right["usage"]["app"]["prompt_tokens"] == sum(span.prompt_tokens or 0 for span in spans)
     if installed("genai_prices"):  # the cost extra: priced from its price table
         assert right["usage"]["app"]["cost"] > 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_streamed_answers_are_put_together(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
+) -> None:
+    # The app streams each answer (the SDKs' stream helpers); the tool calls come in fragments.
+    agent_project(project, provider, stream=True)
+    result, report = project.run_report("--eval")
+    check_five_cases(result, report)
+    (first, *_) = http_spans(project)
+    assert first.prompt_tokens == 10
+    assert first.output is not None
+    if provider == "openai":
+        (call,) = first.output["choices"][0]["message"]["tool_calls"]
+        assert call["function"] == {"name": "search", "arguments": '{"q": "order 7"}'}
+    else:
+        (block,) = first.output["content"]
+        assert (block["type"], block["name"], block["input"]) == ("tool_use", "search", {"q": "order 7"})
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
