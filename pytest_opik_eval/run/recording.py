@@ -470,6 +470,8 @@ class TrialScope:
         # The retry that succeeds takes its place (same occurrence).
         if status == 429 or status >= 500:
             return
+        if self.recorder.mode == "off" and not self._may_make_span(request):
+            return  # observing only, and nothing to observe: not even read
         try:
             stored = http_calls.recorded_response(
                 status,
@@ -505,6 +507,14 @@ class TrialScope:
             self.recorder.journal.add(key.test, interaction, self._journaled_attempt)
             self.recorder.tally(self, RecordingCounts(recorded=1))
 
+    def _may_make_span(self, request: RecordedRequest) -> bool:
+        """Whether ``request`` is a model call this scope makes spans of."""
+        if self.trace is None:
+            return False
+        from pytest_opik_eval.run import llm_responses
+
+        return llm_responses.endpoint(request) is not None
+
     def _llm_span(
         self,
         request: RecordedRequest,
@@ -516,12 +526,10 @@ class TrialScope:
         trace; its id, or None when none was made (no trace, no model call, or one that an
         instrumented span covers)."""
         trace = self.trace
-        if trace is None:
+        if trace is None or not self._may_make_span(request):
             return None
         from pytest_opik_eval.run import llm_responses
 
-        if llm_responses.endpoint(request) is None:
-            return None
         parent = llm_responses.parent(trace)
         if parent is None:
             return None
