@@ -9,10 +9,11 @@ calls recorded, then replayed strictly offline; never twice with ``track_openai`
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
-from conftest import NEEDS_RECORD, Project, installed, offline_opik
+from conftest import NEEDS_RECORD, Project, extra_reason, installed, offline_opik
 from fake_batches import FakeAnthropic, FakeOpenAI
 
 pytestmark = NEEDS_RECORD
@@ -339,3 +340,155 @@ def test_off_makes_no_span_and_says_how_to_get_the_calls(
     result.stdout.fnmatch_lines(["*tool_sequence *0 < 1  exact 0.00: missing search (expected #1)*"])
     assert "but the trial has no spans, so they got none" in result.stdout.str()
     assert "--eval-llm-spans" in result.stdout.str()
+
+
+# One model call inside a span of the app's own that says it is one: a manual LLM span, or an
+# OpenTelemetry span started as a GenAI instrumentation starts a chat span.
+COVERED_APP = """
+import openai
+{imports}
+
+TOOLS = [{{"type": "function", "function": {{"name": "search", "parameters": {{"type": "object"}}}}}}]
+
+
+def agent(prompt):
+    client = openai.OpenAI()
+    with {span}:
+        answer = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{{"role": "user", "content": prompt}}], tools=TOOLS
+        )
+    return answer.choices[0].finish_reason
+"""
+MANUAL_LLM_SPAN = dict(
+    imports="from pytest_opik_eval.tracing import trace",
+    span='trace.span("my_chat", type="llm")',
+)
+OTEL_LLM_SPAN = dict(
+    imports="""from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+trace.set_tracer_provider(TracerProvider())
+tracer = trace.get_tracer("app")""",
+    span='tracer.start_as_current_span("my_chat", attributes={"gen_ai.operation.name": "chat"})',
+)
+
+
+@pytest.mark.parametrize("style", [MANUAL_LLM_SPAN, OTEL_LLM_SPAN], ids=["manual", "otel"])
+def test_a_call_inside_an_llm_span_of_the_app_makes_no_second_one(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], style: dict[str, str]
+) -> None:
+    if style is OTEL_LLM_SPAN:
+        pytest.importorskip("opentelemetry.sdk.trace", reason=extra_reason("otel", "opentelemetry"))
+    project.dataset([{"id": "right", "input": plan_text("right"), "expected_tool_calls": EXPECTED}])
+    project.write("app.py", COVERED_APP.format(**style))
+    project.write(
+        "test_agent.py", TEST.format(metric_names="StepCount", metrics="StepCount(max_llm_calls=1)")
+    )
+    # In a process of its own: OpenTelemetry's global provider is set once per process.
+    result, _ = project.run_report("--eval", subprocess=True)
+    result.assert_outcomes(passed=1)
+    assert [span.name for span in http_spans(project)] == ["my_chat"]
+
+
+# -- the answers put together (pure) -----------------------------------------------------------
+
+
+def answer_of(url: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    from pytest_opik_eval.run.llm_responses import assembled, endpoint
+    from pytest_opik_eval.store.http_recordings import RecordedRequest, RecordedResponse
+
+    found = endpoint(RecordedRequest(method="POST", url=url))
+    assert found is not None
+    return assembled(found, RecordedResponse(status=200, body=body))
+
+
+def sse(*events: dict[str, Any]) -> dict[str, str]:
+    return {"text": "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"}
+
+
+def test_only_model_calls_are_read() -> None:
+    from pytest_opik_eval.run.llm_responses import endpoint
+    from pytest_opik_eval.store.http_recordings import RecordedRequest
+
+    def read(method: str, url: str) -> str | None:
+        found = endpoint(RecordedRequest(method=method, url=url))
+        return None if found is None else found.name
+
+    assert read("POST", "https://api.openai.com/v1/chat/completions") == "chat_completion_create"
+    assert read("POST", "https://api.openai.com/v1/responses") == "responses_create"
+    assert read("POST", "https://api.anthropic.com/v1/messages") == "anthropic_messages_create"
+    assert read("GET", "https://api.openai.com/v1/responses/resp_1") is None
+    assert read("POST", "https://api.anthropic.com/v1/messages/batches") is None
+    assert read("POST", "https://api.openai.com/v1/embeddings") is None
+
+
+def test_parallel_tool_calls_streamed_in_fragments_are_joined_by_index() -> None:
+    chunk = {"id": "chatcmpl-1", "model": "gpt-4o-mini"}
+
+    def delta(**fields: Any) -> dict[str, Any]:
+        return {**chunk, "choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
+
+    body = sse(
+        delta(role="assistant", content=None),
+        delta(tool_calls=[{"index": 0, "id": "call_a", "function": {"name": "search", "arguments": ""}}]),
+        delta(
+            tool_calls=[{"index": 1, "id": "call_b", "function": {"name": "refund", "arguments": '{"id"'}}]
+        ),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"q": "x"}'}}]),
+        delta(tool_calls=[{"index": 1, "function": {"arguments": ": 7}"}}]),
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    )
+    answer = answer_of("https://api.openai.com/v1/chat/completions", body)
+    assert answer is not None
+    (choice,) = answer["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert [
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]
+    ] == [
+        ("call_a", "search", '{"q": "x"}'),
+        ("call_b", "refund", '{"id": 7}'),
+    ]
+
+
+def test_a_responses_stream_is_its_completed_response() -> None:
+    completed = {
+        "id": "resp_1",
+        "output": [{"type": "function_call", "call_id": "c", "name": "search", "arguments": "{}"}],
+    }
+    body = sse(
+        {"type": "response.created", "response": {"id": "resp_1", "output": []}},
+        {"type": "response.completed", "response": completed},
+    )
+    assert answer_of("https://api.openai.com/v1/responses", body) == completed
+
+
+def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
+    body = sse(
+        {"type": "message_start", "message": {"id": "msg_1", "model": "claude", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "look."}},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"q": '},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '"x"}'},
+        },
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
+    )
+    answer = answer_of("https://api.anthropic.com/v1/messages", body)
+    assert answer is not None
+    assert answer["stop_reason"] == "tool_use"
+    assert answer["content"] == [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}},
+    ]

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from pytest_opik_eval._compat_opik import top_span_type
+from pytest_opik_eval.ids import uuid7
 from pytest_opik_eval.run import trial_trace
 from pytest_opik_eval.run.http_calls import events_of
 from pytest_opik_eval.store.http_recordings import RecordedRequest, RecordedResponse, RecordedUsage
@@ -83,6 +84,31 @@ def _otel_llm_span_open() -> bool:
         or str(attributes.get("openinference.span.kind", "")).upper() == "LLM"
         or "llm.request.type" in attributes
     )
+
+
+def add_span(
+    trace: trial_trace.TrialTrace,
+    request: RecordedRequest,
+    response: RecordedResponse,
+    usage: RecordedUsage | None,
+    started: float,
+) -> str | None:
+    """The span of one model call (the request made at ``started``, answered with ``response``)
+    added to ``trace``; its id, or None when it makes none: no model call, an error answer, or
+    one that an instrumented LLM span open here covers. Called where the request is made."""
+    if endpoint(request) is None:
+        return None
+    parent_id = parent(trace)
+    if parent_id is None:
+        return None
+    span_id = uuid7()
+    params = span_params(
+        trace, request, response, usage, span_id=span_id, parent_id=parent_id, started=started
+    )
+    if params is None:
+        return None
+    trace.add_span(params)
+    return span_id
 
 
 def span_params(

@@ -18,12 +18,13 @@ at once (``store/http_recordings.py``); what a session replays is what the files
 Mode ``all`` journals them with their attempt, and :meth:`Recorder.completed` says when that
 attempt completed: only then do they replace the trial's recordings.
 
-The answers a trial's task gets are also where the model calls of an app with no instrumentation
-are seen: with ``--eval-llm-spans`` (``auto``: for the tests whose metrics read the tool calls;
-``on``: every test), each becomes an "llm" span of the trial (``run/llm_responses.py``), whether
-it was sent or replayed. With ``--eval-record=off`` the recorder then only observes (mode
-``off``): it patches the same transports, records and replays nothing, and gives a scope only to
-the trials whose spans it makes.
+With ``--eval-llm-spans``, each model call a trial's task gets the answer of, sent or replayed,
+becomes its span (``run/llm_responses.py``). Without ``--eval-record`` the recorder then only
+observes (mode ``off``): it journals nothing, and scopes only the trials whose spans it makes.
+
+Longer than 600 lines because the recorder, its per-trial scopes and the cassette vcrpy's stubs
+call are one state machine: one lock, two context variables and the scopes' counters, which each
+part reads and changes; split, each would reach into the others' private state.
 
 Limits, as for the trial's spans (``run/trial_trace.py``): code the task runs in a thread of its own
 (a bare ``threading.Thread``, ``ThreadPoolExecutor.submit``, ``loop.run_in_executor``) starts with
@@ -48,7 +49,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from pytest_opik_eval.ids import uuid7
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.option_values import RECORD_MODES, Host, host_text
 from pytest_opik_eval.own_requests import own_request
@@ -56,14 +56,7 @@ from pytest_opik_eval.run import http_calls, trial_trace
 from pytest_opik_eval.run.call_context import within
 from pytest_opik_eval.run.network_guard import socket_guard, with_addresses
 from pytest_opik_eval.run.pricing import priced_usage
-from pytest_opik_eval.store.http_recordings import (
-    Interaction,
-    Journal,
-    RecordedRequest,
-    RecordedResponse,
-    RecordedUsage,
-    load,
-)
+from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.trial_trace import TrialTrace
@@ -215,21 +208,22 @@ class Recorder:
             self._patches = None
         self.journal.close()
 
-    def makes_spans(self, reads_calls: bool) -> bool:
-        """Whether the model calls of a trial become its spans (--eval-llm-spans): ``on``, or
-        ``auto`` for a test whose metrics read its tool calls (``reads_calls``)."""
-        return self.llm_spans == "on" or (self.llm_spans == "auto" and reads_calls)
+    def trial_scope(
+        self, key: TrialKey, attempt: str, batch_mode: str | None, trace: TrialTrace | None, reads_calls: bool
+    ) -> TrialScope | None:
+        """``scope``, its model calls made spans of ``trace`` with --eval-llm-spans=on, or auto
+        when its test ``reads_calls``; None for any other trial of an observing recorder."""
+        spans = self.llm_spans == "on" or (self.llm_spans == "auto" and reads_calls)
+        if self.mode == "off" and (trace is None or not spans):
+            return None
+        return self.scope(key, attempt, batch_mode, trace if spans else None)
 
     def scope(
-        self,
-        key: TrialKey,
-        attempt: str,
-        batch_mode: str | None = None,
-        trace: TrialTrace | None = None,
+        self, key: TrialKey, attempt: str, batch_mode: str | None = None, trace: TrialTrace | None = None
     ) -> TrialScope:
         """The recording scope of ``attempt`` (the store's id of a trial attempt); ``batch_mode``:
-        its test's marker's --eval-batch mode (None: the session's); ``trace``: the trial's trace,
-        which its model calls become spans of (None: they make none)."""
+        its test's marker's --eval-batch mode (None: the session's); ``trace``: the trace its
+        model calls become spans of."""
         key = self.masked(key)
         if self.mode == "all":  # the key its recordings are journaled under, for completed()
             with self.lock:
@@ -470,7 +464,7 @@ class TrialScope:
         # The retry that succeeds takes its place (same occurrence).
         if status == 429 or status >= 500:
             return
-        if self.recorder.mode == "off" and not self._may_make_span(request):
+        if self.recorder.mode == "off" and not self._observes(request):
             return  # observing only, and nothing to observe: not even read
         try:
             stored = http_calls.recorded_response(
@@ -507,40 +501,21 @@ class TrialScope:
             self.recorder.journal.add(key.test, interaction, self._journaled_attempt)
             self.recorder.tally(self, RecordingCounts(recorded=1))
 
-    def _may_make_span(self, request: RecordedRequest) -> bool:
-        """Whether ``request`` is a model call this scope makes spans of."""
-        if self.trace is None:
-            return False
+    def _observes(self, request: RecordedRequest) -> bool:
+        """Whether ``request`` is a model call this scope makes a span of."""
         from pytest_opik_eval.run import llm_responses
 
-        return llm_responses.endpoint(request) is not None
+        return self.trace is not None and llm_responses.endpoint(request) is not None
 
     def _llm_span(
-        self,
-        request: RecordedRequest,
-        response: RecordedResponse,
-        usage: RecordedUsage | None,
-        started: float,
+        self, request: RecordedRequest, response: Any, usage: RecordedUsage | None, started: float
     ) -> str | None:
-        """The trial's span of a model call (see ``run/llm_responses.py``), made and added to its
-        trace; its id, or None when none was made (no trace, no model call, or one that an
-        instrumented span covers)."""
-        trace = self.trace
-        if trace is None or not self._may_make_span(request):
+        """The id of the trial's span made of this model call (see ``run/llm_responses.py``), or None."""
+        if self.trace is None:
             return None
         from pytest_opik_eval.run import llm_responses
 
-        parent = llm_responses.parent(trace)
-        if parent is None:
-            return None
-        span_id = uuid7()
-        params = llm_responses.span_params(
-            trace, request, response, usage, span_id=span_id, parent_id=parent, started=started
-        )
-        if params is None:
-            return None
-        trace.add_span(params)
-        return span_id
+        return llm_responses.add_span(self.trace, request, response, usage, started)
 
     def blocked(self, address: Any) -> None:
         with self.recorder.lock:

@@ -92,7 +92,12 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
 
     trace = _trace(item, trial, store, attempt)
     scorer = scorer_of(case.plan)
-    scope = _scope(recorder, trial, attempt, trace, scorer.reads_calls)
+    # None in a rescore, which calls no task: its session records nothing.
+    scope = (
+        None
+        if recorder is None
+        else recorder.trial_scope(recording_key(trial), attempt, case.plan.batch, trace, scorer.reads_calls)
+    )
     metric_seconds: dict[str, float] = {}
     task_seconds: float | None = None
     completed_scoring = False
@@ -205,24 +210,6 @@ class StoredOutput:
 def stored_task(trial: Trial) -> StoredOutput | None:
     """The task that stands for a rescored trial's, or None for a trial whose task runs."""
     return None if trial.stored_output is None else StoredOutput(trial.stored_output)
-
-
-def _scope(
-    recorder: Recorder | None,
-    trial: Trial,
-    attempt: str,
-    trace: trial_trace.TrialTrace | None,
-    reads_calls: bool,
-) -> TrialScope | None:
-    """The attempt's recording scope: with --eval-record, every trial's; with an observing
-    recorder (--eval-record=off, --eval-llm-spans), only a trial whose model calls become its
-    spans. None in a rescore, which calls no task: its session records nothing."""
-    if recorder is None:
-        return None
-    spans = trace if trace is not None and recorder.makes_spans(reads_calls) else None
-    if spans is None and recorder.mode == "off":
-        return None
-    return recorder.scope(recording_key(trial), attempt, trial.case.plan.batch, spans)
 
 
 def recording_key(trial: Trial) -> TrialKey:
