@@ -284,13 +284,16 @@ def test_recorded_then_replayed_offline_gives_the_same_verdicts(
 ) -> None:
     agent_project(project, provider)
     fake = fakes[0] if provider == "openai" else fakes[1]
-    result, report = project.run_report("--eval", "--eval-record=once")
+    budget = "--eval-budget=1000k tokens"
+    result, report = project.run_report("--eval", "--eval-record=once", budget)
     check_five_cases(result, report)
+    assert report["budget"]["spent"] > 0  # the calls sent count against the budget...
     sent = len(fake.live_calls)
     assert sent == 4 + 4 + 3 + 5 + 8  # right, wrong_order, missing, forbidden, loop
     # Strict replay: nothing is sent, every answer comes from the recordings, the spans with them.
-    result, report = project.run_report("--eval", "--eval-record=none")
+    result, report = project.run_report("--eval", "--eval-record=none", budget)
     check_five_cases(result, report)
+    assert report["budget"]["spent"] == 0  # ...the replayed ones, which cost nothing, do not
     assert len(fake.live_calls) == sent
     result.stdout.fnmatch_lines(["*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*"])
     assert len(http_spans(project)) == 4

@@ -96,36 +96,28 @@ def add_span(
     """The span of one model call (the request made at ``started``, answered with ``response``)
     added to ``trace``; its id, or None when it makes none: no model call, an error answer, or
     one that an instrumented LLM span open here covers. Called where the request is made."""
-    if endpoint(request) is None:
+    found = endpoint(request)
+    if found is None or not 200 <= response.status < 300:  # an error answer: no call was made
         return None
     parent_id = parent(trace)
     if parent_id is None:
         return None
     span_id = uuid7()
-    params = span_params(
-        trace, request, response, usage, span_id=span_id, parent_id=parent_id, started=started
-    )
-    if params is None:
-        return None
-    trace.add_span(params)
+    trace.add_span(_params(found, trace, request, response, usage, span_id, parent_id, started))
     return span_id
 
 
-def span_params(
+def _params(
+    found: _Endpoint,
     trace: trial_trace.TrialTrace,
     request: RecordedRequest,
     response: RecordedResponse,
     usage: RecordedUsage | None,
-    *,
     span_id: str,
     parent_id: str,
     started: float,
-) -> dict[str, Any] | None:
-    """The "llm" span of one model call (``TrialTrace.add_span``'s parameters), or None when the
-    request is no model call or its answer is an error (no call was made)."""
-    found = endpoint(request)
-    if found is None or not 200 <= response.status < 300:
-        return None
+) -> dict[str, Any]:
+    """The "llm" span of one model call, as ``TrialTrace.add_span`` takes it."""
     answer = assembled(found, response)
     tokens = None
     if usage is not None:
