@@ -186,7 +186,8 @@ def reasons(report: dict[str, Any]) -> dict[str, dict[str, str | None]]:
     }
 
 
-def check_five_cases(result: pytest.RunResult, report: dict[str, Any]) -> None:
+def check_five_cases(result: pytest.RunResult, report: dict[str, Any], *, in_order: bool = True) -> None:
+    """The five verdicts and their reasons (``in_order``: the terminal's, in the items' order)."""
     result.assert_outcomes(passed=1, failed=4)
     found = reasons(report)
     assert found["right"]["tool_sequence"] == "exact 1.00: got search -> fetch_order -> refund"
@@ -203,6 +204,16 @@ def check_five_cases(result: pytest.RunResult, report: dict[str, Any]) -> None:
         'delete_account called 1 time(s): #3 delete_account({"id": 7})'
     )
     assert found["loop"]["step_count"] == "8 tool calls > 5 (search x8)"
+    if in_order:
+        terminal_lines(result)
+    (experiment,) = report["experiments"]
+    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
+    metadata = right["scores"][0]["metadata"]
+    assert metadata["calls"] == "requested"  # no tool span: the calls the model asked for
+    assert metadata["actual"] == RIGHT
+
+
+def terminal_lines(result: pytest.RunResult) -> None:
     result.stdout.fnmatch_lines(
         [
             "*item wrong_order (trial 0) did not meet its thresholds:",
@@ -216,11 +227,6 @@ def check_five_cases(result: pytest.RunResult, report: dict[str, Any]) -> None:
         ],
         consecutive=False,
     )
-    (experiment,) = report["experiments"]
-    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
-    metadata = right["scores"][0]["metadata"]
-    assert metadata["calls"] == "requested"  # no tool span: the calls the model asked for
-    assert metadata["actual"] == RIGHT
 
 
 def http_spans(project: Project, label: str = "right") -> list[Any]:
@@ -495,3 +501,10 @@ def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
         {"type": "text", "text": "Let me look."},
         {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}},
     ]
+
+
+def test_on_pytest_xdist_workers(project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]) -> None:
+    # Each worker observes its own trials' calls (no --eval-record): the same verdicts.
+    agent_project(project, "anthropic")
+    result, report = project.run_report("--eval", "-p", "xdist", "-n", "2")
+    check_five_cases(result, report, in_order=False)  # the workers' failures come in any order
