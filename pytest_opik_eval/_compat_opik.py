@@ -16,7 +16,7 @@ import functools
 import logging
 import types
 from collections.abc import Callable, Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 # Marks the parameters of a span the Opik SDK sent (see OpikClient.__internal_api__span__): its
@@ -158,3 +158,47 @@ def simulated_user(persona: str, model: str | None) -> Any:
     from opik.simulation import SimulatedUser
 
     return SimulatedUser(persona=persona, model=model)
+
+
+def span_tree(root: Mapping[str, Any], spans: list[Mapping[str, Any]]) -> Any:
+    """``root`` and the spans under it as the SDK's ``SpanModel`` tree
+    (``message_processing.emulation.models``): what ``opik.evaluate`` gives a metric whose
+    ``score`` names ``task_span``. Span parameters as ``TrialTrace.add_span`` takes them; times
+    as seconds since the epoch, datetimes or ISO text; children in start order."""
+    from opik.message_processing.emulation.models import SpanModel
+
+    models: dict[Any, Any] = {}
+    for params in [root, *spans]:
+        models[params["id"]] = SpanModel(
+            id=params["id"],
+            start_time=_moment(params.get("start_time")),
+            source="experiment",
+            name=params.get("name"),
+            input=params.get("input"),
+            output=params.get("output"),
+            tags=params.get("tags"),
+            metadata=params.get("metadata"),
+            type=params.get("type") or "general",
+            usage=params.get("usage"),
+            end_time=_moment(params.get("end_time")) if params.get("end_time") is not None else None,
+            model=params.get("model"),
+            provider=params.get("provider"),
+            total_cost=params.get("total_cost"),
+        )
+    for params in spans:
+        parent = models.get(params.get("parent_span_id"))
+        if parent is not None:
+            parent.spans.append(models[params["id"]])
+    for model in models.values():
+        model.spans.sort(key=lambda child: child.start_time)
+    return models[root["id"]]
+
+
+def _moment(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, int | float):
+        return datetime.fromtimestamp(value, timezone.utc)
+    if isinstance(value, str):
+        return _moment(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    return datetime.now(timezone.utc)

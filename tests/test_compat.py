@@ -112,6 +112,7 @@ OPIK_USES = (
     "trace.TraceData(id, start_time, name, input, created_by)",
     "validation_helpers.validate_and_parse_usage(usage, logger, provider)",
     "simulation.SimulatedUser(persona, model)",
+    "models.SpanModel(id, start_time, source, name, input, output, tags, metadata, type, usage, end_time, model, provider, total_cost, spans)",
     "simulated_user.SimulatedUser._generate_llm_response",
 )
 
@@ -173,6 +174,7 @@ def opik_modules() -> dict[str, object]:
     import opik
     from opik import config, context_storage, simulation
     from opik.api_objects import opik_client, span, trace, validation_helpers
+    from opik.message_processing.emulation import models
     from opik.simulation import simulated_user
 
     found = (
@@ -185,6 +187,7 @@ def opik_modules() -> dict[str, object]:
         validation_helpers,
         simulation,
         simulated_user,
+        models,
     )
     return {module.__name__.rpartition(".")[2]: module for module in found}
 

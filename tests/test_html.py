@@ -554,6 +554,44 @@ def test_a_conversation_is_shown_as_its_transcript(page: Any, tmp_path: Path) ->
     assert page.problems == []
 
 
+def test_a_tool_sequence_shows_the_expected_calls_beside_the_calls_made(page: Any, tmp_path: Path) -> None:
+    metadata = {
+        "mode": "exact",
+        "calls": "executed",
+        "expected": [["search", None], ["fetch_order", None], ["refund", {"id": 7}]],
+        "actual": [["fetch_order", {"id": 7}], ["search", {"q": INJECTION}], ["delete_account", None]],
+        "missing": [2],
+        "extra": [2],
+        "moved": [[0, 1], [1, 0]],
+    }
+    agent = trial("a", 0, 0.0)
+    sequence = agent.scores[0].model_copy(update={"name": "tool_sequence", "metadata": metadata})
+    agent = agent.model_copy(update={"scores": [sequence, agent.scores[1]]})
+    path = tmp_path / "eval.html"
+    write_html(Report(run_id=None, resumed=None, experiments=[experiment([agent])]), {}, path)
+    page.goto(path.as_uri())
+    page.wait_for_selector("body[data-rendered=true]")
+    page.click("tr.item-row[data-item-id=a]")
+    rows = page.locator(".item-details table.trajectory tr")
+    assert page.locator(".item-details .trajectory h4").inner_text() == "tool_sequence: tool calls (exact)"
+    cells = [[cell.inner_text() for cell in rows.nth(n).locator("td").all()] for n in range(1, 4)]
+    assert cells == [
+        ["1", "search", 'fetch_order({"id":7})'],
+        ["2", "fetch_order", f'search({{"q":{json.dumps(INJECTION)}}})'],
+        ["3", 'refund({"id":7})', "delete_account"],
+    ]
+    marks = [
+        [cell.get_attribute("class") for cell in rows.nth(n).locator("td.call").all()] for n in range(1, 4)
+    ]
+    assert marks == [
+        ["call moved", "call moved"],
+        ["call moved", "call moved"],
+        ["call missing", "call extra"],
+    ]
+    assert page.locator("script").count() == 2
+    assert page.problems == []
+
+
 def test_ten_thousand_trials_load_without_freezing(page: Any, tmp_path: Path) -> None:
     def load(size: int) -> float:
         path = tmp_path / f"report-{size}.html"

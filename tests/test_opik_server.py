@@ -34,7 +34,7 @@ def server() -> Iterator[OpikTestServer]:
 @pytest.fixture
 def api(server: OpikTestServer) -> Iterator[httpx.Client]:
     headers = {"Authorization": server.api_key or "", "Comet-Workspace": server.workspace or ""}
-    with httpx.Client(base_url=server.api_url, headers=headers, timeout=10, verify=False) as client:
+    with httpx.Client(base_url=server.api_url, headers=headers, timeout=60, verify=False) as client:
         yield client
 
 

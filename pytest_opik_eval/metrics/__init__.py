@@ -21,6 +21,7 @@ from .heuristics import (
 )
 from .tool_calls import LLMCall, ToolCall
 from .trajectory import StepCount, ToolArgs, ToolCalled, ToolNotCalled, ToolSequence
+from .trajectory_judge import TrajectoryJudge
 
 __all__ = [
     "PASS_FAIL_THRESHOLD",
@@ -40,4 +41,5 @@ __all__ = [
     "ToolCalled",
     "ToolNotCalled",
     "ToolSequence",
+    "TrajectoryJudge",
 ]

@@ -91,6 +91,19 @@ class ToolCalls(list[ToolCall]):
         self.requested_not_run = requested_not_run
 
 
+def stable(value: Any) -> Any:
+    """``value`` with each tool call and LLM call as what it says (name, arguments, result, kind;
+    model, the calls it asked for), without the span and provider ids that change from one run
+    to the next: what a judge's cache key sees of them (``run/judge_cache``)."""
+    if isinstance(value, ToolCall):
+        return {"name": value.name, "arguments": value.arguments, "result": value.result, "kind": value.kind}
+    if isinstance(value, LLMCall):
+        return {"name": value.name, "model": value.model, "tool_calls": [stable(c) for c in value.tool_calls]}
+    if isinstance(value, list) and value and isinstance(value[0], ToolCall | LLMCall):
+        return [stable(entry) for entry in value]
+    return value
+
+
 class Calls(NamedTuple):
     tool_calls: ToolCalls
     llm_calls: list[LLMCall]

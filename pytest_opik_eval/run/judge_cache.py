@@ -35,6 +35,7 @@ from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH
 from pytest_opik_eval.escaping import escape_control
 from pytest_opik_eval.files import write_atomically
 from pytest_opik_eval.masking import mask
+from pytest_opik_eval.metrics.tool_calls import stable
 from pytest_opik_eval.run.fingerprint import Fingerprint, digest
 from pytest_opik_eval.run.judges import FORMAT, OWN_KEY, Judge, Judges
 from pytest_opik_eval.store.records import ScoreRecord
@@ -168,6 +169,8 @@ class JudgeCache:
         return judge
 
     def _inputs(self, inputs: Mapping[str, Any]) -> Fingerprint:
+        # A trial's tool calls as what they say: their span ids are new each run.
+        inputs = {name: stable(value) for name, value in inputs.items()}
         try:
             # JSON data, as inputs nearly always are: dumped in C, at any depth a dataset may have.
             text = json.dumps(inputs, sort_keys=True, ensure_ascii=False)

@@ -38,7 +38,10 @@ RETURNED_NONE = (
 # The scoring inputs computed from the trial's spans (see metrics/tool_calls.py), for the tests
 # whose metrics name them in their score() (a **kwargs metric does not ask for them) or whose
 # scoring_key_mapping reads them.
-COMPUTED = frozenset({"tool_calls", "llm_calls"})
+COMPUTED = frozenset({"tool_calls", "llm_calls", "task_span"})
+# Of them, the Opik SDK's SpanModel tree that opik.evaluate gives a metric naming it: made only
+# for a test whose metrics (or mapping, by name) read it.
+TASK_SPAN = "task_span"
 
 # Said once per test whose metrics read the tool calls of a trial that has no spans.
 NO_SPANS = (
@@ -78,11 +81,17 @@ def scoring_inputs(
     return inputs
 
 
+def computed_names(spec: EvalSpec) -> set[str]:
+    """The computed inputs (``COMPUTED``) a test's metrics, or its mapping by name, read."""
+    mapped = spec.scoring_key_mapping.values()
+    return {name for metric in spec.metrics for name in _Parameters.of(metric).computed} | {
+        source for source in mapped if isinstance(source, str) and source in COMPUTED
+    }
+
+
 def reads_calls(spec: EvalSpec) -> bool:
     """Whether a test's metrics (or its mapping, by name) read its trials' tool calls."""
-    return any(_Parameters.of(metric).computed for metric in spec.metrics) or any(
-        isinstance(source, str) and source in COMPUTED for source in spec.scoring_key_mapping.values()
-    )
+    return bool(computed_names(spec) - {TASK_SPAN})
 
 
 @dataclass(frozen=True)
@@ -154,8 +163,10 @@ class Scorer:
         ]
         # A mapping's callable may read the calls too: they are computed for it, but it is not
         # told of a trial without spans.
-        self.reads_calls = reads_calls(spec)
-        self._computes = self.reads_calls or any(callable(source) for source in self.mapping.values())
+        named = computed_names(spec)
+        self.reads_calls = bool(named - {TASK_SPAN})
+        self._reads_span = TASK_SPAN in named
+        self._computes = bool(named) or any(callable(source) for source in self.mapping.values())
 
     def score(
         self,
@@ -173,10 +184,12 @@ class Scorer:
         several times (``judge_samples``) gives each score once: its samples' mean, or a pass/fail
         judge's majority (``sampled_value``). The tool calls (``COMPUTED``) come from the spans
         ``trace`` holds as the scoring starts, computed only for a test that reads them."""
-        computed = None
+        computed: dict[str, Any] | None = None
         if self._computes:
             calls = extract(() if trace is None else trace.snapshot())
             computed = {"tool_calls": calls.tool_calls, "llm_calls": calls.llm_calls}
+            if self._reads_span:
+                computed[TASK_SPAN] = None if trace is None else trace.task_span(output)
         inputs = scoring_inputs(item, output, self.mapping, computed)
         scores: list[ScoreRecord] = []
         for metric, parameters, tracked, samples in zip(

@@ -47,6 +47,7 @@ from pytest_opik_eval._compat_opik import (
     pop_span,
     push_span,
     pushed,
+    span_tree,
     top_span_id,
 )
 from pytest_opik_eval.ids import uuid7
@@ -198,6 +199,21 @@ class TrialTrace(OpikClient):
         them: taken as the scoring starts, before any metric made one, they are the app's."""
         with self._lock:
             return list(self._spans)
+
+    def task_span(self, output: Mapping[str, Any]) -> Any:
+        """The task span and the app's spans under it, as the Opik SDK's ``SpanModel`` tree that
+        ``opik.evaluate`` gives a metric as ``task_span`` (its root the task span, with the
+        trial's output): for the metrics that name it. Unlike the SDK's (the trace's first span,
+        the task's only if the task was tracked), the root is always the task's."""
+        root = {
+            "id": self.task_span_id,
+            "name": self.name,
+            "start_time": self._started,
+            "end_time": self._task_ended,
+            "input": self._task_input(),
+            "output": dict(output),
+        }
+        return span_tree(root, self.snapshot())
 
     @contextlib.contextmanager
     def entered(self) -> Iterator[None]:

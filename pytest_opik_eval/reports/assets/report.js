@@ -156,6 +156,9 @@
           table.appendChild(line);
         });
         box.appendChild(table);
+        t.scores.forEach(function (s) {
+          if (isTrajectory(s)) box.appendChild(trajectory(s[0], s[4]));
+        });
       }
       if (t.spans) box.appendChild(spanTree(t));
       if (t.spansLeftOut) {
@@ -166,6 +169,42 @@
     });
     row.appendChild(cell);
     return row;
+  }
+
+  // A ToolSequence score's metadata (metrics/trajectory.py): the expected calls beside the calls
+  // made, in order, each marked missing, moved or extra.
+  function isTrajectory(s) {
+    var m = s.length > 4 ? s[4] : null;
+    return !!m && typeof m.mode === "string" && Array.isArray(m.expected) && Array.isArray(m.actual);
+  }
+  function trajectory(name, m) {
+    var box = el("div", "trajectory");
+    box.appendChild(el("h4", "", name + ": tool calls (" + m.mode + ")"));
+    var table = el("table", "trajectory");
+    var head = el("tr");
+    ["#", "expected", "made"].forEach(function (text) { head.appendChild(el("th", "", text)); });
+    table.appendChild(head);
+    var missing = {}, extra = {}, movedExpected = {}, movedActual = {};
+    (m.missing || []).forEach(function (i) { missing[i] = true; });
+    (m.extra || []).forEach(function (j) { extra[j] = true; });
+    (m.moved || []).forEach(function (pair) { movedExpected[pair[0]] = pair[1]; movedActual[pair[1]] = pair[0]; });
+    function call(entry) {
+      var args = entry[1];
+      return args == null ? entry[0] : entry[0] + "(" + (typeof args === "string" ? args : JSON.stringify(args)) + ")";
+    }
+    var rows = Math.max(m.expected.length, m.actual.length);
+    for (var i = 0; i < rows; i++) {
+      var row = el("tr");
+      row.appendChild(el("td", "", String(i + 1)));
+      var expected = m.expected[i], actual = m.actual[i];
+      var mark = expected === undefined ? "" : missing[i] ? " missing" : i in movedExpected ? " moved" : "";
+      row.appendChild(el("td", "call" + mark, expected === undefined ? "" : call(expected)));
+      mark = actual === undefined ? "" : extra[i] ? " extra" : i in movedActual ? " moved" : "";
+      row.appendChild(el("td", "call" + mark, actual === undefined ? "" : call(actual)));
+      table.appendChild(row);
+    }
+    box.appendChild(table);
+    return box;
   }
 
   // A conversation's output (run/conversation.py): its transcript as chat messages.
