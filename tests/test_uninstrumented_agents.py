@@ -84,7 +84,12 @@ def ask(client, **params):
 
 
 def agent(prompt):
-    client = {client}
+    # Closed at the end, or its connection is left to the garbage collector (a ResourceWarning).
+    with {client} as client:
+        return loop(client, prompt)
+
+
+def loop(client, prompt):
     tools = [{{"type": "function", "function": {{"name": n, "parameters": SCHEMA}}}} for n in NAMES]
     messages = [{{"role": "user", "content": prompt}}]
     for _ in range(8):
@@ -108,7 +113,11 @@ def ask(client, **params):
 
 
 def agent(prompt):
-    client = anthropic.Anthropic(base_url=os.environ["FAKE_ANTHROPIC_URL"], api_key=os.environ["FAKE_ANTHROPIC_KEY"])
+    with anthropic.Anthropic(base_url=os.environ["FAKE_ANTHROPIC_URL"], api_key=os.environ["FAKE_ANTHROPIC_KEY"]) as client:
+        return loop(client, prompt)
+
+
+def loop(client, prompt):
     tools = [{"name": n, "input_schema": SCHEMA} for n in NAMES]
     messages = [{"role": "user", "content": prompt}]
     for _ in range(8):
@@ -361,8 +370,7 @@ TOOLS = [{{"type": "function", "function": {{"name": "search", "parameters": {{"
 
 
 def agent(prompt):
-    client = openai.OpenAI()
-    with {span}:
+    with openai.OpenAI() as client, {span}:
         answer = client.chat.completions.create(
             model="gpt-4o-mini", messages=[{{"role": "user", "content": prompt}}], tools=TOOLS
         )
