@@ -82,6 +82,14 @@ def top_span_id(trace_id: str) -> str | None:
     return str(top.id) if top is not None and top.trace_id == trace_id else None
 
 
+def top_span_type(trace_id: str) -> str | None:
+    """The type ("llm", "tool", "general"...) of the SDK's innermost span open in this context
+    if it belongs to trace ``trace_id``, else None: ``track_openai`` keeps its "llm" span open
+    around the HTTP call it traces."""
+    top = _sdk().storage.top_span_data()
+    return str(top.type) if top is not None and top.trace_id == trace_id else None
+
+
 def is_current_trace(trace_id: str) -> bool:
     """Whether trace ``trace_id`` is the SDK's current trace in this context (see ``pushed``)."""
     data = _sdk().storage.get_trace_data()

@@ -47,6 +47,8 @@ GATE_MODES = ("normal", "strict")
 JUDGE_CACHE_ENV = "PYTEST_OPIK_EVAL_JUDGE_CACHE"
 JUDGE_CACHE_SETTINGS = ("auto", "on", "off")
 RECORD_ENV = "PYTEST_OPIK_EVAL_RECORD"
+LLM_SPANS_ENV = "PYTEST_OPIK_EVAL_LLM_SPANS"
+LLM_SPANS_SETTINGS = ("auto", "on", "off")
 BATCH_ENV = "PYTEST_OPIK_EVAL_BATCH"
 
 # The item key of human labels, unless ini eval_labels_field or the marker's labels_field names another.
@@ -300,6 +302,15 @@ def add_options(parser: pytest.Parser) -> None:
         + f" (env {RECORD_ENV}, ini eval_record; default: off)",
     )
     group.addoption(
+        "--eval-llm-spans",
+        dest="eval_llm_spans",
+        choices=LLM_SPANS_SETTINGS,
+        help="Make each OpenAI or Anthropic call a trial's task makes over HTTP, with no instrumented "
+        "span around it, an LLM span of the trial (its tool calls, usage and cost): auto, for the tests "
+        "whose metrics read the tool calls; on, every test; off "
+        f"(env {LLM_SPANS_ENV}, ini eval_llm_spans; default: auto; needs the record extra)",
+    )
+    group.addoption(
         "--eval-record-allow-host",
         metavar="HOST[:PORT]",
         dest="eval_record_allow_host",
@@ -383,6 +394,7 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "eval_record", "Record and replay the app's HTTP calls: " + ", ".join(RECORD_MODES), type="string"
     )
+    parser.addini("eval_llm_spans", "LLM spans from the app's HTTP calls: auto, on or off", type="string")
     parser.addini(
         "eval_batch", "Defer the LLM requests to provider batches: off, on or strict", type="string"
     )

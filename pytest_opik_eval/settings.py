@@ -42,6 +42,8 @@ from pytest_opik_eval.options import (
     JUDGE_CACHE_SETTINGS,
     LABEL_SOURCES,
     LABELS_FIELD,
+    LLM_SPANS_ENV,
+    LLM_SPANS_SETTINGS,
     RECORD_ENV,
     STORE_ENV,
     STORE_FILE,
@@ -93,6 +95,7 @@ class EvalOptions:
     record_mode: str  # --eval-record: one of options.RECORD_MODES ("off" by default)
     record_source: str  # "default", "--eval-record", "env PYTEST_OPIK_EVAL_RECORD", "ini eval_record"
     record_allowed: tuple[Host, ...]  # --eval-record-allow-host and ini eval_record_allow_host
+    llm_spans: str = "auto"  # --eval-llm-spans: "auto", "on" or "off" (see Recorder.makes_spans)
     labels_field: str = LABELS_FIELD  # ini eval_labels_field: the item key of human labels
     labels_from: str = "dataset"  # --eval-labels-from: "opik-feedback" adds the Opik UI's scores
     calibrate: bool = False  # --eval-calibrate: only the labelled items, the judge cache off
@@ -153,6 +156,7 @@ class EvalOptions:
             record_mode=record,
             record_source=record_source,
             record_allowed=_record_allowed(config),
+            llm_spans=_llm_spans(config),
             labels_field=str(config.getini("eval_labels_field") or "").strip() or LABELS_FIELD,
             labels_from=_labels_from(config, backend),
             calibrate=bool(config.getoption("eval_calibrate")),
@@ -192,6 +196,21 @@ def judge_cache_enabled(setting: str, record_mode: str) -> bool:
 def _judge_cache(config: pytest.Config) -> str:
     given = _layered(config, "eval_judge_cache", JUDGE_CACHE_ENV, one_of(JUDGE_CACHE_SETTINGS))
     return "auto" if given is None else given[0]
+
+
+def _llm_spans(config: pytest.Config) -> str:
+    """--eval-llm-spans: ``on`` needs vcrpy (the record extra), said before anything runs;
+    ``auto`` without it makes no span (the advice on a trial without spans names the extra)."""
+    given = _layered(config, "eval_llm_spans", LLM_SPANS_ENV, one_of(LLM_SPANS_SETTINGS))
+    if given is None:
+        return "auto"
+    setting, source = given
+    if setting == "on" and importlib.util.find_spec("vcr") is None:
+        raise pytest.UsageError(
+            f"--eval-llm-spans=on (from {source}) reads the app's HTTP calls with vcrpy, which is not "
+            "installed: pip install 'pytest-opik-eval[record]'"
+        )
+    return setting
 
 
 def _labels_from(config: pytest.Config, backend: str) -> str:

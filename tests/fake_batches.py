@@ -851,18 +851,29 @@ ROUTES: dict[tuple[str, str], Route] = {
 
 
 def _stream(answer: dict[str, Any], usage: bool) -> list[bytes]:
-    """A chat completion as server-sent events: the content (or the tool calls, each with its
-    index) in one chunk, then the end."""
+    """A chat completion as server-sent events: the content in one chunk (a tool call in two:
+    its id and name, then its arguments, as OpenAI cuts them), then the end."""
     base = {key: answer[key] for key in ("id", "created", "model", "system_fingerprint")}
     base["object"] = "chat.completion.chunk"
-    (choice,) = answer["choices"]
-    delta = {"role": "assistant", "content": choice["message"]["content"]}
-    if "tool_calls" in choice["message"]:
-        delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(choice["message"]["tool_calls"])]
-    chunks = [
-        {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]},
-    ]
+    choice = answer["choices"][0]
+    deltas: list[dict[str, Any]] = [{"role": "assistant", "content": choice["message"]["content"]}]
+    for index, call in enumerate(choice["message"].get("tool_calls") or ()):
+        function = call["function"]
+        deltas.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": function["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+        deltas.append({"tool_calls": [{"index": index, "function": {"arguments": function["arguments"]}}]})
+    chunks = [{**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]} for delta in deltas]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
     if usage:
         chunks.append({**base, "choices": [], "usage": answer["usage"]})
     return [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks] + [b"data: [DONE]\n\n"]
@@ -1005,15 +1016,19 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _message_stream(message: dict[str, Any]) -> list[bytes]:
-    """A Message as Anthropic streams it: start, its one block (text, or a tool_use whose input
-    comes as one input_json_delta) in one delta, stop."""
-    (block,) = message["content"]
-    if block["type"] == "tool_use":
-        start = {**block, "input": {}}
-        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
-    else:
-        start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+    """A Message as Anthropic streams it: start, its block (text in one delta, a tool_use's input
+    in two input_json_delta fragments), stop."""
     usage = message["usage"]
+    block = message["content"][0]
+    if block["type"] == "tool_use":
+        arguments = json.dumps(block["input"])
+        start = {**block, "input": {}}
+        deltas = [
+            {"type": "input_json_delta", "partial_json": part} for part in (arguments[:3], arguments[3:])
+        ]
+    else:
+        start = {"type": "text", "text": ""}
+        deltas = [{"type": "text_delta", "text": block["text"]}]
     events: list[tuple[str, dict[str, Any]]] = [
         (
             "message_start",
@@ -1027,7 +1042,7 @@ def _message_stream(message: dict[str, Any]) -> list[bytes]:
             },
         ),
         ("content_block_start", {"index": 0, "content_block": start}),
-        ("content_block_delta", {"index": 0, "delta": delta}),
+        *(("content_block_delta", {"index": 0, "delta": delta}) for delta in deltas),
         ("content_block_stop", {"index": 0}),
         (
             "message_delta",

@@ -108,7 +108,7 @@ OPIK_USES = (
     "context_storage.add_span_data",
     "context_storage.pop_span_data(ensure_id)",
     "context_storage.temporary_context",
-    "span.SpanData(trace_id, id, parent_span_id, name)",
+    "span.SpanData(trace_id, id, parent_span_id, name, type)",
     "trace.TraceData(id, start_time, name, input, created_by)",
     "validation_helpers.validate_and_parse_usage(usage, logger, provider)",
     "simulation.SimulatedUser(persona, model)",

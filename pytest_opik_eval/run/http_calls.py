@@ -431,14 +431,8 @@ def _distinct(requests: Iterable[RecordedRequest]) -> list[RecordedRequest]:
 def usage_of(response: RecordedResponse) -> RecordedUsage | None:
     """The tokens a provider's response reports (OpenAI chat and responses, Anthropic, Gemini),
     from a JSON body or a stream of server-sent events; None when it reports none."""
-    body = response.body or {}
-    if "json" in body:
-        events = [body["json"]]
-    elif "text" in body:
-        events = [
-            _json(line[5:].strip().encode()) for line in body["text"].splitlines() if line.startswith("data:")
-        ]
-    else:
+    events = events_of(response)
+    if events is None:
         return None
     model, input_tokens, output_tokens, found = None, 0, 0, False
     for event in events:
@@ -462,6 +456,20 @@ def usage_of(response: RecordedResponse) -> RecordedUsage | None:
         input_tokens=input_tokens,
         output_tokens=output_tokens,
     )
+
+
+def events_of(response: RecordedResponse) -> list[Any] | None:
+    """A response's body as a list of JSON values: a JSON body alone, or the ``data:`` lines of
+    a stream of server-sent events (one that is not JSON, such as ``[DONE]``, as None); None for
+    a body that is neither."""
+    body = response.body or {}
+    if "json" in body:
+        return [body["json"]]
+    if "text" in body:
+        return [
+            _json(line[5:].strip().encode()) for line in body["text"].splitlines() if line.startswith("data:")
+        ]
+    return None
 
 
 def _usage_holders(event: Any) -> list[dict[str, Any]]:

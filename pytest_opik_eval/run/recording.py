@@ -18,6 +18,14 @@ at once (``store/http_recordings.py``); what a session replays is what the files
 Mode ``all`` journals them with their attempt, and :meth:`Recorder.completed` says when that
 attempt completed: only then do they replace the trial's recordings.
 
+With ``--eval-llm-spans``, each model call a trial's task gets the answer of, sent or replayed,
+becomes its span (``run/llm_responses.py``). Without ``--eval-record`` the recorder then only
+observes (mode ``off``): it journals nothing, and scopes only the trials whose spans it makes.
+
+Longer than 600 lines because the recorder, its per-trial scopes and the cassette vcrpy's stubs
+call are one state machine: one lock, two context variables and the scopes' counters, which each
+part reads and changes; split, each would reach into the others' private state.
+
 Limits, as for the trial's spans (``run/trial_trace.py``): code the task runs in a thread of its own
 (a bare ``threading.Thread``, ``ThreadPoolExecutor.submit``, ``loop.run_in_executor``) starts with
 an empty context, so its requests are outside the trial: they pass through unrecorded, and in mode
@@ -33,12 +41,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from pytest_opik_eval.masking import EnvironmentSecrets, Scrubber, mask
 from pytest_opik_eval.option_values import RECORD_MODES, Host, host_text
@@ -48,6 +57,9 @@ from pytest_opik_eval.run.call_context import within
 from pytest_opik_eval.run.network_guard import socket_guard, with_addresses
 from pytest_opik_eval.run.pricing import priced_usage
 from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
+
+if TYPE_CHECKING:
+    from pytest_opik_eval.run.trial_trace import TrialTrace
 
 
 class Deferrer(Protocol):
@@ -63,6 +75,7 @@ class Deferrer(Protocol):
 
 MISS_TYPE = "opik_eval_no_recording"
 _CANONICAL = "_opik_eval_canonical"  # the attribute of vcrpy's request that keeps its canonical form
+_STARTED = "_opik_eval_started"  # and when it was first seen (time.time()), for its span
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 _Key = tuple[str, int, str, int]
@@ -118,6 +131,9 @@ class _Recorded:
     trials: set[tuple[str, int]] = field(default_factory=set)
 
 
+_NOTHING = _Recorded({})  # mode off: nothing is replayed
+
+
 class Recorder:
     """One per process: patches the HTTP libraries between :meth:`start` and :meth:`stop`, and
     makes a :class:`TrialScope` for each trial attempt. Nothing is imported or patched before
@@ -127,7 +143,8 @@ class Recorder:
     refused. ``live_judges``: in mode ``none``, whether the metrics' requests while a trial is
     scored go out (the judge cache is off); else they are refused. ``notify``: where what the user
     should know goes (the terminal summary's notices): a request refused outside any trial, a
-    response not recorded."""
+    response not recorded. ``llm_spans``: --eval-llm-spans (see ``makes_spans``); in mode ``off``,
+    the recorder exists only to make those spans."""
 
     def __init__(
         self,
@@ -141,10 +158,12 @@ class Recorder:
         notify: Callable[[str], None] = lambda message: None,
         batcher: Deferrer | None = None,
         run_id: str | None = None,
+        llm_spans: str = "off",
     ) -> None:
         if mode not in RECORD_MODES:
             raise ValueError(f"unknown recording mode {mode!r}: use one of {', '.join(RECORD_MODES)}")
         self.mode = mode
+        self.llm_spans = llm_spans
         self.folder = folder
         self.journal = Journal(folder, session_id, worker)
         self.lock = threading.RLock()  # the scopes' counters, the loaded files, the journal
@@ -166,9 +185,13 @@ class Recorder:
         self.secrets = EnvironmentSecrets()
 
     def start(self) -> None:
-        if self._patches is not None or self.mode == "off":
+        if self._patches is not None or (self.mode == "off" and self.llm_spans == "off"):
             return
         from vcr.patch import CassettePatcherBuilder
+
+        if self.llm_spans != "off":
+            # A source of spans: from now on every trial is traced (see trial_trace.may_trace).
+            import pytest_opik_eval.run.llm_responses  # noqa: F401
 
         self._session_thread = threading.get_ident()
         self.allowed = with_addresses(self._given)
@@ -185,15 +208,29 @@ class Recorder:
             self._patches = None
         self.journal.close()
 
-    def scope(self, key: TrialKey, attempt: str, batch_mode: str | None = None) -> TrialScope:
+    def trial_scope(
+        self, key: TrialKey, attempt: str, batch_mode: str | None, trace: TrialTrace | None, reads_calls: bool
+    ) -> TrialScope | None:
+        """``scope``, its model calls made spans of ``trace`` with --eval-llm-spans=on, or auto
+        when its test ``reads_calls``; None for any other trial of an observing recorder."""
+        spans = self.llm_spans == "on" or (self.llm_spans == "auto" and reads_calls)
+        if self.mode == "off" and (trace is None or not spans):
+            return None
+        return self.scope(key, attempt, batch_mode, trace if spans else None)
+
+    def scope(
+        self, key: TrialKey, attempt: str, batch_mode: str | None = None, trace: TrialTrace | None = None
+    ) -> TrialScope:
         """The recording scope of ``attempt`` (the store's id of a trial attempt); ``batch_mode``:
-        its test's marker's --eval-batch mode (None: the session's)."""
+        its test's marker's --eval-batch mode (None: the session's); ``trace``: the trace its
+        model calls become spans of."""
         key = self.masked(key)
         if self.mode == "all":  # the key its recordings are journaled under, for completed()
             with self.lock:
                 self._attempts[attempt] = key
-        scope = TrialScope(self, key, attempt, self._loaded(key.test))
+        scope = TrialScope(self, key, attempt, self._loaded(key.test) if self.mode != "off" else _NOTHING)
         scope.batch_mode = batch_mode
+        scope.trace = trace
         return scope
 
     def masked(self, key: TrialKey) -> TrialKey:
@@ -324,6 +361,7 @@ class TrialScope:
         self.saved_under: dict[str, RecordingCounts] = {}
         self.live_under: set[str] = set()
         self.batched_under: set[str] = set()  # spans around a call a batch answered: batch-priced
+        self.trace: TrialTrace | None = None  # its model calls become spans of it (--eval-llm-spans)
         self.recorder = recorder
         self._recorded = recorded
         self._seen: Counter[str] = Counter()  # canonical request -> requests made so far
@@ -361,13 +399,15 @@ class TrialScope:
             found = self._find(request, self._seen[request.key]) is not None
         return found or self.strict
 
-    def play(self, request: RecordedRequest) -> dict[str, Any]:
+    def play(self, request: RecordedRequest, started: float) -> dict[str, Any]:
         under = _open_span()
         with self.recorder.lock:
             times = self._seen[request.key]
             self._seen[request.key] += 1
             found = self._find(request, times)
             if found is not None:
+                # Its span, if it makes one, is where it saved: what it reports is not spent.
+                under = self._llm_span(request, found.response, found.usage, started) or under
                 usage = found.usage or RecordedUsage()
                 saved = RecordingCounts(
                     replayed=1,
@@ -415,13 +455,17 @@ class TrialScope:
             self.recorder.tally(self, RecordingCounts(missed=1))
             self.misses.append(Miss(http_calls.one_line(request), why, recordable=False))
 
-    def record(self, request: RecordedRequest, response: dict[str, Any]) -> None:
+    def record(self, request: RecordedRequest, response: dict[str, Any], started: float) -> None:
+        """A response the task got from the network: journaled (but in mode ``off``), and made
+        the trial's span when it is a model call the scope makes spans of."""
         self.sent()
         status = int(response["status"]["code"])
         # A transient failure is not recorded: its replay would repeat the SDK's backoff sleep.
         # The retry that succeeds takes its place (same occurrence).
         if status == 429 or status >= 500:
             return
+        if self.recorder.mode == "off" and not self._observes(request):
+            return  # observing only, and nothing to observe: not even read
         try:
             stored = http_calls.recorded_response(
                 status,
@@ -438,6 +482,9 @@ class TrialScope:
             self.recorder.notify(message)
             return
         usage = priced_usage(http_calls.usage_of(stored))
+        self._llm_span(request, stored, usage, started)
+        if self.recorder.mode == "off":  # observing only: nothing is kept
+            return
         key = self.key
         with self.recorder.lock:
             times = self._seen[request.key]
@@ -453,6 +500,22 @@ class TrialScope:
             )
             self.recorder.journal.add(key.test, interaction, self._journaled_attempt)
             self.recorder.tally(self, RecordingCounts(recorded=1))
+
+    def _observes(self, request: RecordedRequest) -> bool:
+        """Whether ``request`` is a model call this scope makes a span of."""
+        from pytest_opik_eval.run import llm_responses
+
+        return self.trace is not None and llm_responses.endpoint(request) is not None
+
+    def _llm_span(
+        self, request: RecordedRequest, response: Any, usage: RecordedUsage | None, started: float
+    ) -> str | None:
+        """The id of the trial's span made of this model call (see ``run/llm_responses.py``), or None."""
+        if self.trace is None:
+            return None
+        from pytest_opik_eval.run import llm_responses
+
+        return llm_responses.add_span(self.trace, request, response, usage, started)
 
     def blocked(self, address: Any) -> None:
         with self.recorder.lock:
@@ -524,7 +587,7 @@ class _Cassette:
         batcher = self.recorder.batcher
         if batcher is not None and not (scope.replays and scope.answers(canonical)):
             return batcher.defer(request, scope, canonical, task=task is not None)
-        return scope.play(canonical)
+        return scope.play(canonical, _started(request))
 
     def append(self, request: Any, response: dict[str, Any]) -> None:
         scope = _current.get()
@@ -534,7 +597,7 @@ class _Cassette:
         if self._left_alone(request):
             scope.sent()
             return
-        scope.record(self._canonical(request, scope), response)
+        scope.record(self._canonical(request, scope), response, _started(request))
 
     def _judged(self, request: Any) -> TrialScope | None:
         """With --eval-batch, the trial being scored whose judge made the request, when a batch
@@ -579,7 +642,14 @@ class _Cassette:
                 request.method, request.uri, request.body, request.headers, scope.scrubber
             )
             setattr(request, _CANONICAL, canonical)
+            setattr(request, _STARTED, time.time())
         return cast(RecordedRequest, canonical)
+
+
+def _started(request: Any) -> float:
+    """When vcrpy's ``request`` was first seen (its canonical form made), as ``time.time()``."""
+    started = getattr(request, _STARTED, None)
+    return started if isinstance(started, float) else time.time()
 
 
 def _open_span() -> str | None:

@@ -50,7 +50,9 @@ NO_SPANS = (
     "with OpenTelemetry (execute_tool spans, the otel extra), "
     "or with the manual API (from pytest_opik_eval.tracing import trace; "
     'with trace.span(name, type="tool", input=args) as span: ...), '
-    'or return them from the test ({"output": ..., "tool_calls": [...]})'
+    'or return them from the test ({"output": ..., "tool_calls": [...]}); '
+    "the OpenAI and Anthropic calls the app makes itself are read from their HTTP answers with "
+    "--eval-llm-spans=auto (the default) and the record extra (pip install 'pytest-opik-eval[record]')"
 )
 RESCORED_CALLS = (
     "its metrics read the trial's tool calls (tool_calls, llm_calls), which a rescore does not "
@@ -78,6 +80,19 @@ def scoring_inputs(
         elif source in inputs:
             inputs[param] = inputs[source]
     return inputs
+
+
+def computed_names(spec: EvalSpec) -> set[str]:
+    """The computed inputs (``COMPUTED``) a test's metrics, or its mapping by name, read."""
+    mapped = spec.scoring_key_mapping.values()
+    return {name for metric in spec.metrics for name in _Parameters.of(metric).computed} | {
+        source for source in mapped if isinstance(source, str) and source in COMPUTED
+    }
+
+
+def reads_calls(spec: EvalSpec) -> bool:
+    """Whether a test's metrics (or its mapping, by name) read its trials' tool calls."""
+    return bool(computed_names(spec) - {TASK_SPAN})
 
 
 @dataclass(frozen=True)
@@ -147,12 +162,9 @@ class Scorer:
         self._samples = [
             judge_samples if judge_samples > 1 and is_judge(metric) else 1 for metric in spec.metrics
         ]
-        # Whether the metrics (or the mapping, by name) read the trial's tool calls; a mapping's
-        # callable may read them too: they are computed for it, but it is not told of a trial
-        # without spans.
-        named = {name for p in self._parameters for name in p.computed} | {
-            source for source in self.mapping.values() if isinstance(source, str) and source in COMPUTED
-        }
+        # A mapping's callable may read the calls too: they are computed for it, but it is not
+        # told of a trial without spans.
+        named = computed_names(spec)
         self.reads_calls = bool(named - {TASK_SPAN})
         self._reads_span = TASK_SPAN in named
         self._computes = bool(named) or any(callable(source) for source in self.mapping.values())

@@ -91,8 +91,13 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
     trial.attempt_id = attempt = store.start_attempt(trial.trial_id, context.session_id)
 
     trace = _trace(item, trial, store, attempt)
+    scorer = scorer_of(case.plan)
     # None in a rescore, which calls no task: its session records nothing.
-    scope = None if recorder is None else recorder.scope(recording_key(trial), attempt, case.plan.batch)
+    scope = (
+        None
+        if recorder is None
+        else recorder.trial_scope(recording_key(trial), attempt, case.plan.batch, trace, scorer.reads_calls)
+    )
     metric_seconds: dict[str, float] = {}
     task_seconds: float | None = None
     completed_scoring = False
@@ -123,10 +128,10 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             store.record_output(attempt, output)
             trial.output = output
 
-            scorer = scorer_of(case.plan)
-            # Whether the app made spans (taken before the metrics make theirs): a trace alone
-            # says nothing, as the Opik SDK's own pytest plugin imports it in every session.
-            app_spans = trace is not None and scorer.reads_calls and bool(trace.snapshot())
+            # Whether the app made spans (asked before the metrics make theirs, a judge's among
+            # them): a trace alone says nothing, as the Opik SDK's own pytest plugin imports the
+            # SDK in every session.
+            app_spans = trace is not None and scorer.reads_calls and trace.has_spans()
             try:
                 cache = context.judge_cache
                 judged = None if cache is None else _judged(cache, case.item_id, case.trial, scope)

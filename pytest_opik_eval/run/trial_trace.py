@@ -86,8 +86,9 @@ def current_frame() -> Frame | None:
 
 
 # The modules through which a span can reach a trial: the Opik SDK (``@opik.track``), the
-# OpenTelemetry SDK (our processor on the app's provider, or added by hand), and the public
-# module of the manual API (the ``eval_trace`` fixture imports it too). A session that has
+# OpenTelemetry SDK (our processor on the app's provider, or added by hand), the public
+# module of the manual API (the ``eval_trace`` fixture imports it too), and the recorder's model
+# calls (imported only when it makes their spans). A session that has
 # imported none of them can make no span: its trials are not traced at all, and pay nothing.
 _SPAN_SOURCES = (
     "opik",
@@ -95,6 +96,7 @@ _SPAN_SOURCES = (
     "pytest_opik_eval.tracing",
     "pytest_opik_eval.run.otel",
     "pytest_opik_eval.run.conversation",  # a conversation's turns are spans
+    "pytest_opik_eval.run.llm_responses",  # the model calls the recorder sees (--eval-llm-spans)
 )
 
 
@@ -186,6 +188,12 @@ class TrialTrace(OpikClient):
                 self.foreign += 1
             else:
                 self._spans.append(params)
+
+    def has_spans(self) -> bool:
+        """Whether the trial has a span so far: the app's or the manual API's before its scoring,
+        a judge's too after."""
+        with self._lock:
+            return bool(self._spans)
 
     def snapshot(self) -> list[Mapping[str, Any]]:
         """The spans the trial has so far (the app's, the manual API's), as ``add_span`` got

@@ -147,6 +147,7 @@ class Ending:
         The session fails when recordings could not be saved (the journals keep them for the
         next session), or when a strict replay refused a request no trial could fail for."""
         if self.options.record_mode == "off":
+            self.state.resources.stop_recording()  # one that only observed (--eval-llm-spans)
             return
         from pytest_opik_eval.run.recording import RecordingCounts
         from pytest_opik_eval.store.http_recordings import fold

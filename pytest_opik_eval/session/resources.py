@@ -6,6 +6,8 @@ budget (``--eval-budget``), the judge cache (``--eval-judge-cache``) and the rec
 from __future__ import annotations
 
 import functools
+import importlib.util
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ from pytest_opik_eval.settings import judge_cache_enabled
 if TYPE_CHECKING:
     import pytest
 
+    from pytest_opik_eval.collect.trials import TestPlan
     from pytest_opik_eval.run.batching import Batcher
     from pytest_opik_eval.run.judge_cache import JudgeCache
     from pytest_opik_eval.run.judges import Judges
@@ -93,13 +96,17 @@ class Resources:
             self._judges = Judges()
         return self._judges
 
-    def start_recording(self) -> None:
+    def start_recording(self, plans: Iterable[TestPlan]) -> None:
         """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
         trials run (a single process, or each pytest-xdist worker), before the first one. Not in a
-        rescore, which calls no task and whose judges run live, unless it batches them."""
+        rescore, which calls no task and whose judges run live, unless it batches them. Without
+        --eval-record, an observing recorder when the model calls of some trials of ``plans``
+        become their spans (--eval-llm-spans): none in a session that reads no tool calls."""
         options = self._options
         rescore_live = options.rescore is not None and options.batch == "off"
-        if options.record_mode == "off" or rescore_live or self.recorder is not None:
+        if rescore_live or self.recorder is not None:
+            return
+        if options.record_mode == "off" and not _observes(options.llm_spans, plans):
             return
         from pytest_opik_eval.run.recording import Recorder
 
@@ -115,6 +122,7 @@ class Resources:
             notify=functools.partial(notice, self._config),
             batcher=self.batcher,
             run_id=None if self.batcher is None else self._run_id,
+            llm_spans=options.llm_spans,
         )
         self.recorder.start()
 
@@ -141,10 +149,24 @@ class Resources:
 
     def stop_recording(self) -> RecordingCounts | None:
         """The recorder unpatched and its journal closed (the process that ends the session folds
-        the journals); what it counted, or None where none ran."""
+        the journals); what it counted, or None where none ran, or it only observed."""
         if self.recorder is None:
             return None
         self.recorder.stop()
         if self.batcher is not None:
             self.batcher.writer.close()
-        return self.recorder.counts()
+        return None if self.recorder.mode == "off" else self.recorder.counts()
+
+
+def _observes(llm_spans: str, plans: Iterable[TestPlan]) -> bool:
+    """Whether a session without --eval-record observes its trials' HTTP calls for their model
+    calls' spans: --eval-llm-spans=on, or auto with a test whose metrics read the tool calls
+    and vcrpy installed (the advice to a trial without spans names it)."""
+    if llm_spans == "off":
+        return False
+    if llm_spans == "auto":
+        from pytest_opik_eval.run.scoring import reads_calls
+
+        if not any(reads_calls(plan.spec) for plan in plans) or importlib.util.find_spec("vcr") is None:
+            return False
+    return True

@@ -77,7 +77,7 @@ class Running:
             return
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
-        self.state.resources.start_recording()
+        self.state.resources.start_recording(self.state.plans_seen)
         self._notice_unbatched()
         self._register_call_plugins(session.items)
         if any(plan.threads > 1 for plan in self.state.plans_seen):

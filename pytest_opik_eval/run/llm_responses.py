@@ -1,0 +1,259 @@
+"""The model calls of an app with no instrumentation, as "llm" spans of its trial, made from the
+HTTP answers the recorder (``run/recording.py``) sees: OpenAI chat completions and Responses,
+Anthropic messages, answered as JSON or streamed (server-sent events, assembled here).
+
+Each span is what the Opik SDK's integrations log for the same call (``track_openai``,
+``track_anthropic``): input = the request's body, output = the answer's ``choices``
+(chat), ``output`` (Responses) or ``content`` (Anthropic), model and usage from the answer,
+and ``source: "http"`` in its metadata. So the trajectory metrics read the tool calls the model
+asked for (``metrics/tool_calls.py``), and the budget, the usage and the cost count the call.
+
+One call is one span: a call made while an instrumented LLM span is open around it (the Opik
+SDK's, as ``track_openai`` keeps its span open over the HTTP call; a manual ``type="llm"``
+span; an OpenTelemetry span of a model call) is that span's, and gets none here.
+
+Imported by the recorder only when it makes such spans (``--eval-llm-spans``): being in
+``trial_trace._SPAN_SOURCES``, its import makes every trial of the session traced.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
+
+from pytest_opik_eval._compat_opik import top_span_type
+from pytest_opik_eval.ids import uuid7
+from pytest_opik_eval.run import trial_trace
+from pytest_opik_eval.run.http_calls import events_of
+from pytest_opik_eval.store.http_recordings import RecordedRequest, RecordedResponse, RecordedUsage
+
+SOURCE = "http"  # metadata["source"] of the spans made here
+
+
+class _Endpoint(NamedTuple):
+    provider: str
+    name: str  # the span's: as the SDK's integration names its own
+    output: str  # the key of the answer that the span's output keeps
+
+
+# By the end of the URL's path, POST only (a retrieval, GET /v1/responses/{id}, is no call).
+_ENDPOINTS = {
+    "/chat/completions": _Endpoint("openai", "chat_completion_create", "choices"),
+    "/responses": _Endpoint("openai", "responses_create", "output"),
+    "/messages": _Endpoint("anthropic", "anthropic_messages_create", "content"),
+}
+# What marks an OpenTelemetry span as a model call when it starts (the GenAI conventions'
+# operation, OpenInference's span kind, OpenLLMetry's request type), as run/otel.py types it.
+_OTEL_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+
+
+def endpoint(request: RecordedRequest) -> _Endpoint | None:
+    """The model call ``request`` is, or None for any other request."""
+    if request.method != "POST":
+        return None
+    path = urlsplit(request.url).path.rstrip("/")
+    return next((found for suffix, found in _ENDPOINTS.items() if path.endswith(suffix)), None)
+
+
+def parent(trace: trial_trace.TrialTrace) -> str | None:
+    """The span a model call made here hangs under, or None when an instrumented LLM span open
+    here covers it (see the module's docstring). Asked where the request is made."""
+    if trace.uses_sdk and top_span_type(trace.trace_id) == "llm":
+        return None
+    frame = trial_trace.current_frame()
+    if frame is not None and frame[0] is trace and frame[1] is not None and frame[1].type == "llm":
+        return None
+    if _otel_llm_span_open():
+        return None
+    return trace.parent_span_id()
+
+
+def _otel_llm_span_open() -> bool:
+    otel = sys.modules.get("opentelemetry.trace")
+    if otel is None:
+        return False
+    attributes = getattr(otel.get_current_span(), "attributes", None)
+    if not attributes:
+        return False
+    return (
+        attributes.get("gen_ai.operation.name") in _OTEL_LLM_OPERATIONS
+        or str(attributes.get("openinference.span.kind", "")).upper() == "LLM"
+        or "llm.request.type" in attributes
+    )
+
+
+def add_span(
+    trace: trial_trace.TrialTrace,
+    request: RecordedRequest,
+    response: RecordedResponse,
+    usage: RecordedUsage | None,
+    started: float,
+) -> str | None:
+    """The span of one model call (the request made at ``started``, answered with ``response``)
+    added to ``trace``; its id, or None when it makes none: no model call, an error answer, or
+    one that an instrumented LLM span open here covers. Called where the request is made."""
+    found = endpoint(request)
+    if found is None or not 200 <= response.status < 300:  # an error answer: no call was made
+        return None
+    parent_id = parent(trace)
+    if parent_id is None:
+        return None
+    span_id = uuid7()
+    trace.add_span(_params(found, trace, request, response, usage, span_id, parent_id, started))
+    return span_id
+
+
+def _params(
+    found: _Endpoint,
+    trace: trial_trace.TrialTrace,
+    request: RecordedRequest,
+    response: RecordedResponse,
+    usage: RecordedUsage | None,
+    span_id: str,
+    parent_id: str,
+    started: float,
+) -> dict[str, Any]:
+    """The "llm" span of one model call, as ``TrialTrace.add_span`` takes it."""
+    answer = assembled(found, response)
+    tokens = None
+    if usage is not None:
+        tokens = {
+            "prompt_tokens": usage.input_tokens,
+            "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+        }
+    metadata: dict[str, Any] = {"source": SOURCE, "url": request.url}
+    if answer is not None and isinstance(answer.get("id"), str):
+        metadata["id"] = answer["id"]
+    model = (usage.model if usage is not None else None) or (answer or {}).get("model")
+    return {
+        "id": span_id,
+        "trace_id": trace.trace_id,
+        "parent_span_id": parent_id,
+        "name": found.name,
+        "type": "llm",
+        "start_time": started,
+        "end_time": time.time(),
+        "input": (request.body or {}).get("json"),
+        "output": None if answer is None else {found.output: answer.get(found.output)},
+        "metadata": metadata,
+        "tags": None,
+        "model": model if isinstance(model, str) else None,
+        "provider": found.provider,
+        "usage": tokens,
+        "total_cost": None,  # priced with the trial's other spans (a batch's answer at its price)
+        "error_info": None,
+    }
+
+
+def assembled(found: _Endpoint, response: RecordedResponse) -> dict[str, Any] | None:
+    """The answer as one JSON object: the body itself, or a stream's events put together as the
+    SDKs' stream helpers do (OpenAI chat chunks, the Responses API's ``response.completed``,
+    Anthropic's message events); None for a body that is neither."""
+    events = events_of(response)
+    if not events:
+        return None
+    if (response.body or {}).get("json") is not None:
+        answer = events[0]
+        return answer if isinstance(answer, dict) else None
+    objects = [event for event in events if isinstance(event, dict)]
+    if found.output == "choices":
+        return _chat_stream(objects)
+    if found.output == "output":
+        completed = [e.get("response") for e in objects if e.get("type") == "response.completed"]
+        return next((r for r in completed if isinstance(r, dict)), None)
+    return _message_stream(objects)
+
+
+def _chat_stream(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """OpenAI chat completion chunks as one completion: each choice's content joined, its tool
+    calls' fragments joined by their index (the id and name come in the first)."""
+    answer: dict[str, Any] = {}
+    choices: dict[int, _Choice] = {}
+    for chunk in chunks:
+        answer.update({k: chunk[k] for k in ("id", "model", "created", "usage") if chunk.get(k) is not None})
+        for delta in chunk.get("choices") or ():
+            if isinstance(delta, Mapping):
+                choices.setdefault(delta.get("index", 0), _Choice()).add(delta)
+    answer["choices"] = [choices[index].made(index) for index in sorted(choices)]
+    return answer
+
+
+class _Choice:
+    """One choice of a streamed chat completion, as its deltas come."""
+
+    def __init__(self) -> None:
+        self.content: str | None = None
+        self.finish_reason: Any = None
+        self.calls: dict[int, dict[str, Any]] = {}
+
+    def add(self, choice: Mapping[str, Any]) -> None:
+        delta = choice.get("delta") or {}
+        if isinstance(delta.get("content"), str):
+            self.content = (self.content or "") + delta["content"]
+        for fragment in delta.get("tool_calls") or ():
+            if isinstance(fragment, Mapping):
+                self._join(fragment)
+        if choice.get("finish_reason") is not None:
+            self.finish_reason = choice["finish_reason"]
+
+    def _join(self, fragment: Mapping[str, Any]) -> None:
+        call = self.calls.setdefault(
+            fragment.get("index", 0),
+            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+        )
+        if fragment.get("id"):
+            call["id"] = fragment["id"]
+        function = fragment.get("function") or {}
+        for key in ("name", "arguments"):
+            if isinstance(function.get(key), str):
+                call["function"][key] += function[key]
+
+    def made(self, index: int) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.calls:
+            message["tool_calls"] = [self.calls[k] for k in sorted(self.calls)]
+        return {"index": index, "message": message, "finish_reason": self.finish_reason}
+
+
+def _message_stream(events: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Anthropic's message events as one message: ``message_start``'s message, each content
+    block from its ``content_block_start`` and deltas (text joined; a tool_use's input from its
+    ``input_json_delta`` fragments), the stop reason from ``message_delta``."""
+    message: dict[str, Any] | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, str] = {}
+    for event in events:
+        kind, index = event.get("type"), event.get("index", 0)
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            blocks[index] = dict(event["content_block"])
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            _block_delta(
+                blocks.setdefault(index, {"type": "text", "text": ""}), event["delta"], partial, index
+            )
+        elif kind == "message_delta" and message is not None and isinstance(event.get("delta"), dict):
+            message.update({k: v for k, v in event["delta"].items() if v is not None})
+    if message is None:
+        return None
+    for index, text in partial.items():
+        try:
+            blocks[index]["input"] = json.loads(text) if text else {}
+        except ValueError:
+            blocks[index]["input"] = text  # cut short: kept as it came
+    message["content"] = [blocks[index] for index in sorted(blocks)]
+    return message
+
+
+def _block_delta(
+    block: dict[str, Any], delta: Mapping[str, Any], partial: dict[int, str], index: int
+) -> None:
+    if delta.get("type") == "text_delta":
+        block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
+    elif delta.get("type") == "input_json_delta":
+        partial[index] = partial.get(index, "") + str(delta.get("partial_json", ""))

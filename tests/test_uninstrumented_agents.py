@@ -1,0 +1,518 @@
+"""An agent with no instrumentation at all (no Opik SDK, no OpenTelemetry, no manual spans): a
+plain ``openai`` or ``anthropic`` client in a loop with three tools (search, fetch_order,
+refund; delete_account forbidden), against the local fakes of tests/fake_batches.py, whose model
+follows the tool plan in the item's input. Its model calls become LLM spans of the trial, made
+from the HTTP answers (--eval-llm-spans), so the trajectory metrics read the tool calls the
+model asked for: a right trajectory passes; a wrong order, a missing call, a forbidden call and a
+loop past the step limit each fail with a reason that names the difference; the same with the
+calls recorded, then replayed strictly offline; never twice with ``track_openai``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from conftest import NEEDS_RECORD, Project, extra_reason, installed, offline_opik
+from fake_batches import FakeAnthropic, FakeOpenAI
+
+pytestmark = NEEDS_RECORD
+
+CALLS = {
+    "search": 'search{"q": "order 7"}',
+    "fetch_order": 'fetch_order{"id": 7}',
+    "refund": 'refund{"id": 7, "amount": 20}',
+    "delete_account": 'delete_account{"id": 7}',
+}
+# Each item's plan: the calls the fake model asks for, one per answer, then its text answer.
+PLANS = {
+    "right": ["search", "fetch_order", "refund"],
+    "wrong_order": ["fetch_order", "search", "refund"],
+    "missing": ["search", "refund"],
+    "forbidden": ["search", "fetch_order", "delete_account", "refund"],
+}
+EXPECTED = ["search", "fetch_order", {"name": "refund", "arguments": {"id": 7}}]
+RIGHT = [["search", {"q": "order 7"}], ["fetch_order", {"id": 7}], ["refund", {"id": 7, "amount": 20}]]
+
+
+def plan_text(label: str) -> str:
+    if label == "loop":  # the model asks for a search forever; the agent gives up after 8 steps
+        return f"Refund order 7. PLAN: LOOP {CALLS['search']}"
+    return "Refund order 7. PLAN: " + " > ".join(CALLS[name] for name in PLANS[label]) + " > DONE"
+
+
+# The agent: a plain client, a loop of model calls, each tool the model asks for run untraced.
+APP = """
+import json
+import os
+
+{imports}
+
+STREAM = {stream}
+SCHEMA = {{"type": "object", "properties": {{}}, "additionalProperties": True}}
+NAMES = ["search", "fetch_order", "refund", "delete_account"]
+
+
+def search(q):
+    return ["order 7"]
+
+
+def fetch_order(id):
+    return {{"id": id, "total": 20}}
+
+
+def refund(id, amount):
+    return "refunded"
+
+
+def delete_account(id):
+    return "deleted"
+
+
+TOOLS = {{"search": search, "fetch_order": fetch_order, "refund": refund, "delete_account": delete_account}}
+
+{agent}
+"""
+
+OPENAI_AGENT = """
+def ask(client, **params):
+    if not STREAM:
+        return client.chat.completions.create(**params)
+    # Usage in a stream only when asked for, as OpenAI sends it.
+    with client.chat.completions.stream(**params, stream_options={{"include_usage": True}}) as stream:
+        return stream.get_final_completion()
+
+
+def agent(prompt):
+    # Closed at the end, or its connection is left to the garbage collector (a ResourceWarning).
+    with {client} as client:
+        return loop(client, prompt)
+
+
+def loop(client, prompt):
+    tools = [{{"type": "function", "function": {{"name": n, "parameters": SCHEMA}}}} for n in NAMES]
+    messages = [{{"role": "user", "content": prompt}}]
+    for _ in range(8):
+        answer = ask(client, model="gpt-4o-mini", messages=messages, tools=tools)
+        message = answer.choices[0].message
+        if not message.tool_calls:
+            return message.content
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:
+            result = TOOLS[call.function.name](**json.loads(call.function.arguments))
+            messages.append({{"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)}})
+    return "gave up"
+"""
+
+ANTHROPIC_AGENT = """
+def ask(client, **params):
+    if not STREAM:
+        return client.messages.create(**params)
+    with client.messages.stream(**params) as stream:
+        return stream.get_final_message()
+
+
+def agent(prompt):
+    with anthropic.Anthropic(base_url=os.environ["FAKE_ANTHROPIC_URL"], api_key=os.environ["FAKE_ANTHROPIC_KEY"]) as client:
+        return loop(client, prompt)
+
+
+def loop(client, prompt):
+    tools = [{"name": n, "input_schema": SCHEMA} for n in NAMES]
+    messages = [{"role": "user", "content": prompt}]
+    for _ in range(8):
+        answer = ask(client, model="claude-sonnet-4-5", max_tokens=100, messages=messages, tools=tools)
+        uses = [block for block in answer.content if block.type == "tool_use"]
+        if not uses:
+            return answer.content[0].text
+        messages.append({"role": "assistant", "content": [block.model_dump() for block in answer.content]})
+        results = [
+            {"type": "tool_result", "tool_use_id": use.id, "content": json.dumps(TOOLS[use.name](**use.input))}
+            for use in uses
+        ]
+        messages.append({"role": "user", "content": results})
+    return "gave up"
+"""
+
+PLAIN_OPENAI = dict(imports="import openai", client="openai.OpenAI()")
+TRACKED_OPENAI = dict(
+    imports="import openai\nfrom opik.integrations.openai import track_openai",
+    client="track_openai(openai.OpenAI())",
+)
+
+TEST = """
+import pytest
+from pytest_opik_eval.metrics import {metric_names}
+from app import agent
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[{metrics}])
+def test_agent(eval_item):
+    return agent(eval_item["input"])
+"""
+TRAJECTORY = "ToolSequence(), ToolNotCalled('delete_account'), StepCount(max_tool_calls=5)"
+
+
+def agent_project(
+    project: Project,
+    provider: str,
+    *,
+    labels: tuple[str, ...] = (*PLANS, "loop"),
+    openai_style: dict[str, str] = PLAIN_OPENAI,
+    metrics: str = TRAJECTORY,
+    stream: bool = False,
+) -> Project:
+    project.dataset(
+        [{"id": label, "input": plan_text(label), "expected_tool_calls": EXPECTED} for label in labels]
+    )
+    if provider == "openai":
+        agent = OPENAI_AGENT.format(client=openai_style["client"])
+        app = APP.format(imports=openai_style["imports"], agent=agent, stream=stream)
+    else:
+        app = APP.format(imports="import anthropic", agent=ANTHROPIC_AGENT, stream=stream)
+    project.write("app.py", app)
+    names = ", ".join(sorted({name.split("(")[0] for name in metrics.split(", ")}))
+    project.write("test_agent.py", TEST.format(metric_names=names, metrics=metrics))
+    return project
+
+
+@pytest.fixture
+def fakes(
+    fake_openai: FakeOpenAI, fake_anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
+) -> tuple[FakeOpenAI, FakeAnthropic]:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", fake_openai.api_key)
+    monkeypatch.setenv("FAKE_ANTHROPIC_URL", fake_anthropic.base_url)
+    monkeypatch.setenv("FAKE_ANTHROPIC_KEY", fake_anthropic.api_key)
+    return fake_openai, fake_anthropic
+
+
+def reasons(report: dict[str, Any]) -> dict[str, dict[str, str | None]]:
+    (experiment,) = report["experiments"]
+    return {
+        trial["dataset_item_id"]: {score["name"]: score["reason"] for score in trial["scores"]}
+        for trial in experiment["trials"]
+    }
+
+
+def check_five_cases(result: pytest.RunResult, report: dict[str, Any], *, in_order: bool = True) -> None:
+    """The five verdicts and their reasons (``in_order``: the terminal's, in the items' order)."""
+    result.assert_outcomes(passed=1, failed=4)
+    found = reasons(report)
+    assert found["right"]["tool_sequence"] == "exact 1.00: got search -> fetch_order -> refund"
+    assert found["right"]["tool_not_called:delete_account"] == "delete_account not called"
+    assert found["wrong_order"]["tool_sequence"] == (
+        "exact 0.33: moved search (expected #1, got #2); moved fetch_order (expected #2, got #1); "
+        "got fetch_order -> search -> refund"
+    )
+    assert (
+        found["missing"]["tool_sequence"]
+        == "exact 0.67: missing fetch_order (expected #2); got search -> refund"
+    )
+    assert found["forbidden"]["tool_not_called:delete_account"] == (
+        'delete_account called 1 time(s): #3 delete_account({"id": 7})'
+    )
+    assert found["loop"]["step_count"] == "8 tool calls > 5 (search x8)"
+    if in_order:
+        terminal_lines(result)
+    (experiment,) = report["experiments"]
+    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
+    metadata = right["scores"][0]["metadata"]
+    assert metadata["calls"] == "requested"  # no tool span: the calls the model asked for
+    assert metadata["actual"] == RIGHT
+
+
+def terminal_lines(result: pytest.RunResult) -> None:
+    result.stdout.fnmatch_lines(
+        [
+            "*item wrong_order (trial 0) did not meet its thresholds:",
+            "*tool_sequence *0.333 < 1  exact 0.33: moved search (expected #1, got #2)*",
+            "*item missing (trial 0) did not meet its thresholds:",
+            "*tool_sequence *0.667 < 1  exact 0.67: missing fetch_order (expected #2)*",
+            "*item forbidden (trial 0) did not meet its thresholds:",
+            "*tool_not_called:delete_account *0 < 1  delete_account called 1 time(s): #3 delete_account*",
+            "*item loop (trial 0) did not meet its thresholds:",
+            "*step_count *0 < 1  8 tool calls > 5 (search x8)",
+        ],
+        consecutive=False,
+    )
+
+
+def http_spans(project: Project, label: str = "right") -> list[Any]:
+    trial = next(t for t in project.trials() if t.dataset_item_id == label)
+    return [span for span in trial.spans if span.type == "llm"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_the_five_trajectories_of_an_agent_with_no_instrumentation(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
+) -> None:
+    agent_project(project, provider)
+    result, report = project.run_report("--eval")
+    check_five_cases(result, report)
+    assert "eval notices" not in result.stdout.str()
+    # Each model call is an LLM span made from its answer: four for the right plan (three calls,
+    # then the text), with the model, the provider and the usage the answer reported.
+    spans = http_spans(project)
+    assert len(spans) == 4
+    first = spans[0]
+    assert first.metadata is not None
+    assert first.metadata["source"] == "http"
+    assert first.provider == provider
+    assert first.model == ("gpt-4o-mini" if provider == "openai" else "claude-sonnet-4-5")
+    assert first.prompt_tokens == 10
+    assert first.completion_tokens == 5
+    # Its input is the request, its output the answer's part that the SDK's integration logs.
+    assert first.input is not None
+    assert "tools" in first.input
+    assert first.output is not None
+    assert list(first.output) == (["choices"] if provider == "openai" else ["content"])
+    (experiment,) = report["experiments"]
+    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
+    assert right["usage"]["app"]["prompt_tokens"] == sum(span.prompt_tokens or 0 for span in spans)
+    if installed("genai_prices"):  # the cost extra: priced from its price table
+        assert right["usage"]["app"]["cost"] > 0
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_streamed_answers_are_put_together(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
+) -> None:
+    # The app streams each answer (the SDKs' stream helpers); the tool calls come in fragments.
+    agent_project(project, provider, stream=True)
+    result, report = project.run_report("--eval")
+    check_five_cases(result, report)
+    (first, *_) = http_spans(project)
+    assert first.prompt_tokens == 10
+    assert first.output is not None
+    if provider == "openai":
+        (call,) = first.output["choices"][0]["message"]["tool_calls"]
+        assert call["function"] == {"name": "search", "arguments": '{"q": "order 7"}'}
+    else:
+        (block,) = first.output["content"]
+        assert (block["type"], block["name"], block["input"]) == ("tool_use", "search", {"q": "order 7"})
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_recorded_then_replayed_offline_gives_the_same_verdicts(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
+) -> None:
+    agent_project(project, provider)
+    fake = fakes[0] if provider == "openai" else fakes[1]
+    budget = "--eval-budget=1000k tokens"
+    result, report = project.run_report("--eval", "--eval-record=once", budget)
+    check_five_cases(result, report)
+    assert report["budget"]["spent"] > 0  # the calls sent count against the budget...
+    sent = len(fake.live_calls)
+    assert sent == 4 + 4 + 3 + 5 + 8  # right, wrong_order, missing, forbidden, loop
+    # Strict replay: nothing is sent, every answer comes from the recordings, the spans with them.
+    result, report = project.run_report("--eval", "--eval-record=none", budget)
+    check_five_cases(result, report)
+    assert report["budget"]["spent"] == 0  # ...the replayed ones, which cost nothing, do not
+    assert len(fake.live_calls) == sent
+    result.stdout.fnmatch_lines(["*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*"])
+    assert len(http_spans(project)) == 4
+
+
+def test_a_call_track_openai_traces_is_not_counted_twice(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline_opik(project, monkeypatch)
+    agent_project(project, "openai", labels=("right", "forbidden"), openai_style=TRACKED_OPENAI)
+    result, report = project.run_report("--eval", "--eval-record=once")
+    result.assert_outcomes(passed=1, failed=1)
+    assert reasons(report)["forbidden"]["tool_not_called:delete_account"] == (
+        'delete_account called 1 time(s): #3 delete_account({"id": 7})'
+    )
+    # One LLM span per call: track_openai's, open around the HTTP call, and none from its answer.
+    spans = http_spans(project)
+    assert [span.name for span in spans] == ["chat_completion_create"] * 4
+    assert all((span.metadata or {}).get("source") != "http" for span in spans)
+    (experiment,) = report["experiments"]
+    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
+    assert right["usage"]["app"]["prompt_tokens"] == sum(span.prompt_tokens or 0 for span in spans)
+    assert right["usage"]["app"]["spans"] == 4
+
+
+def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]
+) -> None:
+    # A test without trajectory metrics: its model calls make no span (auto)...
+    agent_project(project, "openai", labels=("right",), metrics="Equals()")
+    result = project.run("--eval")
+    result.assert_outcomes(failed=1)  # Equals has no reference: the score fails, as it would anyway
+    assert http_spans(project) == []
+    # ...unless every test's are asked for: its usage and cost then count too.
+    project.run("--eval", "--eval-llm-spans=on")
+    spans = http_spans(project)
+    assert len(spans) == 4
+    assert all(span.prompt_tokens for span in spans)
+
+
+def test_off_makes_no_span_and_says_how_to_get_the_calls(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]
+) -> None:
+    agent_project(project, "openai", labels=("right",))
+    result = project.run("--eval", "--eval-llm-spans=off")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*tool_sequence *0 < 1  exact 0.00: missing search (expected #1)*"])
+    assert "but the trial has no spans, so they got none" in result.stdout.str()
+    assert "--eval-llm-spans" in result.stdout.str()
+
+
+# One model call inside a span of the app's own that says it is one: a manual LLM span, or an
+# OpenTelemetry span started as a GenAI instrumentation starts a chat span.
+COVERED_APP = """
+import openai
+{imports}
+
+TOOLS = [{{"type": "function", "function": {{"name": "search", "parameters": {{"type": "object"}}}}}}]
+
+
+def agent(prompt):
+    with openai.OpenAI() as client, {span}:
+        answer = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{{"role": "user", "content": prompt}}], tools=TOOLS
+        )
+    return answer.choices[0].finish_reason
+"""
+MANUAL_LLM_SPAN = dict(
+    imports="from pytest_opik_eval.tracing import trace",
+    span='trace.span("my_chat", type="llm")',
+)
+OTEL_LLM_SPAN = dict(
+    imports="""from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+
+trace.set_tracer_provider(TracerProvider())
+tracer = trace.get_tracer("app")""",
+    span='tracer.start_as_current_span("my_chat", attributes={"gen_ai.operation.name": "chat"})',
+)
+
+
+@pytest.mark.parametrize("style", [MANUAL_LLM_SPAN, OTEL_LLM_SPAN], ids=["manual", "otel"])
+def test_a_call_inside_an_llm_span_of_the_app_makes_no_second_one(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], style: dict[str, str]
+) -> None:
+    if style is OTEL_LLM_SPAN:
+        pytest.importorskip("opentelemetry.sdk.trace", reason=extra_reason("otel", "opentelemetry"))
+    project.dataset([{"id": "right", "input": plan_text("right"), "expected_tool_calls": EXPECTED}])
+    project.write("app.py", COVERED_APP.format(**style))
+    project.write(
+        "test_agent.py", TEST.format(metric_names="StepCount", metrics="StepCount(max_llm_calls=1)")
+    )
+    # In a process of its own: OpenTelemetry's global provider is set once per process.
+    result, _ = project.run_report("--eval", subprocess=True)
+    result.assert_outcomes(passed=1)
+    assert [span.name for span in http_spans(project)] == ["my_chat"]
+
+
+# -- the answers put together (pure) -----------------------------------------------------------
+
+
+def answer_of(url: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    from pytest_opik_eval.run.llm_responses import assembled, endpoint
+    from pytest_opik_eval.store.http_recordings import RecordedRequest, RecordedResponse
+
+    found = endpoint(RecordedRequest(method="POST", url=url))
+    assert found is not None
+    return assembled(found, RecordedResponse(status=200, body=body))
+
+
+def sse(*events: dict[str, Any]) -> dict[str, str]:
+    return {"text": "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"}
+
+
+def test_only_model_calls_are_read() -> None:
+    from pytest_opik_eval.run.llm_responses import endpoint
+    from pytest_opik_eval.store.http_recordings import RecordedRequest
+
+    def read(method: str, url: str) -> str | None:
+        found = endpoint(RecordedRequest(method=method, url=url))
+        return None if found is None else found.name
+
+    assert read("POST", "https://api.openai.com/v1/chat/completions") == "chat_completion_create"
+    assert read("POST", "https://api.openai.com/v1/responses") == "responses_create"
+    assert read("POST", "https://api.anthropic.com/v1/messages") == "anthropic_messages_create"
+    assert read("GET", "https://api.openai.com/v1/responses/resp_1") is None
+    assert read("POST", "https://api.anthropic.com/v1/messages/batches") is None
+    assert read("POST", "https://api.openai.com/v1/embeddings") is None
+
+
+def test_parallel_tool_calls_streamed_in_fragments_are_joined_by_index() -> None:
+    chunk = {"id": "chatcmpl-1", "model": "gpt-4o-mini"}
+
+    def delta(**fields: Any) -> dict[str, Any]:
+        return {**chunk, "choices": [{"index": 0, "delta": fields, "finish_reason": None}]}
+
+    body = sse(
+        delta(role="assistant", content=None),
+        delta(tool_calls=[{"index": 0, "id": "call_a", "function": {"name": "search", "arguments": ""}}]),
+        delta(
+            tool_calls=[{"index": 1, "id": "call_b", "function": {"name": "refund", "arguments": '{"id"'}}]
+        ),
+        delta(tool_calls=[{"index": 0, "function": {"arguments": '{"q": "x"}'}}]),
+        delta(tool_calls=[{"index": 1, "function": {"arguments": ": 7}"}}]),
+        {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    )
+    answer = answer_of("https://api.openai.com/v1/chat/completions", body)
+    assert answer is not None
+    (choice,) = answer["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert [
+        (c["id"], c["function"]["name"], c["function"]["arguments"]) for c in choice["message"]["tool_calls"]
+    ] == [
+        ("call_a", "search", '{"q": "x"}'),
+        ("call_b", "refund", '{"id": 7}'),
+    ]
+
+
+def test_a_responses_stream_is_its_completed_response() -> None:
+    completed = {
+        "id": "resp_1",
+        "output": [{"type": "function_call", "call_id": "c", "name": "search", "arguments": "{}"}],
+    }
+    body = sse(
+        {"type": "response.created", "response": {"id": "resp_1", "output": []}},
+        {"type": "response.completed", "response": completed},
+    )
+    assert answer_of("https://api.openai.com/v1/responses", body) == completed
+
+
+def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
+    body = sse(
+        {"type": "message_start", "message": {"id": "msg_1", "model": "claude", "content": []}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me "}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "look."}},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '{"q": '},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": '"x"}'},
+        },
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}},
+    )
+    answer = answer_of("https://api.anthropic.com/v1/messages", body)
+    assert answer is not None
+    assert answer["stop_reason"] == "tool_use"
+    assert answer["content"] == [
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}},
+    ]
+
+
+def test_on_pytest_xdist_workers(project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]) -> None:
+    # Each worker observes its own trials' calls (no --eval-record): the same verdicts.
+    agent_project(project, "anthropic")
+    result, report = project.run_report("--eval", "-p", "xdist", "-n", "2")
+    check_five_cases(result, report, in_order=False)  # the workers' failures come in any order
