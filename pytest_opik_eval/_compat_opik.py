@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -160,7 +160,7 @@ def simulated_user(persona: str, model: str | None) -> Any:
     return SimulatedUser(persona=persona, model=model)
 
 
-def span_tree(root: Mapping[str, Any], spans: list[Mapping[str, Any]]) -> Any:
+def span_tree(root: Mapping[str, Any], spans: Sequence[Mapping[str, Any]]) -> Any:
     """``root`` and the spans under it as the SDK's ``SpanModel`` tree
     (``message_processing.emulation.models``): what ``opik.evaluate`` gives a metric whose
     ``score`` names ``task_span``. Span parameters as ``TrialTrace.add_span`` takes them; times

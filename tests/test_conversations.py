@@ -16,6 +16,7 @@ from conftest import NEEDS_RECORD, Project
 from fake_batches import FakeOpenAI
 from opik_server import OpikTestServer
 
+from pytest_opik_eval.metrics import Equals, PerTurn
 from pytest_opik_eval.store.local import LocalStore
 
 SCENARIOS = 20
@@ -496,3 +497,56 @@ def test_a_persona_gets_the_opik_sdks_simulated_user_and_its_model_failing_leave
         ["*ConversationError: the simulated user's model failed: I'm having trouble*"]
     )
     assert [t["status"] for t in report["experiments"][0]["trials"]] == ["pending"]
+
+
+def test_a_bad_item_fails_before_the_app_is_called_and_a_per_turn_threshold_is_checked(
+    project: Project,
+) -> None:
+    project.dataset(
+        [{"id": "a", "first_message": "hi"}, {"id": "b", "first_message": "hi", "user_responses": "bye"}],
+        "chat.jsonl",
+    )
+    project.write(
+        "test_chat.py",
+        """
+        import pathlib
+        import pytest
+        from pytest_opik_eval.metrics import Equals
+
+        def app(message):
+            with pathlib.Path("calls.log").open("a") as log:
+                log.write("called ")
+            return "ok"
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "output"})
+        def test_chat(eval_conversation):
+            return eval_conversation.run(app)
+        """,
+    )
+    result = project.run("--eval")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["*ConversationError: no simulated user*", "*user_responses must be a list of str*"]
+    )
+    assert not (project.path / "calls.log").exists()  # no turn paid for before the item was checked
+    with pytest.raises(ValueError, match="PerTurn turn_threshold must be a finite number or None; got nan"):
+        PerTurn(Equals(), turn_threshold=float("nan"))
+
+
+def test_a_conversation_whose_app_made_no_span_gets_the_no_spans_notice(project: Project) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
+    project.write(
+        "test_chat.py",
+        """
+        import pytest
+        from pytest_opik_eval.metrics import ToolCalled
+
+        @pytest.mark.eval(dataset="chat.jsonl", metrics=[ToolCalled("search")])
+        def test_chat(eval_conversation):
+            return eval_conversation.run(str.upper)
+        """,
+    )
+    result = project.run("--eval")
+    result.assert_outcomes(failed=1)
+    # Its turns and simulated user are spans, but none is the app's.
+    assert result.stdout.str().count("but the trial has no spans, so they got none") == 1

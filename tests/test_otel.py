@@ -543,7 +543,8 @@ def finished(name: str, attributes: dict[str, Any]) -> Any:
             {
                 "traceloop.span.kind": "tool",
                 "traceloop.entity.name": "refund",
-                "traceloop.entity.input": '{"id": 7}',
+                # As OpenLLMetry's @tool writes it: the arguments as args and kwargs.
+                "traceloop.entity.input": '{"args": [], "kwargs": {"id": 7}}',
                 "traceloop.entity.output": '{"ok": true}',
             },
             {"traceloop.entity.name": "refund"},

@@ -3,6 +3,8 @@ tree, as under ``opik.evaluate``: Opik metrics written against it work unchanged
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import Project, offline_opik
 
@@ -85,3 +87,53 @@ def test_a_judge_of_the_task_span_is_cached_by_what_its_spans_say(
     # New spans, new span ids and times: the same tree, a hit.
     _, second = project.run_report("--eval", "--eval-judge-cache=on")
     assert (second["judge_cache"]["hits"], second["judge_cache"]["scored"]) == (1, 0)
+
+
+def test_a_task_spans_cache_form_leaves_out_the_provider_call_ids_and_keeps_the_arguments() -> None:
+    from pytest_opik_eval._compat_opik import span_tree
+    from pytest_opik_eval.metrics.tool_calls import stable
+
+    def tree(call_id: str, order: int) -> Any:
+        answer = {
+            "choices": [
+                {
+                    "message": {
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": "refund", "arguments": "{}"},
+                            }
+                        ]
+                    }
+                }
+            ]
+        }
+        follow_up = {"messages": [{"role": "tool", "tool_call_id": call_id, "content": "done"}]}
+        spans = [
+            {
+                "id": f"s1-{call_id}",
+                "parent_span_id": "root",
+                "type": "llm",
+                "name": "chat",
+                "output": answer,
+            },
+            {
+                "id": f"s2-{call_id}",
+                "parent_span_id": "root",
+                "type": "tool",
+                "name": "refund",
+                "input": {"id": order},
+            },
+            {
+                "id": f"s3-{call_id}",
+                "parent_span_id": "root",
+                "type": "llm",
+                "name": "chat",
+                "input": follow_up,
+            },
+        ]
+        return span_tree({"id": "root", "name": "test_agent", "start_time": 0.0}, spans)
+
+    assert stable(tree("call_abc", 7)) == stable(tree("call_xyz", 7))  # new ids each live run
+    assert stable(tree("call_abc", 7)) != stable(tree("call_abc", 8))  # a tool's own "id" argument

@@ -816,3 +816,18 @@ def test_tool_calls_an_app_returns() -> None:
         MetricComputationError, match="ToolCalled: tool_calls must be a list of tool calls, got str"
     ):
         ToolCalled("a").score(tool_calls="a")
+
+
+def test_tool_calls_in_an_opentelemetry_choice_event_are_read() -> None:
+    # run/otel turns a gen_ai.choice span event into {"role": "choice", "message": {...}}.
+    event = {
+        "role": "choice",
+        "index": 0,
+        "finish_reason": "tool_calls",
+        "message": {
+            "tool_calls": [{"id": "call_1", "function": {"name": "search", "arguments": '{"q": "x"}'}}]
+        },
+    }
+    spans = [{"id": "s1", "parent_span_id": "root", "type": "llm", "name": "chat", "output": [event]}]
+    (call,) = extract(spans).tool_calls
+    assert (call.name, call.arguments, call.id) == ("search", {"q": "x"}, "call_1")

@@ -53,6 +53,14 @@ class PerTurn(BaseMetric):
             raise TypeError(f"PerTurn needs a metric with a score() method; got {type(metric).__name__}")
         # What each turn must meet: the metric's own threshold (1.0 for the Opik SDK's pass/fail
         # heuristics, which carry none), unless given.
+        if turn_threshold is not None and (
+            isinstance(turn_threshold, bool)
+            or not isinstance(turn_threshold, int | float)
+            or not math.isfinite(turn_threshold)
+        ):
+            raise ValueError(
+                f"PerTurn turn_threshold must be a finite number or None; got {turn_threshold!r}"
+            )
         self.turn_threshold = own_threshold(metric) if turn_threshold is None else float(turn_threshold)
         threshold = 1.0 if aggregate == "all" and self.turn_threshold is not None else self.turn_threshold
         super().__init__(name=name or getattr(metric, "name", type(metric).__name__), threshold=threshold)

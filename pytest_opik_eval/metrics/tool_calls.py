@@ -51,6 +51,7 @@ METRICS_SPAN = "metrics_calculation"
 # store/records.py's SIMULATOR_TAG, named here so that the metrics import no pydantic
 # (tests/test_trajectory.py checks the two agree).
 SIMULATOR_TAG = "simulated_user"
+TURN_TAG = "conversation_turn"  # store/records.py's, likewise
 # The key the Opik SDK's spans carry in a trial (``_compat_opik.FROM_SDK``), named here so that
 # this bottom layer imports nothing of the SDK's compatibility module.
 _FROM_SDK = "__pytest_opik_eval_from_sdk__"
@@ -110,15 +111,64 @@ def stable(value: Any) -> Any:
     if isinstance(value, list) and value and isinstance(value[0], ToolCall | LLMCall):
         return [stable(entry) for entry in value]
     if type(value).__name__ == "SpanModel" and hasattr(value, "spans"):  # task_span (_compat_opik)
+        llm = value.type == "llm"
         return {
             "name": value.name,
             "type": value.type,
-            "input": value.input,
-            "output": value.output,
+            # A model call's input and output hold the provider's call ids, new on each live call.
+            "input": _without_call_ids(value.input) if llm else value.input,
+            "output": _without_call_ids(value.output) if llm else value.output,
             "model": value.model,
             "spans": [stable(child) for child in value.spans],
         }
     return value
+
+
+# The keys of provider call ids, in model calls' messages and answers (OpenAI's tool_call_id and
+# Responses call_id, Anthropic's tool_use_id), and the kinds of entry whose own "id" is one (a
+# tool call, a tool use, a function call, a message): never a tool's arguments, which have none.
+_CALL_ID_KEYS = frozenset({"tool_call_id", "call_id", "tool_use_id"})
+_ID_KINDS = frozenset({"function", "function_call", "tool_use", "tool_result", "message"})
+
+
+def _without_call_ids(value: Any) -> Any:
+    if type(value) is list:
+        return [_without_call_ids(entry) for entry in value]
+    if type(value) is not dict:
+        return value
+    provider = value.get("type") in _ID_KINDS or "function" in value
+    return {
+        key: _without_call_ids(entry)
+        for key, entry in value.items()
+        if key not in _CALL_ID_KEYS and not (key == "id" and provider)
+    }
+
+
+def made_by_app(spans: Iterable[Span]) -> bool:
+    """Whether the app made any of ``spans`` (taken before its scoring): not a conversation's
+    turn or simulated-user span, nor one under a simulated user's."""
+    fields = [_fields(span) for span in spans]
+    simulated = {f.get("id") for f in fields if _tagged(f, SIMULATOR_TAG)}
+    parents = {f.get("id"): f.get("parent_span_id") for f in fields}
+    for f in fields:
+        if _tagged(f, SIMULATOR_TAG) or _tagged(f, TURN_TAG):
+            continue
+        parent, seen = f.get("parent_span_id"), 0
+        while parent is not None and parent not in simulated and seen < len(parents):
+            parent, seen = parents.get(parent), seen + 1
+        if parent is None or parent not in simulated:
+            return True
+    return False
+
+
+def _fields(span: Span) -> Mapping[str, Any]:
+    # A SpanRecord's fields are its __dict__: read as a mapping, with no copy.
+    return span if type(span) is dict or isinstance(span, Mapping) else cast(Mapping[str, Any], span.__dict__)
+
+
+def _tagged(fields: Mapping[str, Any], tag: str) -> bool:
+    tags = fields.get("tags")
+    return type(tags) is list and tag in tags
 
 
 class Calls(NamedTuple):
@@ -141,8 +191,7 @@ def extract(spans: Iterable[Span]) -> Calls:
     tools: list[Mapping[str, Any]] = []
     llms: list[Mapping[str, Any]] = []
     for span in spans:
-        # A SpanRecord's fields are its __dict__: read as a mapping, with no copy.
-        fields = span if type(span) is dict or isinstance(span, Mapping) else span.__dict__
+        fields = _fields(span)
         by_id[fields.get("id")] = fields
         kind = fields.get("type")
         if kind == "tool":
@@ -295,6 +344,9 @@ def _message_calls(messages: list[Any], seen_ids: set[str], into: list[ToolCall]
     for message in messages:
         if type(message) is not dict:
             continue
+        nested = message.get("message")  # a gen_ai.choice event's (run/otel._events)
+        if type(nested) is dict:
+            message = nested
         parts = message.get("parts")
         for part in parts if type(parts) is list else ():
             if type(part) is dict and part.get("type") == "tool_call" and type(part.get("name")) is str:

@@ -99,21 +99,24 @@ class _Driver:
         max_turns: int | None,
         stop: Callable[[list[Message]], bool] | None,
     ) -> None:
-        self._item = item
-        self._user = user
         self.max_turns = _max_turns(max_turns if max_turns is not None else item.get("max_turns", MAX_TURNS))
         self.stop = stop
         self.history: list[Message] = []
         self.first: str | None = _first_message(item)
         self.stopped_by = "max_turns"
         self.ended = False  # by the user or the stop rule
+        # Checked now, made when first asked: a bad item fails before the app's first (paid)
+        # turn; a conversation of the item's first message and one turn needs no user.
+        self._user: Any = user
+        needed = self.first is None or self.max_turns > 1
+        self._make_user = _no_user if user is not None else _user_of(item, needed=needed)
 
     @property
     def user(self) -> Any:
         """The simulated user, made from the item when first asked: a conversation the item's
         first message and one turn make needs none."""
         if self._user is None:
-            self._user = _simulated_user(self._item)
+            self._user = self._make_user()
         return self._user
 
     def done(self) -> bool:
@@ -225,32 +228,44 @@ def _max_turns(value: Any) -> int:
     return value
 
 
-def _simulated_user(item: Mapping[str, Any]) -> Any:
-    """The item's simulated user: its scripted ``user_responses``, else the Opik SDK's
-    ``SimulatedUser`` from its ``persona`` and ``goal`` (and ``simulator_model``)."""
+def _user_of(item: Mapping[str, Any], *, needed: bool) -> Callable[[], Any]:
+    """What makes the item's simulated user: its scripted ``user_responses``, else the Opik SDK's
+    ``SimulatedUser`` from its ``persona`` and ``goal`` (and ``simulator_model``). The item is
+    checked now (when a user is ``needed``); the SDK's user, which loads a model, is made later."""
     scripted = item.get("user_responses")
     if scripted is not None:
         if not isinstance(scripted, list) or not all(isinstance(m, str) for m in scripted):
             raise ConversationError(
                 "the item's user_responses must be a list of str, the user's messages in order"
             )
-        return _Scripted(scripted)
+        return lambda: _Scripted(scripted)
     persona = item.get("persona")
     if not isinstance(persona, str):
-        raise ConversationError(
-            "no simulated user: give the item a persona (and a goal) for the Opik SDK's SimulatedUser, "
-            "or user_responses (a scripted user), or pass user= to run() (a callable (history) -> str)"
-        )
+        if needed:
+            raise ConversationError(
+                "no simulated user: give the item a persona (and a goal) for the Opik SDK's "
+                "SimulatedUser, or user_responses (a scripted user), or pass user= to run() "
+                "(a callable (history) -> str)"
+            )
+        return _no_user
     goal = item.get("goal")
     described = persona + (f"\nYour goal: {goal}" if goal else "")
     described += f"\nWhen your goal is met, or cannot be, answer exactly {STOP} and nothing else."
-    try:
-        return simulated_user(described, item.get("simulator_model"))
-    except ImportError:
-        raise ConversationError(
-            "the item's persona needs the Opik SDK's SimulatedUser (pip install opik), or pass user= "
-            "to run() (a callable (history) -> str)"
-        ) from None
+
+    def make() -> Any:
+        try:
+            return simulated_user(described, item.get("simulator_model"))
+        except ImportError:
+            raise ConversationError(
+                "the item's persona needs the Opik SDK's SimulatedUser (pip install opik), or pass "
+                "user= to run() (a callable (history) -> str)"
+            ) from None
+
+    return make
+
+
+def _no_user() -> Any:
+    raise AssertionError("a conversation with a simulated user given, or none needed, asked to make one")
 
 
 class _Scripted:

@@ -240,7 +240,7 @@ def span_params(span: ReadableSpan, id: str, trace_id: str, parent_id: str) -> d
             name = tool
         arguments = first(_TOOL_INPUT)
         result = first(_TOOL_OUTPUT)
-        span_input = _decoded(arguments, None) if span_input is None else span_input
+        span_input = _tool_arguments(_decoded(arguments, None)) if span_input is None else span_input
         output = _decoded(result, None) if output is None else output
     metadata = {key: _plain(value) for key, value in attributes.items() if key not in used}
     if len(metadata) > MAX_METADATA_KEYS:
@@ -362,6 +362,15 @@ def _events(span: ReadableSpan, names: Iterable[str]) -> Any:
         if event.name in wanted
     ]
     return messages or None
+
+
+def _tool_arguments(value: Any) -> Any:
+    """A tool span's arguments as the tool took them: OpenLLMetry's ``@tool`` writes
+    ``{"args": [...], "kwargs": {...}}`` into ``traceloop.entity.input``: its keyword arguments
+    (with the positional ones under ``args`` when there are any)."""
+    if type(value) is dict and set(value) == {"args", "kwargs"} and type(value["kwargs"]) is dict:
+        return {**value["kwargs"], **({"args": value["args"]} if value["args"] else {})}
+    return value
 
 
 def _decoded(value: Any, mime: Any) -> Any:

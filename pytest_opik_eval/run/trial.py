@@ -25,6 +25,7 @@ from pytest_opik_eval._compat import argument_names
 from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control, property_key
+from pytest_opik_eval.metrics.tool_calls import made_by_app
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import trial_trace
 from pytest_opik_eval.run.scoring import (
@@ -129,9 +130,9 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.output = output
 
             # Whether the app made spans (asked before the metrics make theirs, a judge's among
-            # them): a trace alone says nothing, as the Opik SDK's own pytest plugin imports the
-            # SDK in every session.
-            app_spans = trace is not None and scorer.reads_calls and trace.has_spans()
+            # them; a conversation's turns and simulated user are not the app's): a trace alone
+            # says nothing, as the Opik SDK's own pytest plugin imports the SDK in every session.
+            app_spans = trace is not None and scorer.reads_calls and made_by_app(trace.snapshot())
             try:
                 cache = context.judge_cache
                 judged = None if cache is None else _judged(cache, case.item_id, case.trial, scope)

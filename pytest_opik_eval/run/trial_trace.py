@@ -189,12 +189,6 @@ class TrialTrace(OpikClient):
             else:
                 self._spans.append(params)
 
-    def has_spans(self) -> bool:
-        """Whether the trial has a span so far: the app's or the manual API's before its scoring,
-        a judge's too after."""
-        with self._lock:
-            return bool(self._spans)
-
     def snapshot(self) -> list[Mapping[str, Any]]:
         """The spans the trial has so far (the app's, the manual API's), as ``add_span`` got
         them: taken as the scoring starts, before any metric made one, they are the app's."""

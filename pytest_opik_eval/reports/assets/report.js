@@ -141,7 +141,11 @@
         if (isConversation(t.output)) {
           box.appendChild(transcript(t.output.conversation, t.scores));
           var rest = {};
-          Object.keys(t.output).forEach(function (k) { if (k !== "conversation") rest[k] = t.output[k]; });
+          // The last reply is the transcript's last message: the rest is what ended it, and any
+          // key the test added.
+          Object.keys(t.output).forEach(function (k) {
+            if (k !== "conversation" && k !== "output") rest[k] = t.output[k];
+          });
           if (Object.keys(rest).length) box.appendChild(el("pre", "output-rest", shown(rest)));
         } else {
           box.appendChild(el("pre", "output", shown(t.output)));
