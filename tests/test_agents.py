@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from conftest import Project, extra_reason, installed, offline_opik
 from fake_batches import FakeAnthropic, FakeOpenAI
+from trajectories import EXPECTED, check_five_cases, reasons
 
 STEPS = 'search{"q": "order 7"} > fetch_order{"id": 7} > refund{"id": 7, "amount": 20}'
 SEARCH, FETCH, REFUND = (step.strip() for step in STEPS.split(">"))
@@ -25,8 +26,6 @@ PLANS = {
     "forbidden": f'PLAN: {SEARCH} > {FETCH} > delete_account{{"id": 7}} > {REFUND} > DONE',
     "loop": f"PLAN: LOOP {SEARCH}",  # the model asks for search forever: the agent stops at 8 steps
 }
-EXPECTED = ["search", "fetch_order", {"name": "refund", "arguments": {"id": 7}}]
-RIGHT = [["search", {"q": "order 7"}], ["fetch_order", {"id": 7}], ["refund", {"id": 7, "amount": 20}]]
 
 TEST = """
 import pytest
@@ -182,58 +181,10 @@ def client_app(
     return project, CLIENTS[request.param]
 
 
-def reasons(report: dict[str, Any]) -> dict[str, dict[str, str | None]]:
-    """Each trial's score reasons, by item id and score name."""
-    (experiment,) = report["experiments"]
-    return {
-        trial["dataset_item_id"]: {score["name"]: score["reason"] for score in trial["scores"]}
-        for trial in experiment["trials"]
-    }
-
-
-def check_five_cases(result: pytest.RunResult, report: dict[str, Any], calls: str) -> None:
-    """The five trajectories' outcomes and reasons, in the terminal and the JSON report."""
-    result.assert_outcomes(passed=1, failed=4)
-    found = reasons(report)
-    assert found["right"] == {
-        "tool_sequence": "exact 1.00: got search -> fetch_order -> refund",
-        "tool_not_called:delete_account": "delete_account not called",
-        "step_count": "3 tool calls, 4 LLM calls",  # each model call once, however instrumented
-    }
-    assert found["wrong_order"]["tool_sequence"] == (
-        "exact 0.33: moved search (expected #1, got #2); moved fetch_order (expected #2, got #1); "
-        "got fetch_order -> search -> refund"
-    )
-    assert (
-        found["missing"]["tool_sequence"]
-        == "exact 0.67: missing fetch_order (expected #2); got search -> refund"
-    )
-    assert found["forbidden"]["tool_sequence"] == (
-        "exact 0.75: extra delete_account (#3); got search -> fetch_order -> delete_account -> refund"
-    )
-    assert found["forbidden"]["tool_not_called:delete_account"] == (
-        'delete_account called 1 time(s): #3 delete_account({"id": 7})'
-    )
-    assert found["loop"]["step_count"] == "8 tool calls > 5 (search x8); 8 LLM calls > 6"
-    result.stdout.fnmatch_lines(
-        [
-            "*item wrong_order (trial 0) did not meet its thresholds:",
-            "*tool_sequence *0.333 < 1  exact 0.33: moved search (expected #1, got #2)*",
-            "*item missing (trial 0) did not meet its thresholds:",
-            "*tool_sequence *0.667 < 1  exact 0.67: missing fetch_order (expected #2)*",
-            "*item forbidden (trial 0) did not meet its thresholds:",
-            "*tool_not_called:delete_account *0 < 1  delete_account called 1 time(s): #3 delete_account*",
-            "*item loop (trial 0) did not meet its thresholds:",
-            "*step_count *0 < 1  8 tool calls > 5 (search x8); 8 LLM calls > 6",
-        ],
-        consecutive=False,
-    )
-    assert "eval notices" not in result.stdout.str()
-    (experiment,) = report["experiments"]
-    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
-    metadata = right["scores"][0]["metadata"]
-    assert metadata["calls"] == calls  # the calls scored: the tool spans', or the model's requests
-    assert metadata["actual"] == RIGHT
+def check_agent(result: pytest.RunResult, report: dict[str, Any], calls: str) -> None:
+    """The five trajectories, and each model call counted once, however it was instrumented."""
+    check_five_cases(result, report, calls=calls, loop="8 tool calls > 5 (search x8); 8 LLM calls > 6")
+    assert reasons(report)["right"]["step_count"] == "3 tool calls, 4 LLM calls"
 
 
 @pytest.mark.parametrize("tools", ["tracked", "untracked"])
@@ -244,7 +195,7 @@ def test_the_five_trajectories_through_the_official_clients(
     track = '@opik.track(type="tool")' if tools == "tracked" else ""
     project.write("app.py", TOOLS.format(track=track) + client)
     result, report = project.run_report("--eval")
-    check_five_cases(result, report, "executed" if tools == "tracked" else "requested")
+    check_agent(result, report, "executed" if tools == "tracked" else "requested")
     # The provider's call ids reach each call: requested ones from the answers, executed ones
     # lent by the request of their name.
     right = next(t for t in project.trials() if t.dataset_item_id == "right")
@@ -382,7 +333,7 @@ def test_the_five_trajectories_of_an_agent_instrumented_with_opentelemetry_alone
     tools = TOOLS.format(track="").replace("import opik\n", "")
     project.write("app.py", tools + f"TRACE_TOOLS = {trace_tools}\n" + OTEL + style)
     result, report = project.run_report("--eval")
-    check_five_cases(result, report, calls)
+    check_agent(result, report, calls)
     right = next(t for t in project.trials() if t.dataset_item_id == "right")
     (sequence,) = [span for span in right.spans if span.name == "tool_sequence"]
     scored = sequence.input["tool_calls"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Project, offline_opik
+from trajectories import EXPECTED, RIGHT, check_five_cases, reasons
 
 from pytest_opik_eval.metrics import (
     LLMCall,
@@ -28,7 +29,6 @@ from pytest_opik_eval.metrics import (
 from pytest_opik_eval.metrics.tool_calls import as_calls, extract
 from pytest_opik_eval.store.records import SpanRecord
 
-RIGHT = [["search", {"q": "order 7"}], ["fetch_order", {"id": 7}], ["refund", {"id": 7, "amount": 20}]]
 # Each item's plan: the tool calls the scripted model asks for, one per turn, then its answer.
 PLANS = {
     "right": RIGHT,
@@ -37,7 +37,6 @@ PLANS = {
     "forbidden": [RIGHT[0], RIGHT[1], ["delete_account", {"id": 7}], RIGHT[2]],
     "loop": [RIGHT[0]] * 7 + [RIGHT[1], RIGHT[2]],
 }
-EXPECTED = ["search", "fetch_order", {"name": "refund", "arguments": {"id": 7}}]
 
 # The agent: a loop asking the scripted model for the next step, running the tool it names.
 # {tool} wraps a tool's run; {answer} records the model's answer (requested calls only).
@@ -170,56 +169,6 @@ def agent_project(
     return project
 
 
-def reasons(report: dict[str, Any]) -> dict[str, dict[str, str | None]]:
-    """Each trial's score reasons, by item id and score name."""
-    (experiment,) = report["experiments"]
-    return {
-        trial["dataset_item_id"]: {score["name"]: score["reason"] for score in trial["scores"]}
-        for trial in experiment["trials"]
-    }
-
-
-def check_five_cases(result: pytest.RunResult, report: dict[str, Any], calls: str) -> None:
-    result.assert_outcomes(passed=1, failed=4)
-    found = reasons(report)
-    assert found["right"]["tool_sequence"] == "exact 1.00: got search -> fetch_order -> refund"
-    assert found["right"]["tool_not_called:delete_account"] == "delete_account not called"
-    assert found["wrong_order"]["tool_sequence"] == (
-        "exact 0.33: moved search (expected #1, got #2); moved fetch_order (expected #2, got #1); "
-        "got fetch_order -> search -> refund"
-    )
-    assert found["missing"]["tool_sequence"] == (
-        "exact 0.67: missing fetch_order (expected #2); got search -> refund"
-    )
-    assert found["forbidden"]["tool_sequence"] == (
-        "exact 0.75: extra delete_account (#3); got search -> fetch_order -> delete_account -> refund"
-    )
-    assert found["forbidden"]["tool_not_called:delete_account"] == (
-        'delete_account called 1 time(s): #3 delete_account({"id": 7})'
-    )
-    assert found["loop"]["step_count"] == "9 tool calls > 5 (search x7, fetch_order x1, refund x1)"
-    # The terminal: each failure's lines name the difference.
-    result.stdout.fnmatch_lines(
-        [
-            "*item wrong_order (trial 0) did not meet its thresholds:",
-            "*tool_sequence *0.333 < 1  exact 0.33: moved search (expected #1, got #2)*",
-            "*item missing (trial 0) did not meet its thresholds:",
-            "*tool_sequence *0.667 < 1  exact 0.67: missing fetch_order (expected #2)*",
-            "*item forbidden (trial 0) did not meet its thresholds:",
-            "*tool_not_called:delete_account *0 < 1  delete_account called 1 time(s): #3 delete_account*",
-            "*item loop (trial 0) did not meet its thresholds:",
-            "*step_count *0 < 1  9 tool calls > 5 (search x7, fetch_order x1, refund x1)",
-        ],
-        consecutive=False,
-    )
-    assert "eval notices" not in result.stdout.str()
-    (experiment,) = report["experiments"]
-    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
-    metadata = right["scores"][0]["metadata"]
-    assert metadata["calls"] == calls  # the calls scored: the tool spans', or the model's requests
-    assert metadata["actual"] == RIGHT
-
-
 @pytest.mark.parametrize(
     ("style", "kind"),
     [(MANUAL, "executed"), (SDK, "executed"), (REQUESTED, "requested")],
@@ -232,7 +181,9 @@ def test_the_five_trajectories(
         offline_opik(project, monkeypatch)
     agent_project(project, style)
     result, report = project.run_report("--eval", "--eval-html=report.html")
-    check_five_cases(result, report, kind)
+    check_five_cases(
+        result, report, calls=kind, loop="9 tool calls > 5 (search x7, fetch_order x1, refund x1)"
+    )
     # A metric's span keeps the calls it was given (its input), as the store and the reports show it.
     right = next(t for t in project.trials() if t.dataset_item_id == "right")
     (sequence,) = [span for span in right.spans if span.name == "tool_sequence"]

@@ -15,8 +15,12 @@ from typing import Any
 import pytest
 from conftest import NEEDS_RECORD, Project, extra_reason, installed, offline_opik
 from fake_batches import FakeAnthropic, FakeOpenAI
+from trajectories import EXPECTED, check_five_cases, reasons
 
 pytestmark = NEEDS_RECORD
+
+# The loop's StepCount reason: the model's requests, one per answer.
+LOOP = "8 tool calls > 5 (search x8)"
 
 CALLS = {
     "search": 'search{"q": "order 7"}',
@@ -31,8 +35,6 @@ PLANS = {
     "missing": ["search", "refund"],
     "forbidden": ["search", "fetch_order", "delete_account", "refund"],
 }
-EXPECTED = ["search", "fetch_order", {"name": "refund", "arguments": {"id": 7}}]
-RIGHT = [["search", {"q": "order 7"}], ["fetch_order", {"id": 7}], ["refund", {"id": 7, "amount": 20}]]
 
 
 def plan_text(label: str) -> str:
@@ -187,57 +189,6 @@ def fakes(
     return fake_openai, fake_anthropic
 
 
-def reasons(report: dict[str, Any]) -> dict[str, dict[str, str | None]]:
-    (experiment,) = report["experiments"]
-    return {
-        trial["dataset_item_id"]: {score["name"]: score["reason"] for score in trial["scores"]}
-        for trial in experiment["trials"]
-    }
-
-
-def check_five_cases(result: pytest.RunResult, report: dict[str, Any], *, in_order: bool = True) -> None:
-    """The five verdicts and their reasons (``in_order``: the terminal's, in the items' order)."""
-    result.assert_outcomes(passed=1, failed=4)
-    found = reasons(report)
-    assert found["right"]["tool_sequence"] == "exact 1.00: got search -> fetch_order -> refund"
-    assert found["right"]["tool_not_called:delete_account"] == "delete_account not called"
-    assert found["wrong_order"]["tool_sequence"] == (
-        "exact 0.33: moved search (expected #1, got #2); moved fetch_order (expected #2, got #1); "
-        "got fetch_order -> search -> refund"
-    )
-    assert (
-        found["missing"]["tool_sequence"]
-        == "exact 0.67: missing fetch_order (expected #2); got search -> refund"
-    )
-    assert found["forbidden"]["tool_not_called:delete_account"] == (
-        'delete_account called 1 time(s): #3 delete_account({"id": 7})'
-    )
-    assert found["loop"]["step_count"] == "8 tool calls > 5 (search x8)"
-    if in_order:
-        terminal_lines(result)
-    (experiment,) = report["experiments"]
-    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
-    metadata = right["scores"][0]["metadata"]
-    assert metadata["calls"] == "requested"  # no tool span: the calls the model asked for
-    assert metadata["actual"] == RIGHT
-
-
-def terminal_lines(result: pytest.RunResult) -> None:
-    result.stdout.fnmatch_lines(
-        [
-            "*item wrong_order (trial 0) did not meet its thresholds:",
-            "*tool_sequence *0.333 < 1  exact 0.33: moved search (expected #1, got #2)*",
-            "*item missing (trial 0) did not meet its thresholds:",
-            "*tool_sequence *0.667 < 1  exact 0.67: missing fetch_order (expected #2)*",
-            "*item forbidden (trial 0) did not meet its thresholds:",
-            "*tool_not_called:delete_account *0 < 1  delete_account called 1 time(s): #3 delete_account*",
-            "*item loop (trial 0) did not meet its thresholds:",
-            "*step_count *0 < 1  8 tool calls > 5 (search x8)",
-        ],
-        consecutive=False,
-    )
-
-
 def http_spans(project: Project, label: str = "right") -> list[Any]:
     trial = next(t for t in project.trials() if t.dataset_item_id == label)
     return [span for span in trial.spans if span.type == "llm"]
@@ -249,7 +200,7 @@ def test_the_five_trajectories_of_an_agent_with_no_instrumentation(
 ) -> None:
     agent_project(project, provider)
     result, report = project.run_report("--eval")
-    check_five_cases(result, report)
+    check_five_cases(result, report, calls="requested", loop=LOOP)
     assert "eval notices" not in result.stdout.str()
     # Each model call is an LLM span made from its answer: four for the right plan (three calls,
     # then the text), with the model, the provider and the usage the answer reported.
@@ -281,7 +232,7 @@ def test_streamed_answers_are_put_together(
     # The app streams each answer (the SDKs' stream helpers); the tool calls come in fragments.
     agent_project(project, provider, stream=True)
     result, report = project.run_report("--eval")
-    check_five_cases(result, report)
+    check_five_cases(result, report, calls="requested", loop=LOOP)
     (first, *_) = http_spans(project)
     assert first.prompt_tokens == 10
     assert first.output is not None
@@ -301,13 +252,13 @@ def test_recorded_then_replayed_offline_gives_the_same_verdicts(
     fake = fakes[0] if provider == "openai" else fakes[1]
     budget = "--eval-budget=1000k tokens"
     result, report = project.run_report("--eval", "--eval-record=once", budget)
-    check_five_cases(result, report)
+    check_five_cases(result, report, calls="requested", loop=LOOP)
     assert report["budget"]["spent"] > 0  # the calls sent count against the budget...
     sent = len(fake.live_calls)
     assert sent == 4 + 4 + 3 + 5 + 8  # right, wrong_order, missing, forbidden, loop
     # Strict replay: nothing is sent, every answer comes from the recordings, the spans with them.
     result, report = project.run_report("--eval", "--eval-record=none", budget)
-    check_five_cases(result, report)
+    check_five_cases(result, report, calls="requested", loop=LOOP)
     assert report["budget"]["spent"] == 0  # ...the replayed ones, which cost nothing, do not
     assert len(fake.live_calls) == sent
     result.stdout.fnmatch_lines(["*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*"])
@@ -515,4 +466,6 @@ def test_on_pytest_xdist_workers(project: Project, fakes: tuple[FakeOpenAI, Fake
     # Each worker observes its own trials' calls (no --eval-record): the same verdicts.
     agent_project(project, "anthropic")
     result, report = project.run_report("--eval", "-p", "xdist", "-n", "2")
-    check_five_cases(result, report, in_order=False)  # the workers' failures come in any order
+    check_five_cases(
+        result, report, calls="requested", loop=LOOP, in_order=False
+    )  # the workers' failures come in any order
