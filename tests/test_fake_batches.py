@@ -785,8 +785,14 @@ def test_tool_calls_stream(
             model="gpt-4.1-mini", messages=[{"role": "user", "content": PLAN}], tools=CHAT_TOOLS, stream=True
         )
     )
+    # As OpenAI cuts a tool call: its id and name first, then its arguments, joined by its index.
     calls = [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or ()]
-    assert [(c.index, c.function and c.function.name) for c in calls] == [(0, "search")]
+    assert [(c.index, c.id, c.function and c.function.name) for c in calls] == [
+        (0, calls[0].id, "search"),
+        (0, None, None),
+    ]
+    arguments = "".join((c.function and c.function.arguments) or "" for c in calls)
+    assert json.loads(arguments) == {"q": "order 7"}
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     tools: Any = [{"name": "search", "input_schema": FUNCTION}]
     with claude.messages.stream(

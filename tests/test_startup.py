@@ -35,6 +35,7 @@ def test_a_suite_without_eval_tests_imports_no_store_and_no_pydantic(project: Pr
         "pytest_opik_eval.option_values",
         "pytest_opik_eval.options",
         "pytest_opik_eval.plugin",
+        "pytest_opik_eval.thresholds",
     ]
 
 
