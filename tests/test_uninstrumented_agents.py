@@ -365,7 +365,8 @@ def answer_of(url: str, body: dict[str, Any]) -> dict[str, Any] | None:
     from pytest_opik_eval.run.llm_responses import assembled, endpoint
     from pytest_opik_eval.store.http_recordings import RecordedRequest, RecordedResponse
 
-    found = endpoint(RecordedRequest(method="POST", url=url))
+    call = {"model": "m", "messages": [], "input": ""}  # a model call's body, for any endpoint
+    found = endpoint(RecordedRequest(method="POST", url=url, body={"json": call}))
     assert found is not None
     return assembled(found, RecordedResponse(status=200, body=body))
 
@@ -378,16 +379,30 @@ def test_only_model_calls_are_read() -> None:
     from pytest_opik_eval.run.llm_responses import endpoint
     from pytest_opik_eval.store.http_recordings import RecordedRequest
 
-    def read(method: str, url: str) -> str | None:
-        found = endpoint(RecordedRequest(method=method, url=url))
+    chat = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}
+
+    def read(method: str, url: str, body: Any = chat) -> str | None:
+        found = endpoint(
+            RecordedRequest(method=method, url=url, body=None if body is None else {"json": body})
+        )
         return None if found is None else found.name
 
     assert read("POST", "https://api.openai.com/v1/chat/completions") == "chat_completion_create"
-    assert read("POST", "https://api.openai.com/v1/responses") == "responses_create"
+    assert (
+        read("POST", "https://api.openai.com/v1/responses", {"model": "gpt-4o", "input": "hi"})
+        == "responses_create"
+    )
     assert read("POST", "https://api.anthropic.com/v1/messages") == "anthropic_messages_create"
-    assert read("GET", "https://api.openai.com/v1/responses/resp_1") is None
-    assert read("POST", "https://api.anthropic.com/v1/messages/batches") is None
-    assert read("POST", "https://api.openai.com/v1/embeddings") is None
+    assert read("GET", "https://api.openai.com/v1/responses/resp_1", None) is None
+    assert read("POST", "https://api.anthropic.com/v1/messages/batches", {"requests": []}) is None
+    assert read("POST", "https://api.openai.com/v1/embeddings", {"model": "e", "input": "hi"}) is None
+    # Other APIs' paths that end alike, whose bodies are no model call's: a tool's own requests.
+    assert read("POST", "https://discord.com/api/v10/channels/1/messages", {"content": "done"}) is None
+    assert (
+        read("POST", "https://api.openai.com/v1/threads/t1/messages", {"role": "user", "content": "x"})
+        is None
+    )
+    assert read("POST", "https://forms.example.com/surveys/9/responses", {"answers": [1]}) is None
 
 
 def test_parallel_tool_calls_streamed_in_fragments_are_joined_by_index() -> None:
@@ -469,3 +484,55 @@ def test_on_pytest_xdist_workers(project: Project, fakes: tuple[FakeOpenAI, Fake
     check_five_cases(
         result, report, calls="requested", loop=LOOP, in_order=False
     )  # the workers' failures come in any order
+
+
+def test_usage_the_app_reports_after_a_plain_call_is_that_calls_not_a_second_one(
+    project: Project, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", fake_openai.api_key)
+    project.dataset([{"id": "a"}])
+    project.write(
+        "test_app.py",
+        """
+        import openai
+        import pytest
+        from pytest_opik_eval.metrics import StepCount
+        from pytest_opik_eval.tracing import trace
+
+
+        @pytest.mark.eval(dataset="data.jsonl", metrics=[StepCount(max_llm_calls=1)])
+        def test_app(eval_item):
+            with openai.OpenAI(max_retries=0) as client:
+                answer = client.chat.completions.create(
+                    model="gpt-4o-mini", messages=[{"role": "user", "content": "hi there"}]
+                )
+            # As docs/how-to/spans.md shows an uninstrumented app reporting its call's usage.
+            trace.usage(model="gpt-4o-mini", input_tokens=answer.usage.prompt_tokens,
+                        output_tokens=answer.usage.completion_tokens, cost=0.5)
+            return answer.choices[0].message.content
+        """,
+    )
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    (trial,) = report["experiments"][0]["trials"]
+    assert trial["usage"]["app"]["spans"] == 1  # the call's span, made of its answer, once
+    assert trial["usage"]["app"]["prompt_tokens"] == 2  # the fake counts words: not twice
+    assert trial["usage"]["app"]["cost"] == 0.5  # the app's own cost, on that span
+
+
+def test_tool_calls_streamed_without_an_index_are_told_apart_by_their_ids() -> None:
+    from pytest_opik_eval.run.llm_responses import _Choice
+
+    choice = _Choice()
+    for delta in (
+        {"tool_calls": [{"id": "a", "function": {"name": "search", "arguments": '{"q": '}}]},
+        {"tool_calls": [{"function": {"arguments": "1}"}}]},
+        {"tool_calls": [{"index": 0, "id": "b", "function": {"name": "refund", "arguments": "{}"}}]},
+    ):
+        choice.add({"delta": delta})
+    calls = choice.made(0)["message"]["tool_calls"]
+    assert [(c["id"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+        ("a", "search", '{"q": 1}'),
+        ("b", "refund", "{}"),
+    ]

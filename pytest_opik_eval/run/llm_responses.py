@@ -31,7 +31,7 @@ from pytest_opik_eval.run import trial_trace
 from pytest_opik_eval.run.http_calls import events_of
 from pytest_opik_eval.store.http_recordings import RecordedRequest, RecordedResponse, RecordedUsage
 
-SOURCE = "http"  # metadata["source"] of the spans made here
+SOURCE = trial_trace.HTTP_SOURCE  # metadata["source"] of the spans made here
 
 
 class _Endpoint(NamedTuple):
@@ -52,8 +52,15 @@ _OTEL_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"}
 
 
 def endpoint(request: RecordedRequest) -> _Endpoint | None:
-    """The model call ``request`` is, or None for any other request."""
+    """The model call ``request`` is, or None for any other request: a POST to one of the
+    endpoints whose JSON body names a ``model`` and its ``messages`` (or Responses' ``input``),
+    never another API's path that ends alike (a chat app's ``/channels/{id}/messages``)."""
     if request.method != "POST":
+        return None
+    body = (request.body or {}).get("json")
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return None
+    if "messages" not in body and "input" not in body:
         return None
     path = urlsplit(request.url).path.rstrip("/")
     return next((found for suffix, found in _ENDPOINTS.items() if path.endswith(suffix)), None)
@@ -202,12 +209,19 @@ class _Choice:
             self.finish_reason = choice["finish_reason"]
 
     def _join(self, fragment: Mapping[str, Any]) -> None:
+        index = fragment.get("index")
+        if not isinstance(index, int):
+            index = max(self.calls, default=0)  # no index (some OpenAI-compatible servers): the last
+        new_id = fragment.get("id")
+        if new_id and index in self.calls and self.calls[index]["id"] not in (None, new_id):
+            # Another call's first fragment under an index already taken (a server that numbers
+            # every call 0, or none): a call of its own.
+            index = max(self.calls) + 1
         call = self.calls.setdefault(
-            fragment.get("index", 0),
-            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
+            index, {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
         )
-        if fragment.get("id"):
-            call["id"] = fragment["id"]
+        if new_id:
+            call["id"] = new_id
         function = fragment.get("function") or {}
         for key in ("name", "arguments"):
             if isinstance(function.get(key), str):

@@ -66,13 +66,22 @@ class EvalTrace:
         provider: str | None = None,
     ) -> None:
         """An LLM call's usage: on the innermost span opened with ``span`` here (added to what it
-        has), or else as a new "llm" span named after the model. ``cost`` in USD; None: priced
-        from the price table (the ``cost`` extra) when the trial ends."""
+        has), or else on the span made of the call's HTTP answer (``--eval-llm-spans``), which
+        keeps the provider's counts and takes ``cost``, or else as a new "llm" span named after
+        the model. ``cost`` in USD; None: priced from the price table (the ``cost`` extra) when
+        the trial ends."""
         frame = current_frame()
         if frame is None:
             return
         trace, span = frame
         if span is None or not span.manual or (trace.uses_sdk and trace.parent_span_id() != span.id):
+            claimed = trace.claim_http_span(trace.parent_span_id())
+            if claimed is not None:
+                # The call is already a span, made of its HTTP answer (--eval-llm-spans), with the
+                # provider's own counts: the app's report adds only a cost it knows.
+                if cost is not None and span_usage.cost(cost) is not None:
+                    claimed["total_cost"] = float(cost)
+                return
             # No span of ours is the innermost here (an @opik.track span may be): one of its own.
             call = Span(trace, model, trace.parent_span_id(), type="llm", manual=True)
             call.ended = call.started

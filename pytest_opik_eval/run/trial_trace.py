@@ -100,6 +100,10 @@ _SPAN_SOURCES = (
 )
 
 
+# The "source" in the metadata of a span made of a model call's HTTP answer (run/llm_responses.py).
+HTTP_SOURCE = "http"
+
+
 def start(
     attempt_id: str, name: str, task_input: Callable[[], Mapping[str, Any]], item: Mapping[str, Any]
 ) -> TrialTrace | None:
@@ -142,6 +146,7 @@ class TrialTrace(OpikClient):
         self._lock = threading.Lock()
         self._spans: list[Mapping[str, Any]] = []  # the app's, the judges', the manual API's
         self._own: list[Span] = []  # the scoring spans, finished
+        self._claimed: set[Any] = set()  # the HTTP answers' spans the app reported (claim_http_span)
         self._closed = False
         # The notices of spans whose usage or cost was rejected (see span_usage), made at close.
         self.rejected: list[str] = []
@@ -188,6 +193,24 @@ class TrialTrace(OpikClient):
                 self.foreign += 1
             else:
                 self._spans.append(params)
+
+    def claim_http_span(self, parent: str) -> dict[str, Any] | None:
+        """The latest span under ``parent`` made of a model call's HTTP answer that no report of
+        the app's has claimed, now claimed; or None. ``trace.usage`` after a plain client's call
+        reports the call that span already is: counted once."""
+        with self._lock:
+            for params in reversed(self._spans):
+                metadata = params.get("metadata")
+                if (
+                    isinstance(params, dict)
+                    and params.get("parent_span_id") == parent
+                    and isinstance(metadata, dict)
+                    and metadata.get("source") == HTTP_SOURCE
+                    and params.get("id") not in self._claimed
+                ):
+                    self._claimed.add(params.get("id"))
+                    return params
+        return None
 
     def snapshot(self) -> list[Mapping[str, Any]]:
         """The spans the trial has so far (the app's, the manual API's), as ``add_span`` got
