@@ -5,6 +5,7 @@ when the test says, and the trials finished by --eval-resume with the answers th
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -307,17 +308,19 @@ def test_a_batched_run_replays_offline_once_complete(app: Project, fake_openai: 
     app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)
 
 
+def batch_cli(app: Project, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """``opik-eval --store STORE batch ARGS`` in this process: its exit code and what it printed."""
+    capsys.readouterr()
+    code = main(["--store", str(app.store_path), "batch", *args])
+    return code, capsys.readouterr().out
+
+
 def test_batch_status_and_collect_commands(
     app: Project, fake_openai: FakeOpenAI, capsys: pytest.CaptureFixture[str]
 ) -> None:
     app.run("--eval", *batch_args(fake_openai)).assert_outcomes(skipped=3)
     (batch_id,) = fake_openai.batches
-    store = ["--store", str(app.store_path)]
-
-    def cli(*args: str) -> tuple[int, str]:
-        capsys.readouterr()
-        code = main([*store, "batch", *args])
-        return code, capsys.readouterr().out
+    cli = functools.partial(batch_cli, app, capsys)
 
     code, out = cli("status")
     assert code == 0
@@ -1001,12 +1004,7 @@ def test_gemini_batch_status_and_cancel_commands(
 ) -> None:
     app.run("--eval", *gemini_args(fake_gemini)).assert_outcomes(skipped=3)
     (batch_id,) = fake_gemini.batches
-    store = ["--store", str(app.store_path)]
-
-    def cli(*args: str) -> tuple[int, str]:
-        capsys.readouterr()
-        code = main([*store, "batch", *args])
-        return code, capsys.readouterr().out
+    cli = functools.partial(batch_cli, app, capsys)
 
     code, out = cli("status")
     assert code == 0
