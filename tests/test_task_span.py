@@ -137,3 +137,23 @@ def test_a_task_spans_cache_form_leaves_out_the_provider_call_ids_and_keeps_the_
 
     assert stable(tree("call_abc", 7)) == stable(tree("call_xyz", 7))  # new ids each live run
     assert stable(tree("call_abc", 7)) != stable(tree("call_abc", 8))  # a tool's own "id" argument
+
+    def gemini(call_id: str, order: int) -> Any:
+        # Gemini's call and its answer, their ids inside the parts (camel case on the wire, snake
+        # case as track_genai logs them); the call's own "id" argument stays.
+        call = {"functionCall": {"id": call_id, "name": "refund", "args": {"id": order}}}
+        answer = {"function_response": {"id": call_id, "name": "refund", "response": {"id": order}}}
+        spans = [
+            {
+                "id": f"s1-{call_id}",
+                "parent_span_id": "root",
+                "type": "llm",
+                "name": "generate_content",
+                "input": {"contents": [{"role": "user", "parts": [answer]}]},
+                "output": {"candidates": [{"content": {"role": "model", "parts": [call]}}]},
+            }
+        ]
+        return span_tree({"id": "root", "name": "test_agent", "start_time": 0.0}, spans)
+
+    assert stable(gemini("fc_abc", 7)) == stable(gemini("fc_xyz", 7))
+    assert stable(gemini("fc_abc", 7)) != stable(gemini("fc_abc", 8))

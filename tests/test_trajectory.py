@@ -466,6 +466,49 @@ def test_requested_calls_in_the_three_provider_shapes() -> None:
     assert [call.span_id for call in calls.llm_calls] == ["a", "b", "c"]
 
 
+def test_requested_calls_in_gemini_parts() -> None:
+    # A generateContent answer as the wire has it (an HTTP span's), then as track_genai logs
+    # google-genai's response (snake case, every field, None where unset).
+    wire = {
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {"text": "Thinking.", "thought": True},
+                        {"functionCall": {"name": "search", "args": {"q": "x"}, "id": "fc_1"}},
+                        {"functionCall": {"name": "fetch_order", "args": {"id": 7}}},
+                    ],
+                }
+            }
+        ]
+    }
+    sdk = {
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {
+                            "text": None,
+                            "function_call": {"id": None, "name": "refund", "args": {"id": 7}},
+                            "function_response": None,
+                        }
+                    ],
+                },
+                "finish_reason": "STOP",
+            }
+        ]
+    }
+    calls = extract([span("a", "llm", start=1.0, output=wire), span("b", "llm", start=2.0, output=sdk)])
+    assert [(c.name, c.arguments, c.id, c.kind, c.span_id) for c in calls.tool_calls] == [
+        ("search", {"q": "x"}, "fc_1", "requested", "a"),
+        ("fetch_order", {"id": 7}, None, "requested", "a"),
+        ("refund", {"id": 7}, None, "requested", "b"),
+    ]
+    assert [len(call.tool_calls) for call in calls.llm_calls] == [2, 1]
+
+
 def test_requested_calls_in_opentelemetry_chat_messages() -> None:
     # A chat span's output as run/otel.py makes it: a list of messages, with the GenAI
     # conventions' tool_call parts, or gathered tool_calls (OpenLLMetry's, OpenInference's).

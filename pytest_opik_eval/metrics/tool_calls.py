@@ -12,7 +12,9 @@ Two kinds of call, from two kinds of span:
 - **requested**: a tool call the model asked for, in the output of a span of type ``"llm"``, in
   the shapes the Opik SDK's integrations log: OpenAI chat completions
   (``choices[].message.tool_calls[]``), OpenAI Responses (``output[]`` items of type
-  ``function_call``) and Anthropic messages (``content[]`` blocks of type ``tool_use``); or in
+  ``function_call``), Anthropic messages (``content[]`` blocks of type ``tool_use``) and Gemini's
+  generateContent (``candidates[].content.parts[].functionCall``, or ``function_call`` as the
+  SDK's ``track_genai`` logs the google-genai response, in snake case); or in
   the messages of an OpenTelemetry chat span (``run/otel.py`` makes its output a list of
   messages): the GenAI conventions' ``parts[]`` of type ``tool_call``, or a ``tool_calls[]``
   list (OpenLLMetry's and OpenInference's indexed attributes, gathered).
@@ -129,6 +131,9 @@ def stable(value: Any) -> Any:
 # tool call, a tool use, a function call, a message): never a tool's arguments, which have none.
 _CALL_ID_KEYS = frozenset({"tool_call_id", "call_id", "tool_use_id"})
 _ID_KINDS = frozenset({"function", "function_call", "tool_use", "tool_result", "message"})
+# Gemini's parts hold a call and its answer under these keys (camel case on the wire, snake case
+# as track_genai logs the SDK's objects), their "id" the call's.
+_GEMINI_CALL_KEYS = frozenset({"functionCall", "functionResponse", "function_call", "function_response"})
 
 
 def _without_call_ids(value: Any) -> Any:
@@ -138,10 +143,15 @@ def _without_call_ids(value: Any) -> Any:
         return value
     provider = value.get("type") in _ID_KINDS or "function" in value
     return {
-        key: _without_call_ids(entry)
+        key: _without_id(entry) if key in _GEMINI_CALL_KEYS else _without_call_ids(entry)
         for key, entry in value.items()
         if key not in _CALL_ID_KEYS and not (key == "id" and provider)
     }
+
+
+def _without_id(call: Any) -> Any:
+    """A Gemini function call or response without its id (its arguments kept whole)."""
+    return {key: entry for key, entry in call.items() if key != "id"} if type(call) is dict else call
 
 
 def made_by_app(spans: Iterable[Span]) -> bool:
@@ -316,15 +326,28 @@ def _requested(fields: Mapping[str, Any], seen_ids: set[str], into: list[ToolCal
     if type(choices) is list:  # OpenAI chat completions
         _chat_calls(choices, seen_ids, into, span_id)
     content = output.get("content")
-    if type(content) is list:  # Anthropic messages: tool_use blocks
-        for block in content:
-            if type(block) is dict and block.get("type") == "tool_use" and type(block.get("name")) is str:
-                _add(into, seen_ids, block["name"], block.get("input"), block.get("id"), span_id)
+    if type(content) is list:  # Anthropic messages
+        _tool_use_calls(content, seen_ids, into, span_id)
     items = output.get("output")
-    if type(items) is list:  # OpenAI Responses: function_call items
-        for item in items:
-            if type(item) is dict and item.get("type") == "function_call" and type(item.get("name")) is str:
-                _add(into, seen_ids, item["name"], item.get("arguments"), item.get("call_id"), span_id)
+    if type(items) is list:  # OpenAI Responses
+        _function_call_items(items, seen_ids, into, span_id)
+    candidates = output.get("candidates")
+    if type(candidates) is list:  # Gemini generateContent
+        _gemini_calls(candidates, seen_ids, into, span_id)
+
+
+def _tool_use_calls(blocks: list[Any], seen_ids: set[str], into: list[ToolCall], span_id: Any) -> None:
+    """Anthropic messages: the content's tool_use blocks."""
+    for block in blocks:
+        if type(block) is dict and block.get("type") == "tool_use" and type(block.get("name")) is str:
+            _add(into, seen_ids, block["name"], block.get("input"), block.get("id"), span_id)
+
+
+def _function_call_items(items: list[Any], seen_ids: set[str], into: list[ToolCall], span_id: Any) -> None:
+    """OpenAI Responses: the output's function_call items."""
+    for item in items:
+        if type(item) is dict and item.get("type") == "function_call" and type(item.get("name")) is str:
+            _add(into, seen_ids, item["name"], item.get("arguments"), item.get("call_id"), span_id)
 
 
 def _chat_calls(choices: list[Any], seen_ids: set[str], into: list[ToolCall], span_id: Any) -> None:
@@ -336,6 +359,20 @@ def _chat_calls(choices: list[Any], seen_ids: set[str], into: list[ToolCall], sp
             function = call.get("function") if type(call) is dict else None
             if type(function) is dict and type(function.get("name")) is str:
                 _add(into, seen_ids, function["name"], function.get("arguments"), call.get("id"), span_id)
+
+
+def _gemini_calls(candidates: list[Any], seen_ids: set[str], into: list[ToolCall], span_id: Any) -> None:
+    """Gemini: each candidate's ``functionCall`` parts (``function_call`` as track_genai logs
+    them); their ``args`` an object, their ``id`` set only by some models."""
+    for candidate in candidates:
+        content = candidate.get("content") if type(candidate) is dict else None
+        parts = content.get("parts") if type(content) is dict else None
+        for part in parts if type(parts) is list else ():
+            if type(part) is not dict:
+                continue
+            call = part.get("functionCall") or part.get("function_call")
+            if type(call) is dict and type(call.get("name")) is str:
+                _add(into, seen_ids, call["name"], call.get("args"), call.get("id"), span_id)
 
 
 def _message_calls(messages: list[Any], seen_ids: set[str], into: list[ToolCall], span_id: Any) -> None:
