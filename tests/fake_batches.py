@@ -1328,28 +1328,93 @@ GEMINI_MAX_BYTES = 20 * 1024 * 1024
 
 def gemini_answer(model: str, body: Mapping[str, Any]) -> dict[str, Any]:
     """A GenerateContentResponse: ``"answer to "`` the last user turn's text; usage counts words.
-    Checked as Gemini checks a request: ``contents``, a non-empty list of turns with parts."""
+    Checked as Gemini checks a request: ``contents``, a non-empty list of turns with parts, each
+    turn of function responses answering the calls of the model's turn before it. With
+    ``tools`` and a tool plan (see ``tool_plan``), the planned call as a ``functionCall`` part
+    (with no id, as the Gemini API's models give none). A ``thinkingConfig`` with a budget
+    thinks (``thoughtsTokenCount``); ``includeThoughts`` adds its thought as a first part."""
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
         raise Refused(400, "* GenerateContentRequest.contents: contents is not specified")
     turns = [turn for turn in contents if isinstance(turn, dict)]
     if len(turns) != len(contents) or any(not isinstance(turn.get("parts"), list) for turn in turns):
         raise Refused(400, "* GenerateContentRequest.contents: each content needs parts")
+    _check_function_responses(turns)
     users = [turn for turn in turns if turn.get("role", "user") == "user"]
-    text = "answer to " + (_text(users[-1]["parts"]) if users else "")
-    prompt = sum(_words(_text(turn["parts"])) for turn in turns)
+    plan = tool_plan(_text(users[0]["parts"])) if body.get("tools") and users else None
+    done = sum(1 for turn in users for part in turn["parts"] if "functionResponse" in part)
+    call = None if plan is None else planned_call(plan, done)
+    if call is not None:
+        parts: list[dict[str, Any]] = [{"functionCall": {"name": call[0], "args": call[1]}}]
+        prompt, answered = 10, 5
+    else:
+        text = "answer to " + (_text(users[-1]["parts"]) if users else "")
+        parts = [{"text": text}]
+        prompt, answered = sum(_words(_text(turn["parts"])) for turn in turns), _words(text)
+    usage = {"promptTokenCount": prompt, "candidatesTokenCount": answered}
+    # Gemini reads a field by its JSON name or its proto name (python-genai sends the latter here).
+    thinking = (body.get("generationConfig") or {}).get("thinkingConfig") or {}
+    if thinking.get("thinkingBudget") or thinking.get("thinking_budget"):
+        usage["thoughtsTokenCount"] = 3
+        if thinking.get("includeThoughts") or thinking.get("include_thoughts"):
+            parts.insert(0, {"text": "Thinking about the plan.", "thought": True})
+    usage["totalTokenCount"] = sum(usage.values())
     return {
-        "candidates": [
-            {"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}
-        ],
-        "usageMetadata": {
-            "promptTokenCount": prompt,
-            "candidatesTokenCount": _words(text),
-            "totalTokenCount": prompt + _words(text),
-        },
+        "candidates": [{"content": {"parts": parts, "role": "model"}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": usage,
         "modelVersion": model,
         "responseId": _digest({"model": model, **body}),
     }
+
+
+def _check_function_responses(turns: list[dict[str, Any]]) -> None:
+    """Each turn of function responses answers, by name and in order, the calls of the model's
+    turn right before it, as Gemini requires."""
+    for number, turn in enumerate(turns):
+        answered = [p["functionResponse"].get("name") for p in turn["parts"] if "functionResponse" in p]
+        if not answered:
+            continue
+        before = turns[number - 1] if number else {"parts": []}
+        asked = [p["functionCall"].get("name") for p in before["parts"] if "functionCall" in p]
+        if before.get("role") != "model" or answered != asked:
+            raise Refused(
+                400,
+                f"* GenerateContentRequest.contents[{number}]: function responses {answered} do not "
+                f"answer the model's function calls {asked} in the turn before",
+            )
+
+
+def _gemini_stream(answer: dict[str, Any]) -> list[bytes]:
+    """A GenerateContentResponse as Gemini streams it (``alt=sse``): a thought, then the text in
+    two chunks (a function call whole, in one), the finish reason and the full usage last."""
+    (candidate,) = answer["candidates"]
+    pieces: list[dict[str, Any]] = []
+    for part in candidate["content"]["parts"]:
+        text = part.get("text")
+        if isinstance(text, str) and not part.get("thought"):
+            half = len(text) // 2
+            pieces += [{**part, "text": text[:half]}, {**part, "text": text[half:]}]
+        else:
+            pieces.append(part)
+    usage = answer["usageMetadata"]
+    chunks = []
+    for number, piece in enumerate(pieces):
+        last = number == len(pieces) - 1
+        chunk = {
+            "candidates": [
+                {
+                    "content": {"parts": [piece], "role": "model"},
+                    "index": 0,
+                    **({"finishReason": candidate["finishReason"]} if last else {}),
+                }
+            ],
+            # Before the end, the usage so far: the prompt only.
+            "usageMetadata": usage if last else {"promptTokenCount": usage["promptTokenCount"]},
+            "modelVersion": answer["modelVersion"],
+            "responseId": answer["responseId"],
+        }
+        chunks.append(chunk)
+    return [f"data: {json.dumps(chunk)}\r\n\r\n".encode() for chunk in chunks]
 
 
 class FakeGemini(FakeProvider):
@@ -1462,11 +1527,14 @@ class FakeGemini(FakeProvider):
 
     # -- the API ----------------------------------------------------------------------------------
 
-    def live(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    def live(
+        self, model: str, body: dict[str, Any], method: str = "generateContent"
+    ) -> dict[str, Any] | list[bytes]:
+        """A live answer: JSON, or its server-sent events for ``streamGenerateContent``."""
         answer = gemini_answer(model, body)
         with self._lock:
-            self.live_calls.append((f"/models/{model}:generateContent", body))
-        return answer
+            self.live_calls.append((f"/models/{model}:{method}", body))
+        return answer if method == "generateContent" else _gemini_stream(answer)
 
     def create(self, model: str, raw: bytes) -> dict[str, Any]:
         self._refuse_if_asked()
@@ -1562,9 +1630,21 @@ class FakeGemini(FakeProvider):
 
 
 _VERSION = "/(?:v1|v1beta)"
+
+
+def _streamed(request: Request) -> str:
+    """streamGenerateContent, as server-sent events: the only kind of stream this fake answers."""
+    if request.query.get("alt") != ["sse"]:
+        raise Refused(400, "this fake streams server-sent events only: add ?alt=sse")
+    return "streamGenerateContent"
+
+
 GEMINI_ROUTES: dict[tuple[str, str], Route] = {
     ("POST", _VERSION + "/models/([^/:]+):generateContent"): lambda f, r, model: f.live(
         model, _json_object(r.raw)
+    ),
+    ("POST", _VERSION + "/models/([^/:]+):streamGenerateContent"): lambda f, r, model: f.live(
+        model, _json_object(r.raw), _streamed(r)
     ),
     ("POST", _VERSION + "/models/([^/:]+):batchGenerateContent"): lambda f, r, model: f.create(model, r.raw),
     ("GET", _VERSION + "/batches"): lambda f, r: f.list_batches(r.query),

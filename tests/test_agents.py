@@ -1,7 +1,7 @@
 """Agents through the official clients: a small agent loop with three tools (search, fetch_order,
 refund; delete_account forbidden) asking a fake model for its next step, through ``openai`` (chat
-completions and the Responses API) and ``anthropic``, instrumented with the Opik SDK
-(``track_openai``/``track_anthropic``, tools under ``@opik.track(type="tool")`` or not at all) or
+completions and the Responses API), ``anthropic`` and ``google-genai``, instrumented with the Opik
+SDK (``track_openai``/``track_anthropic``/``track_genai``, tools under ``@opik.track(type="tool")`` or not at all) or
 with OpenTelemetry alone (spans as the GenAI conventions' instrumentations make them, or
 OpenLLMetry's indexed attributes). Each dataset item's input holds the plan the fake model follows
 (tests/fake_batches.py: ``tool_plan``): the right trajectory passes; a wrong order, a missing call,
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import Project, extra_reason, installed, offline_opik
-from fake_batches import FakeAnthropic, FakeOpenAI
+from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI
 from trajectories import EXPECTED, check_five_cases, reasons
 
 STEPS = 'search{"q": "order 7"} > fetch_order{"id": 7} > refund{"id": 7, "amount": 20}'
@@ -145,6 +145,34 @@ def agent(question):
     return "gave up"
 """
 
+GEMINI = """
+from google import genai
+from google.genai import types
+from opik.integrations.genai import track_genai
+
+client = track_genai(
+    genai.Client(api_key=os.environ["FAKE_KEY"], http_options=types.HttpOptions(base_url=os.environ["FAKE_BASE_URL"]))
+)
+DECLARATIONS = [types.FunctionDeclaration(name=name, parameters_json_schema=PARAMETERS) for name in TOOLS]
+CONFIG = types.GenerateContentConfig(tools=[types.Tool(function_declarations=DECLARATIONS)])
+
+
+def agent(question):
+    contents = [types.Content(role="user", parts=[types.Part(text=question)])]
+    for _ in range(MAX_STEPS):
+        answer = client.models.generate_content(model="gemini-2.5-flash", contents=contents, config=CONFIG)
+        calls = answer.function_calls
+        if not calls:
+            return answer.text
+        contents.append(answer.candidates[0].content)
+        results = [
+            types.Part.from_function_response(name=call.name, response={"result": TOOLS[call.name](**call.args)})
+            for call in calls
+        ]
+        contents.append(types.Content(role="user", parts=results))
+    return "gave up"
+"""
+
 # The app's client closed when the session ends, as an app closes it when it stops (a client left
 # open to the collector would warn, an error in these runs).
 CONFTEST = """
@@ -159,17 +187,24 @@ def close_client():
     app.client.close()
 """
 
-CLIENTS = {"openai-chat": OPENAI_CHAT, "openai-responses": OPENAI_RESPONSES, "anthropic": ANTHROPIC}
+CLIENTS = {
+    "openai-chat": OPENAI_CHAT,
+    "openai-responses": OPENAI_RESPONSES,
+    "anthropic": ANTHROPIC,
+    "gemini": GEMINI,
+}
+FAKES = {"anthropic": "fake_anthropic", "gemini": "fake_gemini"}
 
 
-@pytest.fixture(params=["openai-chat", "openai-responses", "anthropic"])
+@pytest.fixture(params=list(CLIENTS))
 def client_app(
     request: pytest.FixtureRequest, project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Project, str]:
-    """The agent project for one client, its fake provider started; the app reads where it is
-    from the environment."""
-    fake: FakeOpenAI | FakeAnthropic
-    fake = request.getfixturevalue("fake_anthropic" if request.param == "anthropic" else "fake_openai")
+    """The agent project for one client (and the client's name), its fake provider started; the
+    app reads where it is from the environment."""
+    fake: FakeOpenAI | FakeAnthropic | FakeGemini = request.getfixturevalue(
+        FAKES.get(request.param, "fake_openai")
+    )
     monkeypatch.setenv("FAKE_BASE_URL", fake.base_url)
     monkeypatch.setenv("FAKE_KEY", fake.api_key)
     offline_opik(project, monkeypatch)
@@ -178,7 +213,7 @@ def client_app(
     )
     project.write("test_agent.py", TEST)
     project.write("conftest.py", CONFTEST)
-    return project, CLIENTS[request.param]
+    return project, request.param
 
 
 def check_agent(result: pytest.RunResult, report: dict[str, Any], calls: str) -> None:
@@ -193,7 +228,7 @@ def test_the_five_trajectories_through_the_official_clients(
 ) -> None:
     project, client = client_app
     track = '@opik.track(type="tool")' if tools == "tracked" else ""
-    project.write("app.py", TOOLS.format(track=track) + client)
+    project.write("app.py", TOOLS.format(track=track) + CLIENTS[client])
     result, report = project.run_report("--eval")
     check_agent(result, report, "executed" if tools == "tracked" else "requested")
     # The provider's call ids reach each call: requested ones from the answers, executed ones
@@ -202,7 +237,10 @@ def test_the_five_trajectories_through_the_official_clients(
     (sequence,) = [span for span in right.spans if span.name == "tool_sequence"]
     scored = sequence.input["tool_calls"]
     assert [call[0] for call in scored] == ["search", "fetch_order", "refund"]
-    assert all(str(call[3]).startswith(("call_", "toolu_")) for call in scored), scored
+    if client == "gemini":  # the Gemini API's models give their calls no id
+        assert [call[3] for call in scored] == [None] * 3
+    else:
+        assert all(str(call[3]).startswith(("call_", "toolu_")) for call in scored), scored
 
 
 # -- OpenTelemetry alone ---------------------------------------------------------------------

@@ -696,8 +696,15 @@ def sse(*events: dict[str, Any]) -> dict[str, Any]:
                 "response": {"model": "m", "usage": {"input_tokens": 11, "output_tokens": 4}},
             }
         ),
+        sse(  # Gemini's stream (alt=sse): the usage so far in each chunk; thoughts are output too
+            {"modelVersion": "m", "usageMetadata": {"promptTokenCount": 11}},
+            {
+                "modelVersion": "m",
+                "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 1, "thoughtsTokenCount": 3},
+            },
+        ),
     ],
-    ids=["openai", "anthropic", "gemini", "anthropic-stream", "responses-stream"],
+    ids=["openai", "anthropic", "gemini", "anthropic-stream", "responses-stream", "gemini-stream"],
 )
 def test_the_usage_of_each_providers_response_is_read(body: dict[str, Any]) -> None:
     usage = usage_of(RecordedResponse(status=200, body=body))

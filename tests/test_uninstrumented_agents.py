@@ -1,5 +1,5 @@
 """An agent with no instrumentation at all (no Opik SDK, no OpenTelemetry, no manual spans): a
-plain ``openai`` or ``anthropic`` client in a loop with three tools (search, fetch_order,
+plain ``openai``, ``anthropic`` or ``google-genai`` client in a loop with three tools (search, fetch_order,
 refund; delete_account forbidden), against the local fakes of tests/fake_batches.py, whose model
 follows the tool plan in the item's input. Its model calls become LLM spans of the trial, made
 from the HTTP answers (--eval-llm-spans), so the trajectory metrics read the tool calls the
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import NEEDS_RECORD, Project, extra_reason, installed, offline_opik
-from fake_batches import FakeAnthropic, FakeOpenAI
+from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI, FakeProvider
 from trajectories import EXPECTED, check_five_cases, reasons
 
 pytestmark = NEEDS_RECORD
@@ -136,6 +136,45 @@ def loop(client, prompt):
     return "gave up"
 """
 
+GEMINI_AGENT = """
+from google.genai import types
+
+
+def ask(client, **params):
+    if not STREAM:
+        return client.models.generate_content(**params).candidates[0].content.parts
+    # A streamed answer's parts, chunk after chunk, as the app puts them together.
+    stream = client.models.generate_content_stream(**params)
+    return [part for chunk in stream for part in chunk.candidates[0].content.parts]
+
+
+def agent(prompt):
+    # Its key and base URL from the environment, as a user's app makes it.
+    with genai.Client() as client:
+        return loop(client, prompt)
+
+
+def loop(client, prompt):
+    declarations = [types.FunctionDeclaration(name=n, parameters_json_schema=SCHEMA) for n in NAMES]
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=declarations)],
+        thinking_config=types.ThinkingConfig(thinking_budget=64, include_thoughts=True),
+    )
+    contents = [types.Content(role="user", parts=[types.Part(text=prompt)])]
+    for _ in range(8):
+        parts = ask(client, model="gemini-2.5-flash", contents=contents, config=config)
+        calls = [part.function_call for part in parts if part.function_call]
+        if not calls:
+            return "".join(part.text or "" for part in parts if not part.thought)
+        contents.append(types.Content(role="model", parts=parts))
+        results = [
+            types.Part.from_function_response(name=call.name, response={"result": TOOLS[call.name](**call.args)})
+            for call in calls
+        ]
+        contents.append(types.Content(role="user", parts=results))
+    return "gave up"
+"""
+
 PLAIN_OPENAI = dict(imports="import openai", client="openai.OpenAI()")
 TRACKED_OPENAI = dict(
     imports="import openai\nfrom opik.integrations.openai import track_openai",
@@ -170,23 +209,36 @@ def agent_project(
     if provider == "openai":
         agent = OPENAI_AGENT.format(client=openai_style["client"])
         app = APP.format(imports=openai_style["imports"], agent=agent, stream=stream)
-    else:
+    elif provider == "anthropic":
         app = APP.format(imports="import anthropic", agent=ANTHROPIC_AGENT, stream=stream)
+    else:
+        app = APP.format(imports="from google import genai", agent=GEMINI_AGENT, stream=stream)
     project.write("app.py", app)
     names = ", ".join(sorted({name.split("(")[0] for name in metrics.split(", ")}))
     project.write("test_agent.py", TEST.format(metric_names=names, metrics=metrics))
     return project
 
 
+Fakes = dict[str, FakeProvider]
+
+
 @pytest.fixture
 def fakes(
-    fake_openai: FakeOpenAI, fake_anthropic: FakeAnthropic, monkeypatch: pytest.MonkeyPatch
-) -> tuple[FakeOpenAI, FakeAnthropic]:
+    fake_openai: FakeOpenAI,
+    fake_anthropic: FakeAnthropic,
+    fake_gemini: FakeGemini,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Fakes:
+    """Each provider's fake, by name, the apps' clients pointed at them through the environment."""
     monkeypatch.setenv("OPENAI_BASE_URL", fake_openai.base_url)
     monkeypatch.setenv("OPENAI_API_KEY", fake_openai.api_key)
     monkeypatch.setenv("FAKE_ANTHROPIC_URL", fake_anthropic.base_url)
     monkeypatch.setenv("FAKE_ANTHROPIC_KEY", fake_anthropic.api_key)
-    return fake_openai, fake_anthropic
+    # python-genai takes GOOGLE_API_KEY over GEMINI_API_KEY when both are set.
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.setenv("GEMINI_API_KEY", fake_gemini.api_key)
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", fake_gemini.origin)
+    return {"openai": fake_openai, "anthropic": fake_anthropic, "gemini": fake_gemini}
 
 
 def http_spans(project: Project, label: str = "right") -> list[Any]:
@@ -194,9 +246,20 @@ def http_spans(project: Project, label: str = "right") -> list[Any]:
     return [span for span in trial.spans if span.type == "llm"]
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+# Each provider's span: its name, its provider (Opik's names), its model, the answer's part kept.
+SPANS = {
+    "openai": ("chat_completion_create", "openai", "gpt-4o-mini", "choices"),
+    "anthropic": ("anthropic_messages_create", "anthropic", "claude-sonnet-4-5", "content"),
+    "gemini": ("generate_content: gemini-2.5-flash", "google_ai", "gemini-2.5-flash", "candidates"),
+}
+# Gemini's thoughts (3 tokens a call, in the fake) are output tokens too.
+THOUGHTS = {"gemini": 3}
+PROVIDERS = ["openai", "anthropic", "gemini"]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_the_five_trajectories_of_an_agent_with_no_instrumentation(
-    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
+    project: Project, fakes: Fakes, provider: str
 ) -> None:
     agent_project(project, provider)
     result, report = project.run_report("--eval")
@@ -209,15 +272,15 @@ def test_the_five_trajectories_of_an_agent_with_no_instrumentation(
     first = spans[0]
     assert first.metadata is not None
     assert first.metadata["source"] == "http"
-    assert first.provider == provider
-    assert first.model == ("gpt-4o-mini" if provider == "openai" else "claude-sonnet-4-5")
+    name, provider_name, model, kept = SPANS[provider]
+    assert (first.name, first.provider, first.model) == (name, provider_name, model)
     assert first.prompt_tokens == 10
-    assert first.completion_tokens == 5
+    assert first.completion_tokens == 5 + THOUGHTS.get(provider, 0)
     # Its input is the request, its output the answer's part that the SDK's integration logs.
     assert first.input is not None
     assert "tools" in first.input
     assert first.output is not None
-    assert list(first.output) == (["choices"] if provider == "openai" else ["content"])
+    assert list(first.output) == [kept]
     (experiment,) = report["experiments"]
     right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
     assert right["usage"]["app"]["prompt_tokens"] == sum(span.prompt_tokens or 0 for span in spans)
@@ -225,31 +288,44 @@ def test_the_five_trajectories_of_an_agent_with_no_instrumentation(
         assert right["usage"]["app"]["cost"] > 0
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
-def test_streamed_answers_are_put_together(
-    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
-) -> None:
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_streamed_answers_are_put_together(project: Project, fakes: Fakes, provider: str) -> None:
     # The app streams each answer (the SDKs' stream helpers); the tool calls come in fragments.
     agent_project(project, provider, stream=True)
     result, report = project.run_report("--eval")
     check_five_cases(result, report, calls="requested", loop=LOOP)
-    (first, *_) = http_spans(project)
+    (first, *_, last) = http_spans(project)
     assert first.prompt_tokens == 10
+    assert first.completion_tokens == 5 + THOUGHTS.get(provider, 0)
     assert first.output is not None
     if provider == "openai":
         (call,) = first.output["choices"][0]["message"]["tool_calls"]
         assert call["function"] == {"name": "search", "arguments": '{"q": "order 7"}'}
-    else:
+    elif provider == "anthropic":
         (block,) = first.output["content"]
         assert (block["type"], block["name"], block["input"]) == ("tool_use", "search", {"q": "order 7"})
+    else:
+        # The thought and the call, each a part; the text streamed in two chunks joined.
+        (candidate,) = first.output["candidates"]
+        assert candidate["content"]["parts"] == [
+            {"text": "Thinking about the plan.", "thought": True},
+            {"functionCall": {"name": "search", "args": {"q": "order 7"}}},
+        ]
+        assert candidate["finishReason"] == "STOP"
+        assert last.output is not None
+        (candidate,) = last.output["candidates"]
+        assert [part["text"] for part in candidate["content"]["parts"]] == [
+            "Thinking about the plan.",
+            "answer to ",
+        ]
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.parametrize("provider", PROVIDERS)
 def test_recorded_then_replayed_offline_gives_the_same_verdicts(
-    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
+    project: Project, fakes: Fakes, provider: str
 ) -> None:
     agent_project(project, provider)
-    fake = fakes[0] if provider == "openai" else fakes[1]
+    fake = fakes[provider]
     budget = "--eval-budget=1000k tokens"
     result, report = project.run_report("--eval", "--eval-record=once", budget)
     check_five_cases(result, report, calls="requested", loop=LOOP)
@@ -263,10 +339,12 @@ def test_recorded_then_replayed_offline_gives_the_same_verdicts(
     assert len(fake.live_calls) == sent
     result.stdout.fnmatch_lines(["*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*"])
     assert len(http_spans(project)) == 4
+    for path in (project.path / ".opik-eval" / "recordings").rglob("*"):  # no key was written
+        assert not path.is_file() or fake.api_key.encode() not in path.read_bytes(), path
 
 
 def test_a_call_track_openai_traces_is_not_counted_twice(
-    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], monkeypatch: pytest.MonkeyPatch
+    project: Project, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     offline_opik(project, monkeypatch)
     agent_project(project, "openai", labels=("right", "forbidden"), openai_style=TRACKED_OPENAI)
@@ -285,9 +363,7 @@ def test_a_call_track_openai_traces_is_not_counted_twice(
     assert right["usage"]["app"]["spans"] == 4
 
 
-def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(
-    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]
-) -> None:
+def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(project: Project, fakes: Fakes) -> None:
     # A test without trajectory metrics: its model calls make no span (auto)...
     agent_project(project, "openai", labels=("right",), metrics="Equals()")
     result = project.run("--eval")
@@ -300,9 +376,7 @@ def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(
     assert all(span.prompt_tokens for span in spans)
 
 
-def test_off_makes_no_span_and_says_how_to_get_the_calls(
-    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]
-) -> None:
+def test_off_makes_no_span_and_says_how_to_get_the_calls(project: Project, fakes: Fakes) -> None:
     agent_project(project, "openai", labels=("right",))
     result = project.run("--eval", "--eval-llm-spans=off")
     result.assert_outcomes(failed=1)
@@ -343,7 +417,7 @@ tracer = trace.get_tracer("app")""",
 
 @pytest.mark.parametrize("style", [MANUAL_LLM_SPAN, OTEL_LLM_SPAN], ids=["manual", "otel"])
 def test_a_call_inside_an_llm_span_of_the_app_makes_no_second_one(
-    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], style: dict[str, str]
+    project: Project, fakes: Fakes, style: dict[str, str]
 ) -> None:
     if style is OTEL_LLM_SPAN:
         pytest.importorskip("opentelemetry.sdk.trace", reason=extra_reason("otel", "opentelemetry"))
@@ -477,7 +551,7 @@ def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
     ]
 
 
-def test_on_pytest_xdist_workers(project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]) -> None:
+def test_on_pytest_xdist_workers(project: Project, fakes: Fakes) -> None:
     # Each worker observes its own trials' calls (no --eval-record): the same verdicts.
     agent_project(project, "anthropic")
     result, report = project.run_report("--eval", "-p", "xdist", "-n", "2")

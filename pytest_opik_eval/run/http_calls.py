@@ -445,9 +445,11 @@ def usage_of(response: RecordedResponse) -> RecordedUsage | None:
                 input_tokens = max(
                     input_tokens, _tokens(usage, "prompt_tokens", "input_tokens", "promptTokenCount")
                 )
+                # Gemini counts its thoughts apart from its answer, and bills both as output.
                 output_tokens = max(
                     output_tokens,
-                    _tokens(usage, "completion_tokens", "output_tokens", "candidatesTokenCount"),
+                    _tokens(usage, "completion_tokens", "output_tokens", "candidatesTokenCount")
+                    + _tokens(usage, "thoughtsTokenCount"),
                 )
     if not found:
         return None

@@ -1,11 +1,14 @@
 """The model calls of an app with no instrumentation, as "llm" spans of its trial, made from the
 HTTP answers the recorder (``run/recording.py``) sees: OpenAI chat completions and Responses,
-Anthropic messages, answered as JSON or streamed (server-sent events, assembled here).
+Anthropic messages, Gemini's generateContent (the Gemini API's and Vertex AI's), answered as
+JSON or streamed (server-sent events, assembled here).
 
 Each span is what the Opik SDK's integrations log for the same call (``track_openai``,
-``track_anthropic``): input = the request's body, output = the answer's ``choices``
-(chat), ``output`` (Responses) or ``content`` (Anthropic), model and usage from the answer,
-and ``source: "http"`` in its metadata. So the trajectory metrics read the tool calls the model
+``track_anthropic``, ``track_genai``): input = the request's body, output = the answer's
+``choices`` (chat), ``output`` (Responses), ``content`` (Anthropic) or ``candidates`` (Gemini),
+model and usage from the answer (Gemini's model from the URL, which names it), and
+``source: "http"`` in its metadata, with a Responses answer's ``status`` when it did not
+complete. So the trajectory metrics read the tool calls the model
 asked for (``metrics/tool_calls.py``), and the budget, the usage and the cost count the call.
 
 One call is one span: a call made while an instrumented LLM span is open around it (the Opik
@@ -19,6 +22,7 @@ Imported by the recorder only when it makes such spans (``--eval-llm-spans``): b
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -38,6 +42,7 @@ class _Endpoint(NamedTuple):
     provider: str
     name: str  # the span's: as the SDK's integration names its own
     output: str  # the key of the answer that the span's output keeps
+    model: str | None = None  # the model the URL names (Gemini's)
 
 
 # By the end of the URL's path, POST only (a retrieval, GET /v1/responses/{id}, is no call).
@@ -49,21 +54,45 @@ _ENDPOINTS = {
 # What marks an OpenTelemetry span as a model call when it starts (the GenAI conventions'
 # operation, OpenInference's span kind, OpenLLMetry's request type), as run/otel.py types it.
 _OTEL_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+# Gemini's model calls: the model and the method at the end of the path
+# (``/v1beta/models/{model}:generateContent``; Vertex AI's ``.../publishers/google/models/...``),
+# never ``:batchGenerateContent`` (a batch, its answers read by run/batch_collect.py).
+_GEMINI_PATH = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent)")
+# The span names of track_genai's, by method (it adds the model after a colon).
+_GEMINI_NAMES = {"generateContent": "generate_content", "streamGenerateContent": "generate_content_stream"}
+# A Responses stream's terminal events: each carries the response as it ended.
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
 def endpoint(request: RecordedRequest) -> _Endpoint | None:
     """The model call ``request`` is, or None for any other request: a POST to one of the
     endpoints whose JSON body names a ``model`` and its ``messages`` (or Responses' ``input``),
-    never another API's path that ends alike (a chat app's ``/channels/{id}/messages``)."""
+    or to Gemini's ``models/{model}:generateContent`` with ``contents``; never another API's
+    path that ends alike (a chat app's ``/channels/{id}/messages``)."""
     if request.method != "POST":
         return None
     body = (request.body or {}).get("json")
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("contents"), list):
+        return _gemini(request.url)
+    if not isinstance(body.get("model"), str):
         return None
     if "messages" not in body and "input" not in body:
         return None
     path = urlsplit(request.url).path.rstrip("/")
     return next((found for suffix, found in _ENDPOINTS.items() if path.endswith(suffix)), None)
+
+
+def _gemini(url: str) -> _Endpoint | None:
+    parts = urlsplit(url)
+    found = _GEMINI_PATH.search(parts.path)
+    if found is None or not parts.path.endswith(found.group(0)):
+        return None
+    model, method = found.groups()
+    # Opik's provider names (opik.types.LLMProvider): Vertex AI's paths name a publisher.
+    provider = "google_vertexai" if "/publishers/" in parts.path else "google_ai"
+    return _Endpoint(provider, f"{_GEMINI_NAMES[method]}: {model}", "candidates", model)
 
 
 def parent(trace: trial_trace.TrialTrace) -> str | None:
@@ -134,9 +163,16 @@ def _params(
             "total_tokens": usage.input_tokens + usage.output_tokens,
         }
     metadata: dict[str, Any] = {"source": SOURCE, "url": request.url}
-    if answer is not None and isinstance(answer.get("id"), str):
-        metadata["id"] = answer["id"]
-    model = (usage.model if usage is not None else None) or (answer or {}).get("model")
+    answer = answer or {}
+    answer_id = answer.get("id") or answer.get("responseId")
+    if isinstance(answer_id, str):
+        metadata["id"] = answer_id
+    status = answer.get("status")
+    if found.output == "output" and isinstance(status, str) and status != "completed":
+        # A Responses answer cut short (max_output_tokens) or failed says so, and why.
+        metadata["status"] = status
+        metadata.update({k: answer[k] for k in ("incomplete_details", "error") if answer.get(k) is not None})
+    model = found.model or (usage.model if usage is not None else None) or answer.get("model")
     return {
         "id": span_id,
         "trace_id": trace.trace_id,
@@ -146,7 +182,7 @@ def _params(
         "start_time": started,
         "end_time": time.time(),
         "input": (request.body or {}).get("json"),
-        "output": None if answer is None else {found.output: answer.get(found.output)},
+        "output": {found.output: answer.get(found.output)} if answer else None,
         "metadata": metadata,
         "tags": None,
         "model": model if isinstance(model, str) else None,
@@ -159,8 +195,9 @@ def _params(
 
 def assembled(found: _Endpoint, response: RecordedResponse) -> dict[str, Any] | None:
     """The answer as one JSON object: the body itself, or a stream's events put together as the
-    SDKs' stream helpers do (OpenAI chat chunks, the Responses API's ``response.completed``,
-    Anthropic's message events); None for a body that is neither."""
+    SDKs' stream helpers do (OpenAI chat chunks, the Responses API's terminal event: completed,
+    incomplete or failed, Anthropic's message events, Gemini's partial responses); None for a
+    body that is neither."""
     events = events_of(response)
     if not events:
         return None
@@ -171,8 +208,10 @@ def assembled(found: _Endpoint, response: RecordedResponse) -> dict[str, Any] | 
     if found.output == "choices":
         return _chat_stream(objects)
     if found.output == "output":
-        completed = [e.get("response") for e in objects if e.get("type") == "response.completed"]
-        return next((r for r in completed if isinstance(r, dict)), None)
+        ended = [e.get("response") for e in objects if e.get("type") in _RESPONSE_ENDS]
+        return next((r for r in ended if isinstance(r, dict)), None)
+    if found.output == "candidates":
+        return _gemini_stream(objects)
     return _message_stream(objects)
 
 
@@ -267,7 +306,62 @@ def _message_stream(events: list[dict[str, Any]]) -> dict[str, Any] | None:
 def _block_delta(
     block: dict[str, Any], delta: Mapping[str, Any], partial: dict[int, str], index: int
 ) -> None:
-    if delta.get("type") == "text_delta":
+    """One delta added to its block, as the anthropic SDK's stream accumulates it (a
+    ``redacted_thinking`` block comes whole in its start, with no delta)."""
+    kind = delta.get("type")
+    if kind == "text_delta":
         block["text"] = str(block.get("text", "")) + str(delta.get("text", ""))
-    elif delta.get("type") == "input_json_delta":
+    elif kind == "input_json_delta":
         partial[index] = partial.get(index, "") + str(delta.get("partial_json", ""))
+    elif kind == "thinking_delta":
+        block["thinking"] = str(block.get("thinking", "")) + str(delta.get("thinking", ""))
+    elif kind == "signature_delta":
+        block["signature"] = delta.get("signature")
+    elif kind == "citations_delta":
+        block.setdefault("citations", []).append(delta.get("citation"))
+
+
+def _gemini_stream(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Gemini's partial responses as one: each candidate's parts in order, text that follows
+    text joined (a thought's apart from the answer's), a function call as it came (whole, in one
+    chunk); the last finish reason, usage and model version."""
+    if not chunks:
+        return None
+    answer: dict[str, Any] = {}
+    candidates: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        answer.update({k: v for k, v in chunk.items() if k != "candidates" and v is not None})
+        for given in chunk.get("candidates") or ():
+            if not isinstance(given, Mapping):
+                continue
+            candidate = candidates.setdefault(
+                given.get("index", 0), {"content": {"parts": [], "role": "model"}}
+            )
+            candidate.update({k: v for k, v in given.items() if k != "content" and v is not None})
+            content = given.get("content")
+            parts = content.get("parts") if isinstance(content, Mapping) else None
+            for part in parts if isinstance(parts, list) else ():
+                if isinstance(part, Mapping):
+                    _add_part(candidate["content"]["parts"], part)
+    answer["candidates"] = [candidates[index] for index in sorted(candidates)]
+    return answer
+
+
+_TEXT_KEYS = frozenset({"text", "thought", "thoughtSignature"})
+
+
+def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
+    last = parts[-1] if parts else None
+    if (
+        last is not None
+        and isinstance(part.get("text"), str)
+        and isinstance(last.get("text"), str)
+        and _TEXT_KEYS.issuperset(part)
+        and _TEXT_KEYS.issuperset(last)
+        and bool(part.get("thought")) == bool(last.get("thought"))
+    ):
+        last["text"] += part["text"]
+        if part.get("thoughtSignature"):
+            last["thoughtSignature"] = part["thoughtSignature"]
+        return
+    parts.append(dict(part))
