@@ -207,11 +207,20 @@ def responses_answer(body: Mapping[str, Any]) -> dict[str, Any]:
     content = "answer to " + (turns[-1] if turns else "")
     prompt = sum(_words(t) for t in turns)
     digest = _digest(body)
+    # An answer longer than max_output_tokens (a word a token here) is cut there: incomplete.
+    most = body.get("max_output_tokens")
+    if most is not None and (not isinstance(most, int) or most < 16):
+        raise Refused(
+            400, "Invalid 'max_output_tokens': expected an integer >= 16", param="max_output_tokens"
+        )
+    status = "completed"
+    if most is not None and call is None and _words(content) > most:
+        content, status = " ".join(content.split()[:most]), "incomplete"
     if call is None:
         output: dict[str, Any] = {
             "type": "message",
             "id": f"msg_{digest}",
-            "status": "completed",
+            "status": status,
             "role": "assistant",
             "content": [{"type": "output_text", "text": content, "annotations": []}],
         }
@@ -229,14 +238,14 @@ def responses_answer(body: Mapping[str, Any]) -> dict[str, Any]:
         "id": f"resp_{digest}",
         "object": "response",
         "created_at": ANSWERED_AT,
-        "status": "completed",
+        "status": status,
         "model": body["model"],
         "output": [output],
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
         "error": None,
-        "incomplete_details": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": None,
         "metadata": {},
         "usage": {
@@ -821,6 +830,8 @@ class FakeOpenAI(FakeProvider):
             self.live_calls.append((path, body))
         if path == "/v1/chat/completions" and body.get("stream"):
             return _stream(answer, bool((body.get("stream_options") or {}).get("include_usage")))
+        if path == "/v1/responses" and body.get("stream"):
+            return _responses_stream(answer)
         return answer
 
 
@@ -877,6 +888,45 @@ def _stream(answer: dict[str, Any], usage: bool) -> list[bytes]:
     if usage:
         chunks.append({**base, "choices": [], "usage": answer["usage"]})
     return [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks] + [b"data: [DONE]\n\n"]
+
+
+def _responses_stream(response: dict[str, Any]) -> list[bytes]:
+    """A Responses answer as its stream of events: created, each output item (a message's text
+    in one delta), then the terminal event of its status (``response.completed``, or
+    ``response.incomplete`` for an answer cut short)."""
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+    ]
+    for index, item in enumerate(response["output"]):
+        where = {"item_id": item["id"], "output_index": index}
+        if item["type"] != "message":
+            events.append({"type": "response.output_item.added", "output_index": index, "item": item})
+            events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+            continue
+        events.append(
+            {
+                "type": "response.output_item.added",
+                "output_index": index,
+                "item": {**item, "status": "in_progress", "content": []},
+            }
+        )
+        for number, part in enumerate(item["content"]):
+            empty = {**part, "text": ""}
+            at = {**where, "content_index": number}
+            events += [
+                {"type": "response.content_part.added", **at, "part": empty},
+                {"type": "response.output_text.delta", **at, "delta": part["text"], "logprobs": []},
+                {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []},
+                {"type": "response.content_part.done", **at, "part": part},
+            ]
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": f"response.{response['status']}", "response": response})
+    return [
+        f"event: {event['type']}\ndata: {json.dumps({**event, 'sequence_number': number})}\n\n".encode()
+        for number, event in enumerate(events)
+    ]
 
 
 def _batch_params(body: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
@@ -960,9 +1010,18 @@ def _rfc3339(when: float) -> str:
     return datetime.fromtimestamp(when, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+# Anthropic's test string: a prompt that holds it gets a redacted_thinking block (its extended
+# thinking guide), so that apps can test that they pass such blocks back.
+REDACTED_THINKING_TRIGGER = (
+    "ANTHROPIC_MAGIC_STRING_TRIGGER_REDACTED_THINKING_46C9A13E193C177646C7398A98432ECCCE4C1253"
+)
+
+
 def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
     """A Message: ``"answer to "`` the last user message; usage counts words. Checked as Anthropic
-    checks a request: ``model``, ``max_tokens`` (at least 1) and ``messages`` are required."""
+    checks a request: ``model``, ``max_tokens`` (at least 1) and ``messages`` are required. With
+    ``thinking`` enabled, the content starts with a thinking block (and a redacted one for a
+    prompt with ``REDACTED_THINKING_TRIGGER``), which a turn of tool use must pass back."""
     messages = params.get("messages")
     if not isinstance(params.get("model"), str):
         raise Refused(400, "model: Field required")
@@ -981,6 +1040,7 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(block, dict) and block.get("type") == "tool_result"
     ]
     call = None if plan is None else planned_call(plan, len(results))
+    thinking = _thinking(params, turns)
     if call is not None:
         digest = _digest(params)
         return {
@@ -989,12 +1049,13 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
             "role": "assistant",
             "model": params["model"],
             "content": [
+                *thinking,
                 {
                     "type": "tool_use",
                     "id": f"toolu_{digest[:12]}_{len(results)}",
                     "name": call[0],
                     "input": call[1],
-                }
+                },
             ],
             "stop_reason": "tool_use",
             "stop_sequence": None,
@@ -1008,27 +1069,74 @@ def message_answer(params: Mapping[str, Any]) -> dict[str, Any]:
         "type": "message",
         "role": "assistant",
         "model": params["model"],
-        "content": [{"type": "text", "text": text}],
+        "content": [*thinking, {"type": "text", "text": text}],
         "stop_reason": "end_turn",
         "stop_sequence": None,
         "usage": {"input_tokens": prompt, "output_tokens": _words(text)},
     }
 
 
-def _message_stream(message: dict[str, Any]) -> list[bytes]:
-    """A Message as Anthropic streams it: start, its block (text in one delta, a tool_use's input
-    in two input_json_delta fragments), stop."""
-    usage = message["usage"]
-    block = message["content"][0]
+def _thinking(params: Mapping[str, Any], turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The thinking blocks an answer starts with, checked as Anthropic checks extended thinking:
+    a budget of at least 1024 tokens, under ``max_tokens``, and each assistant turn of tool use
+    passed back starting with its thinking."""
+    thinking = params.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return []
+    budget = thinking.get("budget_tokens")
+    if not isinstance(budget, int) or not 1024 <= budget < params["max_tokens"]:
+        raise Refused(400, "thinking.budget_tokens: must be >= 1024 and less than max_tokens")
+    for number, turn in enumerate(turns):
+        content = turn.get("content")
+        if turn.get("role") != "assistant" or not isinstance(content, list) or not content:
+            continue
+        first = content[0].get("type") if isinstance(content[0], dict) else None
+        if first not in ("thinking", "redacted_thinking"):
+            raise Refused(
+                400,
+                f"messages.{number}.content.0.type: Expected `thinking` or `redacted_thinking`, but "
+                f"found `{first}`. When `thinking` is enabled, an assistant message must start "
+                "with a thinking block",
+            )
+    digest = _digest(params)
+    blocks: list[dict[str, Any]] = [
+        {"type": "thinking", "thinking": "Thinking about the plan.", "signature": f"sig_{digest}"}
+    ]
+    if REDACTED_THINKING_TRIGGER in _first_user_text(turns):
+        blocks.append({"type": "redacted_thinking", "data": f"redacted_{digest}"})
+    return blocks
+
+
+def _block_events(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A content block's start and deltas, as Anthropic streams it: a text in one delta, a
+    tool_use's input in two input_json_delta fragments, a thinking in two thinking_delta then its
+    signature_delta; a redacted_thinking whole in its start."""
     if block["type"] == "tool_use":
         arguments = json.dumps(block["input"])
-        start = {**block, "input": {}}
-        deltas = [
-            {"type": "input_json_delta", "partial_json": part} for part in (arguments[:3], arguments[3:])
+        fragments = (arguments[:3], arguments[3:])
+        return {**block, "input": {}}, [{"type": "input_json_delta", "partial_json": f} for f in fragments]
+    if block["type"] == "thinking":
+        text = block["thinking"]
+        halves = (text[: len(text) // 2], text[len(text) // 2 :])
+        deltas = [{"type": "thinking_delta", "thinking": half} for half in halves]
+        return {"type": "thinking", "thinking": ""}, [
+            *deltas,
+            {"type": "signature_delta", "signature": block["signature"]},
         ]
-    else:
-        start = {"type": "text", "text": ""}
-        deltas = [{"type": "text_delta", "text": block["text"]}]
+    if block["type"] == "redacted_thinking":
+        return block, []
+    return {"type": "text", "text": ""}, [{"type": "text_delta", "text": block["text"]}]
+
+
+def _message_stream(message: dict[str, Any]) -> list[bytes]:
+    """A Message as Anthropic streams it: start, each block (``_block_events``), stop."""
+    usage = message["usage"]
+    blocks: list[tuple[str, dict[str, Any]]] = []
+    for index, block in enumerate(message["content"]):
+        start, deltas = _block_events(block)
+        blocks.append(("content_block_start", {"index": index, "content_block": start}))
+        blocks += [("content_block_delta", {"index": index, "delta": delta}) for delta in deltas]
+        blocks.append(("content_block_stop", {"index": index}))
     events: list[tuple[str, dict[str, Any]]] = [
         (
             "message_start",
@@ -1041,9 +1149,7 @@ def _message_stream(message: dict[str, Any]) -> list[bytes]:
                 }
             },
         ),
-        ("content_block_start", {"index": 0, "content_block": start}),
-        *(("content_block_delta", {"index": 0, "delta": delta}) for delta in deltas),
-        ("content_block_stop", {"index": 0}),
+        *blocks,
         (
             "message_delta",
             {

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import NEEDS_RECORD, Project, extra_reason, installed, offline_opik
-from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI, FakeProvider
+from fake_batches import REDACTED_THINKING_TRIGGER, FakeAnthropic, FakeGemini, FakeOpenAI, FakeProvider
 from trajectories import EXPECTED, check_five_cases, reasons
 
 pytestmark = NEEDS_RECORD
@@ -108,6 +108,7 @@ def loop(client, prompt):
 
 ANTHROPIC_AGENT = """
 def ask(client, **params):
+    params.update(THINKING)
     if not STREAM:
         return client.messages.create(**params)
     with client.messages.stream(**params) as stream:
@@ -126,7 +127,7 @@ def loop(client, prompt):
         answer = ask(client, model="claude-sonnet-4-5", max_tokens=100, messages=messages, tools=tools)
         uses = [block for block in answer.content if block.type == "tool_use"]
         if not uses:
-            return answer.content[0].text
+            return next(block.text for block in answer.content if block.type == "text")
         messages.append({"role": "assistant", "content": [block.model_dump() for block in answer.content]})
         results = [
             {"type": "tool_result", "tool_use_id": use.id, "content": json.dumps(TOOLS[use.name](**use.input))}
@@ -202,6 +203,7 @@ def agent_project(
     openai_style: dict[str, str] = PLAIN_OPENAI,
     metrics: str = TRAJECTORY,
     stream: bool = False,
+    thinking: bool = False,
 ) -> Project:
     project.dataset(
         [{"id": label, "input": plan_text(label), "expected_tool_calls": EXPECTED} for label in labels]
@@ -211,6 +213,11 @@ def agent_project(
         app = APP.format(imports=openai_style["imports"], agent=agent, stream=stream)
     elif provider == "anthropic":
         app = APP.format(imports="import anthropic", agent=ANTHROPIC_AGENT, stream=stream)
+        # Extended thinking: its budget under max_tokens, as Anthropic requires.
+        extra = (
+            {"max_tokens": 2048, "thinking": {"type": "enabled", "budget_tokens": 1024}} if thinking else {}
+        )
+        app += f"\nTHINKING = {extra!r}\n"
     else:
         app = APP.format(imports="from google import genai", agent=GEMINI_AGENT, stream=stream)
     project.write("app.py", app)
@@ -318,6 +325,65 @@ def test_streamed_answers_are_put_together(project: Project, fakes: Fakes, provi
             "Thinking about the plan.",
             "answer to ",
         ]
+
+
+def test_an_anthropic_stream_keeps_the_models_thinking(project: Project, fakes: Fakes) -> None:
+    # Extended thinking, streamed: each answer's thinking (its text and signature, in deltas) and
+    # a redacted thinking block (asked for by Anthropic's test string) stay in the span.
+    agent_project(project, "anthropic", labels=("right",), stream=True, thinking=True)
+    prompt = f"{REDACTED_THINKING_TRIGGER} {plan_text('right')}"
+    project.dataset([{"id": "right", "input": prompt, "expected_tool_calls": EXPECTED}])
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    assert fakes["anthropic"].rejected == []  # the blocks passed back as the app got them
+    first, *_ = spans = http_spans(project)
+    assert len(spans) == 4
+    assert first.output is not None
+    thinking, redacted, use = first.output["content"]
+    assert thinking["type"] == "thinking"
+    assert thinking["thinking"] == "Thinking about the plan."
+    assert str(thinking["signature"]).startswith("sig_")
+    assert redacted["type"] == "redacted_thinking"
+    assert str(redacted["data"]).startswith("redacted_")
+    assert (use["type"], use["name"], use["input"]) == ("tool_use", "search", {"q": "order 7"})
+
+
+RESPONSES_APP = """
+import openai
+
+
+def answer(prompt):
+    # Streamed, and cut short by max_output_tokens: the stream ends with response.incomplete.
+    with openai.OpenAI() as client, client.responses.stream(
+        model="gpt-4o-mini", input=prompt, max_output_tokens=16
+    ) as stream:
+        (response,) = [e.response for e in stream if e.type in ("response.completed", "response.incomplete")]
+    return response.output_text
+"""
+
+
+def test_a_responses_stream_cut_short_keeps_its_output_and_status(project: Project, fakes: Fakes) -> None:
+    project.dataset([{"id": "long", "input": " ".join(f"word{n}" for n in range(30))}])
+    project.write("app.py", RESPONSES_APP)
+    project.write(
+        "test_app.py",
+        TEST.format(metric_names="StepCount", metrics="StepCount(max_llm_calls=1)").replace(
+            "from app import agent", "from app import answer as agent"
+        ),
+    )
+    result, report = project.run_report("--eval", "--eval-llm-spans=on")
+    result.assert_outcomes(passed=1)
+    (span,) = http_spans(project, "long")
+    assert span.output is not None
+    (message,) = span.output["output"]
+    text = message["content"][0]["text"]
+    assert (message["status"], len(text.split())) == ("incomplete", 16)
+    assert span.metadata is not None
+    assert span.metadata["status"] == "incomplete"
+    assert span.metadata["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert span.completion_tokens == 16
+    (trial,) = report["experiments"][0]["trials"]
+    assert trial["output"] == {"output": text}  # what the app got: the text cut short
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -439,7 +505,7 @@ def answer_of(url: str, body: dict[str, Any]) -> dict[str, Any] | None:
     from pytest_opik_eval.run.llm_responses import assembled, endpoint
     from pytest_opik_eval.store.http_recordings import RecordedRequest, RecordedResponse
 
-    call = {"model": "m", "messages": [], "input": ""}  # a model call's body, for any endpoint
+    call = {"model": "m", "messages": [], "input": "", "contents": []}  # a model call's, for any endpoint
     found = endpoint(RecordedRequest(method="POST", url=url, body={"json": call}))
     assert found is not None
     return assembled(found, RecordedResponse(status=200, body=body))
@@ -477,6 +543,24 @@ def test_only_model_calls_are_read() -> None:
         is None
     )
     assert read("POST", "https://forms.example.com/surveys/9/responses", {"answers": [1]}) is None
+    # Gemini's: the model in the path, the body's contents; a batch is no call of its own.
+    gemini = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash"
+    contents = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    assert read("POST", f"{gemini}:generateContent", contents) == "generate_content: gemini-2.5-flash"
+    assert (
+        read("POST", f"{gemini}:streamGenerateContent?alt=sse", contents)
+        == "generate_content_stream: gemini-2.5-flash"
+    )
+    assert read("POST", f"{gemini}:batchGenerateContent", {"batch": {}}) is None
+    assert read("POST", f"{gemini}:countTokens", contents) is None
+    assert read("POST", "https://example.com/v1/models/x:generateContentNow", contents) is None
+    vertex = (
+        "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1"
+        "/publishers/google/models/gemini-2.5-pro:generateContent"
+    )
+    found = endpoint(RecordedRequest(method="POST", url=vertex, body={"json": contents}))
+    assert found is not None
+    assert (found.provider, found.model) == ("google_vertexai", "gemini-2.5-pro")
 
 
 def test_parallel_tool_calls_streamed_in_fragments_are_joined_by_index() -> None:
@@ -519,12 +603,58 @@ def test_a_responses_stream_is_its_completed_response() -> None:
     assert answer_of("https://api.openai.com/v1/responses", body) == completed
 
 
+def test_a_responses_stream_that_failed_keeps_its_output_and_status() -> None:
+    failed = {
+        "id": "resp_1",
+        "status": "failed",
+        "error": {"code": "server_error", "message": "The model failed."},
+        "output": [{"type": "message", "content": [{"type": "output_text", "text": "Half an"}]}],
+    }
+    body = sse(
+        {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}},
+        {"type": "response.failed", "response": failed},
+    )
+    assert answer_of("https://api.openai.com/v1/responses", body) == failed
+
+
+def test_a_gemini_stream_is_its_chunks_parts_joined() -> None:
+    def chunk(*parts: dict[str, Any], **fields: Any) -> dict[str, Any]:
+        candidate = {"content": {"role": "model", "parts": list(parts)}, "index": 0}
+        return {"candidates": [candidate | fields], "modelVersion": "gemini-2.5-flash", "responseId": "r1"}
+
+    call = {"functionCall": {"name": "search", "args": {"q": "x"}}}
+    body = sse(
+        chunk({"text": "Let me ", "thought": True}),
+        chunk({"text": "think.", "thought": True, "thoughtSignature": "c2ln"}),
+        chunk({"text": "Look"}),
+        chunk({"text": "ing."}, call),
+        chunk(finishReason="STOP") | {"usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}},
+    )
+    answer = answer_of(
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+        body,
+    )
+    assert answer is not None
+    (candidate,) = answer["candidates"]
+    assert candidate["content"]["parts"] == [
+        {"text": "Let me think.", "thought": True, "thoughtSignature": "c2ln"},
+        {"text": "Looking."},
+        call,
+    ]
+    assert candidate["finishReason"] == "STOP"
+    assert (answer["responseId"], answer["usageMetadata"]["candidatesTokenCount"]) == ("r1", 4)
+
+
+CITED = {"type": "char_location", "cited_text": "order 7", "document_index": 0}
+
+
 def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
     body = sse(
         {"type": "message_start", "message": {"id": "msg_1", "model": "claude", "content": []}},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Let me "}},
         {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "look."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": CITED}},
         {
             "type": "content_block_start",
             "index": 1,
@@ -546,7 +676,7 @@ def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
     assert answer is not None
     assert answer["stop_reason"] == "tool_use"
     assert answer["content"] == [
-        {"type": "text", "text": "Let me look."},
+        {"type": "text", "text": "Let me look.", "citations": [CITED]},
         {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}},
     ]
 

@@ -74,8 +74,9 @@ def endpoint(request: RecordedRequest) -> _Endpoint | None:
     body = (request.body or {}).get("json")
     if not isinstance(body, dict):
         return None
-    if isinstance(body.get("contents"), list):
-        return _gemini(request.url)
+    gemini = _gemini(request.url) if isinstance(body.get("contents"), list) else None
+    if gemini is not None:
+        return gemini
     if not isinstance(body.get("model"), str):
         return None
     if "messages" not in body and "input" not in body:
