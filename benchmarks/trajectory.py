@@ -10,10 +10,10 @@ kinds: a general span (no call: what every other span of an app costs), an execu
 Opik SDK (``@track(type="tool")``: a datetime start, the SDK's marker) and from the manual API (a
 float start), an LLM span whose OpenAI chat answer asks for 1 and for 5 tool calls (arguments as
 JSON text, decoded), an Anthropic answer with 1 ``tool_use`` block, the Responses API's
-``function_call`` item, an OpenTelemetry tool span as ``run/otel.py`` converts it (its call id in
-the metadata) and chat span (output messages with a GenAI ``tool_call`` part), and a stored tool
-``SpanRecord`` (ISO text start). Then an agent trial as
-the tests have it: 10 steps of an LLM span asking for a call and the tool span that runs it, and
+``function_call`` item, a Gemini answer with 1 ``functionCall`` part, an OpenTelemetry tool span
+as ``run/otel.py`` converts it (its call id in the metadata) and chat span (output messages with
+a GenAI ``tool_call`` part), and a stored tool ``SpanRecord`` (ISO text start). Then an agent
+trial as the tests have it: 10 steps of an LLM span asking for a call and the tool span that runs it, and
 ``ToolSequence`` scoring its 10 calls. Target: under 5 us a span, for every kind (an LLM span
 that asks for 5 calls: a call).
 
@@ -74,6 +74,9 @@ def llm_output(n: int, kind: str) -> Any:
         return {
             "output": [{"type": "function_call", "call_id": f"c{n}", "name": "search", "arguments": "{}"}]
         }
+    if kind == "gemini llm":
+        call = {"functionCall": {"name": "search", "args": {"q": "query"}, "id": f"fc_{n}"}}
+        return {"candidates": [{"content": {"role": "model", "parts": [call]}, "index": 0}]}
     # "otel chat llm": output messages as run/otel.py decodes gen_ai.output.messages.
     part = {"type": "tool_call", "id": f"call_{n}", "name": "search", "arguments": {"q": "query"}}
     return [{"role": "assistant", "parts": [part], "finish_reason": "tool_call"}]
@@ -131,6 +134,7 @@ KINDS = [
     "openai llm 5 calls",
     "anthropic llm",
     "responses llm",
+    "gemini llm",
     "otel tool",
     "otel chat llm",
     "stored tool",
