@@ -233,23 +233,18 @@ def spans(
     return "spans", json.dumps({"spans": payload}, default=repr)
 
 
-def turn_spans(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
-    """A conversation's turns: its spans tagged ``TURN_TAG``, in order."""
-    return [span for span in spans if span.tags and TURN_TAG in span.tags]
-
-
 def turn_trace_id(attempt_id: str, number: int) -> str:
     """The id of a conversation's turn ``number`` (from 1): the same whenever it is sent."""
     return uuid7_for(attempt_id, f"turn {number}")
 
 
 def turn_traces(attempt_id: str, spans: Sequence[SpanRecord], project: str) -> list[Message]:
-    """A conversation's turns (:func:`turn_spans`) as traces of one thread, its id the
+    """A conversation's turns (its spans tagged ``TURN_TAG``) as traces of one thread, its id the
     attempt's, as the Opik SDK's ``run_simulation`` logs a conversation: the Opik UI shows them as
     the thread's messages. Their spans stay under the attempt's trace, which names the thread
     in its metadata; the turn traces are linked to no experiment (``_link`` None)."""
     stamp = now()
-    turns = turn_spans(spans)
+    turns = [span for span in spans if span.tags and TURN_TAG in span.tags]
     return [
         (
             "trace",

@@ -4,10 +4,10 @@ Each experiment is an Opik experiment on a dataset version; each trial attempt i
 (input: the item; output empty until the attempt completes) linked to the experiment by an
 experiment item; each score is a feedback score on the trace. A conversation's turns are also
 traces of a thread, which gets the conversation's scores (and each turn's trace its per-turn
-scores). The pending marker is the trace
-metadata key ``_opik_evaluation_pending``: true when the trace is created, false when the
-attempt completes, which re-sends the whole trace with its output through the batch endpoint (a
-newer version of the same trace id replaces the older one, and a retry is harmless).
+scores). The pending marker is the trace metadata key ``_opik_evaluation_pending``: true when
+the trace is created, false when the attempt completes, which re-sends the whole trace with its
+output through the batch endpoint (a newer version of the same trace id replaces the older one,
+and a retry is harmless).
 
 The local SQLite store at the spool path keeps everything this machine records, and an outbox
 of the writes for the server, committed with the local change they mirror; a background thread
