@@ -2,8 +2,8 @@
 
 ``OpikTestServer`` listens on 127.0.0.1 and answers the part of the Opik REST API (``<url>/v1/private/...``)
 that the official SDK's ``opik.evaluate()`` / ``opik.evaluate_resume()`` flow and this plugin use: datasets and
-their versions, experiments and experiment items, the experiment "compare" read, traces, spans, feedback scores,
-projects, the workspace name and the health endpoints. Everything is kept in memory.
+their versions, experiments and experiment items, the experiment "compare" read, traces, spans, feedback scores
+(of traces, and of threads: a thread is the traces of one ``thread_id``), projects, the workspace name and the health endpoints. Everything is kept in memory.
 
 It behaves like the backend where that matters to a client:
 
@@ -193,6 +193,7 @@ _REQUEST_MODELS: dict[tuple[str, str], tuple[str, str]] = {
     ("POST", "spans.batch"): ("spans", "create_spans"),
     ("POST", "spans.search"): ("spans", "search_spans"),
     ("POST", "traces.threads.search"): ("traces", "search_trace_threads"),
+    ("PUT", "traces.threads.feedback_scores"): ("traces", "score_batch_of_threads"),
     ("POST", "projects.retrieve"): ("projects", "retrieve_project"),
 }
 
@@ -1006,6 +1007,16 @@ class OpikTestServer:
             scores = [score for by_name in self._feedback_scores.values() for score in by_name.values()]
             return copy.deepcopy(sorted(scores, key=lambda score: score["_order"]))
 
+    @property
+    def thread_feedback_scores(self) -> dict[str, list[dict[str, Any]]]:
+        """Current thread feedback scores by thread id, one per name, in first-write order."""
+        with self._lock:
+            found = {
+                thread_id: sorted(by_name.values(), key=lambda score: score["_order"])
+                for (_, thread_id), by_name in self._thread_scores.items()
+            }
+            return copy.deepcopy(found)
+
     def dataset_by_name(self, name: str) -> dict[str, Any] | None:
         for dataset in self.datasets.values():
             if dataset["name"] == name:
@@ -1030,6 +1041,8 @@ class OpikTestServer:
         self._traces: dict[str, dict[str, Any]] = {}
         self._spans: dict[str, dict[str, Any]] = {}
         self._feedback_scores: dict[str, dict[str, dict[str, Any]]] = {}  # trace id -> name -> score
+        # (project id, thread id) -> name -> score
+        self._thread_scores: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
         self._score_writes = 0
         # Clients that raced to create a dataset: a lookup by name answered 404 before it existed, so a
         # create that then gets 409 lost the race (see _create_dataset_record).
@@ -1293,6 +1306,13 @@ class OpikTestServer:
             ("GET", "v1/private/traces", "traces.list", self._list_traces),
             ("POST", "v1/private/traces/batch", "traces.batch", self._create_traces),
             ("PUT", "v1/private/traces/feedback-scores", "traces.feedback_scores", self._score_traces),
+            # Before the routes of one trace: "threads" is no trace id (the backend's literal paths win).
+            (
+                "PUT",
+                "v1/private/traces/threads/feedback-scores",
+                "traces.threads.feedback_scores",
+                self._score_threads,
+            ),
             (
                 "PUT",
                 "v1/private/traces/" + id_.format("trace_id") + "/feedback-scores",
@@ -2214,6 +2234,15 @@ class OpikTestServer:
                         (t.get("input") is not None) + (t.get("output") is not None) for t in turns
                     ),
                     "status": "active",
+                    "feedback_scores": [
+                        self._score_public(score)
+                        for score in sorted(
+                            self._thread_scores.get(
+                                (str(turns[0].get("project_id")), thread_id), {}
+                            ).values(),
+                            key=lambda score: score["_order"],
+                        )
+                    ],
                     "created_at": turns[0].get("created_at"),
                     "last_updated_at": turns[-1].get("last_updated_at"),
                 }
@@ -2230,8 +2259,15 @@ class OpikTestServer:
         public["duration"] = self._duration_ms(span)
         return _strip_none(public)
 
-    def _store_score(self, trace_id: str, write: dict[str, Any], moment: str) -> None:
-        by_name = self._feedback_scores.setdefault(trace_id, {})
+    def _store_score(
+        self,
+        trace_id: str,
+        write: dict[str, Any],
+        moment: str,
+        by_name: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        if by_name is None:
+            by_name = self._feedback_scores.setdefault(trace_id, {})
         previous = by_name.get(str(write["name"]))
         project = self._project(write.get("project_name")) if not write.get("project_id") else None
         self._score_writes += 1
@@ -2260,6 +2296,23 @@ class OpikTestServer:
         moment = _iso(_now())
         for trace_id, score in checked:
             self._store_score(trace_id, score, moment)
+        return _Response(204)
+
+    def _score_threads(self, body: Any, query: dict[str, str]) -> _Response:
+        """Thread feedback scores (``ThreadsClient.log_threads_feedback_scores``): as the Opik
+        backend, on the thread of that id in the score's project, made if it has no trace yet (its
+        status is not checked: open threads take scores), one score per name, the newest kept."""
+        scores = body.get("scores") or []
+        if not scores or len(scores) > 1000:
+            raise _HttpError(422, "scores size must be between 1 and 1000")
+        moment = _iso(_now())
+        for score in scores:
+            thread_id = str(score.get("thread_id") or "")
+            if not thread_id.strip():
+                raise _HttpError(422, "thread_id must not be blank")
+            project = self._project(score.get("project_name"))
+            by_name = self._thread_scores.setdefault((project["id"], thread_id), {})
+            self._store_score(thread_id, {**score, "project_id": project["id"]}, moment, by_name)
         return _Response(204)
 
     def _score_trace(self, body: Any, query: dict[str, str], trace_id: str) -> _Response:

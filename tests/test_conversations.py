@@ -8,16 +8,21 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import opik_server
 import pytest
-from conftest import NEEDS_RECORD, Project
+from conftest import NEEDS_RECORD, OPIK_KEY, Project
 from fake_batches import FakeOpenAI
 from opik_server import OpikTestServer
 
+import pytest_opik_eval.ids
+from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.metrics import Equals, PerTurn
 from pytest_opik_eval.store.local import LocalStore
+from pytest_opik_eval.store.opik import sender
 
 SCENARIOS = 20
 
@@ -361,6 +366,193 @@ def test_with_the_opik_backend_each_conversation_is_a_thread(project: Project, o
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == sorted([thread, 4] for thread in threads)
+
+
+SCORED = """
+import os
+import pathlib
+import signal
+
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, Contains, PerTurn, ScoreResult
+
+HERE = pathlib.Path(__file__).parent
+
+
+class Resolved(BaseMetric):
+    def __init__(self):
+        super().__init__(name="resolved", threshold=0.5)
+
+    def score(self, conversation, **ignored):
+        last = conversation[-1]["content"]
+        return ScoreResult(name=self.name, value=float("done" in last), reason=f"last reply: {last!r}")
+
+
+@pytest.mark.eval(
+    dataset="chat.jsonl",
+    metrics=[Resolved(), PerTurn(Contains(case_sensitive=False, name="polite"), "mean", turn_threshold=1.0)],
+    scoring_key_mapping={"reference": lambda item: "please"},
+    trial_count=2,
+)
+def test_chat(eval_conversation, eval_item, eval_trial):
+    replies = iter(["Hello, please wait", "done" if eval_trial == 0 else "done, please rate us"])
+
+    def app(message, history):
+        kill = HERE / "kill"
+        if history and kill.exists() and kill.read_text() == f"{eval_item['id']} {eval_trial}":
+            kill.unlink()
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-conversation, at its second turn
+        return next(replies)
+
+    return eval_conversation.run(app)
+"""
+
+# The threads' feedback scores, and those of the traces named on the command line, as the Opik
+# SDK reads them: {id: [[name, value, reason], ...]}.
+SDK_SCORES = """
+import json, sys, opik
+client = opik.Opik()
+scores = {
+    thread.id: sorted([s.name, s.value, s.reason] for s in thread.feedback_scores or [])
+    for thread in client.search_threads(project_name="pytest-evals")
+}
+for trace_id in sys.argv[1:]:
+    trace = client.get_trace_content(trace_id)
+    scores[trace_id] = sorted([s.name, s.value, s.reason] for s in trace.feedback_scores or [])
+print(json.dumps(scores))
+"""
+
+
+def sdk_scores(trace_ids: list[str]) -> dict[str, list[list[Any]]]:
+    done = subprocess.run(
+        [sys.executable, "-c", SDK_SCORES, *trace_ids],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, list[list[Any]]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+def threads_of_trials(opik: OpikTestServer) -> dict[tuple[str, int], str]:
+    """The thread of each trial's completed trace that an experiment item links, by (item, trial)."""
+    traces = [opik.traces[link["trace_id"]] for link in opik.experiment_items]
+    linked = [t for t in traces if not t["metadata"]["_opik_evaluation_pending"]]
+    return {
+        (t["metadata"]["dataset_item_id"], t["metadata"]["trial"]): t["metadata"]["thread_id"] for t in linked
+    }
+
+
+def turn_traces(opik: OpikTestServer, thread: str) -> list[str]:
+    """The ids of a thread's turn traces, in turn order."""
+    turns = [t for t in opik.traces.values() if t.get("thread_id") == thread]
+    return [t["id"] for t in sorted(turns, key=lambda t: t["metadata"]["turn"])]
+
+
+def test_with_the_opik_backend_a_conversations_scores_are_its_threads_and_each_turn_its_own(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset(
+        [{"id": name, "user_responses": [f"hi from {name}", "bye"]} for name in "ab"], "chat.jsonl"
+    )
+    project.write("test_chat.py", SCORED)
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=2, failed=2)  # trial 0's last reply is not polite
+    trials = {(t["dataset_item_id"], t["trial"]): t["scores"] for t in report["experiments"][0]["trials"]}
+    threads = threads_of_trials(opik)
+    assert set(threads) == set(trials)
+    turns = {thread: turn_traces(opik, thread) for thread in threads.values()}
+    read = sdk_scores([turn for ids in turns.values() for turn in ids])
+
+    for key, scores in trials.items():
+        thread = threads[key]
+        # The thread holds the conversation's scores, the whole conversation's and each per-turn
+        # aggregate, with their reasons: what the JSON report says of the trial.
+        assert read[thread] == sorted([s["name"], s["value"], s["reason"]] for s in scores)
+        # Each turn's trace holds that turn's score of the per-turn metric.
+        (polite,) = [s for s in scores if s["name"] == "polite"]
+        assert [read[turn] for turn in turns[thread]] == [
+            [["polite", value, reason]] for value, reason in polite["metadata"]["turns"]
+        ]
+    # Trial 0's second reply ("done") does not say please: its thread's mean and its turn show it.
+    thread = threads["a", 0]
+    assert ["polite", 0.5, "mean of 2 turns (1, 0); turn 2 below 1"] in read[thread]
+    assert ["resolved", 1.0, "last reply: 'done'"] in read[thread]
+    assert read[turns[thread][1]][0][:2] == ["polite", 0.0]
+    assert opik.unhandled_requests == []
+
+
+def test_with_the_opik_backend_a_killed_then_resumed_suite_scores_each_thread_once(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset(
+        [{"id": name, "user_responses": [f"hi from {name}", "bye"]} for name in "ab"], "chat.jsonl"
+    )
+    project.write("test_chat.py", SCORED)
+    (project.path / "kill").write_text("b 0")
+    killed = project.pytester.runpytest_subprocess("--eval", "-p", "no:randomly")
+    assert killed.ret == -9
+    assert ("b", 0) not in project.completed()
+
+    # The resumed session sends what the killed one spooled, riding out a flaky server.
+    sent = len(opik.find_requests("PUT", "threads/feedback-scores"))  # by the killed session's sender
+    opik.fail_next(3, status=503, path_contains="threads/feedback-scores")
+    resumed, report = project.run_report("--eval-resume=last")
+    resumed.assert_outcomes(passed=1, failed=1)  # the killed conversation, whole again, and b's last
+    faults = [r.fault for r in opik.find_requests("PUT", "threads/feedback-scores")][sent:]
+    assert faults[:3] == ["fail"] * 3
+    trials = {(t["dataset_item_id"], t["trial"]): t["scores"] for t in report["experiments"][0]["trials"]}
+    threads = threads_of_trials(opik)
+    assert set(threads) == set(trials) == {("a", 0), ("a", 1), ("b", 0), ("b", 1)}
+    # One thread per trial, each with one score of each name: the killed conversation sent no
+    # turn (its spans go with its scores), and the rerun is a thread of its own.
+    read = sdk_scores([])
+    assert set(read) == set(threads.values())
+    for key, scores in trials.items():
+        assert read[threads[key]] == sorted([s["name"], s["value"], s["reason"]] for s in scores)
+
+
+def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_thread(
+    project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A server that checks the UUID v7 time window as Opik Cloud does (24 hours).
+    with OpikTestServer(api_key=OPIK_KEY, workspace="evals", uuid7_window=24 * 3600) as server:
+        for name, value in server.sdk_env(project_name="pytest-evals").items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "opik")
+        monkeypatch.setenv("OPIK_CONFIG_PATH", str(tmp_path / "none"))
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        project.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
+        project.write("test_chat.py", SCORED)
+        # Recorded as if two days ago, the server away once the experiment is made: the turn
+        # traces are sent under new ids, and their scores must follow them.
+        two_days = 2 * 24 * 3600 * 10**9
+        monkeypatch.setattr(pytest_opik_eval.ids, "_clock", lambda: time.time_ns() - two_days)
+        monkeypatch.setattr(pytest_opik_eval.ids, "_last", 0)  # ids never go back: the tests' before
+        monkeypatch.setattr(opik_server, "CURRENT", server, raising=False)
+        project.write(
+            "conftest.py",
+            "def pytest_runtest_setup(item):\n    __import__('opik_server').CURRENT.go_down()\n",
+        )
+        project.run("--eval").assert_outcomes(passed=1, failed=1)
+        monkeypatch.setattr(pytest_opik_eval.ids, "_clock", time.time_ns)
+
+        server.come_back()
+        # One write a batch: a turn's score goes in a later batch than its renewed trace.
+        monkeypatch.setattr(sender, "BATCH", 1)
+        assert opik_eval(["--store", str(project.store_path), "sync"]) == 0
+        assert server.invalid_requests == []
+        threads = threads_of_trials(server)
+        assert set(threads) == {("a", 0), ("a", 1)}
+        scored = {score["id"]: score for score in server.feedback_scores if score["name"] == "polite"}
+        for thread in threads.values():
+            assert {s["name"] for s in server.thread_feedback_scores[thread]} == {"resolved", "polite"}
+            turns = turn_traces(server, thread)
+            assert len(turns) == 2
+            assert not {pytest_opik_eval.ids.uuid7_for(thread, f"turn {n}") for n in (1, 2)} & set(turns)
+            assert all(turn in scored for turn in turns)
 
 
 PER_TURN = """

@@ -35,7 +35,7 @@ class PerTurn(BaseMetric):
             the Opik SDK's Equals, Contains, RegexMatch and IsJson, which carry none).
 
     The score's metadata holds each turn's value and reason (``turns``), which the HTML
-    report shows beside the transcript.
+    report shows beside the transcript, and the Opik backend puts on each turn's trace.
     """
 
     def __init__(

@@ -1,8 +1,9 @@
 """What is sent to the Opik server, in the formats the Opik SDK writes, so that the Opik UI and
 SDK read it as their own: an experiment and its metadata (the SDK's resume state, and this
 plugin's plan), one trace per trial attempt, the experiment item that links it, the spans of the
-app under it (``@opik.track``), its feedback scores, and the experiment's aggregate scores; and a
-feedback score read back as a score.
+app under it (``@opik.track``), its feedback scores, a conversation's turns as traces of a thread
+and its scores as the thread's, and the experiment's aggregate scores; and a feedback score read
+back as a score.
 
 Each write for the server is a :data:`Message` of the spool's outbox.
 """
@@ -65,6 +66,7 @@ class AttemptInfo:
     passed: bool | None = None
     task_span: SpanRecord | None = None  # sent again with its output, once the output is known
     thread_id: str | None = None  # a conversation's: the thread of its turns' traces
+    turns: int = 0  # a conversation's: how many turn traces its thread holds
 
 
 def now() -> str:
@@ -231,6 +233,11 @@ def spans(
     return "spans", json.dumps({"spans": payload}, default=repr)
 
 
+def turn_trace_id(attempt_id: str, number: int) -> str:
+    """The id of a conversation's turn ``number`` (from 1): the same whenever it is sent."""
+    return uuid7_for(attempt_id, f"turn {number}")
+
+
 def turn_traces(attempt_id: str, spans: Sequence[SpanRecord], project: str) -> list[Message]:
     """A conversation's turns (its spans tagged ``TURN_TAG``) as traces of one thread, its id the
     attempt's, as the Opik SDK's ``run_simulation`` logs a conversation: the Opik UI shows them as
@@ -243,7 +250,7 @@ def turn_traces(attempt_id: str, spans: Sequence[SpanRecord], project: str) -> l
             "trace",
             json.dumps(
                 {
-                    "id": uuid7_for(attempt_id, f"turn {number}"),  # the same when sent again
+                    "id": turn_trace_id(attempt_id, number),
                     "project_name": project,
                     "name": "conversation_turn",
                     "start_time": _utc(span.start_time) or stamp,
@@ -320,18 +327,69 @@ def scoring_errors(scores: Sequence[ScoreRecord]) -> list[dict[str, Any]]:
 def feedback_scores(attempt_id: str, scores: Sequence[ScoreRecord], project: str) -> list[Message]:
     """The scores that did not fail, as feedback scores on the attempt's trace, if any."""
     feedback = [
-        {
-            "id": attempt_id,
-            "project_name": project,
-            "name": s.name,
-            "value": s.value,
-            "source": "sdk",
-            **({"reason": s.reason} if s.reason else {}),
-        }
+        _feedback(attempt_id, s.name, s.value, s.reason, project) for s in scores if not s.scoring_failed
+    ]
+    return [("feedback_scores", json.dumps({"scores": feedback}))] if feedback else []
+
+
+def thread_feedback_scores(thread_id: str, scores: Sequence[ScoreRecord], project: str) -> list[Message]:
+    """The scores that did not fail, as feedback scores on a conversation's thread, if any, as
+    the Opik SDK's ``evaluate_threads`` logs a conversation's scores
+    (``ThreadsClient.log_threads_feedback_scores``, to ``traces/threads/feedback-scores``). The
+    thread needs no closing first: the server takes scores on an active thread, and a score of
+    the same name replaces the thread's earlier one."""
+    feedback = [
+        _feedback(thread_id, s.name, s.value, s.reason, project, key="thread_id")
         for s in scores
         if not s.scoring_failed
     ]
+    return [("thread_feedback_scores", json.dumps({"scores": feedback}))] if feedback else []
+
+
+def turn_feedback_scores(
+    attempt_id: str, turns: int, scores: Sequence[ScoreRecord], project: str
+) -> list[Message]:
+    """Each turn's own score of a per-turn metric (``PerTurn``: its metadata's ``turns``, one
+    ``[value, reason]`` per reply) as a feedback score on that turn's trace, under the metric's
+    name, if the conversation's ``turns`` traces and the metric's turns agree."""
+    feedback = [
+        _feedback(turn_trace_id(attempt_id, number), s.name, value, reason, project)
+        for s in scores
+        if not s.scoring_failed
+        for number, (value, reason) in enumerate(_per_turn(s, turns), 1)
+    ]
     return [("feedback_scores", json.dumps({"scores": feedback}))] if feedback else []
+
+
+def _per_turn(score: ScoreRecord, turns: int) -> list[tuple[float, str | None]]:
+    """The turns' ``(value, reason)`` of a per-turn metric's score, one per turn trace; none for
+    any other score (a metadata of another shape is a metric's own)."""
+    found = (score.metadata or {}).get("turns")
+    if not isinstance(found, list) or len(found) != turns:
+        return []
+    pairs = []
+    for entry in found:
+        if not (isinstance(entry, list) and len(entry) == 2):
+            return []
+        value, reason = entry
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            return []
+        pairs.append((float(value), reason if isinstance(reason, str) else None))
+    return pairs
+
+
+def _feedback(
+    target: str, name: str, value: float, reason: str | None, project: str, *, key: str = "id"
+) -> dict[str, Any]:
+    # As the Opik SDK's FeedbackScoreMessage.as_payload_dict: a thread's names its thread_id.
+    return {
+        key: target,
+        "project_name": project,
+        "name": name,
+        "value": value,
+        "source": "sdk",
+        **({"reason": reason} if reason else {}),
+    }
 
 
 # -- read back --------------------------------------------------------------------------------

@@ -16,6 +16,12 @@ from pytest_opik_eval.store.opik.spool import Spool
 
 BATCH = 500  # messages read from the outbox at a time
 SPANS_PER_REQUEST = 1000  # the most spans/batch takes (the Opik SDK's batcher sends as many)
+SCORES_PER_REQUEST = 1000  # the most a feedback-scores request takes (the SDK's batches as many)
+# The outbox's kinds of feedback scores, each to its endpoint: a trace's, a conversation thread's.
+SCORE_PATHS = (
+    ("feedback_scores", "traces/feedback-scores"),
+    ("thread_feedback_scores", "traces/threads/feedback-scores"),
+)
 SPAN_BYTES_PER_REQUEST = 10_000_000  # of JSON, before gzip: well under the server's request limit
 # Opik Cloud refuses a new trace whose UUID v7 time is more than its window (24 hours by
 # default, 12 at the least) from now; self-hosted servers check only the version. A trace
@@ -45,9 +51,11 @@ def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: 
     deleted = [item_id for batch in by_kind.get("experiment_item_delete", []) for item_id in batch["ids"]]
     if deleted:
         client.request("POST", "experiments/items/delete", body={"ids": deleted})
-    scores = [score for batch in by_kind.get("feedback_scores", []) for score in batch["scores"]]
-    if scores:
-        client.request("PUT", "traces/feedback-scores", body={"scores": scores})
+    # A thread's after the turn traces that make it: the server scores the thread they name.
+    for kind, path in SCORE_PATHS:
+        scores = [score for batch in by_kind.get(kind, []) for score in batch["scores"]]
+        for start in range(0, len(scores), SCORES_PER_REQUEST):
+            client.request("PUT", path, body={"scores": scores[start : start + SCORES_PER_REQUEST]})
     for update in by_kind.get("experiment_scores", []):
         client.request("PATCH", f"experiments/{update['id']}", body={"experiment_scores": update["scores"]})
     for update in by_kind.get("experiment_metadata", []):
@@ -73,12 +81,18 @@ def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool)
                 by_kind.setdefault("experiment_item", []).append(link)
         if new is not None:
             renewed[old] = trace["id"] = new
+    # What points at a trace follows it, renewed in this batch or in an earlier one (a batch may
+    # end between a trace and its experiment item or scores).
     for link in by_kind.get("experiment_item", []):
-        link["trace_id"] = renewed.get(link["trace_id"], link["trace_id"])
+        link["trace_id"] = _current_id(link["trace_id"], renewed, spool)
     _renew_old_span_ids(by_kind.get("spans", []), renewed, spool, now_ms)
     for batch in by_kind.get("feedback_scores", []):
         for score in batch["scores"]:
-            score["id"] = renewed.get(score["id"], score["id"])
+            score["id"] = _current_id(score["id"], renewed, spool)
+
+
+def _current_id(old: str, renewed: dict[str, str], spool: Spool) -> str:
+    return renewed.get(old) or spool.renewed_id(old) or old
 
 
 def _renew_old_span_ids(
@@ -102,8 +116,7 @@ def _renew_old_span_ids(
         if parent is not None:
             # A parent sent in an earlier batch was renewed then.
             span["parent_span_id"] = ids.get(parent) or spool.renewed_id(parent) or parent
-        trace = span["trace_id"]
-        span["trace_id"] = renewed.get(trace) or spool.renewed_id(trace) or trace
+        span["trace_id"] = _current_id(span["trace_id"], renewed, spool)
 
 
 def _span_requests(spans: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

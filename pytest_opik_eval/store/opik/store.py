@@ -2,10 +2,12 @@
 
 Each experiment is an Opik experiment on a dataset version; each trial attempt is one trace
 (input: the item; output empty until the attempt completes) linked to the experiment by an
-experiment item; each score is a feedback score on the trace. The pending marker is the trace
-metadata key ``_opik_evaluation_pending``: true when the trace is created, false when the
-attempt completes, which re-sends the whole trace with its output through the batch endpoint (a
-newer version of the same trace id replaces the older one, and a retry is harmless).
+experiment item; each score is a feedback score on the trace. A conversation's turns are also
+traces of a thread, which gets the conversation's scores (and each turn's trace its per-turn
+scores). The pending marker is the trace metadata key ``_opik_evaluation_pending``: true when
+the trace is created, false when the attempt completes, which re-sends the whole trace with its
+output through the batch endpoint (a newer version of the same trace id replaces the older one,
+and a retry is harmless).
 
 The local SQLite store at the spool path keeps everything this machine records, and an outbox
 of the writes for the server, committed with the local change they mirror; a background thread
@@ -236,7 +238,7 @@ class OpikStore:
         outbox = [payloads.spans(spans, self.settings.project, task_output=attempt.output)] if spans else []
         turns = payloads.turn_traces(attempt_id, spans, self.settings.project)
         if turns:
-            attempt.thread_id = attempt_id
+            attempt.thread_id, attempt.turns = attempt_id, len(turns)
             outbox += turns
         self.spool.record_spans(attempt_id, spans, usage, outbox=outbox)
         self.sender.wake()
@@ -260,7 +262,14 @@ class OpikStore:
         attempt.score_metadata = {s.name: s.metadata for s in scores if s.metadata is not None}
         # A judge's samples (judge_samples) likewise: the feedback score is their mean or majority.
         attempt.score_samples = {s.name: s.samples for s in scores if s.samples is not None}
-        outbox = payloads.feedback_scores(attempt_id, scores, self.settings.project)
+        project = self.settings.project
+        outbox = payloads.feedback_scores(attempt_id, scores, project)
+        if attempt.thread_id is not None:
+            # A conversation's scores on its thread too, which the Opik UI's Threads view shows,
+            # and each turn's score of a per-turn metric on that turn's trace. Its spans, and so
+            # its turns, were recorded before its scores (see run/trial.py).
+            outbox += payloads.thread_feedback_scores(attempt.thread_id, scores, project)
+            outbox += payloads.turn_feedback_scores(attempt_id, attempt.turns, scores, project)
         self.spool.record_scores(attempt_id, scores, passed, outbox=outbox)
 
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
