@@ -49,12 +49,17 @@ class RescoreTarget:
 
     def select_stored(self, items: list[pytest.Item]) -> tuple[list[pytest.Item], list[pytest.Item]]:
         """Split the collected items into the trials of the original that have a stored output,
-        each given it, and everything else, to deselect (a trial that never completed has no
-        output: the header and the summary say to resume the original first)."""
+        each given it (and its original trial, whose stored spans give its calls), and everything
+        else, to deselect (a trial that never completed has no output: the header and the summary
+        say to resume the original first)."""
 
         def stored(trial: Trial, experiment: ExperimentRecord, record: TrialState) -> bool:
-            trial.stored_output = self.outputs.get((experiment.id, record.dataset_item_id, record.trial))
-            return trial.stored_output is not None
+            key = (experiment.id, record.dataset_item_id, record.trial)
+            trial.stored_output = self.outputs.get(key)
+            if trial.stored_output is None:
+                return False
+            trial.original = key
+            return True
 
         return self.original.select(items, stored)
 
@@ -69,7 +74,7 @@ class RescoreTarget:
             trial = item.stash[TRIAL_KEY]
             assert trial.experiment_id is not None, "bound to its stored trial as it was selected"
             key = (rescored.get(trial.experiment_id, ""), trial.case.item_id, trial.case.trial)
-            trial.stored_output = self.outputs.get(key)
+            trial.original, trial.stored_output = key, self.outputs.get(key)
             if trial.stored_output is None:  # the original's trial was deleted since
                 raise pytest.UsageError(
                     f"{resume.option}={resume.requested}: experiment {trial.experiment_id} rescores "
