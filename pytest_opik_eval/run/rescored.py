@@ -3,15 +3,14 @@ output the original trial stored, and its tool calls, those the original made, r
 spans its completed attempt stored. A rescore calls no task, so its trial makes no spans of the
 app; the metrics that read ``tool_calls``, ``llm_calls`` or ``task_span`` get the original's.
 
-The spans are read where the trials run (a single process, each pytest-xdist worker), once per
-original experiment, by the first trial of a test whose metrics read the calls: a rescore of
-tests with other metrics reads no span, and the controller hands its workers no span.
+The spans are read where the trials run (a single process, each pytest-xdist worker), each
+trial's as it is scored, and only for a test whose metrics read the calls: a rescore of tests
+with other metrics reads no span, and the controller hands its workers no span.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_opik_eval._compat_opik import span_tree
@@ -21,19 +20,15 @@ from pytest_opik_eval.collect.trials import Trial
 if TYPE_CHECKING:
     from pytest_opik_eval.run.recording import TrialScope
     from pytest_opik_eval.run.trial_trace import TrialTrace
-    from pytest_opik_eval.store import Store
     from pytest_opik_eval.store.records import SpanRecord
-
-# (experiment id, item id, trial): an original trial, as a rescore names it (collect/rescore.py).
-OriginalKey = tuple[str, str, int]
 
 
 class StoredOutput:
     """A rescore's task: returns the output the original trial stored, a fresh copy each time (a
     metric may change what it is given); the task itself is not called. ``original``: that
-    trial, whose stored spans give the calls its metrics read."""
+    trial's id, whose stored spans give the calls its metrics read."""
 
-    def __init__(self, output: dict[str, Any], original: OriginalKey | None = None) -> None:
+    def __init__(self, output: dict[str, Any], original: str | None = None) -> None:
         self.output = output
         self.original = original
 
@@ -69,40 +64,17 @@ class OriginalTrace:
         return span_tree(root, [vars(span) for span in self._spans])
 
 
-_NO_SPANS = OriginalTrace([])
+# A store's reader of a trial's stored spans, by trial id (``store.base.span_reader``).
+SpanReader = Callable[[str], list["SpanRecord"]]
 
 
-class OriginalSpans:
-    """The spans the rescored trials' originals stored, read from the store on first need, one
-    experiment at a time, and kept for the session (a rerun of a trial reads them again).
-    Thread-safe: with --eval-threads, the first trial reads while the others wait for it."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._lock = threading.Lock()
-        self._read: dict[str, dict[tuple[str, int], OriginalTrace]] = {}
-
-    def trace(self, key: OriginalKey) -> OriginalTrace:
-        """The original trial's trace; empty when it stored no spans."""
-        experiment_id, item_id, trial = key
-        with self._lock:
-            traces = self._read.get(experiment_id)
-            if traces is None:
-                traces = self._read[experiment_id] = {
-                    (t.dataset_item_id, t.trial): OriginalTrace(t.spans)
-                    for t in self._store.trials(experiment_id, spans=True)
-                    if t.status == "completed"
-                }
-        return traces.get((item_id, trial), _NO_SPANS)
-
-
-def calls_source(task: object, originals: OriginalSpans | None, computes: bool) -> OriginalTrace | None:
+def calls_source(task: object, read: SpanReader | None, computes: bool) -> OriginalTrace | None:
     """Where a trial's calls are read, if not from its own trace: for a rescored trial (``task``
-    a ``StoredOutput``) whose scoring ``computes`` them, the trace its original stored."""
+    a ``StoredOutput``) whose scoring ``computes`` them, the trace its original stored, read now
+    (each trial's own, one indexed read: an experiment's are never all held at once)."""
     if not computes or not isinstance(task, StoredOutput) or task.original is None:
         return None
-    assert originals is not None, "a rescore session reads its originals' spans"
-    return originals.trace(task.original)
+    return OriginalTrace([] if read is None else read(task.original))
 
 
 def _under(root_id: str, spans: Sequence[SpanRecord]) -> list[SpanRecord]:

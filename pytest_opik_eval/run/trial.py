@@ -27,7 +27,7 @@ from pytest_opik_eval.escaping import escape_control, property_key
 from pytest_opik_eval.metrics.tool_calls import made_by_app
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import trial_trace
-from pytest_opik_eval.run.rescored import OriginalSpans, StoredOutput, calls_source
+from pytest_opik_eval.run.rescored import SpanReader, StoredOutput, calls_source
 from pytest_opik_eval.run.scoring import (
     RETURNED_NONE,
     Judged,
@@ -70,7 +70,7 @@ class TrialContext:
     in, the session its attempts belong to, the budget its spans' spend counts against (with
     --eval-budget), the judge cache its judges' scores come from when it has them
     (--eval-judge-cache), the recorder that records or replays its task's HTTP calls
-    (--eval-record), and in a rescore the spans its originals stored (--eval-rescore)."""
+    (--eval-record), and in a rescore how the spans its originals stored are read (--eval-rescore)."""
 
     store: Store
     session_id: str
@@ -78,7 +78,7 @@ class TrialContext:
     judge_cache: JudgeCache | None = None
     recorder: Recorder | None = None
     batcher: Batcher | None = None  # --eval-batch: the trials whose requests wait in a batch
-    originals: OriginalSpans | None = None  # --eval-rescore: where the calls of its trials are read
+    read_spans: SpanReader | None = None  # --eval-rescore: the original trials' stored spans
 
 
 def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None = None) -> None:
@@ -131,7 +131,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.output = output
 
             # A rescore's calls are those its original made, read from the spans it stored.
-            spans = calls_source(task, context.originals, scorer.computes) or trace
+            spans = calls_source(task, context.read_spans, scorer.computes) or trace
             # Whether the app made spans (asked before the metrics make theirs, a judge's among
             # them; a conversation's turns and simulated user are not the app's): a trace alone
             # says nothing, as the Opik SDK's own pytest plugin imports the SDK in every session.
