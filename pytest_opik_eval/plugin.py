@@ -75,7 +75,7 @@ def _evaluates(config: pytest.Config) -> bool:
 def eval_item(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The dataset item of this trial, including its ``"id"`` (without its human labels); a
     fresh copy for each trial."""
-    from pytest_opik_eval.run.trial import fresh_copy
+    from pytest_opik_eval.collect.datasets.loading import fresh_copy
 
     return fresh_copy(_trial(request).case.task_item)
 
@@ -92,8 +92,8 @@ def eval_conversation(request: pytest.FixtureRequest) -> Conversation:
     ``first_message``, ``max_turns``, or a scripted ``user_responses``):
     ``return eval_conversation.run(app)`` drives it to its end and returns the transcript, the
     trial's output (see docs/how-to/conversations.md)."""
+    from pytest_opik_eval.collect.datasets.loading import fresh_copy
     from pytest_opik_eval.run.conversation import Conversation
-    from pytest_opik_eval.run.trial import fresh_copy
 
     return Conversation(fresh_copy(_trial(request).case.task_item))
 

@@ -49,11 +49,13 @@ class RescoreTarget:
 
     def select_stored(self, items: list[pytest.Item]) -> tuple[list[pytest.Item], list[pytest.Item]]:
         """Split the collected items into the trials of the original that have a stored output,
-        each given it, and everything else, to deselect (a trial that never completed has no
-        output: the header and the summary say to resume the original first)."""
+        each given it (and its original trial, whose stored spans give its calls), and everything
+        else, to deselect (a trial that never completed has no output: the header and the summary
+        say to resume the original first)."""
 
         def stored(trial: Trial, experiment: ExperimentRecord, record: TrialState) -> bool:
             trial.stored_output = self.outputs.get((experiment.id, record.dataset_item_id, record.trial))
+            trial.original = None if trial.stored_output is None else record.id
             return trial.stored_output is not None
 
         return self.original.select(items, stored)
@@ -62,7 +64,7 @@ class RescoreTarget:
         self, resume: ResumeTarget, items: list[pytest.Item]
     ) -> tuple[list[pytest.Item], list[pytest.Item]]:
         """A resumed rescore's: its pending trials, as any resume selects them, each given the
-        output its original trial stored."""
+        output its original trial stored (and that trial, whose stored spans give its calls)."""
         keep, deselected = resume.select_pending(items)
         rescored = {e.id: e.rescore_of for e in resume.experiments if e.rescore_of is not None}
         for item in keep:
@@ -70,6 +72,8 @@ class RescoreTarget:
             assert trial.experiment_id is not None, "bound to its stored trial as it was selected"
             key = (rescored.get(trial.experiment_id, ""), trial.case.item_id, trial.case.trial)
             trial.stored_output = self.outputs.get(key)
+            original = self.original.trials.get(key)
+            trial.original = None if original is None else original.id
             if trial.stored_output is None:  # the original's trial was deleted since
                 raise pytest.UsageError(
                     f"{resume.option}={resume.requested}: experiment {trial.experiment_id} rescores "

@@ -133,8 +133,10 @@ class Trial:
     soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
     completed_attempt: str | None = None  # the attempt this session completed, if any
     # A rescore's: the output the original trial's completed attempt stored, scored in place of
-    # the task's (the task is not called).
+    # the task's (the task is not called); and that trial's id, whose stored spans give the tool
+    # calls its metrics read (run/rescored.py).
     stored_output: dict[str, Any] | None = None
+    original: str | None = None
 
 
 # Each trial test case carries its Trial in its stash.

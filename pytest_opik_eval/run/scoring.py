@@ -8,9 +8,9 @@ import json
 import math
 import numbers
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -18,7 +18,7 @@ from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
 from pytest_opik_eval.collect.marker import EvalSpec, ScoringKeyMapping
 from pytest_opik_eval.escaping import escape_control, shorten
 from pytest_opik_eval.exceptions import EvalError
-from pytest_opik_eval.metrics.tool_calls import extract
+from pytest_opik_eval.metrics.tool_calls import Span, extract
 from pytest_opik_eval.run.judges import is_judge
 from pytest_opik_eval.store.records import ScoreRecord
 
@@ -43,10 +43,9 @@ COMPUTED = frozenset({"tool_calls", "llm_calls", "task_span"})
 # for a test whose metrics (or mapping, by name) read it.
 TASK_SPAN = "task_span"
 
-# Said once per test whose metrics read the tool calls of a trial that has no spans.
-NO_SPANS = (
-    "its metrics read the trial's tool calls (tool_calls, llm_calls), but the trial has no spans, "
-    'so they got none: instrument the app\'s tools with the Opik SDK (@opik.track(type="tool")), '
+# How an app's tool calls reach its trials: what the two notices below advise.
+_INSTRUMENT = (
+    'instrument the app\'s tools with the Opik SDK (@opik.track(type="tool")), '
     "with OpenTelemetry (execute_tool spans, the otel extra), "
     "or with the manual API (from pytest_opik_eval.tracing import trace; "
     'with trace.span(name, type="tool", input=args) as span: ...), '
@@ -54,10 +53,32 @@ NO_SPANS = (
     "the OpenAI and Anthropic calls the app makes itself are read from their HTTP answers with "
     "--eval-llm-spans=auto (the default) and the record extra (pip install 'pytest-opik-eval[record]')"
 )
-RESCORED_CALLS = (
-    "its metrics read the trial's tool calls (tool_calls, llm_calls), which a rescore does not "
-    "read from the stored spans yet: they got none, unless the stored output holds them"
+# Said once per test whose metrics read the tool calls of a trial that has no spans.
+NO_SPANS = (
+    "its metrics read the trial's tool calls (tool_calls, llm_calls), but the trial has no spans, "
+    "so they got none: " + _INSTRUMENT
 )
+# Said once per rescored test whose metrics read the tool calls of an original trial that stored
+# no spans of the app: its app made none, its store kept none, or it was imported from the Opik
+# server (store/opik/importing.py copies no spans).
+RESCORED_CALLS = (
+    "its metrics read the trial's tool calls (tool_calls, llm_calls), which a rescore reads from "
+    "the spans the original trial stored, but it stored none of the app's here, so they got none "
+    "(an experiment recorded on another machine, or by opik.evaluate(), keeps its spans on the "
+    "Opik server only: rescore it where it ran); rescore a new run (pytest --eval) of an app whose "
+    "calls make spans: " + _INSTRUMENT
+)
+
+
+class SpanSource(Protocol):
+    """Where a trial's calls are read from: its own trace (``TrialTrace``), or for a rescore the
+    spans its original stored (``run.rescored.OriginalTrace``)."""
+
+    def snapshot(self) -> Sequence[Span]:
+        """The app's spans."""
+
+    def task_span(self, output: Mapping[str, Any]) -> Any:
+        """The Opik SDK's ``SpanModel`` tree of the task span and the app's spans under it."""
 
 
 class MissingScoreArguments(EvalError):
@@ -167,7 +188,8 @@ class Scorer:
         named = computed_names(spec)
         self.reads_calls = bool(named - {TASK_SPAN})
         self._reads_span = TASK_SPAN in named
-        self._computes = bool(named) or any(callable(source) for source in self.mapping.values())
+        # Whether the scoring computes them: a rescore reads the original's spans only then.
+        self.computes = bool(named) or any(callable(source) for source in self.mapping.values())
 
     def score(
         self,
@@ -176,6 +198,7 @@ class Scorer:
         trace: TrialTrace | None = None,
         seconds: dict[str, float] | None = None,
         judged: Judged | None = None,
+        spans: SpanSource | None = None,
     ) -> list[ScoreRecord]:
         """Run every metric. A metric that raises an ``Exception`` gives a failed score and the
         others still run; a missing argument raises ``MissingScoreArguments``; a
@@ -184,13 +207,15 @@ class Scorer:
         ``judged``, a judge's scores come from the judge cache when it has them. A judge sampled
         several times (``judge_samples``) gives each score once: its samples' mean, or a pass/fail
         judge's majority (``sampled_value``). The tool calls (``COMPUTED``) come from the spans
-        ``trace`` holds as the scoring starts, computed only for a test that reads them."""
+        ``spans`` (by default ``trace``) holds as the scoring starts, computed only for a test that
+        reads them."""
         computed: dict[str, Any] | None = None
-        if self._computes:
-            calls = extract(() if trace is None else trace.snapshot())
+        if self.computes:
+            source = trace if spans is None else spans
+            calls = extract(() if source is None else source.snapshot())
             computed = {"tool_calls": calls.tool_calls, "llm_calls": calls.llm_calls}
             if self._reads_span:
-                computed[TASK_SPAN] = None if trace is None else trace.task_span(output)
+                computed[TASK_SPAN] = None if source is None else source.task_span(output)
         inputs = scoring_inputs(item, output, self.mapping, computed)
         scores: list[ScoreRecord] = []
         for metric, parameters, tracked, samples in zip(
@@ -231,11 +256,12 @@ class Scorer:
         self, item: Mapping[str, Any], output: Mapping[str, Any], traced: bool, rescored: bool
     ) -> list[str]:
         """What to tell the user, once per test, when its metrics read tool calls that a trial
-        (``traced``: the app made spans; ``rescored``: its output was stored) could not give them,
-        or that hid the item's fields of those names. Nothing when the task returned its own."""
+        (``traced``: the app made spans, or for a rescore, ``rescored``, its original stored them)
+        could not give them, or that hid the item's fields of those names. Nothing when the task
+        returned its own."""
         if not self.reads_calls or "tool_calls" in output:
             return []
-        advice = [RESCORED_CALLS] if rescored else [] if traced else [NO_SPANS]
+        advice = [] if traced else [RESCORED_CALLS if rescored else NO_SPANS]
         hidden = sorted(COMPUTED.intersection(item))
         if hidden:
             advice.append(

@@ -10,29 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import dataclasses
 import functools
 import inspect
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 from pytest_opik_eval._compat import argument_names
-from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, nested_too_deep
+from pytest_opik_eval.collect.datasets.loading import MAX_DEPTH, fresh_copy, nested_too_deep
 from pytest_opik_eval.collect.trials import ANYIO_BACKEND, OWN_ARGS, Trial
 from pytest_opik_eval.escaping import escape_control, property_key
 from pytest_opik_eval.metrics.tool_calls import made_by_app
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import trial_trace
+from pytest_opik_eval.run.rescored import SpanReader, StoredOutput, calls_source
 from pytest_opik_eval.run.scoring import (
     RETURNED_NONE,
     Judged,
     MissingScoreArguments,
     Scorer,
+    SpanSource,
     describe_failure,
     scorer_of,
 )
@@ -56,7 +57,6 @@ UNPRICED_SPEND = (
 )
 
 
-_Value = TypeVar("_Value")
 _Result = TypeVar("_Result")
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -69,8 +69,8 @@ class TrialContext:
     """What every trial of this process runs with, made once: the store its steps are recorded
     in, the session its attempts belong to, the budget its spans' spend counts against (with
     --eval-budget), the judge cache its judges' scores come from when it has them
-    (--eval-judge-cache), and the recorder that records or replays its task's HTTP calls
-    (--eval-record)."""
+    (--eval-judge-cache), the recorder that records or replays its task's HTTP calls
+    (--eval-record), and in a rescore how the spans its originals stored are read (--eval-rescore)."""
 
     store: Store
     session_id: str
@@ -78,6 +78,7 @@ class TrialContext:
     judge_cache: JudgeCache | None = None
     recorder: Recorder | None = None
     batcher: Batcher | None = None  # --eval-batch: the trials whose requests wait in a batch
+    read_spans: SpanReader | None = None  # --eval-rescore: the original trials' stored spans
 
 
 def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task | None = None) -> None:
@@ -129,16 +130,18 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             store.record_output(attempt, output)
             trial.output = output
 
+            # A rescore's calls are those its original made, read from the spans it stored.
+            spans = calls_source(task, context.read_spans, scorer.computes) or trace
             # Whether the app made spans (asked before the metrics make theirs, a judge's among
             # them; a conversation's turns and simulated user are not the app's): a trace alone
             # says nothing, as the Opik SDK's own pytest plugin imports the SDK in every session.
-            app_spans = trace is not None and scorer.reads_calls and made_by_app(trace.snapshot())
+            app_spans = spans is not None and scorer.reads_calls and made_by_app(spans.snapshot())
             try:
                 cache = context.judge_cache
                 judged = None if cache is None else _judged(cache, case.item_id, case.trial, scope)
                 # The metrics' requests are the judges' (strict replay sends them only if live).
                 with _NOTHING if scope is None else scope.recorder.scoring(scope):
-                    scores = _score(scorer, case.task_item, output, trace, metric_seconds, judged)
+                    scores = _score(scorer, case.task_item, output, trace, metric_seconds, judged, spans)
             except MissingScoreArguments as error:
                 missing = str(error)
             else:
@@ -193,23 +196,6 @@ def _judged(cache: JudgeCache, item_id: str, trial: int, scope: TrialScope | Non
         return Judged(cache, item_id, trial)
     # A call deferred, or refused (strict batching, a request out of tries): no score to keep.
     return Judged(cache, item_id, trial, lambda: len(scope.deferred) + len(scope.misses))
-
-
-class StoredOutput:
-    """A rescore's task (see ``collect/rescore.py``): returns the output the original trial
-    stored, a fresh copy each time (a metric may change what it is given); the task itself is
-    not called."""
-
-    def __init__(self, output: dict[str, Any]) -> None:
-        self.output = output
-
-    def __call__(self, trace: trial_trace.TrialTrace | None, scope: TrialScope | None) -> dict[str, Any]:
-        return fresh_copy(self.output)
-
-
-def stored_task(trial: Trial) -> StoredOutput | None:
-    """The task that stands for a rescored trial's, or None for a trial whose task runs."""
-    return None if trial.stored_output is None else StoredOutput(trial.stored_output)
 
 
 def recording_key(trial: Trial) -> TrialKey:
@@ -294,11 +280,12 @@ def _score(
     trace: trial_trace.TrialTrace | None,
     seconds: dict[str, float],
     judged: Judged | None,
+    spans: SpanSource | None,
 ) -> list[ScoreRecord]:
     if trace is None:
-        return scorer.score(item, output, seconds=seconds, judged=judged)
+        return scorer.score(item, output, seconds=seconds, judged=judged, spans=spans)
     with trace.scoring():  # the "metrics_calculation" span, the metrics' spans under it
-        return scorer.score(item, output, trace, seconds, judged)
+        return scorer.score(item, output, trace, seconds, judged, spans)
 
 
 def _record_spans(
@@ -417,23 +404,6 @@ def task_args(item: pytest.Function, trial: Trial, shared: pytest.Function) -> d
         else:
             args[name] = shared.funcargs[name]
     return args
-
-
-def fresh_copy(value: _Value) -> _Value:
-    """A deep copy: JSON data (what datasets hold) copied directly, as copy.deepcopy costs
-    several times more; anything else through copy.deepcopy."""
-    return cast(_Value, _copy(value))
-
-
-def _copy(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        return {key: _copy(inner) for key, inner in value.items()}
-    if kind is list:
-        return [_copy(inner) for inner in value]
-    if kind in (str, int, float, bool) or value is None:
-        return value
-    return copy.deepcopy(value)
 
 
 # Plugins that run coroutine tests (pytest-asyncio) replace ``item.obj``, while the test case

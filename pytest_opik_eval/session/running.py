@@ -29,6 +29,7 @@ from pytest_opik_eval.reports.terminal import SOFT_FAILED
 from pytest_opik_eval.run.budget import NOT_STARTED, NOT_STARTED_ATTR
 from pytest_opik_eval.run.concurrency import LOOKAHEAD, prepare_threads
 from pytest_opik_eval.run.judges import is_judge
+from pytest_opik_eval.run.rescored import SpanReader, stored_task
 from pytest_opik_eval.run.scoring import SCORER, new_scorer
 from pytest_opik_eval.run.trial import (
     Task,
@@ -38,7 +39,6 @@ from pytest_opik_eval.run.trial import (
     is_async_task,
     recording_key,
     run,
-    stored_task,
     threaded_task,
 )
 from pytest_opik_eval.run.unanswered import BATCHED, BATCHED_ATTR, RECORDING_MISSED, RECORDING_MISSED_ATTR
@@ -49,7 +49,7 @@ from pytest_opik_eval.session.state import (
     STATUS_PLUGIN,
     SessionState,
 )
-from pytest_opik_eval.store.base import record_judges
+from pytest_opik_eval.store.base import record_judges, span_reader
 from pytest_opik_eval.store.records import ExperimentRecord, learned_judges
 
 # The type of the <skipped> element of a soft-failed trial's test case (pytest's xfail: "pytest.xfail").
@@ -271,9 +271,14 @@ class Running:
                 judge_cache=resources.judge_cache,
                 recorder=resources.recorder,
                 batcher=resources.batcher,
+                read_spans=self._span_reader(),
             )
             self._learn_score_names()
         return self._trial_context
+
+    def _span_reader(self) -> SpanReader | None:
+        """A rescore's (a resumed one's too): how its trials' originals' spans are read."""
+        return None if self.state.target.rescore is None else span_reader(self.state.store.get())
 
     def _learn_score_names(self) -> None:
         """Each test with a judge scored by a ``JudgeScorer``, which learns the names of its

@@ -156,6 +156,12 @@ class StoreExtras(Protocol):
         were not there."""
         ...
 
+    def completed_spans(self, trial_id: str) -> list[SpanRecord]:
+        """The spans of the trial's completed attempt, its task span first; empty when it has none
+        (or never completed). A rescore reads the tool calls of the trial it rescores there.
+        Without it, a rescore's trajectory metrics get no calls."""
+        ...
+
     def record_timings(
         self,
         attempt_id: str,
@@ -190,6 +196,12 @@ def span_recorder(store: Store) -> Callable[[str, Sequence[SpanRecord], Usage | 
     method: Callable[[str, Sequence[SpanRecord], Usage | None], None] | None = getattr(
         store, "record_spans", None
     )
+    return method
+
+
+def span_reader(store: Store) -> Callable[[str], list[SpanRecord]] | None:
+    """The store's ``completed_spans`` (see :meth:`StoreExtras.completed_spans`), if it has one."""
+    method: Callable[[str], list[SpanRecord]] | None = getattr(store, "completed_spans", None)
     return method
 
 

@@ -482,6 +482,25 @@ class LocalStore:
         return records
 
     @locked
+    def completed_spans(self, trial_id: str) -> list[SpanRecord]:
+        """The spans of the trial's completed attempt (one indexed read: a rescore reads its
+        trials' one at a time, as it scores them, rather than holding an experiment's)."""
+        with self._reading():
+            if self._db is None or "attempt_spans" not in self._tables:
+                return []
+            row = self._db.execute(
+                "SELECT s.spans FROM trials t JOIN attempt_spans s ON s.attempt_id = t.completed_attempt"
+                " WHERE t.id = ?",
+                (trial_id,),
+            ).fetchone()
+        if row is None:
+            return []
+        try:
+            return spans_of(row[0])
+        except ValueError:  # unreadable: as none, which the rescore's notice then says
+            return []
+
+    @locked
     def trial_states(self, experiment_id: str) -> list[TrialState]:
         with self._reading():
             if self._db is None:

@@ -432,6 +432,10 @@ class OpikStore:
     def trial_states(self, experiment_id: str) -> list[TrialState]:
         return self.spool.trial_states(experiment_id)
 
+    def completed_spans(self, trial_id: str) -> list[SpanRecord]:
+        """The spans this machine recorded (an experiment imported from the server has none)."""
+        return self.spool.completed_spans(trial_id)
+
     def find_trial(
         self, target: str, *, run: str | None = None
     ) -> tuple[ExperimentRecord, TrialRecord] | None:

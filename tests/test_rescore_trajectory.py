@@ -1,0 +1,188 @@
+"""--eval-rescore of an agent's test with trajectory metrics: each rescored trial is scored on the
+tool calls its original trial made, read from the spans the original stored; the task (the agent)
+is not called. The agent and its five trajectories are tests/test_trajectory.py's."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Project
+from opik_server import OpikTestServer
+from test_trajectory import MANUAL, PLANS, REQUESTED, agent_project
+from test_trajectory_judge import judged
+from trajectories import check_five_cases, reasons
+
+# The original run's test: the agent, scored on its answer only; each call logged to calls.log.
+ORIGINAL = """
+import pathlib
+
+import pytest
+from my_metrics import Answered
+from app import agent
+
+HERE = pathlib.Path(__file__).parent
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Answered()], thresholds={"answered": 1.0})
+def test_agent(eval_item):
+    with open(HERE / "calls.log", "a") as log:
+        log.write(eval_item["id"] + "\\n")
+    return agent(eval_item["plan"])
+"""
+
+# The metrics the rescores name with --eval-metric=my_metrics:NAME.
+MY_METRICS = """
+import pathlib
+
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult, StepCount, ToolNotCalled, ToolSequence
+
+
+class Answered(BaseMetric):
+    def __init__(self):
+        super().__init__(name="answered")
+
+    def score(self, output, **ignored):
+        return ScoreResult(name=self.name, value=float(output == "refunded"))
+
+
+def no_delete():
+    return ToolNotCalled("delete_account")
+
+
+def steps():
+    return StepCount(max_tool_calls=5)
+
+
+class SpanWalk(BaseMetric):
+    # Reads the task span's tree as opik.evaluate gives it: the root and the tool spans under it.
+    def __init__(self):
+        super().__init__(name="span_walk")
+
+    def score(self, task_span, **ignored):
+        tools = [child.name for child in task_span.spans if child.type == "tool"]
+        return ScoreResult(name=self.name, value=1.0, reason=f"{task_span.name} {task_span.output}: {tools}")
+
+
+class StoppingSequence(ToolSequence):
+    # Stops the session (Ctrl-C) at item "missing" while the stop file is there.
+    def score(self, tool_calls=None, expected_tool_calls=None, **kwargs):
+        if kwargs.get("id") == "missing" and pathlib.Path("stop").exists():
+            raise KeyboardInterrupt
+        return super().score(tool_calls, expected_tool_calls)
+"""
+
+# The rescore's metrics: those of tests/test_trajectory.py's marker, which check_five_cases checks.
+TRAJECTORY = (
+    "--eval-metric=ToolSequence",
+    "--eval-metric=my_metrics:no_delete",
+    "--eval-metric=my_metrics:steps",
+)
+LOOP = "9 tool calls > 5 (search x7, fetch_order x1, refund x1)"
+NO_SPANS_STORED = "the spans the original trial stored, but it stored none of the app's here"
+
+
+def recorded(project: Project, style: dict[str, str] = MANUAL, *args: str) -> None:
+    """A first run of the agent over the five plans, scored on its answer: every trial passes."""
+    agent_project(project, style)
+    project.write("test_agent.py", ORIGINAL)
+    project.write("my_metrics.py", MY_METRICS)
+    # The metrics module importable by pytest-xdist's workers too.
+    project.pytester.makeini("[pytest]\nfilterwarnings = error\npythonpath = .\n")
+    project.run("--eval", *args).assert_outcomes(passed=len(PLANS))
+    assert sorted(project.calls()) == sorted(PLANS)
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["one-process", "xdist"])
+def test_a_rescore_scores_the_trajectory_the_original_trial_made(project: Project, xdist: bool) -> None:
+    recorded(project)
+    workers = ("-p", "xdist", "-n", "2") if xdist else ()
+    result, report = project.run_report(*workers, "--eval-rescore=last", *TRAJECTORY)
+    assert project.calls() == []
+    # The right trajectory passes; the wrong order, the missing call, the forbidden call and the
+    # loop each fail with a reason that names the difference.
+    check_five_cases(result, report, calls="executed", loop=LOOP, in_order=not xdist)
+    assert NO_SPANS_STORED not in result.stdout.str()
+
+
+def test_a_changed_expectation_is_checked_against_the_original_calls(project: Project) -> None:
+    recorded(project)
+    project.write(
+        "my_metrics.py",
+        MY_METRICS + "\n\nfrom pytest_opik_eval.metrics import ToolCalled\n\n\n"
+        "def refunded():\n    return ToolCalled('refund', args={'amount': 20}, metric_name='refund_20')\n\n\n"
+        "def refunded_more():\n    return ToolCalled('refund', args={'amount': 30}, metric_name='refund_30')\n",
+    )
+    result, report = project.run_report(
+        "--eval-rescore=last", "--eval-metric=my_metrics:refunded", "--eval-metric=my_metrics:refunded_more"
+    )
+    assert project.calls() == []
+    result.assert_outcomes(failed=len(PLANS))
+    found = reasons(report)
+    assert found["right"]["refund_20"] == "refund called (#3)"
+    assert found["forbidden"]["refund_20"] == "refund called (#4)"
+    assert found["right"]["refund_30"] == (
+        'refund called 1 time(s), never with {"amount": 30}: #3 refund({"amount": 20, "id": 7})'
+    )
+    result.stdout.fnmatch_lines(['*refund_30 *0 < 1  refund called 1 time(s), never with {"amount": 30}*'])
+
+
+def test_a_metric_reading_task_span_gets_the_original_tree(project: Project) -> None:
+    recorded(project)
+    result, report = project.run_report("--eval-rescore=last", "--eval-metric=my_metrics:SpanWalk")
+    result.assert_outcomes(passed=len(PLANS))
+    assert reasons(report)["missing"]["span_walk"] == (
+        "test_agent {'output': 'refunded'}: ['search', 'refund']"
+    )
+
+
+def test_an_interrupted_rescore_resumes_on_the_original_calls(project: Project) -> None:
+    recorded(project)
+    (project.path / "stop").touch()
+    # In a process of its own: pytester's in-process run would pass the Ctrl-C to this one.
+    interrupted = project.run_report(
+        "--eval-rescore=last", "--eval-metric=my_metrics:StoppingSequence", subprocess=True
+    )[0]
+    assert interrupted.ret == pytest.ExitCode.INTERRUPTED
+    assert ("missing", 0) not in project.completed()
+    (project.path / "stop").unlink()
+
+    result, report = project.run_report("--eval-resume=last", "-p", "xdist", "-n", "2", subprocess=True)
+    assert project.calls() == []
+    result.stdout.fnmatch_lines(["eval: a rescore of run *: its pending trials score the stored outputs*"])
+    assert project.completed() == {(label, 0) for label in PLANS}
+    assert reasons(report)["missing"]["tool_sequence"] == (
+        "exact 0.67: missing fetch_order (expected #2); got search -> refund"
+    )
+    assert reasons(report)["right"]["tool_sequence"] == "exact 1.00: got search -> fetch_order -> refund"
+
+
+def test_an_original_that_stored_no_spans_gives_no_calls_and_says_so_once(project: Project) -> None:
+    # The tools run untraced and the model's answers make no span: the original stored none.
+    recorded(project, {**REQUESTED, "answer": "pass"})
+    result, report = project.run_report("--eval-rescore=last", "--eval-metric=ToolSequence")
+    result.assert_outcomes(failed=len(PLANS))
+    assert str(reasons(report)["right"]["tool_sequence"]).startswith("exact 0.00: missing search")
+    assert result.stdout.str().count(NO_SPANS_STORED) == 1
+    result.stdout.fnmatch_lines(["*test_agent*: its metrics read the trial's tool calls*rescore a new run*"])
+
+
+def test_a_trajectory_judge_rescored_is_found_in_the_cache_of_the_original(project: Project) -> None:
+    judged(project)
+    first, report = project.run_report("--eval", "--eval-judge-cache=on")
+    assert report["judge_cache"]["scored"] == len(PLANS)
+    result, report = project.run_report("--eval-rescore=last", "--eval-judge-cache=on")
+    # Every judge score comes from the cache: the rescore sees the calls the original's judge saw.
+    assert report["judge_cache"]["hits"] == len(PLANS)
+    assert report["judge_cache"]["scored"] == 0
+    result.assert_outcomes(passed=4, failed=1)
+    assert reasons(report)["missing"]["trajectory_judge"] == "refund before fetching"
+
+
+def test_with_the_opik_backend_a_rescore_scores_the_original_calls(
+    project: Project, opik: OpikTestServer
+) -> None:
+    recorded(project)
+    result, report = project.run_report("--eval-rescore=last", *TRAJECTORY)
+    assert project.calls() == []
+    check_five_cases(result, report, calls="executed", loop=LOOP)
+    [rescore] = report["experiments"]
+    assert opik.experiments[rescore["id"]]["metadata"]["rescore_of"] == rescore["rescore_of"]
