@@ -536,3 +536,38 @@ def test_tool_calls_streamed_without_an_index_are_told_apart_by_their_ids() -> N
         ("a", "search", '{"q": 1}'),
         ("b", "refund", "{}"),
     ]
+
+
+# Two tests, one whose metrics read the tool calls; the other's task says whether vcrpy has
+# patched httpx's transport where it runs.
+PATCHED_OR_NOT = """
+import httpx
+import pytest
+from pytest_opik_eval.metrics import Equals, ToolSequence
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[ToolSequence()])
+def test_agent(eval_item):
+    return "done"
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "input"})
+def test_other(eval_item):
+    # vcrpy's stub keeps the name and module of what it wraps, not its code.
+    return "vcr" if "/vcr/" in httpx.HTTPTransport.handle_request.__code__.co_filename else "httpx"
+"""
+
+
+@pytest.mark.parametrize("deselect", ["-k", "--deselect"])
+def test_a_deselected_test_that_reads_tool_calls_patches_nothing(project: Project, deselect: str) -> None:
+    project.dataset([{"id": "a", "input": "httpx", "expected_tool_calls": EXPECTED}])
+    project.write("test_app.py", PATCHED_OR_NOT)
+    selected = "test_other" if deselect == "-k" else "test_app.py::test_agent"
+    result, report = project.run_report("--eval", deselect, selected)
+    result.assert_outcomes(passed=1)  # httpx as it is: no recorder was started
+    (experiment,) = report["experiments"]
+    assert experiment["test"].endswith("test_other")
+    # Selected, the test that reads tool calls starts the observing recorder for the session.
+    result, report = project.run_report("--eval")
+    other = next(e for e in report["experiments"] if e["test"].endswith("test_other"))
+    assert other["trials"][0]["output"]["output"] == "vcr"
