@@ -261,7 +261,14 @@ def test_recorded_then_replayed_offline_gives_the_same_verdicts(
     check_five_cases(result, report, calls="requested", loop=LOOP)
     assert report["budget"]["spent"] == 0  # ...the replayed ones, which cost nothing, do not
     assert len(fake.live_calls) == sent
-    result.stdout.fnmatch_lines(["*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*eval budget: the trials that ran spent nothing, so the budget of 1,000,000 tokens counted "
+            "nothing: the 24 calls they made were replayed from the recordings (--eval-record=none), "
+            "which costs nothing; the calls sent count",
+            "*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*",
+        ]
+    )
     assert len(http_spans(project)) == 4
 
 
@@ -288,16 +295,26 @@ def test_a_call_track_openai_traces_is_not_counted_twice(
 def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(
     project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic]
 ) -> None:
-    # A test without trajectory metrics: its model calls make no span (auto)...
+    # A test without trajectory metrics: its model calls make no span (auto), and the budget,
+    # which counts spans, sees nothing and says how it would...
     agent_project(project, "openai", labels=("right",), metrics="Equals()")
-    result = project.run("--eval")
+    budget = "--eval-budget=1000k tokens"
+    result, report = project.run_report("--eval", budget)
     result.assert_outcomes(failed=1)  # Equals has no reference: the score fails, as it would anyway
     assert http_spans(project) == []
+    assert report["budget"]["spent"] == 0
+    result.stdout.fnmatch_lines(
+        ["*eval budget: the trials that ran reported no tokens*=on counts every test's*"]
+    )
     # ...unless every test's are asked for: its usage and cost then count too.
-    project.run("--eval", "--eval-llm-spans=on")
+    result, report = project.run_report("--eval", "--eval-llm-spans=on", budget)
     spans = http_spans(project)
     assert len(spans) == 4
     assert all(span.prompt_tokens for span in spans)
+    assert report["budget"]["spent"] == sum(
+        (s.prompt_tokens or 0) + (s.completion_tokens or 0) for s in spans
+    )
+    assert "eval budget: the trials that ran" not in result.stdout.str()
 
 
 def test_off_makes_no_span_and_says_how_to_get_the_calls(
