@@ -272,6 +272,33 @@ def test_recorded_then_replayed_offline_gives_the_same_verdicts(
     assert len(http_spans(project)) == 4
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_streamed_answers_replayed_on_threads_make_the_spans_they_were_recorded_with(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], provider: str
+) -> None:
+    # Four trials at a time, each putting its streamed answers together as they replay.
+    agent_project(project, provider, stream=True)
+    threads = "--eval-threads=4"
+    result, report = project.run_report("--eval", "--eval-record=once", threads)
+    check_five_cases(result, report, calls="requested", loop=LOOP, in_order=False)
+
+    def spans() -> dict[str, list[tuple[Any, ...]]]:
+        return {
+            label: [
+                (s.name, s.output, s.prompt_tokens, s.completion_tokens) for s in http_spans(project, label)
+            ]
+            for label in (*PLANS, "loop")
+        }
+
+    recorded = spans()
+    budget = "--eval-budget=1000k tokens"
+    result, report = project.run_report("--eval", "--eval-record=none", threads, budget)
+    check_five_cases(result, report, calls="requested", loop=LOOP, in_order=False)
+    assert spans() == recorded
+    assert report["recordings"]["replayed"] == 24
+    assert report["budget"]["spent"] == 0  # each span's usage taken off as saved, as without threads
+
+
 def test_a_call_track_openai_traces_is_not_counted_twice(
     project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -400,39 +400,43 @@ class TrialScope:
         return found or self.strict
 
     def play(self, request: RecordedRequest, started: float) -> dict[str, Any]:
-        under = _open_span()
         with self.recorder.lock:
             times = self._seen[request.key]
             self._seen[request.key] += 1
             found = self._find(request, times)
-            if found is not None:
-                # Its span, if it makes one, is where it saved: what it reports is not spent.
-                under = self._llm_span(request, found.response, found.usage, started) or under
-                usage = found.usage or RecordedUsage()
-                saved = RecordingCounts(
-                    replayed=1,
-                    saved_input_tokens=usage.input_tokens,
-                    saved_output_tokens=usage.output_tokens,
-                    saved_cost=usage.cost,
-                )
-                self.recorder.tally(self, saved)
-                if under is not None:
-                    self.saved_under.setdefault(under, RecordingCounts()).add(saved)
-                    if found.batch is not None:
-                        self.batched_under.add(under)
-                return http_calls.vcr_response(
-                    found.response.status,
-                    found.response.reason,
-                    found.response.headers,
-                    http_calls.body_bytes(found.response.body),
-                )
-            self.recorder.tally(self, RecordingCounts(missed=1))
-            self.misses.append(Miss(http_calls.one_line(request), self._diff(request, times)))
-        message = (
-            f"opik-eval: no recording for {http_calls.one_line(request)} in trial {self.key.trial} of item "
-            f"{self.key.item_id!r} (--eval-record={self.recorder.mode}); the trial fails with a diff"
+            if found is None:
+                self.recorder.tally(self, RecordingCounts(missed=1))
+                self.misses.append(Miss(http_calls.one_line(request), self._diff(request, times)))
+        if found is None:
+            message = (
+                f"opik-eval: no recording for {http_calls.one_line(request)} in trial {self.key.trial} of "
+                f"item {self.key.item_id!r} (--eval-record={self.recorder.mode}); the trial fails with a diff"
+            )
+            return http_calls.error_answer(message, MISS_TYPE)
+        # Its span is made outside the lock, which guards the counters and the journal only:
+        # putting a streamed answer together is this trial's work, and concurrent trials
+        # (--eval-threads) would wait for it. Its span, if it makes one, is where it saved: what
+        # it reports is not spent.
+        under = self._llm_span(request, found.response, found.usage, started) or _open_span()
+        usage = found.usage or RecordedUsage()
+        saved = RecordingCounts(
+            replayed=1,
+            saved_input_tokens=usage.input_tokens,
+            saved_output_tokens=usage.output_tokens,
+            saved_cost=usage.cost,
         )
-        return http_calls.error_answer(message, MISS_TYPE)
+        with self.recorder.lock:
+            self.recorder.tally(self, saved)
+            if under is not None:
+                self.saved_under.setdefault(under, RecordingCounts()).add(saved)
+                if found.batch is not None:
+                    self.batched_under.add(under)
+        return http_calls.vcr_response(
+            found.response.status,
+            found.response.reason,
+            found.response.headers,
+            http_calls.body_bytes(found.response.body),
+        )
 
     def sent(self) -> None:
         """A request of the task went out (recorded, or to a host left alone): what the span open
