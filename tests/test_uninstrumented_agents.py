@@ -585,6 +585,8 @@ def test_tool_calls_streamed_without_an_index_are_told_apart_by_their_ids() -> N
 # Two tests, one whose metrics read the tool calls; the other's task says whether vcrpy has
 # patched httpx's transport where it runs.
 PATCHED_OR_NOT = """
+import os
+
 import httpx
 import pytest
 from pytest_opik_eval.metrics import Equals, ToolSequence
@@ -597,6 +599,8 @@ def test_agent(eval_item):
 
 @pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "input"})
 def test_other(eval_item):
+    if os.path.exists("fail.txt"):
+        raise RuntimeError("not this time")  # the trial stays pending, for a resume
     # vcrpy's stub keeps the name and module of what it wraps, not its code.
     return "vcr" if "/vcr/" in httpx.HTTPTransport.handle_request.__code__.co_filename else "httpx"
 """
@@ -615,3 +619,15 @@ def test_a_deselected_test_that_reads_tool_calls_patches_nothing(project: Projec
     result, report = project.run_report("--eval")
     other = next(e for e in report["experiments"] if e["test"].endswith("test_other"))
     assert other["trials"][0]["output"]["output"] == "vcr"
+
+
+def test_a_resume_whose_pending_trials_read_no_tool_calls_patches_nothing(project: Project) -> None:
+    project.dataset([{"id": "a", "input": "httpx", "expected_tool_calls": EXPECTED}])
+    project.write("test_app.py", PATCHED_OR_NOT)
+    project.fail()
+    project.run("--eval").assert_outcomes(failed=2)  # test_other's trial raised: pending
+    project.repair()
+    result, report = project.run_report("--eval-resume=last")
+    result.assert_outcomes(passed=1)  # only test_other's trial ran, with httpx as it is
+    other = next(e for e in report["experiments"] if e["test"].endswith("test_other"))
+    assert other["trials"][0]["output"] == {"output": "httpx"}
