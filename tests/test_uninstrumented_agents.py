@@ -631,3 +631,60 @@ def test_a_resume_whose_pending_trials_read_no_tool_calls_patches_nothing(projec
     result.assert_outcomes(passed=1)  # only test_other's trial ran, with httpx as it is
     other = next(e for e in report["experiments"] if e["test"].endswith("test_other"))
     assert other["trials"][0]["output"] == {"output": "httpx"}
+
+
+# A judge of the Opik SDK's (its LiteLLM model, which tracks each completion as an LLM span open
+# around the HTTP call) beside an app with no instrumentation.
+OPIK_JUDGED_APP = """
+import openai
+import pytest
+from opik.evaluation.models import LiteLLMChatModel
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.5)
+        self.model = LiteLLMChatModel(model_name="openai/gpt-4o-mini")
+
+    def score(self, output, **ignored):
+        verdict = self.model.generate_string(f"grade: {output}")
+        return ScoreResult(name="judge", value=1.0 if verdict.startswith("answer to grade") else 0.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Judge()])
+def test_app(eval_item):
+    with openai.OpenAI() as client:
+        answer = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": eval_item["input"]}]
+        )
+    return answer.choices[0].message.content
+"""
+
+
+def test_an_opik_judge_tracked_by_the_sdk_is_counted_once(
+    project: Project, fakes: tuple[FakeOpenAI, FakeAnthropic], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("litellm", reason="the Opik SDK's LiteLLM model needs litellm")
+    offline_opik(project, monkeypatch)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # offline: its own price table
+    # litellm's own warning, when pydantic builds its types: not the plugin's.
+    project.pytester.makeini(
+        "[pytest]\nfilterwarnings =\n    error\n    ignore:Item .* is using the `ReadOnly` qualifier:UserWarning\n"
+    )
+    project.dataset([{"id": "a", "input": "question a"}])
+    project.write("test_app.py", OPIK_JUDGED_APP)
+    # In a process of its own: litellm is slow to import, and patches what it imports.
+    result, report = project.run_report("--eval", "--eval-llm-spans=on", subprocess=True)
+    result.assert_outcomes(passed=1)
+    # The app's call: a span made of its answer; the judge's: the SDK's own, and no second one.
+    (trial,) = project.trials()
+    calls = [
+        (s.name, (s.metadata or {}).get("source"), s.prompt_tokens) for s in trial.spans if s.type == "llm"
+    ]
+    assert calls == [("chat_completion_create", "http", 2), ("completion", None, 5)]
+    usage = report["experiments"][0]["trials"][0]["usage"]
+    assert (usage["app"]["prompt_tokens"], usage["judge"]["prompt_tokens"]) == (2, 5)
+    assert usage["judge"]["spans"] == 1
