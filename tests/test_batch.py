@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NEEDS_RECORD, Project, needs_extra
+from conftest import NEEDS_RECORD, Project, installed, needs_extra
 from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI
 from opik_server import OpikTestServer
 
@@ -410,6 +410,67 @@ def test_an_app_and_its_llm_judge_complete_in_three_sessions(app: Project, fake_
     # Offline, the judges' scores come from the cache.
     fake_openai.close()
     app.run("--eval", "--eval-record=none").assert_outcomes(passed=3)
+
+
+TRACED_ASK = JUDGED_APP[JUDGED_APP.index("def ask(text):") : JUDGED_APP.index("class Judge")]
+# The same app and judge through a plain client, with no span of their own.
+PLAIN_JUDGED_APP = JUDGED_APP.replace(
+    TRACED_ASK,
+    """def ask(text):
+    with openai.OpenAI(max_retries=0) as client:
+        answer = client.chat.completions.create(model="gpt-4.1-mini", messages=[{"role": "user", "content": text}])
+    return answer.choices[0].message.content
+
+
+""",
+)
+
+
+def test_a_plain_judges_calls_count_once_sent_live_or_answered_by_a_batch(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    # The app and its judge call through a plain client: with --eval-llm-spans=on each answer
+    # becomes an LLM span, the judge's under its metric, whether it went out or a batch's answer
+    # replayed. Item a: the app asks "question a" (2 words, the fake's tokens) and gets "answer
+    # to question a" (4); the judge asks "grade: answer to question a" (5) and gets 7 words back.
+    app.write("test_app.py", PLAIN_JUDGED_APP)
+    spans_and_budget = ("--eval-llm-spans=on", "--eval-budget=1000k tokens")
+
+    def check_usage(result: pytest.RunResult, report: dict[str, Any], store: Path | None = None) -> None:
+        result.assert_outcomes(passed=3)
+        for trial in app.trials(store_path=store):
+            http = [s for s in trial.spans if (s.metadata or {}).get("source") == "http"]
+            assert [(s.prompt_tokens, s.completion_tokens) for s in http] == [(2, 4), (5, 7)]
+        (experiment,) = report["experiments"]
+        for trial in experiment["trials"]:
+            usage = trial["usage"]
+            assert (usage["app"]["prompt_tokens"], usage["app"]["completion_tokens"]) == (2, 4)
+            assert (usage["judge"]["prompt_tokens"], usage["judge"]["completion_tokens"]) == (5, 7)
+        result.stdout.fnmatch_lines(["  judges: * tokens 15 in / 21 out *"])
+
+    live, live_report = app.run_report("--eval", "--eval-store=live/store.db", *spans_and_budget)
+    check_usage(live, live_report, app.path / "live" / "store.db")
+    assert live_report["budget"]["spent"] == 3 * (2 + 4 + 5 + 7)  # every call, paid once
+    calls = len(fake_openai.live_calls)
+    assert calls == 6
+
+    options = (*spans_and_budget, *batch_args(fake_openai))
+    app.run("--eval", *options).assert_outcomes(skipped=3)
+    fake_openai.finish()
+    app.run("--eval-resume=last", *options).assert_outcomes(skipped=3)  # the judges' calls wait
+    fake_openai.finish()
+    result, report = app.run_report("--eval-resume=last", *options)
+    check_usage(result, report)
+    assert len(fake_openai.live_calls) == calls
+    # The budget: the judges' answers once, when their batch was collected; their replay is free.
+    assert report["budget"]["spent"] == 3 * (5 + 7)
+    if installed("genai_prices"):  # the cost extra: the judges' cost is their batch's, at its price
+
+        def judges(report: dict[str, Any]) -> float:
+            return float(sum(t["usage"]["judge"]["cost"] for t in report["experiments"][0]["trials"]))
+
+        assert judges(report) == pytest.approx(report["batches"]["cost"])
+        assert judges(report) == pytest.approx(judges(live_report) / 2)
 
 
 def test_the_round_cap_leaves_the_trial_pending_or_sends_the_rest_live(

@@ -334,7 +334,10 @@ def test_an_ini_budget_and_a_budget_that_sees_no_spend(project: Project) -> None
     result.stdout.fnmatch_lines(
         [
             "eval budget: $1.00",
-            "*eval budget: the trials that ran reported no cost, so the budget of $1.00 counted nothing*",
+            "*eval budget: the trials that ran reported no cost, so the budget of $1.00 counted nothing: "
+            "it counts the usage and cost of the trials' LLM calls: those the app traces *, and the OpenAI "
+            "and Anthropic calls of an uninstrumented app, read from their HTTP answers, in the tests "
+            "whose metrics read tool calls (--eval-llm-spans=auto; =on counts every test's;*",
             "eval budget: spent $0.00 of $1.00",
         ]
     )

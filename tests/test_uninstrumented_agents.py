@@ -403,10 +403,44 @@ def test_recorded_then_replayed_offline_gives_the_same_verdicts(
     check_five_cases(result, report, calls="requested", loop=LOOP)
     assert report["budget"]["spent"] == 0  # ...the replayed ones, which cost nothing, do not
     assert len(fake.live_calls) == sent
-    result.stdout.fnmatch_lines(["*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*eval budget: the trials that ran spent nothing, so the budget of 1,000,000 tokens counted "
+            "nothing: the 24 calls they made were replayed from the recordings (--eval-record=none), "
+            "which costs nothing; the calls sent count",
+            "*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*",
+        ]
+    )
     assert len(http_spans(project)) == 4
     for path in (project.path / ".opik-eval" / "recordings").rglob("*"):  # no key was written
         assert not path.is_file() or fake.api_key.encode() not in path.read_bytes(), path
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_streamed_answers_replayed_on_threads_make_the_spans_they_were_recorded_with(
+    project: Project, fakes: Fakes, provider: str
+) -> None:
+    # Four trials at a time, each putting its streamed answers together as they replay.
+    agent_project(project, provider, stream=True)
+    threads = "--eval-threads=4"
+    result, report = project.run_report("--eval", "--eval-record=once", threads)
+    check_five_cases(result, report, calls="requested", loop=LOOP, in_order=False)
+
+    def spans() -> dict[str, list[tuple[Any, ...]]]:
+        return {
+            label: [
+                (s.name, s.output, s.prompt_tokens, s.completion_tokens) for s in http_spans(project, label)
+            ]
+            for label in (*PLANS, "loop")
+        }
+
+    recorded = spans()
+    budget = "--eval-budget=1000k tokens"
+    result, report = project.run_report("--eval", "--eval-record=none", threads, budget)
+    check_five_cases(result, report, calls="requested", loop=LOOP, in_order=False)
+    assert spans() == recorded
+    assert report["recordings"]["replayed"] == 24
+    assert report["budget"]["spent"] == 0  # each span's usage taken off as saved, as without threads
 
 
 def test_a_call_track_openai_traces_is_not_counted_twice(
@@ -430,16 +464,26 @@ def test_a_call_track_openai_traces_is_not_counted_twice(
 
 
 def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(project: Project, fakes: Fakes) -> None:
-    # A test without trajectory metrics: its model calls make no span (auto)...
+    # A test without trajectory metrics: its model calls make no span (auto), and the budget,
+    # which counts spans, sees nothing and says how it would...
     agent_project(project, "openai", labels=("right",), metrics="Equals()")
-    result = project.run("--eval")
+    budget = "--eval-budget=1000k tokens"
+    result, report = project.run_report("--eval", budget)
     result.assert_outcomes(failed=1)  # Equals has no reference: the score fails, as it would anyway
     assert http_spans(project) == []
+    assert report["budget"]["spent"] == 0
+    result.stdout.fnmatch_lines(
+        ["*eval budget: the trials that ran reported no tokens*=on counts every test's*"]
+    )
     # ...unless every test's are asked for: its usage and cost then count too.
-    project.run("--eval", "--eval-llm-spans=on")
+    result, report = project.run_report("--eval", "--eval-llm-spans=on", budget)
     spans = http_spans(project)
     assert len(spans) == 4
     assert all(span.prompt_tokens for span in spans)
+    assert report["budget"]["spent"] == sum(
+        (s.prompt_tokens or 0) + (s.completion_tokens or 0) for s in spans
+    )
+    assert "eval budget: the trials that ran" not in result.stdout.str()
 
 
 def test_off_makes_no_span_and_says_how_to_get_the_calls(project: Project, fakes: Fakes) -> None:
@@ -740,3 +784,111 @@ def test_tool_calls_streamed_without_an_index_are_told_apart_by_their_ids() -> N
         ("a", "search", '{"q": 1}'),
         ("b", "refund", "{}"),
     ]
+
+
+# Two tests, one whose metrics read the tool calls; the other's task says whether vcrpy has
+# patched httpx's transport where it runs.
+PATCHED_OR_NOT = """
+import os
+
+import httpx
+import pytest
+from pytest_opik_eval.metrics import Equals, ToolSequence
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[ToolSequence()])
+def test_agent(eval_item):
+    return "done"
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Equals()], scoring_key_mapping={"reference": "input"})
+def test_other(eval_item):
+    if os.path.exists("fail.txt"):
+        raise RuntimeError("not this time")  # the trial stays pending, for a resume
+    # vcrpy's stub keeps the name and module of what it wraps, not its code.
+    return "vcr" if "/vcr/" in httpx.HTTPTransport.handle_request.__code__.co_filename else "httpx"
+"""
+
+
+@pytest.mark.parametrize("deselect", ["-k", "--deselect"])
+def test_a_deselected_test_that_reads_tool_calls_patches_nothing(project: Project, deselect: str) -> None:
+    project.dataset([{"id": "a", "input": "httpx", "expected_tool_calls": EXPECTED}])
+    project.write("test_app.py", PATCHED_OR_NOT)
+    selected = "test_other" if deselect == "-k" else "test_app.py::test_agent"
+    result, report = project.run_report("--eval", deselect, selected)
+    result.assert_outcomes(passed=1)  # httpx as it is: no recorder was started
+    (experiment,) = report["experiments"]
+    assert experiment["test"].endswith("test_other")
+    # Selected, the test that reads tool calls starts the observing recorder for the session.
+    result, report = project.run_report("--eval")
+    other = next(e for e in report["experiments"] if e["test"].endswith("test_other"))
+    assert other["trials"][0]["output"]["output"] == "vcr"
+
+
+def test_a_resume_whose_pending_trials_read_no_tool_calls_patches_nothing(project: Project) -> None:
+    project.dataset([{"id": "a", "input": "httpx", "expected_tool_calls": EXPECTED}])
+    project.write("test_app.py", PATCHED_OR_NOT)
+    project.fail()
+    project.run("--eval").assert_outcomes(failed=2)  # test_other's trial raised: pending
+    project.repair()
+    result, report = project.run_report("--eval-resume=last")
+    result.assert_outcomes(passed=1)  # only test_other's trial ran, with httpx as it is
+    other = next(e for e in report["experiments"] if e["test"].endswith("test_other"))
+    assert other["trials"][0]["output"] == {"output": "httpx"}
+
+
+# A judge of the Opik SDK's (its LiteLLM model, which tracks each completion as an LLM span open
+# around the HTTP call) beside an app with no instrumentation.
+OPIK_JUDGED_APP = """
+import openai
+import pytest
+from opik.evaluation.models import LiteLLMChatModel
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class Judge(BaseMetric):
+    judge = True
+
+    def __init__(self):
+        super().__init__(name="judge", threshold=0.5)
+        self.model = LiteLLMChatModel(model_name="openai/gpt-4o-mini")
+
+    def score(self, output, **ignored):
+        verdict = self.model.generate_string(f"grade: {output}")
+        return ScoreResult(name="judge", value=1.0 if verdict.startswith("answer to grade") else 0.0)
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[Judge()])
+def test_app(eval_item):
+    with openai.OpenAI() as client:
+        answer = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": eval_item["input"]}]
+        )
+    return answer.choices[0].message.content
+"""
+
+
+def test_an_opik_judge_tracked_by_the_sdk_is_counted_once(
+    project: Project, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("litellm", reason="the Opik SDK's LiteLLM model needs litellm")
+    offline_opik(project, monkeypatch)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # offline: its own price table
+    # litellm's own warning, when pydantic builds its types: not the plugin's.
+    project.pytester.makeini(
+        "[pytest]\nfilterwarnings =\n    error\n    ignore:Item .* is using the `ReadOnly` qualifier:UserWarning\n"
+    )
+    project.dataset([{"id": "a", "input": "question a"}])
+    project.write("test_app.py", OPIK_JUDGED_APP)
+    # In a process of its own: litellm is slow to import, and patches what it imports.
+    result, report = project.run_report("--eval", "--eval-llm-spans=on", subprocess=True)
+    result.assert_outcomes(passed=1)
+    # The app's call: a span made of its answer; the judge's: the SDK's own, and no second one.
+    (trial,) = project.trials()
+    calls = [
+        (s.name, (s.metadata or {}).get("source"), s.prompt_tokens) for s in trial.spans if s.type == "llm"
+    ]
+    assert calls == [("chat_completion_create", "http", 2), ("completion", None, 5)]
+    usage = report["experiments"][0]["trials"][0]["usage"]
+    assert (usage["app"]["prompt_tokens"], usage["judge"]["prompt_tokens"]) == (2, 5)
+    assert usage["judge"]["spans"] == 1

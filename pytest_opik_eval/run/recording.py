@@ -19,8 +19,10 @@ Mode ``all`` journals them with their attempt, and :meth:`Recorder.completed` sa
 attempt completed: only then do they replace the trial's recordings.
 
 With ``--eval-llm-spans``, each model call a trial's task gets the answer of, sent or replayed,
-becomes its span (``run/llm_responses.py``). Without ``--eval-record`` the recorder then only
-observes (mode ``off``): it journals nothing, and scopes only the trials whose spans it makes.
+becomes its span (``run/llm_responses.py``), and so does each of its judges' (its metrics' while
+it is scored), sent or answered by a batch, though a judge's is never recorded. Without
+``--eval-record`` the recorder then only observes (mode ``off``): it journals nothing, and scopes
+only the trials whose spans it makes.
 
 Longer than 600 lines because the recorder, its per-trial scopes and the cassette vcrpy's stubs
 call are one state machine: one lock, two context variables and the scopes' counters, which each
@@ -56,7 +58,14 @@ from pytest_opik_eval.run import http_calls, trial_trace
 from pytest_opik_eval.run.call_context import within
 from pytest_opik_eval.run.network_guard import socket_guard, with_addresses
 from pytest_opik_eval.run.pricing import priced_usage
-from pytest_opik_eval.store.http_recordings import Interaction, Journal, RecordedRequest, RecordedUsage, load
+from pytest_opik_eval.store.http_recordings import (
+    Interaction,
+    Journal,
+    RecordedRequest,
+    RecordedResponse,
+    RecordedUsage,
+    load,
+)
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.trial_trace import TrialTrace
@@ -400,39 +409,43 @@ class TrialScope:
         return found or self.strict
 
     def play(self, request: RecordedRequest, started: float) -> dict[str, Any]:
-        under = _open_span()
         with self.recorder.lock:
             times = self._seen[request.key]
             self._seen[request.key] += 1
             found = self._find(request, times)
-            if found is not None:
-                # Its span, if it makes one, is where it saved: what it reports is not spent.
-                under = self._llm_span(request, found.response, found.usage, started) or under
-                usage = found.usage or RecordedUsage()
-                saved = RecordingCounts(
-                    replayed=1,
-                    saved_input_tokens=usage.input_tokens,
-                    saved_output_tokens=usage.output_tokens,
-                    saved_cost=usage.cost,
-                )
-                self.recorder.tally(self, saved)
-                if under is not None:
-                    self.saved_under.setdefault(under, RecordingCounts()).add(saved)
-                    if found.batch is not None:
-                        self.batched_under.add(under)
-                return http_calls.vcr_response(
-                    found.response.status,
-                    found.response.reason,
-                    found.response.headers,
-                    http_calls.body_bytes(found.response.body),
-                )
-            self.recorder.tally(self, RecordingCounts(missed=1))
-            self.misses.append(Miss(http_calls.one_line(request), self._diff(request, times)))
-        message = (
-            f"opik-eval: no recording for {http_calls.one_line(request)} in trial {self.key.trial} of item "
-            f"{self.key.item_id!r} (--eval-record={self.recorder.mode}); the trial fails with a diff"
+            if found is None:
+                self.recorder.tally(self, RecordingCounts(missed=1))
+                self.misses.append(Miss(http_calls.one_line(request), self._diff(request, times)))
+        if found is None:
+            message = (
+                f"opik-eval: no recording for {http_calls.one_line(request)} in trial {self.key.trial} of "
+                f"item {self.key.item_id!r} (--eval-record={self.recorder.mode}); the trial fails with a diff"
+            )
+            return http_calls.error_answer(message, MISS_TYPE)
+        # Its span is made outside the lock, which guards the counters and the journal only:
+        # putting a streamed answer together is this trial's work, and concurrent trials
+        # (--eval-threads) would wait for it. Its span, if it makes one, is where it saved: what
+        # it reports is not spent.
+        under = self._llm_span(request, found.response, found.usage, started) or _open_span()
+        usage = found.usage or RecordedUsage()
+        saved = RecordingCounts(
+            replayed=1,
+            saved_input_tokens=usage.input_tokens,
+            saved_output_tokens=usage.output_tokens,
+            saved_cost=usage.cost,
         )
-        return http_calls.error_answer(message, MISS_TYPE)
+        with self.recorder.lock:
+            self.recorder.tally(self, saved)
+            if under is not None:
+                self.saved_under.setdefault(under, RecordingCounts()).add(saved)
+                if found.batch is not None:
+                    self.batched_under.add(under)
+        return http_calls.vcr_response(
+            found.response.status,
+            found.response.reason,
+            found.response.headers,
+            http_calls.body_bytes(found.response.body),
+        )
 
     def sent(self) -> None:
         """A request of the task went out (recorded, or to a host left alone): what the span open
@@ -467,13 +480,7 @@ class TrialScope:
         if self.recorder.mode == "off" and not self._observes(request):
             return  # observing only, and nothing to observe: not even read
         try:
-            stored = http_calls.recorded_response(
-                status,
-                response["status"].get("message") or "",
-                response["headers"],
-                response["body"].get("string") or b"",
-                self.scrubber,
-            )
+            stored = _read(response, self.scrubber)
         except http_calls.UnreadableBody as error:  # never written unscrubbed: not recorded
             message = (
                 f"--eval-record: the response to {http_calls.one_line(request)} was not recorded: {error}; "
@@ -500,6 +507,19 @@ class TrialScope:
             )
             self.recorder.journal.add(key.test, interaction, self._journaled_attempt)
             self.recorder.tally(self, RecordingCounts(recorded=1))
+
+    def judged(self, request: RecordedRequest, response: dict[str, Any], started: float) -> None:
+        """A response a metric (a judge) got from the network while this trial was scored: never
+        recorded (a judge's scores are cached instead), but made its LLM span, under the metric,
+        when it is a model call this scope makes spans of: a judge's call a batch answered makes
+        one (``play``), and the one that went out live cost as much."""
+        if not self._observes(request) or not 200 <= int(response["status"]["code"]) < 300:
+            return
+        try:
+            stored = _read(response, self.scrubber)
+        except http_calls.UnreadableBody:  # nothing kept, nothing to tell: it only makes no span
+            return
+        self._llm_span(request, stored, priced_usage(http_calls.usage_of(stored)), started)
 
     def _observes(self, request: RecordedRequest) -> bool:
         """Whether ``request`` is a model call this scope makes a span of."""
@@ -593,6 +613,9 @@ class _Cassette:
         scope = _current.get()
         # Outside any trial (a fixture, a metric, the Opik backend), or a host left alone: not kept.
         if scope is None:
+            scored = _scoring.get()
+            if scored is not None and scored.trace is not None and not self._left_alone(request):
+                scored.judged(self._canonical(request, scored), response, _started(request))
             return
         if self._left_alone(request):
             scope.sent()
@@ -644,6 +667,17 @@ class _Cassette:
             setattr(request, _CANONICAL, canonical)
             setattr(request, _STARTED, time.time())
         return cast(RecordedRequest, canonical)
+
+
+def _read(response: dict[str, Any], scrubber: Scrubber) -> RecordedResponse:
+    """vcrpy's ``response`` as a recording keeps it (see ``http_calls.recorded_response``)."""
+    return http_calls.recorded_response(
+        int(response["status"]["code"]),
+        response["status"].get("message") or "",
+        response["headers"],
+        response["body"].get("string") or b"",
+        scrubber,
+    )
 
 
 def _started(request: Any) -> float:

@@ -383,15 +383,26 @@ class Ending:
         budget = self.state.resources.budget
         if budget is None or self.spent:
             return
-        if any(r.ran_this_session(t) for r in self.results for t in r.trials):
-            what = "tokens" if budget.unit == "tokens" else "cost"
-            notice(
-                self.config,
-                f"eval budget: the trials that ran reported no {what}, "
-                f"so the budget of {budget.describe(budget.limit)} counted nothing: it counts the spans "
-                "of LLM calls traced with the Opik SDK (@opik.track, track_openai, ...) that report "
-                "their usage or cost",
+        if not any(r.ran_this_session(t) for r in self.results for t in r.trials):
+            return
+        amount = budget.describe(budget.limit)
+        recordings = self.recordings
+        if recordings is not None and recordings.replayed and not recordings.recorded:
+            # Their spans reported usage, which the replay saved: nothing was paid.
+            message = (
+                f"eval budget: the trials that ran spent nothing, so the budget of {amount} counted "
+                f"nothing: the {recordings.replayed} calls they made were replayed from the recordings "
+                f"(--eval-record={recordings.mode}), which costs nothing; the calls sent count"
             )
+        else:
+            what = "tokens" if budget.unit == "tokens" else "cost"
+            message = (
+                f"eval budget: the trials that ran reported no {what}, so the budget of {amount} "
+                "counted nothing: it counts the usage and cost of the trials' LLM calls: those the app "
+                "traces (the Opik SDK's @opik.track, track_openai, ...; OpenTelemetry; trace.usage), "
+                + _UNTRACED_CALLS[self.options.llm_spans]
+            )
+        notice(self.config, message)
 
     def _notice_unchecked_metrics(self) -> None:
         """A metric with neither a threshold nor a gate passes whatever it scores: say so, once
@@ -569,3 +580,15 @@ class _VerdictPart:
 
     def __init__(self, *, counted: bool = True) -> None:
         self.count_towards_summary = counted
+
+
+# What the budget makes of an app's untraced model calls, by --eval-llm-spans.
+_UNTRACED_CALLS = {
+    "on": "and, with --eval-llm-spans=on, the OpenAI and Anthropic calls of an uninstrumented app, "
+    "read from their HTTP answers",
+    "auto": "and the OpenAI and Anthropic calls of an uninstrumented app, read from their HTTP answers, "
+    "in the tests whose metrics read tool calls (--eval-llm-spans=auto; =on counts every test's; "
+    "both need the record extra)",
+    "off": "but not an uninstrumented app's OpenAI and Anthropic calls with --eval-llm-spans=off "
+    "(=on reads them from their HTTP answers)",
+}

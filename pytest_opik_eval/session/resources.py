@@ -100,8 +100,9 @@ class Resources:
         """With --eval-record, this process's recorder, patched in until ``stop_recording``: where
         trials run (a single process, or each pytest-xdist worker), before the first one. Not in a
         rescore, which calls no task and whose judges run live, unless it batches them. Without
-        --eval-record, an observing recorder when the model calls of some trials of ``plans``
-        become their spans (--eval-llm-spans): none in a session that reads no tool calls."""
+        --eval-record, an observing recorder when the model calls of some trials of ``plans`` (the
+        tests that run, after deselection) become their spans (--eval-llm-spans): none in a
+        session whose selected tests read no tool calls."""
         options = self._options
         rescore_live = options.rescore is not None and options.batch == "off"
         if rescore_live or self.recorder is not None:

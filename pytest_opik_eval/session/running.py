@@ -77,7 +77,9 @@ class Running:
             return
         self._items = session.items
         self._position = {item.nodeid: index for index, item in enumerate(session.items)}
-        self.state.resources.start_recording(self.state.plans_seen)
+        # The plans of the trials left after -k, -m, --deselect and a resume's or a shard's
+        # selection: a deselected test that reads tool calls patches no HTTP library.
+        self.state.resources.start_recording(_plans_of(session.items))
         self._notice_unbatched()
         self._register_call_plugins(session.items)
         if any(plan.threads > 1 for plan in self.state.plans_seen):
@@ -421,6 +423,11 @@ class TrialStatus:
 def _judge_metrics(plans: Iterable[TestPlan]) -> list[Any]:
     """The LLM judges among the plans' metrics."""
     return [m for m in itertools.chain.from_iterable(p.spec.metrics for p in plans) if is_judge(m)]
+
+
+def _plans_of(items: list[pytest.Item]) -> list[TestPlan]:
+    """The plans of the trials among ``items``, each once."""
+    return list({id(trial.case.plan): trial.case.plan for _, trial in _trials(items)}.values())
 
 
 def _trials(items: list[pytest.Item]) -> Iterator[tuple[pytest.Item, Trial]]:
