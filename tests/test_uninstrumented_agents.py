@@ -9,6 +9,7 @@ calls recorded, then replayed strictly offline; never twice with ``track_openai`
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from typing import Any
 
@@ -871,7 +872,10 @@ def test_app(eval_item):
 def test_an_opik_judge_tracked_by_the_sdk_is_counted_once(
     project: Project, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("litellm", reason="the Opik SDK's LiteLLM model needs litellm")
+    # Looked up, not imported: importing litellm in this process changes what later in-process
+    # runs find (pytest's entry points among them); the run below is a subprocess of its own.
+    if importlib.util.find_spec("litellm") is None:
+        pytest.skip("the Opik SDK's LiteLLM model needs litellm")
     offline_opik(project, monkeypatch)
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # offline: its own price table
     # litellm's own warning, when pydantic builds its types: not the plugin's.
