@@ -681,6 +681,25 @@ def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
     ]
 
 
+def test_an_anthropic_stream_whose_text_block_starts_with_no_citations_keeps_them() -> None:
+    # The SDK's TextBlock allows "citations": null at the block's start; its deltas add to it
+    # (the answer was put together where the app's call is made: a failure here failed the call).
+    body = sse(
+        {"type": "message_start", "message": {"id": "msg_1", "model": "claude", "content": []}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "text": "", "citations": None},
+        },
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Order 7."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": CITED}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": CITED}},
+    )
+    answer = answer_of("https://api.anthropic.com/v1/messages", body)
+    assert answer is not None
+    assert answer["content"] == [{"type": "text", "text": "Order 7.", "citations": [CITED, CITED]}]
+
+
 def test_on_pytest_xdist_workers(project: Project, fakes: Fakes) -> None:
     # Each worker observes its own trials' calls (no --eval-record): the same verdicts.
     agent_project(project, "anthropic")

@@ -319,7 +319,8 @@ def _block_delta(
     elif kind == "signature_delta":
         block["signature"] = delta.get("signature")
     elif kind == "citations_delta":
-        block.setdefault("citations", []).append(delta.get("citation"))
+        # A text block may start with "citations": null, as the SDK's TextBlock allows.
+        block["citations"] = [*(block.get("citations") or ()), delta.get("citation")]
 
 
 def _gemini_stream(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
