@@ -348,6 +348,32 @@ def test_an_anthropic_stream_keeps_the_models_thinking(project: Project, fakes: 
     assert (use["type"], use["name"], use["input"]) == ("tool_use", "search", {"q": "order 7"})
 
 
+def test_a_gemini_call_to_an_alias_is_the_span_of_the_model_that_answered(
+    project: Project, fakes: Fakes
+) -> None:
+    # The URL names an alias; the answer's modelVersion the model behind it, which the span names
+    # (as track_genai's does) and which is priced: the table's guess for the alias is another's.
+    agent_project(project, "gemini", labels=("right",))
+    app = project.path / "app.py"
+    app.write_text(app.read_text().replace('model="gemini-2.5-flash"', 'model="gemini-flash-latest"'))
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    assert {path for path, _ in fakes["gemini"].live_calls} == {"/models/gemini-flash-latest:generateContent"}
+    first, *_ = spans = http_spans(project)
+    assert {(span.name, span.model) for span in spans} == {
+        ("generate_content: gemini-2.5-flash", "gemini-2.5-flash")
+    }
+    assert first.metadata is not None
+    assert "gemini-flash-latest" in first.metadata["url"]
+    if installed("genai_prices"):
+        from pytest_opik_eval.run.pricing import priced
+        from pytest_opik_eval.store.records import SpanRecord
+
+        usage = {"prompt_tokens": first.prompt_tokens, "completion_tokens": first.completion_tokens}
+        (alone,) = priced([SpanRecord(id="s", trace_id="t", model="gemini-2.5-flash", usage=usage)])
+        assert first.cost == pytest.approx(alone.cost)
+
+
 RESPONSES_APP = """
 import openai
 
@@ -546,11 +572,8 @@ def test_only_model_calls_are_read() -> None:
     # Gemini's: the model in the path, the body's contents; a batch is no call of its own.
     gemini = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash"
     contents = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
-    assert read("POST", f"{gemini}:generateContent", contents) == "generate_content: gemini-2.5-flash"
-    assert (
-        read("POST", f"{gemini}:streamGenerateContent?alt=sse", contents)
-        == "generate_content_stream: gemini-2.5-flash"
-    )
+    assert read("POST", f"{gemini}:generateContent", contents) == "generate_content"
+    assert read("POST", f"{gemini}:streamGenerateContent?alt=sse", contents) == "generate_content_stream"
     assert read("POST", f"{gemini}:batchGenerateContent", {"batch": {}}) is None
     assert read("POST", f"{gemini}:countTokens", contents) is None
     assert read("POST", "https://example.com/v1/models/x:generateContentNow", contents) is None

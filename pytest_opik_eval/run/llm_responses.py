@@ -6,7 +6,8 @@ JSON or streamed (server-sent events, assembled here).
 Each span is what the Opik SDK's integrations log for the same call (``track_openai``,
 ``track_anthropic``, ``track_genai``): input = the request's body, output = the answer's
 ``choices`` (chat), ``output`` (Responses), ``content`` (Anthropic) or ``candidates`` (Gemini),
-model and usage from the answer (Gemini's model from the URL, which names it), and
+model and usage from the answer (Gemini's model version; the URL's model, which may be an
+alias such as ``gemini-flash-latest``, when the answer names none), and
 ``source: "http"`` in its metadata, with a Responses answer's ``status`` when it did not
 complete. So the trajectory metrics read the tool calls the model
 asked for (``metrics/tool_calls.py``), and the budget, the usage and the cost count the call.
@@ -40,7 +41,7 @@ SOURCE = trial_trace.HTTP_SOURCE  # metadata["source"] of the spans made here
 
 class _Endpoint(NamedTuple):
     provider: str
-    name: str  # the span's: as the SDK's integration names its own
+    name: str  # the span's: as the SDK's integration names its own (Gemini's: then the model)
     output: str  # the key of the answer that the span's output keeps
     model: str | None = None  # the model the URL names (Gemini's)
 
@@ -58,7 +59,7 @@ _OTEL_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"}
 # (``/v1beta/models/{model}:generateContent``; Vertex AI's ``.../publishers/google/models/...``),
 # never ``:batchGenerateContent`` (a batch, its answers read by run/batch_collect.py).
 _GEMINI_PATH = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent)")
-# The span names of track_genai's, by method (it adds the model after a colon).
+# The span names of track_genai's, by method (it adds the answer's model after a colon).
 _GEMINI_NAMES = {"generateContent": "generate_content", "streamGenerateContent": "generate_content_stream"}
 # A Responses stream's terminal events: each carries the response as it ended.
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -93,7 +94,7 @@ def _gemini(url: str) -> _Endpoint | None:
     model, method = found.groups()
     # Opik's provider names (opik.types.LLMProvider): Vertex AI's paths name a publisher.
     provider = "google_vertexai" if "/publishers/" in parts.path else "google_ai"
-    return _Endpoint(provider, f"{_GEMINI_NAMES[method]}: {model}", "candidates", model)
+    return _Endpoint(provider, _GEMINI_NAMES[method], "candidates", model)
 
 
 def parent(trace: trial_trace.TrialTrace) -> str | None:
@@ -173,12 +174,19 @@ def _params(
         # A Responses answer cut short (max_output_tokens) or failed says so, and why.
         metadata["status"] = status
         metadata.update({k: answer[k] for k in ("incomplete_details", "error") if answer.get(k) is not None})
-    model = found.model or (usage.model if usage is not None else None) or answer.get("model")
+    # The model that answered (track_genai's too), priced as such: never an alias the URL named.
+    model = (
+        (usage.model if usage is not None else None)
+        or answer.get("model")
+        or answer.get("modelVersion")
+        or found.model
+    )
+    model = model if isinstance(model, str) else None
     return {
         "id": span_id,
         "trace_id": trace.trace_id,
         "parent_span_id": parent_id,
-        "name": found.name,
+        "name": f"{found.name}: {model}" if found.model is not None else found.name,
         "type": "llm",
         "start_time": started,
         "end_time": time.time(),
@@ -186,7 +194,7 @@ def _params(
         "output": {found.output: answer.get(found.output)} if answer else None,
         "metadata": metadata,
         "tags": None,
-        "model": model if isinstance(model, str) else None,
+        "model": model,
         "provider": found.provider,
         "usage": tokens,
         "total_cost": None,  # priced with the trial's other spans (a batch's answer at its price)
