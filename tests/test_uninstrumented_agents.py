@@ -668,6 +668,45 @@ def test_a_gemini_stream_is_its_chunks_parts_joined() -> None:
     assert (answer["responseId"], answer["usageMetadata"]["candidatesTokenCount"]) == ("r1", 4)
 
 
+def test_a_function_call_vertex_ai_streams_in_pieces_is_put_together() -> None:
+    # streamFunctionCallArguments: the name first, then the arguments as partialArgs (a JSON path
+    # and a value, a string in pieces) while willContinue, and an empty call to end the stream.
+    def chunk(call: dict[str, Any], **part: Any) -> dict[str, Any]:
+        return {"candidates": [{"content": {"role": "model", "parts": [{"functionCall": call, **part}]}}]}
+
+    body = sse(
+        chunk({"name": "search", "willContinue": True}, thoughtSignature="c2ln"),
+        chunk(
+            {
+                "partialArgs": [
+                    {"jsonPath": "$.q", "stringValue": "order", "willContinue": True},
+                    {"jsonPath": "$.filters.ids[0]", "numberValue": 7},
+                ],
+                "willContinue": True,
+            }
+        ),
+        chunk({"partialArgs": [{"jsonPath": "$.q", "stringValue": " 7"}], "willContinue": True}),
+        chunk({"partialArgs": [{"jsonPath": "$.exact", "boolValue": True}]}),
+        chunk({}) | {"usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}},
+    )
+    url = (
+        "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1"
+        "/publishers/google/models/gemini-3-pro-preview:streamGenerateContent?alt=sse"
+    )
+    answer = answer_of(url, body)
+    assert answer is not None
+    (candidate,) = answer["candidates"]
+    assert candidate["content"]["parts"] == [
+        {
+            "functionCall": {
+                "name": "search",
+                "args": {"q": "order 7", "filters": {"ids": [7]}, "exact": True},
+            },
+            "thoughtSignature": "c2ln",
+        }
+    ]
+
+
 CITED = {"type": "char_location", "cited_text": "order 7", "document_index": 0}
 
 

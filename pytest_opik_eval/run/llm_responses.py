@@ -22,6 +22,7 @@ Imported by the recorder only when it makes such spans (``--eval-llm-spans``): b
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -334,7 +335,8 @@ def _block_delta(
 def _gemini_stream(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Gemini's partial responses as one: each candidate's parts in order, text that follows
     text joined (a thought's apart from the answer's), a function call as it came (whole, in one
-    chunk); the last finish reason, usage and model version."""
+    chunk, from the Gemini API; in pieces, from Vertex AI asked to stream its arguments, joined);
+    the last finish reason, usage and model version."""
     if not chunks:
         return None
     answer: dict[str, Any] = {}
@@ -361,6 +363,12 @@ _TEXT_KEYS = frozenset({"text", "thought", "thoughtSignature"})
 
 
 def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
+    call = part.get("functionCall")
+    if isinstance(call, Mapping) and (
+        "partialArgs" in call or "willContinue" in call or not isinstance(call.get("name"), str)
+    ):
+        _add_call_piece(parts, part, call)
+        return
     last = parts[-1] if parts else None
     if (
         last is not None
@@ -375,3 +383,69 @@ def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
             last["thoughtSignature"] = part["thoughtSignature"]
         return
     parts.append(dict(part))
+
+
+def _add_call_piece(parts: list[dict[str, Any]], part: Mapping[str, Any], piece: Mapping[str, Any]) -> None:
+    """A piece of a function call Vertex AI streams in pieces (``streamFunctionCallArguments``):
+    its name in the first, its arguments as ``partialArgs`` (a JSON path and a value, a string
+    in pieces), ``willContinue`` until its last; a call with no name and nothing open ends a
+    stream, and is no call."""
+    open_call = parts[-1].get("functionCall") if parts else None
+    if not (isinstance(open_call, dict) and open_call.get("willContinue")):
+        if not isinstance(piece.get("name"), str):
+            return
+        given = piece.get("args")
+        open_call = {"name": piece["name"], "args": dict(given) if isinstance(given, Mapping) else {}}
+        parts.append({**part, "functionCall": open_call})
+    if isinstance(piece.get("id"), str):
+        open_call["id"] = piece["id"]
+    args = open_call.setdefault("args", {})
+    for partial in piece.get("partialArgs") or ():
+        if isinstance(partial, Mapping) and isinstance(args, dict):
+            _set_partial(args, partial)
+    if piece.get("willContinue"):
+        open_call["willContinue"] = True
+    else:
+        open_call.pop("willContinue", None)
+
+
+# A step of a JSON path (RFC 9535) as partialArgs name one: .name, [index] or ['name'].
+_PATH_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]|\['([^']*)'\]")
+_PARTIAL_VALUES = ("stringValue", "numberValue", "boolValue", "nullValue")
+
+
+def _set_partial(args: dict[str, Any], partial: Mapping[str, Any]) -> None:
+    """One partial argument set at its path in ``args``: a string's piece added to what came."""
+    path = partial.get("jsonPath")
+    kind = next((key for key in _PARTIAL_VALUES if key in partial), None)
+    if not isinstance(path, str) or not path.startswith("$") or kind is None:
+        return
+    steps: list[str | int] = [
+        int(index) if index else name or quoted for name, index, quoted in _PATH_STEP.findall(path[1:])
+    ]
+    holder: Any = args
+    for step, after in itertools.pairwise(steps):
+        holder = _slot(holder, step, [] if isinstance(after, int) else {})
+    if not steps or _slot(holder, steps[-1], None) is _NO_SLOT:
+        return
+    value = None if kind == "nullValue" else partial[kind]
+    came = holder[steps[-1]]
+    holder[steps[-1]] = came + value if isinstance(came, str) and isinstance(value, str) else value
+
+
+_NO_SLOT: Any = object()  # a step the holder cannot take (a name in a list, an index in an object)
+
+
+def _slot(holder: Any, step: str | int, empty: Any) -> Any:
+    """What ``holder`` has at ``step``, made ``empty`` where it has nothing (a list extended to
+    the index); ``_NO_SLOT`` where the step does not fit it."""
+    if isinstance(holder, dict) and isinstance(step, str):
+        if holder.get(step) is None:
+            holder[step] = empty
+        return holder[step]
+    if isinstance(holder, list) and isinstance(step, int):
+        holder.extend([None] * (step + 1 - len(holder)))
+        if holder[step] is None:
+            holder[step] = empty
+        return holder[step]
+    return _NO_SLOT
