@@ -455,6 +455,32 @@ def test_a_call_track_openai_traces_is_not_counted_twice(
     assert right["usage"]["app"]["spans"] == 4
 
 
+def test_a_stream_track_genai_traces_is_not_counted_twice(
+    project: Project, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # track_genai's generate_content_stream makes its call as the app reads the stream, after its
+    # span has left the SDK's context: the span made of the HTTP answer is the same call.
+    offline_opik(project, monkeypatch)
+    agent_project(project, "gemini", labels=("right", "forbidden"), stream=True)
+    app = project.path / "app.py"
+    plain = "    with genai.Client() as client:\n        return loop(client, prompt)"
+    tracked = "    from opik.integrations.genai import track_genai\n\n    return loop(track_genai(genai.Client()), prompt)"
+    assert plain in app.read_text()
+    app.write_text(app.read_text().replace(plain, tracked))
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1, failed=1)
+    assert reasons(report)["forbidden"]["tool_not_called:delete_account"] == (
+        'delete_account called 1 time(s): #3 delete_account({"id": 7})'
+    )
+    spans = http_spans(project)
+    assert [span.name for span in spans] == ["generate_content_stream: gemini-2.5-flash"] * 4
+    assert all((span.metadata or {}).get("source") != "http" for span in spans)
+    (experiment,) = report["experiments"]
+    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
+    assert right["usage"]["app"]["spans"] == 4
+    assert right["usage"]["app"]["prompt_tokens"] == sum(span.prompt_tokens or 0 for span in spans)
+
+
 def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(project: Project, fakes: Fakes) -> None:
     # A test without trajectory metrics: its model calls make no span (auto)...
     agent_project(project, "openai", labels=("right",), metrics="Equals()")

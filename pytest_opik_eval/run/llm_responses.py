@@ -14,7 +14,10 @@ asked for (``metrics/tool_calls.py``), and the budget, the usage and the cost co
 
 One call is one span: a call made while an instrumented LLM span is open around it (the Opik
 SDK's, as ``track_openai`` keeps its span open over the HTTP call; a manual ``type="llm"``
-span; an OpenTelemetry span of a model call) is that span's, and gets none here.
+span; an OpenTelemetry span of a model call) is that span's, and gets none here. A call an
+integration makes as the app reads its stream, its span no longer open (``track_genai``'s
+``generate_content_stream``), gets one, which the integration's span replaces when it ends
+(``trial_trace.TrialTrace.add_span``).
 
 Imported by the recorder only when it makes such spans (``--eval-llm-spans``): being in
 ``trial_trace._SPAN_SOURCES``, its import makes every trial of the session traced.
