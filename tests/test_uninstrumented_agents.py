@@ -610,6 +610,19 @@ def test_only_model_calls_are_read() -> None:
     found = endpoint(RecordedRequest(method="POST", url=vertex, body={"json": contents}))
     assert found is not None
     assert (found.provider, found.model) == ("google_vertexai", "gemini-2.5-pro")
+    # A tuned model: the Gemini API's, and Vertex AI's deployed at an endpoint (its span then
+    # named after the answer's model version).
+    tuned = "https://generativelanguage.googleapis.com/v1beta/tunedModels/my-model-7:generateContent"
+    found = endpoint(RecordedRequest(method="POST", url=tuned, body={"json": contents}))
+    assert found is not None
+    assert (found.provider, found.name) == ("google_ai", "generate_content")
+    deployed = (
+        "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1"
+        "/endpoints/1234:streamGenerateContent?alt=sse"
+    )
+    found = endpoint(RecordedRequest(method="POST", url=deployed, body={"json": contents}))
+    assert found is not None
+    assert (found.provider, found.name) == ("google_vertexai", "generate_content_stream")
 
 
 def test_parallel_tool_calls_streamed_in_fragments_are_joined_by_index() -> None:

@@ -60,9 +60,13 @@ _ENDPOINTS = {
 # operation, OpenInference's span kind, OpenLLMetry's request type), as run/otel.py types it.
 _OTEL_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 # Gemini's model calls: the model and the method at the end of the path
-# (``/v1beta/models/{model}:generateContent``; Vertex AI's ``.../publishers/google/models/...``),
-# never ``:batchGenerateContent`` (a batch, its answers read by run/batch_collect.py).
-_GEMINI_PATH = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent)")
+# (``/v1beta/models/{model}:generateContent``, a tuned model's ``/v1beta/tunedModels/{id}``;
+# Vertex AI's ``.../publishers/google/models/{model}``, a tuned model deployed at
+# ``.../endpoints/{id}``), never ``:batchGenerateContent`` (a batch, its answers read by
+# run/batch_collect.py).
+_GEMINI_PATH = re.compile(
+    r"/(?:models|tunedModels|endpoints)/([^/:]+):(generateContent|streamGenerateContent)"
+)
 # The span names of track_genai's, by method (it adds the answer's model after a colon).
 _GEMINI_NAMES = {"generateContent": "generate_content", "streamGenerateContent": "generate_content_stream"}
 # A Responses stream's terminal events: each carries the response as it ended.
@@ -96,8 +100,10 @@ def _gemini(url: str) -> _Endpoint | None:
     if found is None or not parts.path.endswith(found.group(0)):
         return None
     model, method = found.groups()
-    # Opik's provider names (opik.types.LLMProvider): Vertex AI's paths name a publisher.
-    provider = "google_vertexai" if "/publishers/" in parts.path else "google_ai"
+    # Opik's provider names (opik.types.LLMProvider): Vertex AI's paths name a project, or a
+    # publisher (its express mode's).
+    vertex = "/projects/" in parts.path or "/publishers/" in parts.path
+    provider = "google_vertexai" if vertex else "google_ai"
     return _Endpoint(provider, _GEMINI_NAMES[method], "candidates", model)
 
 
