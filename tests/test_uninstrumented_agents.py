@@ -707,6 +707,41 @@ def test_a_gemini_stream_is_its_chunks_parts_joined() -> None:
     assert (answer["responseId"], answer["usageMetadata"]["candidatesTokenCount"]) == ("r1", 4)
 
 
+def test_a_gemini_stream_without_sse_is_its_json_arrays_chunks_joined() -> None:
+    # Without alt=sse (a plain HTTP client's call), Gemini streams its chunks as one JSON array.
+    chunks = [
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "Look"}]}, "index": 0}]},
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [{"functionCall": {"name": "search", "args": {"q": "x"}}}],
+                    },
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4, "totalTokenCount": 7},
+            "modelVersion": "gemini-2.5-flash",
+        },
+    ]
+    url = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    answer = answer_of(url, {"json": chunks})
+    assert answer is not None
+    (candidate,) = answer["candidates"]
+    assert candidate["content"]["parts"] == [
+        {"text": "Look"},
+        {"functionCall": {"name": "search", "args": {"q": "x"}}},
+    ]
+    from pytest_opik_eval.run.http_calls import usage_of
+    from pytest_opik_eval.store.http_recordings import RecordedResponse
+
+    usage = usage_of(RecordedResponse(status=200, body={"json": chunks}))
+    assert usage is not None
+    assert (usage.model, usage.input_tokens, usage.output_tokens) == ("gemini-2.5-flash", 3, 4)
+
+
 def test_a_function_call_vertex_ai_streams_in_pieces_is_put_together() -> None:
     # streamFunctionCallArguments: the name first, then the arguments as partialArgs (a JSON path
     # and a value, a string in pieces) while willContinue, and an empty call to end the stream.

@@ -463,12 +463,14 @@ def usage_of(response: RecordedResponse) -> RecordedUsage | None:
 
 
 def events_of(response: RecordedResponse) -> list[Any] | None:
-    """A response's body as a list of JSON values: a JSON body alone, or the ``data:`` lines of
-    a stream of server-sent events (one that is not JSON, such as ``[DONE]``, as None); None for
-    a body that is neither."""
+    """A response's body as a list of JSON values: a JSON body alone, a JSON array's items (Gemini
+    streams its answer as one without ``alt=sse``), or the ``data:`` lines of a stream of
+    server-sent events (one that is not JSON, such as ``[DONE]``, as None); None for a body that
+    is neither."""
     body = response.body or {}
     if "json" in body:
-        return [body["json"]]
+        value = body["json"]
+        return list(value) if isinstance(value, list) else [value]
     if "text" in body:
         return [
             _json(line[5:].strip().encode()) for line in body["text"].splitlines() if line.startswith("data:")

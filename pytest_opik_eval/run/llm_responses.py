@@ -215,14 +215,14 @@ def _params(
 def assembled(found: _Endpoint, response: RecordedResponse) -> dict[str, Any] | None:
     """The answer as one JSON object: the body itself, or a stream's events put together as the
     SDKs' stream helpers do (OpenAI chat chunks, the Responses API's terminal event: completed,
-    incomplete or failed, Anthropic's message events, Gemini's partial responses); None for a
-    body that is neither."""
+    incomplete or failed, Anthropic's message events, Gemini's partial responses, as server-sent
+    events or a JSON array); None for a body that is neither."""
     events = events_of(response)
     if not events:
         return None
-    if (response.body or {}).get("json") is not None:
-        answer = events[0]
-        return answer if isinstance(answer, dict) else None
+    body = (response.body or {}).get("json")
+    if body is not None and not isinstance(body, list):
+        return body if isinstance(body, dict) else None
     objects = [event for event in events if isinstance(event, dict)]
     if found.output == "choices":
         return _chat_stream(objects)
