@@ -353,12 +353,12 @@ def _covers(sdk: Mapping[str, Any], span: Mapping[str, Any]) -> bool:
     provider = sdk.get("provider")
     # The SDK's span started, then the call was made and answered, then the SDK's span ended.
     times = [
-        time
-        for time in map(
+        moment
+        for moment in map(
             _seconds,
             (sdk.get("start_time"), span.get("start_time"), span.get("end_time"), sdk.get("end_time")),
         )
-        if time is not None
+        if moment is not None
     ]
     return (
         span.get("parent_span_id") == sdk.get("parent_span_id")
