@@ -374,6 +374,46 @@ def test_a_gemini_call_to_an_alias_is_the_span_of_the_model_that_answered(
         assert first.cost == pytest.approx(alone.cost)
 
 
+KEY_IN_URL_APP = """
+import os
+
+import httpx
+
+KEY = "AIza" + "UrlOnly-0123456789abcdefghijklmnop"  # in no environment variable
+
+
+def agent(prompt):
+    # The Gemini API's REST form with the key in the URL (?key=), as its curl examples have it.
+    url = os.environ["GOOGLE_GEMINI_BASE_URL"] + "/v1beta/models/gemini-2.5-flash:generateContent?key=" + KEY
+    body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "tools": [{"functionDeclarations": []}]}
+    headers = {"x-goog-api-key": os.environ["GEMINI_API_KEY"]}  # the fake's own check
+    answer = httpx.post(url, json=body, headers=headers).raise_for_status().json()
+    return answer["candidates"][0]["content"]["parts"][0]
+"""
+
+
+def test_a_gemini_key_in_the_url_stays_out_of_the_span_and_the_recordings(
+    project: Project, fakes: Fakes
+) -> None:
+    project.dataset([{"id": "right", "input": "Refund order 7. PLAN: " + CALLS["search"] + " > DONE"}])
+    project.write("app.py", KEY_IN_URL_APP)
+    project.write("test_app.py", TEST.format(metric_names="ToolCalled", metrics="ToolCalled('search')"))
+    result, report = project.run_report("--eval", "--eval-record=once")
+    result.assert_outcomes(passed=1)
+    (span,) = http_spans(project)
+    assert span.metadata is not None
+    assert span.metadata["url"].endswith(":generateContent?key=REDACTED")
+    key = b"AIzaUrlOnly-0123456789abcdefghijklmnop"
+    # What the plugin wrote (the store, the recordings, the report), not the app's own code.
+    written = [
+        path
+        for path in project.path.rglob("*")
+        if path.is_file() and path.name != "app.py" and "__pycache__" not in path.parts
+    ]
+    assert [path for path in written if key in path.read_bytes()] == []
+    assert key.decode() not in json.dumps(report)
+
+
 RESPONSES_APP = """
 import openai
 
