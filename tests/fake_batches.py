@@ -1430,6 +1430,9 @@ GEMINI_ENDED = frozenset(
 _BATCH_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatch"
 # Gemini's inlined requests may total 20 MB (its Batch Mode guide).
 GEMINI_MAX_BYTES = 20 * 1024 * 1024
+# A model's alias (its models guide's "latest" names) and the model that answers for it, which
+# the answer's modelVersion names.
+GEMINI_ALIASES = {"gemini-flash-latest": "gemini-2.5-flash"}
 
 
 def gemini_answer(model: str, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -1437,7 +1440,8 @@ def gemini_answer(model: str, body: Mapping[str, Any]) -> dict[str, Any]:
     Checked as Gemini checks a request: ``contents``, a non-empty list of turns with parts, each
     turn of function responses answering the calls of the model's turn before it. With
     ``tools`` and a tool plan (see ``tool_plan``), the planned call as a ``functionCall`` part
-    (with no id, as the Gemini API's models give none). A ``thinkingConfig`` with a budget
+    (with no id, as the Gemini API's models give none); an alias answered by its model
+    (``GEMINI_ALIASES``). A ``thinkingConfig`` with a budget
     thinks (``thoughtsTokenCount``); ``includeThoughts`` adds its thought as a first part."""
     contents = body.get("contents")
     if not isinstance(contents, list) or not contents:
@@ -1468,7 +1472,7 @@ def gemini_answer(model: str, body: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "candidates": [{"content": {"parts": parts, "role": "model"}, "finishReason": "STOP", "index": 0}],
         "usageMetadata": usage,
-        "modelVersion": model,
+        "modelVersion": GEMINI_ALIASES.get(model, model),
         "responseId": _digest({"model": model, **body}),
     }
 

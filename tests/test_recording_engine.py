@@ -703,8 +703,42 @@ def sse(*events: dict[str, Any]) -> dict[str, Any]:
                 "usageMetadata": {"promptTokenCount": 11, "candidatesTokenCount": 1, "thoughtsTokenCount": 3},
             },
         ),
+        # Gemini's built-in tools' results (a search's) are input, as genai-prices and Opik count them.
+        {
+            "json": {
+                "modelVersion": "m",
+                "usageMetadata": {
+                    "promptTokenCount": 8,
+                    "toolUsePromptTokenCount": 3,
+                    "candidatesTokenCount": 4,
+                    "totalTokenCount": 15,
+                },
+            }
+        },
+        # Thoughts the answer's count holds already (the total says so, as on some Vertex AI
+        # models): not counted twice.
+        {
+            "json": {
+                "modelVersion": "m",
+                "usageMetadata": {
+                    "promptTokenCount": 11,
+                    "candidatesTokenCount": 4,
+                    "thoughtsTokenCount": 3,
+                    "totalTokenCount": 15,
+                },
+            }
+        },
     ],
-    ids=["openai", "anthropic", "gemini", "anthropic-stream", "responses-stream", "gemini-stream"],
+    ids=[
+        "openai",
+        "anthropic",
+        "gemini",
+        "anthropic-stream",
+        "responses-stream",
+        "gemini-stream",
+        "gemini-tool-use",
+        "gemini-thoughts-inside",
+    ],
 )
 def test_the_usage_of_each_providers_response_is_read(body: dict[str, Any]) -> None:
     usage = usage_of(RecordedResponse(status=200, body=body))

@@ -349,6 +349,72 @@ def test_an_anthropic_stream_keeps_the_models_thinking(project: Project, fakes: 
     assert (use["type"], use["name"], use["input"]) == ("tool_use", "search", {"q": "order 7"})
 
 
+def test_a_gemini_call_to_an_alias_is_the_span_of_the_model_that_answered(
+    project: Project, fakes: Fakes
+) -> None:
+    # The URL names an alias; the answer's modelVersion the model behind it, which the span names
+    # (as track_genai's does) and which is priced: the table's guess for the alias is another's.
+    agent_project(project, "gemini", labels=("right",))
+    app = project.path / "app.py"
+    app.write_text(app.read_text().replace('model="gemini-2.5-flash"', 'model="gemini-flash-latest"'))
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1)
+    assert {path for path, _ in fakes["gemini"].live_calls} == {"/models/gemini-flash-latest:generateContent"}
+    first, *_ = spans = http_spans(project)
+    assert {(span.name, span.model) for span in spans} == {
+        ("generate_content: gemini-2.5-flash", "gemini-2.5-flash")
+    }
+    assert first.metadata is not None
+    assert "gemini-flash-latest" in first.metadata["url"]
+    if installed("genai_prices"):
+        from pytest_opik_eval.run.pricing import priced
+        from pytest_opik_eval.store.records import SpanRecord
+
+        usage = {"prompt_tokens": first.prompt_tokens, "completion_tokens": first.completion_tokens}
+        (alone,) = priced([SpanRecord(id="s", trace_id="t", model="gemini-2.5-flash", usage=usage)])
+        assert first.cost == pytest.approx(alone.cost)
+
+
+KEY_IN_URL_APP = """
+import os
+
+import httpx
+
+KEY = "AIza" + "UrlOnly-0123456789abcdefghijklmnop"  # in no environment variable
+
+
+def agent(prompt):
+    # The Gemini API's REST form with the key in the URL (?key=), as its curl examples have it.
+    url = os.environ["GOOGLE_GEMINI_BASE_URL"] + "/v1beta/models/gemini-2.5-flash:generateContent?key=" + KEY
+    body = {"contents": [{"role": "user", "parts": [{"text": prompt}]}], "tools": [{"functionDeclarations": []}]}
+    headers = {"x-goog-api-key": os.environ["GEMINI_API_KEY"]}  # the fake's own check
+    answer = httpx.post(url, json=body, headers=headers).raise_for_status().json()
+    return answer["candidates"][0]["content"]["parts"][0]
+"""
+
+
+def test_a_gemini_key_in_the_url_stays_out_of_the_span_and_the_recordings(
+    project: Project, fakes: Fakes
+) -> None:
+    project.dataset([{"id": "right", "input": "Refund order 7. PLAN: " + CALLS["search"] + " > DONE"}])
+    project.write("app.py", KEY_IN_URL_APP)
+    project.write("test_app.py", TEST.format(metric_names="ToolCalled", metrics="ToolCalled('search')"))
+    result, report = project.run_report("--eval", "--eval-record=once")
+    result.assert_outcomes(passed=1)
+    (span,) = http_spans(project)
+    assert span.metadata is not None
+    assert span.metadata["url"].endswith(":generateContent?key=REDACTED")
+    key = b"AIzaUrlOnly-0123456789abcdefghijklmnop"
+    # What the plugin wrote (the store, the recordings, the report), not the app's own code.
+    written = [
+        path
+        for path in project.path.rglob("*")
+        if path.is_file() and path.name != "app.py" and "__pycache__" not in path.parts
+    ]
+    assert [path for path in written if key in path.read_bytes()] == []
+    assert key.decode() not in json.dumps(report)
+
+
 RESPONSES_APP = """
 import openai
 
@@ -462,6 +528,32 @@ def test_a_call_track_openai_traces_is_not_counted_twice(
     right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
     assert right["usage"]["app"]["prompt_tokens"] == sum(span.prompt_tokens or 0 for span in spans)
     assert right["usage"]["app"]["spans"] == 4
+
+
+def test_a_stream_track_genai_traces_is_not_counted_twice(
+    project: Project, fakes: Fakes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # track_genai's generate_content_stream makes its call as the app reads the stream, after its
+    # span has left the SDK's context: the span made of the HTTP answer is the same call.
+    offline_opik(project, monkeypatch)
+    agent_project(project, "gemini", labels=("right", "forbidden"), stream=True)
+    app = project.path / "app.py"
+    plain = "    with genai.Client() as client:\n        return loop(client, prompt)"
+    tracked = "    from opik.integrations.genai import track_genai\n\n    return loop(track_genai(genai.Client()), prompt)"
+    assert plain in app.read_text()
+    app.write_text(app.read_text().replace(plain, tracked))
+    result, report = project.run_report("--eval")
+    result.assert_outcomes(passed=1, failed=1)
+    assert reasons(report)["forbidden"]["tool_not_called:delete_account"] == (
+        'delete_account called 1 time(s): #3 delete_account({"id": 7})'
+    )
+    spans = http_spans(project)
+    assert [span.name for span in spans] == ["generate_content_stream: gemini-2.5-flash"] * 4
+    assert all((span.metadata or {}).get("source") != "http" for span in spans)
+    (experiment,) = report["experiments"]
+    right = next(t for t in experiment["trials"] if t["dataset_item_id"] == "right")
+    assert right["usage"]["app"]["spans"] == 4
+    assert right["usage"]["app"]["prompt_tokens"] == sum(span.prompt_tokens or 0 for span in spans)
 
 
 def test_only_the_tests_that_read_tool_calls_make_spans_unless_asked(project: Project, fakes: Fakes) -> None:
@@ -591,11 +683,8 @@ def test_only_model_calls_are_read() -> None:
     # Gemini's: the model in the path, the body's contents; a batch is no call of its own.
     gemini = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash"
     contents = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
-    assert read("POST", f"{gemini}:generateContent", contents) == "generate_content: gemini-2.5-flash"
-    assert (
-        read("POST", f"{gemini}:streamGenerateContent?alt=sse", contents)
-        == "generate_content_stream: gemini-2.5-flash"
-    )
+    assert read("POST", f"{gemini}:generateContent", contents) == "generate_content"
+    assert read("POST", f"{gemini}:streamGenerateContent?alt=sse", contents) == "generate_content_stream"
     assert read("POST", f"{gemini}:batchGenerateContent", {"batch": {}}) is None
     assert read("POST", f"{gemini}:countTokens", contents) is None
     assert read("POST", "https://example.com/v1/models/x:generateContentNow", contents) is None
@@ -606,6 +695,19 @@ def test_only_model_calls_are_read() -> None:
     found = endpoint(RecordedRequest(method="POST", url=vertex, body={"json": contents}))
     assert found is not None
     assert (found.provider, found.model) == ("google_vertexai", "gemini-2.5-pro")
+    # A tuned model: the Gemini API's, and Vertex AI's deployed at an endpoint (its span then
+    # named after the answer's model version).
+    tuned = "https://generativelanguage.googleapis.com/v1beta/tunedModels/my-model-7:generateContent"
+    found = endpoint(RecordedRequest(method="POST", url=tuned, body={"json": contents}))
+    assert found is not None
+    assert (found.provider, found.name) == ("google_ai", "generate_content")
+    deployed = (
+        "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1"
+        "/endpoints/1234:streamGenerateContent?alt=sse"
+    )
+    found = endpoint(RecordedRequest(method="POST", url=deployed, body={"json": contents}))
+    assert found is not None
+    assert (found.provider, found.name) == ("google_vertexai", "generate_content_stream")
 
 
 def test_parallel_tool_calls_streamed_in_fragments_are_joined_by_index() -> None:
@@ -690,6 +792,80 @@ def test_a_gemini_stream_is_its_chunks_parts_joined() -> None:
     assert (answer["responseId"], answer["usageMetadata"]["candidatesTokenCount"]) == ("r1", 4)
 
 
+def test_a_gemini_stream_without_sse_is_its_json_arrays_chunks_joined() -> None:
+    # Without alt=sse (a plain HTTP client's call), Gemini streams its chunks as one JSON array.
+    chunks = [
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "Look"}]}, "index": 0}]},
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [{"functionCall": {"name": "search", "args": {"q": "x"}}}],
+                    },
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4, "totalTokenCount": 7},
+            "modelVersion": "gemini-2.5-flash",
+        },
+    ]
+    url = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    answer = answer_of(url, {"json": chunks})
+    assert answer is not None
+    (candidate,) = answer["candidates"]
+    assert candidate["content"]["parts"] == [
+        {"text": "Look"},
+        {"functionCall": {"name": "search", "args": {"q": "x"}}},
+    ]
+    from pytest_opik_eval.run.http_calls import usage_of
+    from pytest_opik_eval.store.http_recordings import RecordedResponse
+
+    usage = usage_of(RecordedResponse(status=200, body={"json": chunks}))
+    assert usage is not None
+    assert (usage.model, usage.input_tokens, usage.output_tokens) == ("gemini-2.5-flash", 3, 4)
+
+
+def test_a_function_call_vertex_ai_streams_in_pieces_is_put_together() -> None:
+    # streamFunctionCallArguments: the name first, then the arguments as partialArgs (a JSON path
+    # and a value, a string in pieces) while willContinue, and an empty call to end the stream.
+    def chunk(call: dict[str, Any], **part: Any) -> dict[str, Any]:
+        return {"candidates": [{"content": {"role": "model", "parts": [{"functionCall": call, **part}]}}]}
+
+    body = sse(
+        chunk({"name": "search", "willContinue": True}, thoughtSignature="c2ln"),
+        chunk(
+            {
+                "partialArgs": [
+                    {"jsonPath": "$.q", "stringValue": "order", "willContinue": True},
+                    {"jsonPath": "$.filters.ids[0]", "numberValue": 7},
+                ],
+                "willContinue": True,
+            }
+        ),
+        chunk({"partialArgs": [{"jsonPath": "$.q", "stringValue": " 7"}], "willContinue": True}),
+        chunk({"partialArgs": [{"jsonPath": "$.exact", "boolValue": True}]}),
+        chunk({}) | {"usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 4}},
+    )
+    url = (
+        "https://us-central1-aiplatform.googleapis.com/v1/projects/p/locations/us-central1"
+        "/publishers/google/models/gemini-3-pro-preview:streamGenerateContent?alt=sse"
+    )
+    answer = answer_of(url, body)
+    assert answer is not None
+    (candidate,) = answer["candidates"]
+    assert candidate["content"]["parts"] == [
+        {
+            "functionCall": {
+                "name": "search",
+                "args": {"q": "order 7", "filters": {"ids": [7]}, "exact": True},
+            },
+            "thoughtSignature": "c2ln",
+        }
+    ]
+
+
 CITED = {"type": "char_location", "cited_text": "order 7", "document_index": 0}
 
 
@@ -724,6 +900,25 @@ def test_an_anthropic_stream_keeps_its_text_and_tool_use_blocks() -> None:
         {"type": "text", "text": "Let me look.", "citations": [CITED]},
         {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "x"}},
     ]
+
+
+def test_an_anthropic_stream_whose_text_block_starts_with_no_citations_keeps_them() -> None:
+    # The SDK's TextBlock allows "citations": null at the block's start; its deltas add to it
+    # (the answer was put together where the app's call is made: a failure here failed the call).
+    body = sse(
+        {"type": "message_start", "message": {"id": "msg_1", "model": "claude", "content": []}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "text", "text": "", "citations": None},
+        },
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Order 7."}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": CITED}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": CITED}},
+    )
+    answer = answer_of("https://api.anthropic.com/v1/messages", body)
+    assert answer is not None
+    assert answer["content"] == [{"type": "text", "text": "Order 7.", "citations": [CITED, CITED]}]
 
 
 def test_on_pytest_xdist_workers(project: Project, fakes: Fakes) -> None:

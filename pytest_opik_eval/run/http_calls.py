@@ -442,14 +442,16 @@ def usage_of(response: RecordedResponse) -> RecordedUsage | None:
             if isinstance(usage, dict):
                 found = True
                 # Streams report the input once and the output as it grows: the largest of each.
+                # Gemini bills the results of its built-in tools (toolUsePromptTokenCount) as input.
                 input_tokens = max(
-                    input_tokens, _tokens(usage, "prompt_tokens", "input_tokens", "promptTokenCount")
+                    input_tokens,
+                    _tokens(usage, "prompt_tokens", "input_tokens", "promptTokenCount")
+                    + _tokens(usage, "toolUsePromptTokenCount"),
                 )
-                # Gemini counts its thoughts apart from its answer, and bills both as output.
                 output_tokens = max(
                     output_tokens,
                     _tokens(usage, "completion_tokens", "output_tokens", "candidatesTokenCount")
-                    + _tokens(usage, "thoughtsTokenCount"),
+                    + _thoughts(usage),
                 )
     if not found:
         return None
@@ -461,12 +463,14 @@ def usage_of(response: RecordedResponse) -> RecordedUsage | None:
 
 
 def events_of(response: RecordedResponse) -> list[Any] | None:
-    """A response's body as a list of JSON values: a JSON body alone, or the ``data:`` lines of
-    a stream of server-sent events (one that is not JSON, such as ``[DONE]``, as None); None for
-    a body that is neither."""
+    """A response's body as a list of JSON values: a JSON body alone, a JSON array's items (Gemini
+    streams its answer as one without ``alt=sse``), or the ``data:`` lines of a stream of
+    server-sent events (one that is not JSON, such as ``[DONE]``, as None); None for a body that
+    is neither."""
     body = response.body or {}
     if "json" in body:
-        return [body["json"]]
+        value = body["json"]
+        return list(value) if isinstance(value, list) else [value]
     if "text" in body:
         return [
             _json(line[5:].strip().encode()) for line in body["text"].splitlines() if line.startswith("data:")
@@ -480,6 +484,18 @@ def _usage_holders(event: Any) -> list[dict[str, Any]]:
     if not isinstance(event, dict):
         return []
     return [event, *(event[k] for k in ("message", "response") if isinstance(event.get(k), dict))]
+
+
+def _thoughts(usage: Mapping[str, Any]) -> int:
+    """Gemini's thinking tokens, billed as output and counted apart from the answer's
+    (``candidatesTokenCount``), but where the total shows the answer's count holds them already
+    (some Vertex AI models): as the Opik SDK reads them (``OpikUsage.from_google_dict``)."""
+    thoughts = _tokens(usage, "thoughtsTokenCount")
+    total = usage.get("totalTokenCount")
+    parts = ("promptTokenCount", "toolUsePromptTokenCount", "candidatesTokenCount")
+    if isinstance(total, int) and total == sum(_tokens(usage, name) for name in parts):
+        return 0
+    return thoughts
 
 
 def _tokens(usage: Mapping[str, Any], *names: str) -> int:

@@ -6,14 +6,18 @@ JSON or streamed (server-sent events, assembled here).
 Each span is what the Opik SDK's integrations log for the same call (``track_openai``,
 ``track_anthropic``, ``track_genai``): input = the request's body, output = the answer's
 ``choices`` (chat), ``output`` (Responses), ``content`` (Anthropic) or ``candidates`` (Gemini),
-model and usage from the answer (Gemini's model from the URL, which names it), and
+model and usage from the answer (Gemini's model version; the URL's model, which may be an
+alias such as ``gemini-flash-latest``, when the answer names none), and
 ``source: "http"`` in its metadata, with a Responses answer's ``status`` when it did not
 complete. So the trajectory metrics read the tool calls the model
 asked for (``metrics/tool_calls.py``), and the budget, the usage and the cost count the call.
 
 One call is one span: a call made while an instrumented LLM span is open around it (the Opik
 SDK's, as ``track_openai`` keeps its span open over the HTTP call; a manual ``type="llm"``
-span; an OpenTelemetry span of a model call) is that span's, and gets none here.
+span; an OpenTelemetry span of a model call) is that span's, and gets none here. A call an
+integration makes as the app reads its stream, its span no longer open (``track_genai``'s
+``generate_content_stream``), gets one, which the integration's span replaces when it ends
+(``trial_trace.TrialTrace.add_span``).
 
 Imported by the recorder only when it makes such spans (``--eval-llm-spans``): being in
 ``trial_trace._SPAN_SOURCES``, its import makes every trial of the session traced.
@@ -21,6 +25,7 @@ Imported by the recorder only when it makes such spans (``--eval-llm-spans``): b
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -40,7 +45,7 @@ SOURCE = trial_trace.HTTP_SOURCE  # metadata["source"] of the spans made here
 
 class _Endpoint(NamedTuple):
     provider: str
-    name: str  # the span's: as the SDK's integration names its own
+    name: str  # the span's: as the SDK's integration names its own (Gemini's: then the model)
     output: str  # the key of the answer that the span's output keeps
     model: str | None = None  # the model the URL names (Gemini's)
 
@@ -55,10 +60,14 @@ _ENDPOINTS = {
 # operation, OpenInference's span kind, OpenLLMetry's request type), as run/otel.py types it.
 _OTEL_LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 # Gemini's model calls: the model and the method at the end of the path
-# (``/v1beta/models/{model}:generateContent``; Vertex AI's ``.../publishers/google/models/...``),
-# never ``:batchGenerateContent`` (a batch, its answers read by run/batch_collect.py).
-_GEMINI_PATH = re.compile(r"/models/([^/:]+):(generateContent|streamGenerateContent)")
-# The span names of track_genai's, by method (it adds the model after a colon).
+# (``/v1beta/models/{model}:generateContent``, a tuned model's ``/v1beta/tunedModels/{id}``;
+# Vertex AI's ``.../publishers/google/models/{model}``, a tuned model deployed at
+# ``.../endpoints/{id}``), never ``:batchGenerateContent`` (a batch, its answers read by
+# run/batch_collect.py).
+_GEMINI_PATH = re.compile(
+    r"/(?:models|tunedModels|endpoints)/([^/:]+):(generateContent|streamGenerateContent)"
+)
+# The span names of track_genai's, by method (it adds the answer's model after a colon).
 _GEMINI_NAMES = {"generateContent": "generate_content", "streamGenerateContent": "generate_content_stream"}
 # A Responses stream's terminal events: each carries the response as it ended.
 _RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -91,9 +100,11 @@ def _gemini(url: str) -> _Endpoint | None:
     if found is None or not parts.path.endswith(found.group(0)):
         return None
     model, method = found.groups()
-    # Opik's provider names (opik.types.LLMProvider): Vertex AI's paths name a publisher.
-    provider = "google_vertexai" if "/publishers/" in parts.path else "google_ai"
-    return _Endpoint(provider, f"{_GEMINI_NAMES[method]}: {model}", "candidates", model)
+    # Opik's provider names (opik.types.LLMProvider): Vertex AI's paths name a project, or a
+    # publisher (its express mode's).
+    vertex = "/projects/" in parts.path or "/publishers/" in parts.path
+    provider = "google_vertexai" if vertex else "google_ai"
+    return _Endpoint(provider, _GEMINI_NAMES[method], "candidates", model)
 
 
 def parent(trace: trial_trace.TrialTrace) -> str | None:
@@ -173,12 +184,19 @@ def _params(
         # A Responses answer cut short (max_output_tokens) or failed says so, and why.
         metadata["status"] = status
         metadata.update({k: answer[k] for k in ("incomplete_details", "error") if answer.get(k) is not None})
-    model = found.model or (usage.model if usage is not None else None) or answer.get("model")
+    # The model that answered (track_genai's too), priced as such: never an alias the URL named.
+    model = (
+        (usage.model if usage is not None else None)
+        or answer.get("model")
+        or answer.get("modelVersion")
+        or found.model
+    )
+    model = model if isinstance(model, str) else None
     return {
         "id": span_id,
         "trace_id": trace.trace_id,
         "parent_span_id": parent_id,
-        "name": found.name,
+        "name": f"{found.name}: {model}" if found.model is not None else found.name,
         "type": "llm",
         "start_time": started,
         "end_time": time.time(),
@@ -186,7 +204,7 @@ def _params(
         "output": {found.output: answer.get(found.output)} if answer else None,
         "metadata": metadata,
         "tags": None,
-        "model": model if isinstance(model, str) else None,
+        "model": model,
         "provider": found.provider,
         "usage": tokens,
         "total_cost": None,  # priced with the trial's other spans (a batch's answer at its price)
@@ -197,14 +215,14 @@ def _params(
 def assembled(found: _Endpoint, response: RecordedResponse) -> dict[str, Any] | None:
     """The answer as one JSON object: the body itself, or a stream's events put together as the
     SDKs' stream helpers do (OpenAI chat chunks, the Responses API's terminal event: completed,
-    incomplete or failed, Anthropic's message events, Gemini's partial responses); None for a
-    body that is neither."""
+    incomplete or failed, Anthropic's message events, Gemini's partial responses, as server-sent
+    events or a JSON array); None for a body that is neither."""
     events = events_of(response)
     if not events:
         return None
-    if (response.body or {}).get("json") is not None:
-        answer = events[0]
-        return answer if isinstance(answer, dict) else None
+    body = (response.body or {}).get("json")
+    if body is not None and not isinstance(body, list):
+        return body if isinstance(body, dict) else None
     objects = [event for event in events if isinstance(event, dict)]
     if found.output == "choices":
         return _chat_stream(objects)
@@ -319,13 +337,15 @@ def _block_delta(
     elif kind == "signature_delta":
         block["signature"] = delta.get("signature")
     elif kind == "citations_delta":
-        block.setdefault("citations", []).append(delta.get("citation"))
+        # A text block may start with "citations": null, as the SDK's TextBlock allows.
+        block["citations"] = [*(block.get("citations") or ()), delta.get("citation")]
 
 
 def _gemini_stream(chunks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Gemini's partial responses as one: each candidate's parts in order, text that follows
     text joined (a thought's apart from the answer's), a function call as it came (whole, in one
-    chunk); the last finish reason, usage and model version."""
+    chunk, from the Gemini API; in pieces, from Vertex AI asked to stream its arguments, joined);
+    the last finish reason, usage and model version."""
     if not chunks:
         return None
     answer: dict[str, Any] = {}
@@ -352,6 +372,12 @@ _TEXT_KEYS = frozenset({"text", "thought", "thoughtSignature"})
 
 
 def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
+    call = part.get("functionCall")
+    if isinstance(call, Mapping) and (
+        "partialArgs" in call or "willContinue" in call or not isinstance(call.get("name"), str)
+    ):
+        _add_call_piece(parts, part, call)
+        return
     last = parts[-1] if parts else None
     if (
         last is not None
@@ -366,3 +392,69 @@ def _add_part(parts: list[dict[str, Any]], part: Mapping[str, Any]) -> None:
             last["thoughtSignature"] = part["thoughtSignature"]
         return
     parts.append(dict(part))
+
+
+def _add_call_piece(parts: list[dict[str, Any]], part: Mapping[str, Any], piece: Mapping[str, Any]) -> None:
+    """A piece of a function call Vertex AI streams in pieces (``streamFunctionCallArguments``):
+    its name in the first, its arguments as ``partialArgs`` (a JSON path and a value, a string
+    in pieces), ``willContinue`` until its last; a call with no name and nothing open ends a
+    stream, and is no call."""
+    open_call = parts[-1].get("functionCall") if parts else None
+    if not (isinstance(open_call, dict) and open_call.get("willContinue")):
+        if not isinstance(piece.get("name"), str):
+            return
+        given = piece.get("args")
+        open_call = {"name": piece["name"], "args": dict(given) if isinstance(given, Mapping) else {}}
+        parts.append({**part, "functionCall": open_call})
+    if isinstance(piece.get("id"), str):
+        open_call["id"] = piece["id"]
+    args = open_call.setdefault("args", {})
+    for partial in piece.get("partialArgs") or ():
+        if isinstance(partial, Mapping) and isinstance(args, dict):
+            _set_partial(args, partial)
+    if piece.get("willContinue"):
+        open_call["willContinue"] = True
+    else:
+        open_call.pop("willContinue", None)
+
+
+# A step of a JSON path (RFC 9535) as partialArgs name one: .name, [index] or ['name'].
+_PATH_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]|\['([^']*)'\]")
+_PARTIAL_VALUES = ("stringValue", "numberValue", "boolValue", "nullValue")
+
+
+def _set_partial(args: dict[str, Any], partial: Mapping[str, Any]) -> None:
+    """One partial argument set at its path in ``args``: a string's piece added to what came."""
+    path = partial.get("jsonPath")
+    kind = next((key for key in _PARTIAL_VALUES if key in partial), None)
+    if not isinstance(path, str) or not path.startswith("$") or kind is None:
+        return
+    steps: list[str | int] = [
+        int(index) if index else name or quoted for name, index, quoted in _PATH_STEP.findall(path[1:])
+    ]
+    holder: Any = args
+    for step, after in itertools.pairwise(steps):
+        holder = _slot(holder, step, [] if isinstance(after, int) else {})
+    if not steps or _slot(holder, steps[-1], None) is _NO_SLOT:
+        return
+    value = None if kind == "nullValue" else partial[kind]
+    came = holder[steps[-1]]
+    holder[steps[-1]] = came + value if isinstance(came, str) and isinstance(value, str) else value
+
+
+_NO_SLOT: Any = object()  # a step the holder cannot take (a name in a list, an index in an object)
+
+
+def _slot(holder: Any, step: str | int, empty: Any) -> Any:
+    """What ``holder`` has at ``step``, made ``empty`` where it has nothing (a list extended to
+    the index); ``_NO_SLOT`` where the step does not fit it."""
+    if isinstance(holder, dict) and isinstance(step, str):
+        if holder.get(step) is None:
+            holder[step] = empty
+        return holder[step]
+    if isinstance(holder, list) and isinstance(step, int):
+        holder.extend([None] * (step + 1 - len(holder)))
+        if holder[step] is None:
+            holder[step] = empty
+        return holder[step]
+    return _NO_SLOT

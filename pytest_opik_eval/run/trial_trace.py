@@ -42,6 +42,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from pytest_opik_eval._compat_opik import (
+    FROM_SDK,
     OpikClient,
     is_current_trace,
     pop_span,
@@ -192,6 +193,8 @@ class TrialTrace(OpikClient):
             elif params.get("trace_id") != self.trace_id:
                 self.foreign += 1
             else:
+                if params.get(FROM_SDK) and params.get("type") == "llm":
+                    self._spans = [span for span in self._spans if not _covers(params, span)]
                 self._spans.append(params)
 
     def claim_http_span(self, parent: str) -> dict[str, Any] | None:
@@ -336,6 +339,42 @@ class TrialTrace(OpikClient):
         self.rejected = rejected
         records.sort(key=lambda span: span.start_time or "")
         return [task, *records]
+
+
+def _covers(sdk: Mapping[str, Any], span: Mapping[str, Any]) -> bool:
+    """Whether the SDK's LLM span ``sdk`` is the model call ``span`` was made of (an HTTP
+    answer's, see ``run/llm_responses.py``): made while it ran, from the same place, to the
+    same provider. An integration that makes its call as the app reads its stream
+    (``track_genai``'s ``generate_content_stream``) is no longer open then: without this, the
+    call would count twice."""
+    metadata = span.get("metadata")
+    if not (isinstance(metadata, dict) and metadata.get("source") == HTTP_SOURCE):
+        return False
+    provider = sdk.get("provider")
+    # The SDK's span started, then the call was made and answered, then the SDK's span ended.
+    times = [
+        moment
+        for moment in map(
+            _seconds,
+            (sdk.get("start_time"), span.get("start_time"), span.get("end_time"), sdk.get("end_time")),
+        )
+        if moment is not None
+    ]
+    return (
+        span.get("parent_span_id") == sdk.get("parent_span_id")
+        and str(getattr(provider, "value", provider)) == span.get("provider")
+        and len(times) == 4
+        and times == sorted(times)
+    )
+
+
+def _seconds(value: Any) -> float | None:
+    """A span's time in seconds since the epoch: ours are, the SDK's are datetimes."""
+    if type(value) is float:
+        return value
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp()
+    return None
 
 
 class _Opened:
