@@ -6,6 +6,7 @@ strict offline replay and pytest-xdist as for any trial."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -553,6 +554,36 @@ def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_
             assert len(turns) == 2
             assert not {pytest_opik_eval.ids.uuid7_for(thread, f"turn {n}") for n in (1, 2)} & set(turns)
             assert all(turn in scored for turn in turns)
+
+
+def test_with_the_opik_backend_a_refused_thread_score_sets_aside_no_other_write(
+    project: Project, opik: OpikTestServer
+) -> None:
+    # An Opik server older than scores on open threads answers 409 until the thread is closed.
+    opik.fail_next(100, status=409, path_contains="threads/feedback-scores")
+    project.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
+    project.write("test_chat.py", SCORED)
+    result = project.run("--eval")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "the Opik server refused writes of this session: PUT v1/private/traces/threads/feedback-scores "
+            "at * failed with HTTP 409*",
+            "* write(s) were refused by the Opik server (kept in *)",
+        ]
+    )
+    # Only the threads' scores are kept aside: what was written with them reached the server.
+    with sqlite3.connect(project.store_path) as db:
+        kept = db.execute("SELECT kind, error IS NOT NULL FROM outbox").fetchall()
+    assert kept == [("thread_feedback_scores", 1)] * 2
+    assert opik.thread_feedback_scores == {}
+    threads = threads_of_trials(opik)
+    scored = {(score["id"], score["name"]) for score in opik.feedback_scores}
+    for thread in threads.values():
+        assert {(thread, "resolved"), (thread, "polite")} <= scored  # the trial's trace is its thread's id
+        assert {(turn, "polite") for turn in turn_traces(opik, thread)} <= scored
+    (experiment,) = opik.experiments.values()
+    assert {score["name"] for score in experiment["experiment_scores"]} >= {"resolved.mean", "polite.mean"}
 
 
 PER_TURN = """
