@@ -547,6 +547,11 @@ def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_
         assert server.invalid_requests == []
         threads = threads_of_trials(server)
         assert set(threads) == {("a", 0), ("a", 1)}
+        trials: dict[str, list[str]] = {}  # thread -> the linked trial traces that name it
+        for link in server.experiment_items:
+            trials.setdefault(server.traces[link["trace_id"]]["metadata"]["thread_id"], []).append(
+                link["trace_id"]
+            )
         scored = {score["id"]: score for score in server.feedback_scores if score["name"] == "polite"}
         for thread in threads.values():
             assert {s["name"] for s in server.thread_feedback_scores[thread]} == {"resolved", "polite"}
@@ -554,6 +559,10 @@ def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_
             assert len(turns) == 2
             assert not {pytest_opik_eval.ids.uuid7_for(thread, f"turn {n}") for n in (1, 2)} & set(turns)
             assert all(turn in scored for turn in turns)
+            # Each turn names its trial's trace as the server knows it: under its new id.
+            (trial,) = trials[thread]
+            assert trial != thread
+            assert {server.traces[turn]["metadata"]["trial_trace_id"] for turn in turns} == {trial}
 
 
 def test_with_the_opik_backend_a_refused_thread_score_sets_aside_no_other_write(

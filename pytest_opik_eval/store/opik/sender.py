@@ -23,6 +23,8 @@ SCORE_PATHS = (
     ("feedback_scores", "traces/feedback-scores"),
     ("thread_feedback_scores", "traces/threads/feedback-scores"),
 )
+# The keys of a trace's metadata that hold another trace's id (see payloads.turn_traces, trace).
+TRACE_KEYS = ("trial_trace_id", "replaced_by")
 SPAN_BYTES_PER_REQUEST = 10_000_000  # of JSON, before gzip: well under the server's request limit
 # Opik Cloud refuses a new trace whose UUID v7 time is more than its window (24 hours by
 # default, 12 at the least) from now; self-hosted servers check only the version. A trace
@@ -119,8 +121,21 @@ def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool)
                 by_kind.setdefault("experiment_item", []).append(link)
         if new is not None:
             renewed[old] = trace["id"] = new
-    # What points at a trace follows it, renewed in this batch or in an earlier one (a batch may
-    # end between a trace and its experiment item or scores).
+    _follow_renewed_traces(by_kind, renewed, now_ms, spool)
+
+
+def _follow_renewed_traces(
+    by_kind: dict[str, list[dict[str, Any]]], renewed: dict[str, str], now_ms: int, spool: Spool
+) -> None:
+    """What points at a trace follows it, renewed in this batch or in an earlier one (a batch
+    may end between a trace and its experiment item or scores)."""
+    for trace in by_kind.get("trace", []):
+        # A trace naming another (a turn its conversation's trial, a replaced attempt the one
+        # that replaced it) names it as sent; the thread's id is no trace's and stays.
+        metadata = trace.get("metadata") or {}
+        for key in TRACE_KEYS:
+            if isinstance(metadata.get(key), str):
+                metadata[key] = _current_id(metadata[key], renewed, spool)
     for link in by_kind.get("experiment_item", []):
         link["trace_id"] = _current_id(link["trace_id"], renewed, spool)
     _renew_old_span_ids(by_kind.get("spans", []), renewed, spool, now_ms)
