@@ -515,6 +515,33 @@ def test_with_the_opik_backend_a_killed_then_resumed_suite_scores_each_thread_on
         assert read[threads[key]] == sorted([s["name"], s["value"], s["reason"]] for s in scores)
 
 
+def test_with_the_opik_backend_a_conversation_that_ended_unscored_leaves_no_thread(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
+    # The app fails at trial 1's second turn, once: that attempt ends unscored, and reruns whole
+    # on --eval-resume, as one killed or waiting for a batch does.
+    project.write(
+        "test_chat.py",
+        SCORED.replace(
+            "        return next(replies)",
+            "        fail = HERE / 'fail'\n"
+            "        if history and eval_trial == 1 and fail.exists():\n"
+            "            fail.unlink()\n"
+            "            raise RuntimeError('the app is down')\n"
+            "        return next(replies)",
+        ),
+    )
+    (project.path / "fail").write_text("")
+    project.run("--eval").assert_outcomes(passed=0, failed=2)
+    project.run("--eval-resume=last").assert_outcomes(passed=1)
+    # The Threads view holds the two conversations scored, not the one the app broke off.
+    threads = threads_of_trials(opik)
+    assert set(threads) == {("a", 0), ("a", 1)}
+    assert {t["thread_id"] for t in opik.traces.values() if t.get("thread_id")} == set(threads.values())
+    assert set(sdk_scores([])) == set(threads.values())
+
+
 def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_thread(
     project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
