@@ -542,6 +542,40 @@ def test_with_the_opik_backend_a_conversation_that_ended_unscored_leaves_no_thre
     assert set(sdk_scores([])) == set(threads.values())
 
 
+MANY_SCORES = """
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class Aspects(BaseMetric):
+    def __init__(self):
+        super().__init__(name="aspects")
+
+    def score(self, conversation, **ignored):
+        return [ScoreResult(name=f"aspect {n:04}", value=1.0) for n in range(1001)]
+
+
+@pytest.mark.eval(dataset="chat.jsonl", metrics=[Aspects()])
+def test_chat(eval_conversation):
+    return eval_conversation.run(lambda message, history: "ok")
+"""
+
+
+def test_with_the_opik_backend_more_than_1000_scores_go_in_requests_the_server_takes(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi"], "max_turns": 1}], "chat.jsonl")
+    project.write("test_chat.py", MANY_SCORES)
+    result = project.run("--eval")
+    result.assert_outcomes(passed=1)
+    assert "refused" not in result.stdout.str()
+    (thread,) = threads_of_trials(opik).values()
+    assert len(opik.thread_feedback_scores[thread]) == 1001
+    assert len(opik.feedback_scores) == 1001  # on the trial's trace
+    sizes = [len(r.body["scores"]) for r in opik.find_requests("PUT", "feedback-scores")]
+    assert sorted(sizes) == [1, 1, 1000, 1000]
+
+
 def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_thread(
     project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
