@@ -2290,7 +2290,7 @@ class OpikTestServer:
 
     def _score_traces(self, body: Any, query: dict[str, str]) -> _Response:
         scores = body.get("scores") or []
-        if not scores:
+        if not scores or len(scores) > 1000:
             raise _HttpError(422, "scores size must be between 1 and 1000")
         checked = [(_canonical_uuid(score["id"], "Trace"), score) for score in scores]
         moment = _iso(_now())

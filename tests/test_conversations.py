@@ -6,6 +6,7 @@ strict offline replay and pytest-xdist as for any trial."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import time
@@ -514,6 +515,67 @@ def test_with_the_opik_backend_a_killed_then_resumed_suite_scores_each_thread_on
         assert read[threads[key]] == sorted([s["name"], s["value"], s["reason"]] for s in scores)
 
 
+def test_with_the_opik_backend_a_conversation_that_ended_unscored_leaves_no_thread(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
+    # The app fails at trial 1's second turn, once: that attempt ends unscored, and reruns whole
+    # on --eval-resume, as one killed or waiting for a batch does.
+    project.write(
+        "test_chat.py",
+        SCORED.replace(
+            "        return next(replies)",
+            "        fail = HERE / 'fail'\n"
+            "        if history and eval_trial == 1 and fail.exists():\n"
+            "            fail.unlink()\n"
+            "            raise RuntimeError('the app is down')\n"
+            "        return next(replies)",
+        ),
+    )
+    (project.path / "fail").write_text("")
+    project.run("--eval").assert_outcomes(passed=0, failed=2)
+    project.run("--eval-resume=last").assert_outcomes(passed=1)
+    # The Threads view holds the two conversations scored, not the one the app broke off.
+    threads = threads_of_trials(opik)
+    assert set(threads) == {("a", 0), ("a", 1)}
+    assert {t["thread_id"] for t in opik.traces.values() if t.get("thread_id")} == set(threads.values())
+    assert set(sdk_scores([])) == set(threads.values())
+
+
+MANY_SCORES = """
+import pytest
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class Aspects(BaseMetric):
+    def __init__(self):
+        super().__init__(name="aspects")
+
+    def score(self, conversation, **ignored):
+        return [ScoreResult(name=f"aspect {n:04}", value=1.0) for n in range(1001)]
+
+
+@pytest.mark.eval(dataset="chat.jsonl", metrics=[Aspects()])
+def test_chat(eval_conversation):
+    return eval_conversation.run(lambda message, history: "ok")
+"""
+
+
+def test_with_the_opik_backend_more_than_1000_scores_go_in_requests_the_server_takes(
+    project: Project, opik: OpikTestServer
+) -> None:
+    project.dataset([{"id": "a", "user_responses": ["hi"], "max_turns": 1}], "chat.jsonl")
+    project.write("test_chat.py", MANY_SCORES)
+    result = project.run("--eval")
+    result.assert_outcomes(passed=1)
+    assert "refused" not in result.stdout.str()
+    (thread,) = threads_of_trials(opik).values()
+    assert len(opik.thread_feedback_scores[thread]) == 1001
+    assert len(opik.feedback_scores) == 1001  # on the trial's trace
+    sizes = [len(r.body["scores"]) for r in opik.find_requests("PUT", "feedback-scores")]
+    assert sorted(sizes) == [1, 1, 1000, 1000]
+
+
 def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_thread(
     project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -546,6 +608,11 @@ def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_
         assert server.invalid_requests == []
         threads = threads_of_trials(server)
         assert set(threads) == {("a", 0), ("a", 1)}
+        trials: dict[str, list[str]] = {}  # thread -> the linked trial traces that name it
+        for link in server.experiment_items:
+            trials.setdefault(server.traces[link["trace_id"]]["metadata"]["thread_id"], []).append(
+                link["trace_id"]
+            )
         scored = {score["id"]: score for score in server.feedback_scores if score["name"] == "polite"}
         for thread in threads.values():
             assert {s["name"] for s in server.thread_feedback_scores[thread]} == {"resolved", "polite"}
@@ -553,6 +620,40 @@ def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_
             assert len(turns) == 2
             assert not {pytest_opik_eval.ids.uuid7_for(thread, f"turn {n}") for n in (1, 2)} & set(turns)
             assert all(turn in scored for turn in turns)
+            # Each turn names its trial's trace as the server knows it: under its new id.
+            (trial,) = trials[thread]
+            assert trial != thread
+            assert {server.traces[turn]["metadata"]["trial_trace_id"] for turn in turns} == {trial}
+
+
+def test_with_the_opik_backend_a_refused_thread_score_sets_aside_no_other_write(
+    project: Project, opik: OpikTestServer
+) -> None:
+    # An Opik server older than scores on open threads answers 409 until the thread is closed.
+    opik.fail_next(100, status=409, path_contains="threads/feedback-scores")
+    project.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
+    project.write("test_chat.py", SCORED)
+    result = project.run("--eval")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "the Opik server refused writes of this session: PUT v1/private/traces/threads/feedback-scores "
+            "at * failed with HTTP 409*",
+            "* write(s) were refused by the Opik server (kept in *)",
+        ]
+    )
+    # Only the threads' scores are kept aside: what was written with them reached the server.
+    with sqlite3.connect(project.store_path) as db:
+        kept = db.execute("SELECT kind, error IS NOT NULL FROM outbox").fetchall()
+    assert kept == [("thread_feedback_scores", 1)] * 2
+    assert opik.thread_feedback_scores == {}
+    threads = threads_of_trials(opik)
+    scored = {(score["id"], score["name"]) for score in opik.feedback_scores}
+    for thread in threads.values():
+        assert {(thread, "resolved"), (thread, "polite")} <= scored  # the trial's trace is its thread's id
+        assert {(turn, "polite") for turn in turn_traces(opik, thread)} <= scored
+    (experiment,) = opik.experiments.values()
+    assert {score["name"] for score in experiment["experiment_scores"]} >= {"resolved.mean", "polite.mean"}
 
 
 PER_TURN = """

@@ -66,7 +66,7 @@ class AttemptInfo:
     passed: bool | None = None
     task_span: SpanRecord | None = None  # sent again with its output, once the output is known
     thread_id: str | None = None  # a conversation's: the thread of its turns' traces
-    turns: int = 0  # a conversation's: how many turn traces its thread holds
+    turn_traces: list[Message] = field(default_factory=list)  # a conversation's: sent once scored
 
 
 def now() -> str:

@@ -3,6 +3,7 @@ never waits on the network, and keeps whatever cannot be sent for later."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
@@ -22,6 +23,8 @@ SCORE_PATHS = (
     ("feedback_scores", "traces/feedback-scores"),
     ("thread_feedback_scores", "traces/threads/feedback-scores"),
 )
+# The keys of a trace's metadata that hold another trace's id (see payloads.turn_traces, trace).
+TRACE_KEYS = ("trial_trace_id", "replaced_by")
 SPAN_BYTES_PER_REQUEST = 10_000_000  # of JSON, before gzip: well under the server's request limit
 # Opik Cloud refuses a new trace whose UUID v7 time is more than its window (24 hours by
 # default, 12 at the least) from now; self-hosted servers check only the version. A trace
@@ -29,41 +32,78 @@ SPAN_BYTES_PER_REQUEST = 10_000_000  # of JSON, before gzip: well under the serv
 REKEY_AFTER_MS = 11 * 3600 * 1000
 
 
-def send_batch(client: OpikClient, messages: list[tuple[int, str, str]], spool: Spool) -> None:
+def send_batch(
+    client: OpikClient, messages: list[tuple[int, str, str]], spool: Spool
+) -> dict[int, OpikHTTPError]:
     """Send one batch, grouped by kind, in the order that keeps references valid: traces before
-    the spans, experiment items and scores that point at them. Raises what the client raises."""
+    the spans, experiment items and scores that point at them. A refused request sets aside the
+    writes of its kind only, and the rest is still sent: a thread's scores refused (by a server
+    that wants the thread closed first) must not cost the experiment its scores. Returns the
+    refused writes' outbox ids with the refusal; raises what the client raises otherwise."""
     by_kind: dict[str, list[dict[str, Any]]] = {}
-    for _, kind, payload in messages:
+    ids: dict[str, list[int]] = {}
+    for message_id, kind, payload in messages:
         by_kind.setdefault(kind, []).append(json.loads(payload))
+        ids.setdefault(kind, []).append(message_id)
     _renew_old_trace_ids(by_kind, spool)
+    send = _Requests(client, ids)
     traces = by_kind.get("trace", [])
     if traces:
         # A completed trace and its earlier pending version in one batch: the newer one is enough.
         latest = {trace["id"]: {k: v for k, v in trace.items() if k != "_link"} for trace in traces}
-        client.request("POST", "traces/batch", body={"traces": list(latest.values())})
+        send("trace", "POST", "traces/batch", {"traces": list(latest.values())})
     # After their traces. A task span sent again with its output: the newer one is enough.
     spans = {span["id"]: span for batch in by_kind.get("spans", []) for span in batch["spans"]}
     for chunk in _span_requests(list(spans.values())):
-        client.request("POST", "spans/batch", body={"spans": chunk})
+        send("spans", "POST", "spans/batch", {"spans": chunk})
     if "experiment_item" in by_kind:
-        client.request("POST", "experiments/items", body={"experiment_items": by_kind["experiment_item"]})
+        send("experiment_item", "POST", "experiments/items", {"experiment_items": by_kind["experiment_item"]})
     # After the items they delete (a rerun's replaced attempt): the outbox keeps the order.
     deleted = [item_id for batch in by_kind.get("experiment_item_delete", []) for item_id in batch["ids"]]
     if deleted:
-        client.request("POST", "experiments/items/delete", body={"ids": deleted})
+        send("experiment_item_delete", "POST", "experiments/items/delete", {"ids": deleted})
     # A thread's after the turn traces that make it: the server scores the thread they name.
     for kind, path in SCORE_PATHS:
         scores = [score for batch in by_kind.get(kind, []) for score in batch["scores"]]
         for start in range(0, len(scores), SCORES_PER_REQUEST):
-            client.request("PUT", path, body={"scores": scores[start : start + SCORES_PER_REQUEST]})
+            send(kind, "PUT", path, {"scores": scores[start : start + SCORES_PER_REQUEST]})
     for update in by_kind.get("experiment_scores", []):
-        client.request("PATCH", f"experiments/{update['id']}", body={"experiment_scores": update["scores"]})
+        body = {"experiment_scores": update["scores"]}
+        send("experiment_scores", "PATCH", f"experiments/{update['id']}", body)
     for update in by_kind.get("experiment_metadata", []):
-        # The server replaces the whole metadata: the keys set at creation (the resume state,
-        # this plugin's plan) are read back and sent with the new one.
-        found = client.json("GET", f"experiments/{update['id']}") or {}
-        metadata = {**(found.get("metadata") or {}), update["key"]: update["value"]}
-        client.request("PATCH", f"experiments/{update['id']}", body={"metadata": metadata})
+        send(
+            "experiment_metadata",
+            "PATCH",
+            f"experiments/{update['id']}",
+            functools.partial(_metadata, client, update),
+        )
+    return send.refused
+
+
+class _Requests:
+    """Sends the requests of one batch; a refused one sets aside the batch's writes of its kind
+    (``refused``: their outbox ids, with the refusal)."""
+
+    def __init__(self, client: OpikClient, ids: dict[str, list[int]]) -> None:
+        self._client = client
+        self._ids = ids
+        self.refused: dict[int, OpikHTTPError] = {}
+
+    def __call__(
+        self, kind: str, method: str, path: str, body: dict[str, Any] | Callable[[], dict[str, Any]]
+    ) -> None:
+        """``body``, or what it makes when called (which may ask the server too)."""
+        try:
+            self._client.request(method, path, body=body() if callable(body) else body)
+        except OpikHTTPError as error:
+            self.refused.update(dict.fromkeys(self._ids.get(kind, []), error))
+
+
+def _metadata(client: OpikClient, update: dict[str, Any]) -> dict[str, Any]:
+    # The server replaces the whole metadata: the keys set at creation (the resume state, this
+    # plugin's plan) are read back and sent with the new one.
+    found = client.json("GET", f"experiments/{update['id']}") or {}
+    return {"metadata": {**(found.get("metadata") or {}), update["key"]: update["value"]}}
 
 
 def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool) -> None:
@@ -81,8 +121,21 @@ def _renew_old_trace_ids(by_kind: dict[str, list[dict[str, Any]]], spool: Spool)
                 by_kind.setdefault("experiment_item", []).append(link)
         if new is not None:
             renewed[old] = trace["id"] = new
-    # What points at a trace follows it, renewed in this batch or in an earlier one (a batch may
-    # end between a trace and its experiment item or scores).
+    _follow_renewed_traces(by_kind, renewed, now_ms, spool)
+
+
+def _follow_renewed_traces(
+    by_kind: dict[str, list[dict[str, Any]]], renewed: dict[str, str], now_ms: int, spool: Spool
+) -> None:
+    """What points at a trace follows it, renewed in this batch or in an earlier one (a batch
+    may end between a trace and its experiment item or scores)."""
+    for trace in by_kind.get("trace", []):
+        # A trace naming another (a turn its conversation's trial, a replaced attempt the one
+        # that replaced it) names it as sent; the thread's id is no trace's and stays.
+        metadata = trace.get("metadata") or {}
+        for key in TRACE_KEYS:
+            if isinstance(metadata.get(key), str):
+                metadata[key] = _current_id(metadata[key], renewed, spool)
     for link in by_kind.get("experiment_item", []):
         link["trace_id"] = _current_id(link["trace_id"], renewed, spool)
     _renew_old_span_ids(by_kind.get("spans", []), renewed, spool, now_ms)
@@ -153,26 +206,24 @@ def drain(
     on_down: Callable[[OpikUnavailable], None],
     on_refused: Callable[[OpikHTTPError], None] = _ignore,
 ) -> None:
-    """Send everything in the outbox, or until the deadline; a refused batch is set aside (and
-    ``on_refused`` hears why). When the server is away or keeps answering garbage, ``on_down``
-    hears why and the rest waits."""
+    """Send everything in the outbox, or until the deadline; the writes of a refused request
+    are set aside (and ``on_refused`` hears why). When the server is away or keeps answering
+    garbage, ``on_down`` hears why and the rest waits."""
     while time.monotonic() < until:
         messages = spool.outbox_batch(BATCH)
         if not messages:
             return
-        ids = [m[0] for m in messages]
         try:
-            send_batch(client, messages, spool)
-        except OpikUnavailable as error:
-            on_down(error)
+            refused = send_batch(client, messages, spool)
+        except OpikUnavailable as failure:
+            on_down(failure)
             return
-        except OpikHTTPError as error:
-            # Retrying cannot help a refused request: keep it, out of the way, with its reason
-            # (the client has masked the key and shortened the server's message).
-            spool.outbox_refused(ids, str(error))
-            on_refused(error)
-            continue
-        spool.outbox_sent(ids)
+        spool.outbox_sent([m[0] for m in messages if m[0] not in refused])
+        for refusal in {id(e): e for e in refused.values()}.values():
+            # Retrying cannot help a refused request: keep its writes, out of the way, with its
+            # reason (the client has masked the key and shortened the server's message).
+            spool.outbox_refused([i for i, e in refused.items() if e is refusal], str(refusal))
+            on_refused(refusal)
 
 
 class Sender:

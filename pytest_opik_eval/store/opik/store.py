@@ -238,8 +238,7 @@ class OpikStore:
         outbox = [payloads.spans(spans, self.settings.project, task_output=attempt.output)] if spans else []
         turns = payloads.turn_traces(attempt_id, spans, self.settings.project)
         if turns:
-            attempt.thread_id, attempt.turns = attempt_id, len(turns)
-            outbox += turns
+            attempt.thread_id, attempt.turn_traces = attempt_id, turns
         self.spool.record_spans(attempt_id, spans, usage, outbox=outbox)
         self.sender.wake()
 
@@ -265,11 +264,15 @@ class OpikStore:
         project = self.settings.project
         outbox = payloads.feedback_scores(attempt_id, scores, project)
         if attempt.thread_id is not None:
-            # A conversation's scores on its thread too, which the Opik UI's Threads view shows,
-            # and each turn's score of a per-turn metric on that turn's trace. Its spans, and so
-            # its turns, were recorded before its scores (see run/trial.py).
+            # A conversation's thread: its turns' traces, which the Opik UI's Threads view shows,
+            # with its scores, and each turn's score of a per-turn metric on that turn's trace.
+            # Sent with the scores, so that an attempt that ended unscored (killed, its app
+            # failed, a request deferred to a batch), which reruns whole, leaves no thread
+            # beside its rerun's. Its spans, and so its turns, were recorded before its scores
+            # (see run/trial.py).
+            outbox += attempt.turn_traces
             outbox += payloads.thread_feedback_scores(attempt.thread_id, scores, project)
-            outbox += payloads.turn_feedback_scores(attempt_id, attempt.turns, scores, project)
+            outbox += payloads.turn_feedback_scores(attempt_id, len(attempt.turn_traces), scores, project)
         self.spool.record_scores(attempt_id, scores, passed, outbox=outbox)
 
     def complete_attempt(self, attempt_id: str, *, replaces: str | None = None) -> None:
