@@ -103,6 +103,20 @@ def test_a_rescore_scores_the_trajectory_the_original_trial_made(project: Projec
     assert NO_SPANS_STORED not in result.stdout.str()
 
 
+@pytest.mark.parametrize("xdist", [False, True], ids=["one-process", "xdist"])
+def test_a_rescore_of_a_rescore_scores_the_calls_of_the_run_that_called_the_agent(
+    project: Project, xdist: bool
+) -> None:
+    recorded(project)
+    # The first rescore called no agent: its trials stored no span of the app.
+    project.run("--eval-rescore=last", "--eval-metric=my_metrics:Answered").assert_outcomes(passed=len(PLANS))
+    workers = ("-p", "xdist", "-n", "2") if xdist else ()
+    result, report = project.run_report(*workers, "--eval-rescore=last", *TRAJECTORY)
+    assert project.calls() == []
+    check_five_cases(result, report, calls="executed", loop=LOOP, in_order=not xdist)
+    assert NO_SPANS_STORED not in result.stdout.str()
+
+
 def test_a_changed_expectation_is_checked_against_the_original_calls(project: Project) -> None:
     recorded(project)
     project.write(
