@@ -117,6 +117,46 @@ def test_a_rescore_of_a_rescore_scores_the_calls_of_the_run_that_called_the_agen
     assert NO_SPANS_STORED not in result.stdout.str()
 
 
+# A trajectory metric that says how many attempts the store's file holds as it scores a trial.
+FILE_ATTEMPTS = """
+import contextlib
+import sqlite3
+
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class FileAttempts(BaseMetric):
+    def __init__(self):
+        super().__init__(name="file_attempts")
+
+    def score(self, tool_calls, **ignored):
+        with contextlib.closing(sqlite3.connect("file:.opik-eval/store.db?mode=ro", uri=True)) as db:
+            (count,) = db.execute("SELECT count(*) FROM attempts").fetchone()
+        return ScoreResult(name=self.name, value=1.0, reason=f"{len(tool_calls)} calls, {count} in the file")
+"""
+
+
+def test_reading_the_original_calls_leaves_the_rescore_writes_in_its_journal(project: Project) -> None:
+    recorded(project)
+    project.write("file_attempts.py", FILE_ATTEMPTS)
+    # The journal folded only when the session ends, not every few seconds: whatever reaches the
+    # file before then was folded by a read.
+    project.write(
+        "conftest.py", "from pytest_opik_eval.store.local import journal\n\njournal.FOLD_SECONDS = 3600.0\n"
+    )
+    # In a process of its own: the journal's setting stays there.
+    result, report = project.run_report(
+        "--eval-rescore=last", "--eval-metric=file_attempts:FileAttempts", subprocess=True
+    )
+    result.assert_outcomes(passed=len(PLANS))
+    # Each trial's calls were read, and the file still held the original's attempts alone: the
+    # rescore's trial writes were not committed once per trial, as a fold on each read did.
+    found = reasons(report)
+    assert {label: found[label]["file_attempts"] for label in PLANS} == {
+        label: f"{len(plan)} calls, {len(PLANS)} in the file" for label, plan in PLANS.items()
+    }
+
+
 def test_a_changed_expectation_is_checked_against_the_original_calls(project: Project) -> None:
     recorded(project)
     project.write(
