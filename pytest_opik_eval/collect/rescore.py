@@ -14,8 +14,8 @@ import pytest
 from pytest_opik_eval.collect.planning import labelled_only
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.collect.trials import TRIAL_KEY, Trial
-from pytest_opik_eval.exceptions import ExperimentNotFound
 from pytest_opik_eval.store import ExperimentRecord, Store, TrialState
+from pytest_opik_eval.store.base import rescore_chain
 
 OPTION = "--eval-rescore"
 
@@ -145,25 +145,9 @@ def _ran(store: Store, original: ResumeTarget) -> dict[_Key, str]:
     Nothing for the others: an experiment that ran its task holds its own calls."""
     ran: dict[_Key, str] = {}
     for experiment in original.experiments:
-        start = _chain_start(store, experiment)
-        if start is not None:
-            for t in store.trial_states(start):
+        chain = rescore_chain(store, experiment)
+        # A chain whose start was deleted gives no trial: the rescore's own, which has no calls.
+        if chain and chain[-1][1] is not None:
+            for t in store.trial_states(chain[-1][0]):
                 ran[(experiment.id, t.dataset_item_id, t.trial)] = t.id
     return ran
-
-
-def _chain_start(store: Store, experiment: ExperimentRecord) -> str | None:
-    """The experiment that ran the task whose outputs ``experiment`` rescored, through rescores of
-    rescores; None for one that ran its own, or whose chain's start was deleted (no calls then)."""
-    seen = {experiment.id}
-    start = experiment
-    while start.rescore_of is not None:
-        if start.rescore_of in seen:  # a cycle, which rescores never make: no start
-            return None
-        seen.add(start.rescore_of)
-        try:
-            _, found = store.find(start.rescore_of)
-        except ExperimentNotFound:
-            return None
-        start = found[0]
-    return None if start is experiment else start.id
