@@ -78,6 +78,7 @@ TRAJECTORY = (
 )
 LOOP = "9 tool calls > 5 (search x7, fetch_order x1, refund x1)"
 NO_SPANS_STORED = "the spans the original trial stored, but it stored none of the app's here"
+CUT = "its metrics read the calls of the original trial from the spans it stored, and the store kept"
 
 
 def recorded(project: Project, style: dict[str, str] = MANUAL, *args: str) -> None:
@@ -101,6 +102,7 @@ def test_a_rescore_scores_the_trajectory_the_original_trial_made(project: Projec
     # loop each fail with a reason that names the difference.
     check_five_cases(result, report, calls="executed", loop=LOOP, in_order=not xdist)
     assert NO_SPANS_STORED not in result.stdout.str()
+    assert CUT not in result.stdout.str()
 
 
 @pytest.mark.parametrize("xdist", [False, True], ids=["one-process", "xdist"])
@@ -240,3 +242,33 @@ def test_with_the_opik_backend_a_rescore_scores_the_original_calls(
     check_five_cases(result, report, calls="executed", loop=LOOP)
     [rescore] = report["experiments"]
     assert opik.experiments[rescore["id"]]["metadata"]["rescore_of"] == rescore["rescore_of"]
+
+
+# A tool whose arguments are longer than the store keeps of a span's input.
+BIG_ARGUMENTS = """
+import pytest
+from pytest_opik_eval.metrics import ToolCalled
+from pytest_opik_eval.tracing import trace
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[ToolCalled("write", args={"path": "a.txt"})])
+def test_writer(eval_item):
+    with trace.span("write", type="tool", input={"path": "a.txt", "text": "x" * 30_000}) as span:
+        span.output = {"ok": True}
+    return "written"
+"""
+
+
+def test_a_rescore_says_when_the_calls_it_read_were_cut_as_they_were_stored(project: Project) -> None:
+    project.dataset([{"id": "a", "input": "q"}])
+    project.write("test_writer.py", BIG_ARGUMENTS)
+    project.run("--eval").assert_outcomes(passed=1)
+    result = project.run("--eval-rescore=last")
+    # The stored span kept the arguments' JSON text, cut: the call no longer shows {"path": "a.txt"}
+    # (the live run saw it whole, and passed), and the user is told why, once.
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(['*write called 1 time(s), never with {"path": "a.txt"}*'])
+    assert result.stdout.str().count(CUT) == 1
+    result.stdout.fnmatch_lines(
+        ["*test_writer*: its metrics read the calls of the original trial*20,000 characters*"]
+    )
