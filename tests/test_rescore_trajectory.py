@@ -78,6 +78,7 @@ TRAJECTORY = (
 )
 LOOP = "9 tool calls > 5 (search x7, fetch_order x1, refund x1)"
 NO_SPANS_STORED = "the spans the original trial stored, but it stored none of the app's here"
+CUT = "its metrics read the calls of the original trial from the spans it stored, and the store kept"
 
 
 def recorded(project: Project, style: dict[str, str] = MANUAL, *args: str) -> None:
@@ -101,6 +102,61 @@ def test_a_rescore_scores_the_trajectory_the_original_trial_made(project: Projec
     # loop each fail with a reason that names the difference.
     check_five_cases(result, report, calls="executed", loop=LOOP, in_order=not xdist)
     assert NO_SPANS_STORED not in result.stdout.str()
+    assert CUT not in result.stdout.str()
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["one-process", "xdist"])
+def test_a_rescore_of_a_rescore_scores_the_calls_of_the_run_that_called_the_agent(
+    project: Project, xdist: bool
+) -> None:
+    recorded(project)
+    # The first rescore called no agent: its trials stored no span of the app.
+    project.run("--eval-rescore=last", "--eval-metric=my_metrics:Answered").assert_outcomes(passed=len(PLANS))
+    workers = ("-p", "xdist", "-n", "2") if xdist else ()
+    result, report = project.run_report(*workers, "--eval-rescore=last", *TRAJECTORY)
+    assert project.calls() == []
+    check_five_cases(result, report, calls="executed", loop=LOOP, in_order=not xdist)
+    assert NO_SPANS_STORED not in result.stdout.str()
+
+
+# A trajectory metric that says how many attempts the store's file holds as it scores a trial.
+FILE_ATTEMPTS = """
+import contextlib
+import sqlite3
+
+from pytest_opik_eval.metrics import BaseMetric, ScoreResult
+
+
+class FileAttempts(BaseMetric):
+    def __init__(self):
+        super().__init__(name="file_attempts")
+
+    def score(self, tool_calls, **ignored):
+        with contextlib.closing(sqlite3.connect("file:.opik-eval/store.db?mode=ro", uri=True)) as db:
+            (count,) = db.execute("SELECT count(*) FROM attempts").fetchone()
+        return ScoreResult(name=self.name, value=1.0, reason=f"{len(tool_calls)} calls, {count} in the file")
+"""
+
+
+def test_reading_the_original_calls_leaves_the_rescore_writes_in_its_journal(project: Project) -> None:
+    recorded(project)
+    project.write("file_attempts.py", FILE_ATTEMPTS)
+    # The journal folded only when the session ends, not every few seconds: whatever reaches the
+    # file before then was folded by a read.
+    project.write(
+        "conftest.py", "from pytest_opik_eval.store.local import journal\n\njournal.FOLD_SECONDS = 3600.0\n"
+    )
+    # In a process of its own: the journal's setting stays there.
+    result, report = project.run_report(
+        "--eval-rescore=last", "--eval-metric=file_attempts:FileAttempts", subprocess=True
+    )
+    result.assert_outcomes(passed=len(PLANS))
+    # Each trial's calls were read, and the file still held the original's attempts alone: the
+    # rescore's trial writes were not committed once per trial, as a fold on each read did.
+    found = reasons(report)
+    assert {label: found[label]["file_attempts"] for label in PLANS} == {
+        label: f"{len(plan)} calls, {len(PLANS)} in the file" for label, plan in PLANS.items()
+    }
 
 
 def test_a_changed_expectation_is_checked_against_the_original_calls(project: Project) -> None:
@@ -186,3 +242,33 @@ def test_with_the_opik_backend_a_rescore_scores_the_original_calls(
     check_five_cases(result, report, calls="executed", loop=LOOP)
     [rescore] = report["experiments"]
     assert opik.experiments[rescore["id"]]["metadata"]["rescore_of"] == rescore["rescore_of"]
+
+
+# A tool whose arguments are longer than the store keeps of a span's input.
+BIG_ARGUMENTS = """
+import pytest
+from pytest_opik_eval.metrics import ToolCalled
+from pytest_opik_eval.tracing import trace
+
+
+@pytest.mark.eval(dataset="data.jsonl", metrics=[ToolCalled("write", args={"path": "a.txt"})])
+def test_writer(eval_item):
+    with trace.span("write", type="tool", input={"path": "a.txt", "text": "x" * 30_000}) as span:
+        span.output = {"ok": True}
+    return "written"
+"""
+
+
+def test_a_rescore_says_when_the_calls_it_read_were_cut_as_they_were_stored(project: Project) -> None:
+    project.dataset([{"id": "a", "input": "q"}])
+    project.write("test_writer.py", BIG_ARGUMENTS)
+    project.run("--eval").assert_outcomes(passed=1)
+    result = project.run("--eval-rescore=last")
+    # The stored span kept the arguments' JSON text, cut: the call no longer shows {"path": "a.txt"}
+    # (the live run saw it whole, and passed), and the user is told why, once.
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(['*write called 1 time(s), never with {"path": "a.txt"}*'])
+    assert result.stdout.str().count(CUT) == 1
+    result.stdout.fnmatch_lines(
+        ["*test_writer*: its metrics read the calls of the original trial*20,000 characters*"]
+    )

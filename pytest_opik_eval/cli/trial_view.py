@@ -14,8 +14,8 @@ from pytest_opik_eval.exceptions import ExperimentNotFound
 from pytest_opik_eval.formatting import duration
 from pytest_opik_eval.reports.span_tree import tree_lines
 from pytest_opik_eval.reports.terminal import trial_verdict
-from pytest_opik_eval.store import ExperimentRecord, ScoreRecord, Store, TrialRecord
-from pytest_opik_eval.store.base import experiments_with_trial, find_trial
+from pytest_opik_eval.store import ScoreRecord, Store, TrialRecord
+from pytest_opik_eval.store.base import experiments_with_trial, find_trial, rescore_chain
 
 # The other runs with the trial named, when its node id picked the newest run's.
 _OTHER_RUNS = 5
@@ -33,7 +33,7 @@ def show_trial(
     experiment, trial = found
     others = [] if run is not None else experiments_with_trial(store, trial.node_id)
     others = [e for e in others if e.run_id != experiment.run_id]
-    chain = _rescored(store, experiment)
+    chain = rescore_chain(store, experiment)
     if args.json:
         shown = {
             "experiment_id": experiment.id,
@@ -83,24 +83,6 @@ def _no_trial(
         f"the runs that have it: {elsewhere}" if elsewhere else f"list its trials with: opik-eval show {run}"
     )
     return ExperimentNotFound(f"no trial with id, trace id or node id {target!r} in run {run}; {where}")
-
-
-def _rescored(store: Store, experiment: ExperimentRecord) -> list[tuple[str, str | None]]:
-    """The experiment ``experiment`` is a rescore of, the one that one rescored, and so on, each
-    with its run's id (None: not in this store): the task ran in the last."""
-    chain: list[tuple[str, str | None]] = []
-    seen = {experiment.id}
-    target = experiment.rescore_of
-    while target is not None and target not in seen:
-        seen.add(target)
-        try:
-            run, [original, *_] = store.find(target)
-        except ExperimentNotFound:
-            chain.append((target, None))
-            break
-        chain.append((target, run.id))
-        target = original.rescore_of
-    return chain
 
 
 def _rescore_note(chain: list[tuple[str, str | None]], node_id: str, named: Path | None) -> str:

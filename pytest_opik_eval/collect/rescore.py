@@ -6,7 +6,7 @@ given their original's stored outputs again."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from pytest_opik_eval.collect.planning import labelled_only
 from pytest_opik_eval.collect.resume import ResumeTarget, load_target
 from pytest_opik_eval.collect.trials import TRIAL_KEY, Trial
 from pytest_opik_eval.store import ExperimentRecord, Store, TrialState
+from pytest_opik_eval.store.base import rescore_chain
 
 OPTION = "--eval-rescore"
 
@@ -23,10 +24,14 @@ _Key = tuple[str, str, int]  # (experiment id, item id, trial)
 
 @dataclass
 class RescoreTarget:
-    """The experiments rescored, and the output each completed trial of theirs stored."""
+    """The experiments rescored, and the output each completed trial of theirs stored; for those
+    that are rescores themselves, the trial that ran the task of each of theirs (``ran``)."""
 
     original: ResumeTarget
     outputs: dict[_Key, dict[str, Any]]
+    # A rescore's trial stored no span of the app (its task was not called): the calls of a
+    # rescore of it are those of the trial at the start of the chain, of the same item and trial.
+    ran: dict[_Key, str] = field(default_factory=dict)
 
     @property
     def never_completed(self) -> int:
@@ -38,6 +43,7 @@ class RescoreTarget:
         return {
             "original": self.original.to_json(),
             "outputs": [[*key, output] for key, output in self.outputs.items()],
+            "ran": [[*key, trial_id] for key, trial_id in self.ran.items()],
         }
 
     @classmethod
@@ -45,6 +51,7 @@ class RescoreTarget:
         return cls(
             original=ResumeTarget.from_json(data["original"], OPTION),
             outputs={(e, i, t): output for e, i, t, output in data["outputs"]},
+            ran={(e, i, t): trial_id for e, i, t, trial_id in data["ran"]},
         )
 
     def select_stored(self, items: list[pytest.Item]) -> tuple[list[pytest.Item], list[pytest.Item]]:
@@ -54,8 +61,9 @@ class RescoreTarget:
         say to resume the original first)."""
 
         def stored(trial: Trial, experiment: ExperimentRecord, record: TrialState) -> bool:
-            trial.stored_output = self.outputs.get((experiment.id, record.dataset_item_id, record.trial))
-            trial.original = None if trial.stored_output is None else record.id
+            key = (experiment.id, record.dataset_item_id, record.trial)
+            trial.stored_output = self.outputs.get(key)
+            trial.original = None if trial.stored_output is None else self.ran.get(key, record.id)
             return trial.stored_output is not None
 
         return self.original.select(items, stored)
@@ -73,7 +81,7 @@ class RescoreTarget:
             key = (rescored.get(trial.experiment_id, ""), trial.case.item_id, trial.case.trial)
             trial.stored_output = self.outputs.get(key)
             original = self.original.trials.get(key)
-            trial.original = None if original is None else original.id
+            trial.original = None if original is None else self.ran.get(key, original.id)
             if trial.stored_output is None:  # the original's trial was deleted since
                 raise pytest.UsageError(
                     f"{resume.option}={resume.requested}: experiment {trial.experiment_id} rescores "
@@ -93,7 +101,8 @@ def load_rescore_target(store: Store, requested: str, *, labelled: bool = False)
         ids = {e.id for e in kept}
         trials = {key: trial for key, trial in original.trials.items() if key[0] in ids}
         original = replace(original, experiments=kept, trials=trials)
-    return RescoreTarget(original, _outputs(store, [e.id for e in original.experiments]))
+    outputs = _outputs(store, [e.id for e in original.experiments])
+    return RescoreTarget(original, outputs, _ran(store, original))
 
 
 class NotResumable(ValueError):
@@ -117,7 +126,7 @@ def resumed_rescore(store: Store, resume: ResumeTarget) -> RescoreTarget | None:
         )
     run, _ = store.find(originals[0])
     original = load_target(store, run.id, OPTION)
-    return RescoreTarget(original, _outputs(store, originals))
+    return RescoreTarget(original, _outputs(store, originals), _ran(store, original))
 
 
 def _outputs(store: Store, experiment_ids: list[str]) -> dict[_Key, dict[str, Any]]:
@@ -128,3 +137,17 @@ def _outputs(store: Store, experiment_ids: list[str]) -> dict[_Key, dict[str, An
         for t in store.trials(experiment_id)
         if t.status == "completed" and t.output is not None
     }
+
+
+def _ran(store: Store, original: ResumeTarget) -> dict[_Key, str]:
+    """For each experiment of ``original`` that is a rescore itself, the trials that ran the task
+    of its trials: those of the experiment that starts its chain of rescores, by item and trial.
+    Nothing for the others: an experiment that ran its task holds its own calls."""
+    ran: dict[_Key, str] = {}
+    for experiment in original.experiments:
+        chain = rescore_chain(store, experiment)
+        # A chain whose start was deleted gives no trial: the rescore's own, which has no calls.
+        if chain and chain[-1][1] is not None:
+            for t in store.trial_states(chain[-1][0]):
+                ran[(experiment.id, t.dataset_item_id, t.trial)] = t.id
+    return ran

@@ -133,8 +133,9 @@ class Trial:
     soft_failure: str | None = None  # the message of a soft trial that missed its thresholds
     completed_attempt: str | None = None  # the attempt this session completed, if any
     # A rescore's: the output the original trial's completed attempt stored, scored in place of
-    # the task's (the task is not called); and that trial's id, whose stored spans give the tool
-    # calls its metrics read (run/rescored.py).
+    # the task's (the task is not called); and the id of the trial that called the task (that
+    # one, or for a rescore of a rescore the first's), whose stored spans give the tool calls its
+    # metrics read (run/rescored.py).
     stored_output: dict[str, Any] | None = None
     original: str | None = None
 

@@ -4,6 +4,7 @@ whole documents to a tracked function, or objects JSON cannot hold)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pytest_opik_eval.collect.datasets.loading import nested_too_deep
@@ -11,6 +12,9 @@ from pytest_opik_eval.escaping import shorten
 
 # At most this many characters of JSON; a bigger value is kept as its JSON text, cut.
 MAX_FIELD_CHARS = 20_000
+
+# How a value cut by ``bounded`` ends (``escaping.shorten``'s count of the characters left out).
+_CUT = re.compile(r"\.\.\. \(\d+ more characters?\)\Z")
 
 # As a task output is stored: a value JSON cannot hold is kept as its repr.
 _json = json.JSONEncoder(ensure_ascii=False, default=repr).encode
@@ -54,3 +58,10 @@ def _flat(value: dict[Any, Any]) -> bool:
         ):
             return False
     return True
+
+
+def was_cut(value: Any) -> bool:
+    """Whether ``value`` is what ``bounded`` kept of a longer value: its text, cut."""
+    # Only its end is searched: the text itself is the app's.
+    cut = type(value) is str and len(value) > MAX_FIELD_CHARS
+    return cut and _CUT.search(value, len(value) - 40) is not None

@@ -16,11 +16,22 @@ from typing import TYPE_CHECKING, Any
 from pytest_opik_eval._compat_opik import span_tree
 from pytest_opik_eval.collect.datasets.loading import fresh_copy
 from pytest_opik_eval.collect.trials import Trial
+from pytest_opik_eval.run.bounded import MAX_FIELD_CHARS, was_cut
 
 if TYPE_CHECKING:
     from pytest_opik_eval.run.recording import TrialScope
     from pytest_opik_eval.run.trial_trace import TrialTrace
     from pytest_opik_eval.store.records import SpanRecord
+
+
+# Said once per rescored test whose original trial stored a span of the app with its input or
+# output cut (``run.bounded``): the live run's metrics saw it whole, the rescore's see the cut.
+CUT_CALLS = (
+    "its metrics read the calls of the original trial from the spans it stored, and the store "
+    f"kept at most {MAX_FIELD_CHARS:,} characters of a span's input and output: a longer one "
+    "was cut, so a metric that compares the calls' arguments or results (ToolCalled(args=...), "
+    "ToolArgs, a judge) may score them otherwise than in the run that made them"
+)
 
 
 class StoredOutput:
@@ -55,6 +66,10 @@ class OriginalTrace:
         original's scoring spans (its judges' calls), which sit beside it."""
         return self._spans
 
+    def cut(self) -> bool:
+        """Whether the input or output of one of the app's spans was cut as it was stored."""
+        return any(was_cut(span.input) or was_cut(span.output) for span in self._spans)
+
     def task_span(self, output: Mapping[str, Any]) -> Any:
         """The Opik SDK's ``SpanModel`` tree, as ``TrialTrace.task_span`` makes it live: the
         stored task span, with the trial's output (not stored twice), and the app's spans."""
@@ -75,6 +90,12 @@ def calls_source(task: object, read: SpanReader | None, computes: bool) -> Origi
     if not computes or not isinstance(task, StoredOutput) or task.original is None:
         return None
     return OriginalTrace([] if read is None else read(task.original))
+
+
+def cut_advice(original: OriginalTrace | None) -> list[str]:
+    """What to tell the user of a rescored trial's calls (``original``, see ``calls_source``):
+    that some were cut as they were stored."""
+    return [CUT_CALLS] if original is not None and original.cut() else []
 
 
 def _under(root_id: str, spans: Sequence[SpanRecord]) -> list[SpanRecord]:

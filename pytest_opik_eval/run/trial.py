@@ -27,7 +27,7 @@ from pytest_opik_eval.escaping import escape_control, property_key
 from pytest_opik_eval.metrics.tool_calls import made_by_app
 from pytest_opik_eval.notices import notice
 from pytest_opik_eval.run import trial_trace
-from pytest_opik_eval.run.rescored import SpanReader, StoredOutput, calls_source
+from pytest_opik_eval.run.rescored import SpanReader, StoredOutput, calls_source, cut_advice
 from pytest_opik_eval.run.scoring import (
     RETURNED_NONE,
     Judged,
@@ -131,7 +131,8 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             trial.output = output
 
             # A rescore's calls are those its original made, read from the spans it stored.
-            spans = calls_source(task, context.read_spans, scorer.computes) or trace
+            original = calls_source(task, context.read_spans, scorer.computes)
+            spans = original or trace
             # Whether the app made spans (asked before the metrics make theirs, a judge's among
             # them; a conversation's turns and simulated user are not the app's): a trace alone
             # says nothing, as the Opik SDK's own pytest plugin imports the SDK in every session.
@@ -147,6 +148,7 @@ def run(item: pytest.Function, trial: Trial, context: TrialContext, task: Task |
             else:
                 missing = ""
             advice = scorer.calls_advice(case.task_item, output, app_spans, isinstance(task, StoredOutput))
+            advice += cut_advice(original)
             _notice_all(item, case.plan.where, advice)
             # A metric's request that strict replay refused, or deferred to a batch.
             fail_on_misses(item, case.item_id, case.trial, scope)

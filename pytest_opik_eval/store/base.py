@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from pytest_opik_eval.exceptions import StoreError
+from pytest_opik_eval.exceptions import ExperimentNotFound, StoreError
 from pytest_opik_eval.store.records import (
     ExperimentRecord,
     PlannedTrial,
@@ -203,6 +203,25 @@ def span_reader(store: Store) -> Callable[[str], list[SpanRecord]] | None:
     """The store's ``completed_spans`` (see :meth:`StoreExtras.completed_spans`), if it has one."""
     method: Callable[[str], list[SpanRecord]] | None = getattr(store, "completed_spans", None)
     return method
+
+
+def rescore_chain(store: Store, experiment: ExperimentRecord) -> list[tuple[str, str | None]]:
+    """The experiment ``experiment`` is a rescore of, the one that one rescored, and so on, each
+    with its run's id (None: not in this store): the task ran in the last, when it is in the
+    store. Empty for an experiment that ran its task."""
+    chain: list[tuple[str, str | None]] = []
+    seen = {experiment.id}
+    target = experiment.rescore_of
+    while target is not None and target not in seen:
+        seen.add(target)
+        try:
+            run, [original, *_] = store.find(target)
+        except ExperimentNotFound:
+            chain.append((target, None))
+            break
+        chain.append((target, run.id))
+        target = original.rescore_of
+    return chain
 
 
 class TimingsRecorder(Protocol):

@@ -484,15 +484,20 @@ class LocalStore:
     @locked
     def completed_spans(self, trial_id: str) -> list[SpanRecord]:
         """The spans of the trial's completed attempt (one indexed read: a rescore reads its
-        trials' one at a time, as it scores them, rather than holding an experiment's)."""
-        with self._reading():
-            if self._db is None or "attempt_spans" not in self._tables:
-                return []
-            row = self._db.execute(
-                "SELECT s.spans FROM trials t JOIN attempt_spans s ON s.attempt_id = t.completed_attempt"
-                " WHERE t.id = ?",
-                (trial_id,),
-            ).fetchone()
+        trials' one at a time, as it scores them, rather than holding an experiment's).
+
+        Read from the file without folding the journals first, as other reads do: the rescore
+        that asks read its original's trials first (``collect/rescore.py``), which folded every
+        journal, the spans of those completed trials among them. A fold here would commit this
+        process's own writes once per trial (and, under pytest-xdist, apply every other worker's
+        journal again), which the journal exists to avoid."""
+        if self._db is None or "attempt_spans" not in self._tables:
+            return []
+        row = self._db.execute(
+            "SELECT s.spans FROM trials t JOIN attempt_spans s ON s.attempt_id = t.completed_attempt"
+            " WHERE t.id = ?",
+            (trial_id,),
+        ).fetchone()
         if row is None:
             return []
         try:
