@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
 import textwrap
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 # one run, the next run's fresh httpcore classes would miss that map, and a refused connection
 # would surface as a raw httpcore error. Importing it here, once, keeps it across runs.
 import httpcore  # noqa: F401
+import opik_server
 import pytest
 from fake_batches import FakeAnthropic, FakeGemini, FakeOpenAI
 from fake_llm import SECRET, FakeLLM
@@ -26,6 +29,7 @@ from packaging.version import Version
 # trial``, which takes the package's attribute, left pointing at the first run's module, while other
 # modules import the next run's fresh copy (so trial.py's notices went to a stash key the session
 # never read). Imported here once, each module is one object in every run.
+import pytest_opik_eval.ids
 import pytest_opik_eval.run.recording  # noqa: F401  (--eval-record: its models, one class in every run)
 import pytest_opik_eval.run.trial  # noqa: F401
 from pytest_opik_eval.store.local import LocalStore
@@ -216,14 +220,49 @@ OPIK_KEY = "sk-test-0p1k-K3Y-do-not-print"  # recognisable, to prove it is never
 def opik(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[OpikTestServer]:
     """An Opik-compatible server on 127.0.0.1, with the environment pointing the plugin at it."""
     with OpikTestServer(api_key=OPIK_KEY, workspace="evals") as server:
-        for name, value in server.sdk_env(project_name="pytest-evals").items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "opik")
-        monkeypatch.setenv("OPIK_CONFIG_PATH", str(tmp_path / "no-opik-config"))
-        # The Opik SDK's resume checkpoints go under the home folder.
-        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        point_at(server, monkeypatch, tmp_path)
         yield server
         assert server.invalid_requests == []
+
+
+def point_at(
+    server: OpikTestServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    project_name: str | None = "pytest-evals",
+) -> None:
+    """The environment pointing the plugin's Opik backend (and the Opik SDK) at ``server``."""
+    env = server.sdk_env() if project_name is None else server.sdk_env(project_name=project_name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "opik")
+    monkeypatch.setenv("OPIK_CONFIG_PATH", str(tmp_path / "no-opik-config"))
+    # The Opik SDK's resume checkpoints go under the home folder.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+@contextlib.contextmanager
+def opik_days_behind(
+    project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    project_name: str | None = "pytest-evals",
+) -> Iterator[OpikTestServer]:
+    """An Opik server that checks the UUID v7 time window as Opik Cloud does (24 hours), and the
+    next run recorded as if two days ago, the server going away once its experiment is made (at
+    the first trial's setup): its writes wait in the spool, to be sent under new ids when the
+    server comes back. Put the clock back (``ids._clock = time.time_ns``) before syncing."""
+    with OpikTestServer(api_key=OPIK_KEY, workspace="evals", uuid7_window=24 * 3600) as server:
+        point_at(server, monkeypatch, tmp_path, project_name)
+        two_days = 2 * 24 * 3600 * 10**9
+        monkeypatch.setattr(pytest_opik_eval.ids, "_clock", lambda: time.time_ns() - two_days)
+        monkeypatch.setattr(pytest_opik_eval.ids, "_last", 0)  # ids never go back: the tests' before
+        monkeypatch.setattr(opik_server, "CURRENT", server, raising=False)
+        project.write(
+            "conftest.py",
+            "def pytest_runtest_setup(item):\n    __import__('opik_server').CURRENT.go_down()\n",
+        )
+        yield server
 
 
 @pytest.fixture(params=["local", "opik"])

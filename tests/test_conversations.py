@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import opik_server
 import pytest
-from conftest import NEEDS_RECORD, OPIK_KEY, Project
+from conftest import NEEDS_RECORD, Project, opik_days_behind
 from fake_batches import FakeOpenAI
 from opik_server import OpikTestServer
 
@@ -579,25 +578,11 @@ def test_with_the_opik_backend_more_than_1000_scores_go_in_requests_the_server_t
 def test_a_conversation_spooled_for_days_scores_its_renewed_turn_traces_and_its_thread(
     project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # A server that checks the UUID v7 time window as Opik Cloud does (24 hours).
-    with OpikTestServer(api_key=OPIK_KEY, workspace="evals", uuid7_window=24 * 3600) as server:
-        for name, value in server.sdk_env(project_name="pytest-evals").items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "opik")
-        monkeypatch.setenv("OPIK_CONFIG_PATH", str(tmp_path / "none"))
-        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    # Recorded as if two days ago, the server (which checks the UUID v7 time window as Opik
+    # Cloud does) away once the experiment is made: the writes are sent under new ids.
+    with opik_days_behind(project, monkeypatch, tmp_path) as server:
         project.dataset([{"id": "a", "user_responses": ["hi", "bye"]}], "chat.jsonl")
         project.write("test_chat.py", SCORED)
-        # Recorded as if two days ago, the server away once the experiment is made: the turn
-        # traces are sent under new ids, and their scores must follow them.
-        two_days = 2 * 24 * 3600 * 10**9
-        monkeypatch.setattr(pytest_opik_eval.ids, "_clock", lambda: time.time_ns() - two_days)
-        monkeypatch.setattr(pytest_opik_eval.ids, "_last", 0)  # ids never go back: the tests' before
-        monkeypatch.setattr(opik_server, "CURRENT", server, raising=False)
-        project.write(
-            "conftest.py",
-            "def pytest_runtest_setup(item):\n    __import__('opik_server').CURRENT.go_down()\n",
-        )
         project.run("--eval").assert_outcomes(passed=1, failed=1)
         monkeypatch.setattr(pytest_opik_eval.ids, "_clock", time.time_ns)
 

@@ -18,9 +18,10 @@ from typing import Any
 import httpx
 import opik_server
 import pytest
-from conftest import OPIK_KEY, Project, items
+from conftest import OPIK_KEY, Project, items, opik_days_behind
 from opik_server import OpikTestServer
 
+import pytest_opik_eval.ids
 from pytest_opik_eval.cli import main as opik_eval
 from pytest_opik_eval.store.local import LocalStore
 from pytest_opik_eval.store.opik.client import OpikClient, OpikHTTPError, OpikUnavailable
@@ -641,32 +642,17 @@ def test_opik_eval_runs_lists_the_servers_experiments(
 def test_traces_spooled_for_days_are_sent_under_new_ids(
     project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # A server that checks the UUID v7 time window as Opik Cloud does (24 hours).
-    with OpikTestServer(api_key=OPIK_KEY, workspace="evals", uuid7_window=24 * 3600) as server:
-        for name, value in server.sdk_env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "opik")
-        monkeypatch.setenv("OPIK_CONFIG_PATH", str(tmp_path / "none"))
-        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    # Recorded as if two days ago, the server (which checks the UUID v7 time window as Opik
+    # Cloud does) away once the experiment is made: the writes are sent under new ids.
+    with opik_days_behind(project, monkeypatch, tmp_path, project_name=None) as server:
         project.dataset(items("a", "b"))
         project.eval_test()
         server.go_down()
         server.come_back()
-        # Record the run as if two days ago, with the server away since: its writes wait.
-        import pytest_opik_eval.ids as ids
-
-        two_days = 2 * 24 * 3600 * 10**9
-        monkeypatch.setattr(ids, "_clock", lambda: time.time_ns() - two_days)
-        monkeypatch.setattr(opik_server, "CURRENT", server, raising=False)
-        # The server goes away once the experiment is created, before the first trial starts.
-        project.write(
-            "conftest.py",
-            "def pytest_runtest_setup(item):\n    __import__('opik_server').CURRENT.go_down()\n",
-        )
         result = project.run("--eval")
         result.assert_outcomes(passed=2)
         result.stdout.fnmatch_lines(["* write(s) wait to be sent to the Opik server: run opik-eval sync"])
-        monkeypatch.setattr(ids, "_clock", time.time_ns)
+        monkeypatch.setattr(pytest_opik_eval.ids, "_clock", time.time_ns)
 
         server.come_back()
         synced = opik_eval(["--store", str(project.store_path), "sync"])

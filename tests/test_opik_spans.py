@@ -16,9 +16,10 @@ from typing import Any
 
 import opik_server
 import pytest
-from conftest import OPIK_KEY, Project
+from conftest import Project, opik_days_behind
 from opik_server import OpikTestServer
 
+import pytest_opik_eval.ids
 from pytest_opik_eval.cli import main as opik_eval
 
 LABELS = [f"item-{i}" for i in range(6)]
@@ -297,31 +298,17 @@ def test_the_opik_sdk_reads_the_spans_back(traced: Project, opik: OpikTestServer
 def test_spans_spooled_for_days_are_sent_under_new_ids(
     project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # A server that checks the UUID v7 time window as Opik Cloud does (24 hours).
-    with OpikTestServer(api_key=OPIK_KEY, workspace="evals", uuid7_window=24 * 3600) as server:
-        for name, value in server.sdk_env(project_name="pytest-evals").items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "opik")
-        monkeypatch.setenv("OPIK_CONFIG_PATH", str(tmp_path / "none"))
-        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    # Recorded as if two days ago, the server (which checks the UUID v7 time window as Opik
+    # Cloud does) away once the experiment is made: the writes are sent under new ids.
+    with opik_days_behind(project, monkeypatch, tmp_path) as server:
         project.dataset(
             [{"id": label, "input": {"text": label}, "expected_output": label} for label in LABELS]
         )
         project.write("app.py", APP)
         project.write("test_app.py", TEST.replace("{behaviour}", "pass"))
-        # Recorded as if two days ago (our ids: the trace and the task span), the server away since.
-        import pytest_opik_eval.ids as ids
-
-        two_days = 2 * 24 * 3600 * 10**9
-        monkeypatch.setattr(ids, "_clock", lambda: time.time_ns() - two_days)
-        monkeypatch.setattr(opik_server, "CURRENT", server, raising=False)
-        project.write(
-            "conftest.py",
-            "def pytest_runtest_setup(item):\n    __import__('opik_server').CURRENT.go_down()\n",
-        )
         result = project.run("--eval", "--eval-sync-timeout=1")
         result.assert_outcomes(passed=len(LABELS))
-        monkeypatch.setattr(ids, "_clock", time.time_ns)
+        monkeypatch.setattr(pytest_opik_eval.ids, "_clock", time.time_ns)
 
         server.come_back()
         assert opik_eval(["--store", str(project.store_path), "sync"]) == 0

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import opik_server
 import pytest
-from conftest import OPIK_KEY, Project, items
+from conftest import OPIK_KEY, Project, items, opik_days_behind
 from opik_server import OpikTestServer
 
 import pytest_opik_eval.ids
@@ -87,24 +86,10 @@ def test_a_rerun_that_passes_replaces_the_failed_attempt(any_backend: Project, h
 def test_a_replaced_attempt_spooled_for_days_names_its_replacement_by_its_new_id(
     project: Project, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # A server that checks the UUID v7 time window as Opik Cloud does (24 hours).
-    with OpikTestServer(api_key=OPIK_KEY, workspace="evals", uuid7_window=24 * 3600) as server:
-        for name, value in server.sdk_env().items():
-            monkeypatch.setenv(name, value)
-        monkeypatch.setenv("PYTEST_OPIK_EVAL_BACKEND", "opik")
-        monkeypatch.setenv("OPIK_CONFIG_PATH", str(tmp_path / "none"))
-        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    # Recorded as if two days ago, the server (which checks the UUID v7 time window as Opik
+    # Cloud does) away once the experiment is made: the writes are sent under new ids.
+    with opik_days_behind(project, monkeypatch, tmp_path, project_name=None) as server:
         _eval_test(project, "rerunfailures")
-        # Recorded as if two days ago, the server away once the experiment is made: every trace
-        # is sent under a new id.
-        two_days = 2 * 24 * 3600 * 10**9
-        monkeypatch.setattr(pytest_opik_eval.ids, "_clock", lambda: time.time_ns() - two_days)
-        monkeypatch.setattr(pytest_opik_eval.ids, "_last", 0)  # ids never go back: the tests' before
-        monkeypatch.setattr(opik_server, "CURRENT", server, raising=False)
-        project.write(
-            "conftest.py",
-            "def pytest_runtest_setup(item):\n    __import__('opik_server').CURRENT.go_down()\n",
-        )
         assert _run(project, "rerunfailures", "--eval")[0].ret == 0
         monkeypatch.setattr(pytest_opik_eval.ids, "_clock", time.time_ns)
 
