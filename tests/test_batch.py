@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -471,6 +473,57 @@ def test_a_plain_judges_calls_count_once_sent_live_or_answered_by_a_batch(
 
         assert judges(report) == pytest.approx(report["batches"]["cost"])
         assert judges(report) == pytest.approx(judges(live_report) / 2)
+
+
+def test_a_replayed_session_whose_judges_went_out_is_not_said_to_be_free(
+    app: Project, fake_openai: FakeOpenAI
+) -> None:
+    # The app's calls replay; its plain judge's go out live (no judge cache), and with no span
+    # (its test reads no tool calls): the notice must not say that every call cost nothing.
+    app.write("test_app.py", PLAIN_JUDGED_APP)
+    app.run("--eval", "--eval-record=once").assert_outcomes(passed=3)
+    sent = len(fake_openai.live_calls)
+    budget = "--eval-budget=1000k tokens"
+    result = app.run("--eval", "--eval-record=none", "--eval-judge-cache=off", budget)
+    result.assert_outcomes(passed=3)
+    assert len(fake_openai.live_calls) == sent + 3  # the judges' calls, paid
+    result.stdout.fnmatch_lines(
+        [
+            "*eval budget: the trials that ran spent nothing, so the budget of 1,000,000 tokens counted "
+            "nothing: the 3 calls they made were replayed from the recordings (--eval-record=none), "
+            "which costs nothing; a call sent (a judge's) counts when a span reports it: those the app "
+            "traces *, and the OpenAI and Anthropic calls of an uninstrumented app, read from their "
+            "HTTP answers, in the tests whose metrics read tool calls (--eval-llm-spans=auto; *",
+        ]
+    )
+
+
+class _Received(list[tuple[str, dict[str, Any]]]):
+    """The fake's live calls, with when the fake got each (``time.time()``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def append(self, call: tuple[str, dict[str, Any]]) -> None:
+        self.times.append(time.time())
+        super().append(call)
+
+
+def test_a_plain_judges_live_call_span_starts_when_it_was_sent(app: Project, fake_openai: FakeOpenAI) -> None:
+    # The span of a judge's live call starts before the fake got it, as the app's does: not
+    # when its answer came back, which made it last no time at all.
+    app.write("test_app.py", PLAIN_JUDGED_APP)
+    received = fake_openai.live_calls = _Received()
+    result, _ = app.run_report("--eval", "--eval-llm-spans=on")
+    result.assert_outcomes(passed=3)
+    got = dict(zip((body["messages"][0]["content"] for _, body in received), received.times, strict=True))
+    for trial in app.trials():
+        http = [s for s in trial.spans if (s.metadata or {}).get("source") == "http"]
+        assert len(http) == 2  # the app's call, and its judge's
+        for span in http:
+            sent = datetime.fromisoformat(str(span.start_time)).timestamp()
+            assert sent <= got[span.input["messages"][0]["content"]]
 
 
 def test_the_round_cap_leaves_the_trial_pending_or_sends_the_rest_live(

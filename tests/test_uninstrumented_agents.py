@@ -474,7 +474,7 @@ def test_recorded_then_replayed_offline_gives_the_same_verdicts(
         [
             "*eval budget: the trials that ran spent nothing, so the budget of 1,000,000 tokens counted "
             "nothing: the 24 calls they made were replayed from the recordings (--eval-record=none), "
-            "which costs nothing; the calls sent count",
+            "which costs nothing; a call sent (a judge's) counts when a span reports it: *",
             "*eval recordings (--eval-record=none): 24 replayed, 0 recorded, 0 missed*",
         ]
     )

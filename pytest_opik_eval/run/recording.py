@@ -577,6 +577,10 @@ class _Cassette:
     def can_play_response_for(self, request: Any) -> bool:
         scope = _current.get()
         if scope is None:
+            spanned = self._spanned_judge(request)
+            if spanned is not None:
+                # Made before the request is sent: when it was, its span's start (see append).
+                self._canonical(request, spanned)
             if self._judged(request) is not None:  # a judge's, with --eval-batch
                 return True
             if self.recorder.batcher is not None and _scoring.get() is None:
@@ -613,14 +617,22 @@ class _Cassette:
         scope = _current.get()
         # Outside any trial (a fixture, a metric, the Opik backend), or a host left alone: not kept.
         if scope is None:
-            scored = _scoring.get()
-            if scored is not None and scored.trace is not None and not self._left_alone(request):
-                scored.judged(self._canonical(request, scored), response, _started(request))
+            spanned = self._spanned_judge(request)
+            if spanned is not None:
+                spanned.judged(self._canonical(request, spanned), response, _started(request))
             return
         if self._left_alone(request):
             scope.sent()
             return
         scope.record(self._canonical(request, scope), response, _started(request))
+
+    def _spanned_judge(self, request: Any) -> TrialScope | None:
+        """The trial being scored whose judge made the request, when its model calls become
+        spans (``TrialScope.judged``); else None."""
+        scored = _scoring.get()
+        if scored is None or scored.trace is None or self._left_alone(request):
+            return None
+        return scored
 
     def _judged(self, request: Any) -> TrialScope | None:
         """With --eval-batch, the trial being scored whose judge made the request, when a batch

@@ -387,20 +387,24 @@ class Ending:
             return
         amount = budget.describe(budget.limit)
         recordings = self.recordings
+        counted = (
+            "those the app traces (the Opik SDK's @opik.track, track_openai, ...; OpenTelemetry; "
+            "trace.usage), " + _UNTRACED_CALLS[self.options.llm_spans]
+        )
         if recordings is not None and recordings.replayed and not recordings.recorded:
-            # Their spans reported usage, which the replay saved: nothing was paid.
+            # The replayed calls cost nothing; a judge's live call may have been paid for with no
+            # span reporting it (a plain client without --eval-llm-spans): not said to be free.
             message = (
                 f"eval budget: the trials that ran spent nothing, so the budget of {amount} counted "
                 f"nothing: the {recordings.replayed} calls they made were replayed from the recordings "
-                f"(--eval-record={recordings.mode}), which costs nothing; the calls sent count"
+                f"(--eval-record={recordings.mode}), which costs nothing; a call sent (a judge's) counts "
+                f"when a span reports it: {counted}"
             )
         else:
             what = "tokens" if budget.unit == "tokens" else "cost"
             message = (
                 f"eval budget: the trials that ran reported no {what}, so the budget of {amount} "
-                "counted nothing: it counts the usage and cost of the trials' LLM calls: those the app "
-                "traces (the Opik SDK's @opik.track, track_openai, ...; OpenTelemetry; trace.usage), "
-                + _UNTRACED_CALLS[self.options.llm_spans]
+                f"counted nothing: it counts the usage and cost of the trials' LLM calls: {counted}"
             )
         notice(self.config, message)
 
