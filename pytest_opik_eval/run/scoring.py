@@ -121,6 +121,7 @@ class _Parameters:
     required: tuple[str, ...]
     accepted: frozenset[str] | None  # None: the metric takes **kwargs
     computed: frozenset[str]  # the COMPUTED inputs it names
+    required_set: frozenset[str]  # the same, as a set: checked for every trial
 
     @classmethod
     def of(cls, metric: Any) -> _Parameters:
@@ -135,7 +136,7 @@ class _Parameters:
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         )
         named = frozenset(p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-        return cls(required, accepted, named & COMPUTED)
+        return cls(required, accepted, named & COMPUTED, frozenset(required))
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,8 @@ class Scorer:
         for metric, parameters, tracked, samples in zip(
             self.metrics, self._parameters, self._tracked, self._samples, strict=True
         ):
-            missing = [name for name in parameters.required if name not in inputs]
-            if missing:
+            if not inputs.keys() >= parameters.required_set:
+                missing = [name for name in parameters.required if name not in inputs]
                 raise MissingScoreArguments(self._missing_message(metric, missing, inputs))
             if parameters.accepted is not None:
                 kwargs = {k: v for k, v in inputs.items() if k in parameters.accepted}
@@ -273,10 +274,11 @@ class Scorer:
     def _scored(
         self, metric: Any, kwargs: Mapping[str, Any], judged: Judged | None, samples: int
     ) -> list[ScoreRecord]:
+        if samples == 1:
+            return self._sample(metric, kwargs, judged, 0)
         # Every sample is taken, even after one failed: the score fails then, but the samples
         # that did not are cached, and a rerun pays only for the one that failed.
-        runs = [self._sample(metric, kwargs, judged, sample) for sample in range(samples)]
-        return runs[0] if samples == 1 else _sampled(runs)
+        return _sampled([self._sample(metric, kwargs, judged, sample) for sample in range(samples)])
 
     @classmethod
     def _sample(

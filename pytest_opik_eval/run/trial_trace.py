@@ -120,7 +120,10 @@ def start(
 def may_trace() -> bool:
     """Whether a span can reach a trial now: a module of ``_SPAN_SOURCES`` is imported."""
     modules = sys.modules
-    return any(source in modules for source in _SPAN_SOURCES)
+    for source in _SPAN_SOURCES:  # a loop, not any() over a generator: asked for every trial
+        if source in modules:
+            return True
+    return False
 
 
 class TrialTrace(OpikClient):

@@ -23,7 +23,9 @@ SCHEMA_VERSION: Literal[7] = 7
 
 
 class _Report(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Each model's validator and serializer are built when it is first used (a summary in every
+    # session, most of the others only with the features that report them), not at import.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class Latency(_Report):
