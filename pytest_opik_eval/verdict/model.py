@@ -23,9 +23,7 @@ SCHEMA_VERSION: Literal[7] = 7
 
 
 class _Report(BaseModel):
-    # Each model's validator and serializer are built when it is first used (a summary in every
-    # session, most of the others only with the features that report them), not at import.
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid")
 
 
 class Latency(_Report):
