@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from datetime import datetime, timezone
 
 import pytest
 from conftest import Project, items
@@ -420,3 +421,46 @@ def test_async_eval_test(project: Project) -> None:
     )
     project.run("--eval").assert_outcomes(passed=2)
     assert project.completed() == {("a", 0), ("b", 0)}
+
+
+def test_an_attempts_start_time_is_stored_in_utc_to_the_millisecond(project: Project) -> None:
+    project.dataset(items("a", "b", "c"))
+    project.eval_test()
+    before = datetime.now(timezone.utc).replace(microsecond=0)
+    project.run("--eval").assert_outcomes(passed=3)
+    after = datetime.now(timezone.utc)
+
+    db = sqlite3.connect(project.store_path)
+    stored = [text for (text,) in db.execute("SELECT started_at FROM attempts ORDER BY id")]
+    db.close()
+    assert len(stored) == 3
+    for text in stored:
+        # As datetime.isoformat(timespec="milliseconds") writes a UTC time, which other tools parse.
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", text), text
+        assert before <= datetime.fromisoformat(text) <= after
+    assert stored == sorted(stored)  # the attempts started in order
+
+
+def test_the_start_time_is_datetimes_isoformat_across_second_boundaries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The start time is put together from the clock, its date and time formatted once a second:
+    it must read as ``datetime.isoformat`` writes the same instant, whichever second comes next."""
+    from pytest_opik_eval.store.local import rows
+
+    instants_ms = [
+        0,
+        5,
+        999,
+        1_000,
+        1_001,
+        59_999,
+        60_000,
+        1_767_225_599_999,
+        1_767_225_600_000,
+        4_102_444_800_123,
+    ]
+    for ms in [*instants_ms, *reversed(instants_ms)]:
+        monkeypatch.setattr(rows.time, "time_ns", lambda ms=ms: ms * 1_000_000 + 999_999)
+        expected = datetime.fromtimestamp(ms // 1000, timezone.utc).replace(microsecond=ms % 1000 * 1000)
+        assert rows.now() == expected.isoformat(timespec="milliseconds")
