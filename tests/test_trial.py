@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -461,6 +462,6 @@ def test_the_start_time_is_datetimes_isoformat_across_second_boundaries(
         4_102_444_800_123,
     ]
     for ms in [*instants_ms, *reversed(instants_ms)]:
-        monkeypatch.setattr(rows.time, "time_ns", lambda ms=ms: ms * 1_000_000 + 999_999)
+        monkeypatch.setattr(time, "time_ns", lambda ms=ms: ms * 1_000_000 + 999_999)
         expected = datetime.fromtimestamp(ms // 1000, timezone.utc).replace(microsecond=ms % 1000 * 1000)
         assert rows.now() == expected.isoformat(timespec="milliseconds")
