@@ -36,17 +36,17 @@ def now() -> str:
     ``datetime.now(timezone.utc).isoformat(timespec="milliseconds")`` writes it: put together from
     the clock directly, its date and time to the second formatted once a second, as it is made
     for every trial."""
-    global _second, _formatted
-    milliseconds = time.time_ns() // 1_000_000
-    second, millisecond = divmod(milliseconds, 1000)
-    if second != _second:
-        _formatted = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        _second = second
-    return f"{_formatted}.{millisecond:03d}+00:00"
+    global _second_text
+    second, millisecond = divmod(time.time_ns() // 1_000_000, 1000)
+    known, text = _second_text
+    if second != known:
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        # One tuple, replaced whole: stores in other threads never read one second's text as another's.
+        _second_text = (second, text)
+    return f"{text}.{millisecond:03d}+00:00"
 
 
-_second = -1
-_formatted = ""
+_second_text = (-1, "")  # the last second formatted, and its text
 
 
 def scores_text(scores: Sequence[ScoreRecord]) -> str:
