@@ -121,7 +121,6 @@ class _Parameters:
     required: tuple[str, ...]
     accepted: frozenset[str] | None  # None: the metric takes **kwargs
     computed: frozenset[str]  # the COMPUTED inputs it names
-    required_set: frozenset[str]  # the same, as a set: checked for every trial
 
     @classmethod
     def of(cls, metric: Any) -> _Parameters:
@@ -136,7 +135,7 @@ class _Parameters:
             if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
         )
         named = frozenset(p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-        return cls(required, accepted, named & COMPUTED, frozenset(required))
+        return cls(required, accepted, named & COMPUTED)
 
 
 @dataclass(frozen=True)
@@ -222,8 +221,8 @@ class Scorer:
         for metric, parameters, tracked, samples in zip(
             self.metrics, self._parameters, self._tracked, self._samples, strict=True
         ):
-            if not inputs.keys() >= parameters.required_set:
-                missing = [name for name in parameters.required if name not in inputs]
+            missing = [name for name in parameters.required if name not in inputs]
+            if missing:
                 raise MissingScoreArguments(self._missing_message(metric, missing, inputs))
             if parameters.accepted is not None:
                 kwargs = {k: v for k, v in inputs.items() if k in parameters.accepted}
